@@ -1,0 +1,21 @@
+//! The `PortMapping` custom resource (`portmapper.dev/v1alpha1`).
+//!
+//! A PortMapping names a selector-less Service, a pod pool and per-port membership rules; the
+//! operator publishes one EndpointSlice set per Service port from it.
+
+pub mod check;
+pub mod crd;
+pub mod spec;
+pub mod status;
+
+pub use check::{Check, CheckKind, LeafCheck};
+pub use spec::{
+    KeySource, PodPool, PortMapping, PortMappingSpec, PortRule, ProbeSettings, ServiceRef,
+    TerminatingEndpoints, UnlistedPorts,
+};
+pub use status::{ExcludedPod, PortMappingStatus, PortStatus};
+
+/// API group of every portmapper resource.
+pub const GROUP: &str = "portmapper.dev";
+/// Field manager and `endpointslice.kubernetes.io/managed-by` value of the operator.
+pub const MANAGER: &str = "portmapper.dev";

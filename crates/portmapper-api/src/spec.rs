@@ -1,0 +1,264 @@
+//! `PortMapping.spec`: which Service, which pods, and which rules decide per-port membership.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::check::Check;
+use crate::status::PortMappingStatus;
+
+/// A Kubernetes qualified name (`[prefix/]name`, the syntax of label and annotation keys). The
+/// exact length rules (prefix ≤ 253, name ≤ 63) are also checked in Rust by [`crate::validate`].
+pub const QUALIFIED_NAME_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+/// A DNS-1035 label: the syntax of Service names.
+pub const DNS1035_LABEL_PATTERN: &str = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$";
+/// A DNS-1123 label: the syntax of Service port names.
+pub const DNS1123_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
+
+/// Maps the pods of one pool onto the ports of one selector-less Service, port by port.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "portmapper.dev",
+    version = "v1alpha1",
+    kind = "PortMapping",
+    plural = "portmappings",
+    singular = "portmapping",
+    namespaced,
+    status = "PortMappingStatus",
+    shortname = "pm",
+    category = "portmapper",
+    derive = "PartialEq",
+    doc = "PortMapping publishes the EndpointSlices of one selector-less Service, choosing per Service port which pods of a pool back it.",
+    cel,
+    printcolumn(
+        name = "Service",
+        type_ = "string",
+        json_path = ".spec.serviceRef.name",
+        description = "The Service whose EndpointSlices this PortMapping publishes"
+    ),
+    printcolumn(
+        name = "Ports",
+        type_ = "string",
+        json_path = ".status.summary",
+        description = "Ready endpoints per port: name ready/candidates"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Whether every port is published as desired"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PortMappingSpec {
+    /// The Service (in this namespace) whose EndpointSlices are published. It must have no
+    /// `spec.selector`; while it still has one, slices are published beside the native ones and a
+    /// condition says so.
+    pub service_ref: ServiceRef,
+
+    /// The pod pool: pods in this namespace whose label or annotation `key` equals `value`.
+    pub pods: PodPool,
+
+    /// Per-port rules, keyed by Service port name. Service ports without an entry use
+    /// `defaultChecks` (or publish nothing, see `unlistedPorts`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["name".into()]))]
+    pub ports: Vec<PortRule>,
+
+    /// Checks for Service ports that have no entry in `ports`. Absent: `[podReady: {}]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub default_checks: Option<Vec<Check>>,
+
+    /// What Service ports without an entry in `ports` publish: `UseDefaultChecks` (default) or
+    /// `PublishNothing` (an empty slice: no endpoint backs them).
+    #[serde(default)]
+    pub unlisted_ports: UnlistedPorts,
+
+    /// Overrides the Service's own `spec.publishNotReadyAddresses`. When true, every pod that
+    /// passes the backing checks (`portNames`, `podCondition`) is published ready, whatever the
+    /// health checks (`podReady`, `containerReady`, network checks) say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publish_not_ready_addresses: Option<bool>,
+
+    /// Terminating pods that still pass the checks: `Drain` (default) publishes them
+    /// ready=false, serving=true, terminating=true, as the native controller does; `Drop`
+    /// removes them at once.
+    #[serde(default)]
+    pub terminating_endpoints: TerminatingEndpoints,
+
+    /// Maximum endpoints in one EndpointSlice (1..1000). Default 100, like kube-controller-manager.
+    #[serde(default = "default_max_endpoints_per_slice")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_endpoints_per_slice: i32,
+
+    /// Also publish a core/v1 Endpoints object named after the Service (deprecated API; for
+    /// consumers that still read it). Off by default.
+    #[serde(default)]
+    pub legacy_endpoints: bool,
+
+    /// After the Service's selector is removed, delete the native controllers' leftover
+    /// EndpointSlices and Endpoints once this PortMapping publishes at least one endpoint.
+    #[serde(default = "default_true")]
+    pub native_cleanup: bool,
+
+    /// Timing of network checks (`httpGet`, `tcpSocket`, `grpc`, `webhook`).
+    #[serde(default)]
+    pub probe: ProbeSettings,
+}
+
+/// Reference to a Service in the PortMapping's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+pub struct ServiceRef {
+    /// Name of the Service.
+    #[schemars(length(min = 1, max = 63), regex(pattern = DNS1035_LABEL_PATTERN))]
+    pub name: String,
+}
+
+/// Where a key is read on a pod.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, schemars::JsonSchema,
+)]
+pub enum KeySource {
+    /// `metadata.labels` (served by label-selector watches).
+    #[default]
+    Label,
+    /// `metadata.annotations`.
+    Annotation,
+}
+
+impl KeySource {
+    /// `Annotation`, as a serde default.
+    pub fn annotation() -> Self {
+        Self::Annotation
+    }
+}
+
+/// The pod pool.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "self.from != 'Label' || !has(self.value) || self.value.matches('^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$') && size(self.value) <= 63"
+).message("pods.value must be a valid label value (at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric) when pods.from is Label"))]
+pub struct PodPool {
+    /// Label or annotation key whose value puts a pod in the pool, e.g. `example.com/group`.
+    #[schemars(length(min = 1, max = 317), regex(pattern = QUALIFIED_NAME_PATTERN))]
+    pub key: String,
+    /// `Label` (default) or `Annotation`.
+    #[serde(default)]
+    pub from: KeySource,
+    /// Value `key` must have. Default: `serviceRef.name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub value: Option<String>,
+    /// Optional extra label selector; a pod must match it as well.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+}
+
+/// Membership rules for one Service port.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+pub struct PortRule {
+    /// Name of the Service port (`spec.ports[].name`).
+    #[schemars(length(min = 1, max = 63), regex(pattern = DNS1123_LABEL_PATTERN))]
+    pub name: String,
+    /// A pod backs this port when every check includes it. Empty: every pool pod that resolves
+    /// the target port backs it.
+    #[serde(default)]
+    #[schemars(length(max = 16))]
+    pub checks: Vec<Check>,
+}
+
+/// What Service ports without an entry in `spec.ports` publish.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum UnlistedPorts {
+    /// Evaluate `defaultChecks`.
+    #[default]
+    UseDefaultChecks,
+    /// Publish an empty slice: no pod backs the port.
+    PublishNothing,
+}
+
+/// What happens to terminating pods that still pass the checks.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum TerminatingEndpoints {
+    /// Keep them published as ready=false, serving=true, terminating=true until they go.
+    #[default]
+    Drain,
+    /// Remove them as soon as they start terminating.
+    Drop,
+}
+
+/// Timing of network checks, with kubelet's probe semantics.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProbeSettings {
+    /// Seconds between two probes of one target. Default 10.
+    #[serde(default = "default_period")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub period_seconds: i32,
+    /// Seconds before a probe times out. Default 1.
+    #[serde(default = "default_timeout")]
+    #[schemars(range(min = 1, max = 60))]
+    pub timeout_seconds: i32,
+    /// Consecutive successes before an excluded target is included. Default 1.
+    #[serde(default = "default_success")]
+    #[schemars(range(min = 1, max = 100))]
+    pub success_threshold: i32,
+    /// Consecutive failures before an included target is excluded. Default 3.
+    #[serde(default = "default_failure")]
+    #[schemars(range(min = 1, max = 100))]
+    pub failure_threshold: i32,
+}
+
+impl Default for ProbeSettings {
+    fn default() -> Self {
+        Self {
+            period_seconds: default_period(),
+            timeout_seconds: default_timeout(),
+            success_threshold: default_success(),
+            failure_threshold: default_failure(),
+        }
+    }
+}
+
+fn default_max_endpoints_per_slice() -> i32 {
+    100
+}
+fn default_true() -> bool {
+    true
+}
+fn default_period() -> i32 {
+    10
+}
+fn default_timeout() -> i32 {
+    1
+}
+fn default_success() -> i32 {
+    1
+}
+fn default_failure() -> i32 {
+    3
+}
+
+impl PortMappingSpec {
+    /// The value a pod's key must have: `pods.value`, else the Service name.
+    pub fn pool_value(&self) -> &str {
+        self.pods.value.as_deref().unwrap_or(&self.service_ref.name)
+    }
+
+    /// The rule entry for a Service port name, if any.
+    pub fn port_rule(&self, port_name: &str) -> Option<&PortRule> {
+        self.ports.iter().find(|r| r.name == port_name)
+    }
+}
