@@ -1,0 +1,39 @@
+# portmapper entry points. `make test` is what CI runs (.ci/run); it installs nothing by hand:
+# every tool the tests need is installed here, by package name.
+
+CARGO ?= cargo
+CRD_FILE := crds/portmapper.dev_portmappings.yaml
+
+.PHONY: test fmt-check clippy unit crds crd-check bench tools
+
+## test: everything CI checks — formatting, lints, every test, CRD drift.
+test: tools fmt-check clippy crd-check unit
+
+## tools: toolchain components the checks need (idempotent).
+tools:
+	@rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
+	@rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+
+fmt-check:
+	$(CARGO) fmt --all -- --check
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+unit:
+	$(CARGO) test --workspace --locked
+
+## crds: regenerate the CRD YAML from the Rust types.
+crds:
+	$(CARGO) run --quiet --locked -p portmapper-api --bin crdgen > $(CRD_FILE)
+
+## crd-check: fail when the committed CRD differs from what the types generate.
+crd-check:
+	@tmp=$$(mktemp); $(CARGO) run --quiet --locked -p portmapper-api --bin crdgen > $$tmp; \
+	if ! diff -u $(CRD_FILE) $$tmp; then \
+	  echo "error: $(CRD_FILE) is out of date; run 'make crds' and commit the result" >&2; rm -f $$tmp; exit 1; \
+	fi; rm -f $$tmp; echo "crd-check: $(CRD_FILE) is up to date"
+
+## bench: the criterion benchmarks (figures go in docs/benchmarks.md).
+bench:
+	$(CARGO) bench --workspace --locked
