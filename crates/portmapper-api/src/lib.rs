@@ -7,6 +7,7 @@ pub mod check;
 pub mod crd;
 pub mod spec;
 pub mod status;
+pub mod validate;
 
 pub use check::{Check, CheckKind, LeafCheck};
 pub use spec::{

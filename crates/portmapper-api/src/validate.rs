@@ -1,0 +1,315 @@
+//! Validation of a PortMapping spec in Rust, with apiserver-style field errors.
+//!
+//! The CRD schema and its CEL rules reject most mistakes at admission; this repeats them (and
+//! adds what a schema cannot say exactly, such as qualified-name part lengths and label selector
+//! syntax) so the operator can report a `Stalled` condition for objects that reached it anyway:
+//! clusters without CEL, objects restored from backups, or `render` on local files.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube_validation::field::{FieldError, FieldPath};
+use kube_validation::names;
+
+use crate::check::{Check, CheckKind, LeafCheck};
+use crate::spec::{KeySource, PortMappingSpec, ProbeSettings};
+
+/// Every problem in `spec`, in field order. Empty means valid.
+pub fn validate_spec(spec: &PortMappingSpec) -> Vec<FieldError> {
+    let root = FieldPath::new("spec");
+    let mut errs = Vec::new();
+
+    let svc = root.child("serviceRef").child("name");
+    for msg in names::is_dns1035_label(&spec.service_ref.name) {
+        errs.push(FieldError::invalid(
+            &svc,
+            spec.service_ref.name.as_str(),
+            msg,
+        ));
+    }
+
+    let pods = root.child("pods");
+    for msg in names::is_qualified_name(&spec.pods.key) {
+        errs.push(FieldError::invalid(
+            &pods.child("key"),
+            spec.pods.key.as_str(),
+            msg,
+        ));
+    }
+    if spec.pods.from == KeySource::Label {
+        let value = spec.pool_value();
+        for msg in names::is_valid_label_value(value) {
+            errs.push(FieldError::invalid(&pods.child("value"), value, msg));
+        }
+    }
+    if let Some(selector) = &spec.pods.selector {
+        errs.extend(validate_selector(&pods.child("selector"), selector));
+    }
+
+    let ports = root.child("ports");
+    for (i, rule) in spec.ports.iter().enumerate() {
+        let path = ports.index(i);
+        for msg in names::is_dns1123_label(&rule.name) {
+            errs.push(FieldError::invalid(
+                &path.child("name"),
+                rule.name.as_str(),
+                msg,
+            ));
+        }
+        if spec.ports[..i].iter().any(|r| r.name == rule.name) {
+            errs.push(FieldError::duplicate(
+                &path.child("name"),
+                rule.name.as_str(),
+            ));
+        }
+        errs.extend(validate_checks(&path.child("checks"), &rule.checks));
+    }
+    if let Some(checks) = &spec.default_checks {
+        errs.extend(validate_checks(&root.child("defaultChecks"), checks));
+    }
+
+    if !(1..=1000).contains(&spec.max_endpoints_per_slice) {
+        errs.push(FieldError::invalid(
+            &root.child("maxEndpointsPerSlice"),
+            i64::from(spec.max_endpoints_per_slice),
+            "must be between 1 and 1000, inclusive",
+        ));
+    }
+    errs.extend(validate_probe(&root.child("probe"), &spec.probe));
+    errs
+}
+
+fn validate_probe(path: &FieldPath, probe: &ProbeSettings) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    for (field, value, max) in [
+        ("periodSeconds", probe.period_seconds, 3600),
+        ("timeoutSeconds", probe.timeout_seconds, 60),
+        ("successThreshold", probe.success_threshold, 100),
+        ("failureThreshold", probe.failure_threshold, 100),
+    ] {
+        if !(1..=max).contains(&value) {
+            errs.push(FieldError::invalid(
+                &path.child(field),
+                i64::from(value),
+                format!("must be between 1 and {max}, inclusive"),
+            ));
+        }
+    }
+    errs
+}
+
+fn validate_checks(path: &FieldPath, checks: &[Check]) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    for (i, check) in checks.iter().enumerate() {
+        let path = path.index(i);
+        let kinds = check.kinds();
+        if kinds.len() != 1 {
+            errs.push(exactly_one(&path, &kinds));
+            continue;
+        }
+        if let Some(CheckKind::AnyOf(leaves)) = check.kind() {
+            let any = path.child("anyOf");
+            if leaves.is_empty() {
+                errs.push(FieldError::required(&any, "anyOf needs at least one check"));
+            }
+            for (j, leaf) in leaves.iter().enumerate() {
+                errs.extend(validate_leaf(&any.index(j), leaf));
+            }
+        } else if let Some(kind) = check.kind() {
+            errs.extend(validate_kind(&path, kind));
+        }
+    }
+    errs
+}
+
+fn validate_leaf(path: &FieldPath, leaf: &LeafCheck) -> Vec<FieldError> {
+    let kinds = leaf.kinds();
+    match leaf.kind() {
+        Some(kind) => validate_kind(path, kind),
+        None => vec![exactly_one(path, &kinds)],
+    }
+}
+
+fn exactly_one(path: &FieldPath, kinds: &[CheckKind<'_>]) -> FieldError {
+    if kinds.is_empty() {
+        FieldError::required(path, "each check must set exactly one kind")
+    } else {
+        let names: Vec<&str> = kinds.iter().map(CheckKind::name).collect();
+        FieldError::forbidden(
+            path,
+            format!(
+                "each check must set exactly one kind, this one sets {}",
+                names.join(", ")
+            ),
+        )
+    }
+}
+
+fn validate_kind(path: &FieldPath, kind: CheckKind<'_>) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let path = path.child(kind.name());
+    let timeout = |errs: &mut Vec<FieldError>, t: Option<i32>| {
+        if let Some(t) = t.filter(|t| !(1..=60).contains(t)) {
+            errs.push(FieldError::invalid(
+                &path.child("timeoutSeconds"),
+                i64::from(t),
+                "must be between 1 and 60, inclusive",
+            ));
+        }
+    };
+    match kind {
+        CheckKind::PodReady | CheckKind::NotTerminating | CheckKind::AnyOf(_) => {}
+        CheckKind::ContainerReady(c) => {
+            if let Some(name) = &c.container {
+                for msg in names::is_dns1123_label(name) {
+                    errs.push(FieldError::invalid(
+                        &path.child("container"),
+                        name.as_str(),
+                        msg,
+                    ));
+                }
+            }
+        }
+        CheckKind::PodCondition(c) => {
+            for msg in names::is_qualified_name(&c.type_) {
+                errs.push(FieldError::invalid(
+                    &path.child("type"),
+                    c.type_.as_str(),
+                    msg,
+                ));
+            }
+        }
+        CheckKind::PortNames(c) => {
+            for msg in names::is_qualified_name(&c.key) {
+                errs.push(FieldError::invalid(&path.child("key"), c.key.as_str(), msg));
+            }
+        }
+        CheckKind::HttpGet(c) => {
+            if let Some(p) = c.path.as_deref().filter(|p| !p.starts_with('/')) {
+                errs.push(FieldError::invalid(
+                    &path.child("path"),
+                    p,
+                    "must start with '/'",
+                ));
+            }
+            errs.extend(validate_port(&path.child("port"), c.port.as_ref()));
+            for (i, h) in c.http_headers.iter().flatten().enumerate() {
+                let valid = !h.name.is_empty()
+                    && h.name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+                if !valid {
+                    errs.push(FieldError::invalid(
+                        &path.child("httpHeaders").index(i).child("name"),
+                        h.name.as_str(),
+                        "must be an HTTP header name (token characters only)",
+                    ));
+                }
+            }
+            timeout(&mut errs, c.timeout_seconds);
+        }
+        CheckKind::TcpSocket(c) => {
+            errs.extend(validate_port(&path.child("port"), c.port.as_ref()));
+            timeout(&mut errs, c.timeout_seconds);
+        }
+        CheckKind::Grpc(c) => {
+            errs.extend(validate_port(&path.child("port"), c.port.as_ref()));
+            timeout(&mut errs, c.timeout_seconds);
+        }
+        CheckKind::Webhook(c) => {
+            let url = c.url.as_str();
+            let rest = url
+                .strip_prefix("https://")
+                .or_else(|| url.strip_prefix("http://"));
+            match rest {
+                Some(rest)
+                    if !rest.is_empty()
+                        && !rest.starts_with('/')
+                        && !url.contains(char::is_whitespace) => {}
+                _ => errs.push(FieldError::invalid(
+                    &path.child("url"),
+                    url,
+                    "must be an absolute http:// or https:// URL with a host",
+                )),
+            }
+            if let Some(ca) = &c.ca_bundle
+                && !ca.contains("-----BEGIN CERTIFICATE-----")
+            {
+                errs.push(FieldError::invalid(
+                    &path.child("caBundle"),
+                    "<redacted>",
+                    "must contain at least one PEM certificate",
+                ));
+            }
+            timeout(&mut errs, c.timeout_seconds);
+        }
+    }
+    errs
+}
+
+fn validate_port(path: &FieldPath, port: Option<&IntOrString>) -> Vec<FieldError> {
+    match port {
+        None => Vec::new(),
+        Some(IntOrString::Int(n)) => names::is_valid_port_num(i64::from(*n))
+            .into_iter()
+            .map(|msg| FieldError::invalid(path, i64::from(*n), msg))
+            .collect(),
+        Some(IntOrString::String(name)) => names::is_valid_port_name(name)
+            .into_iter()
+            .map(|msg| FieldError::invalid(path, name.as_str(), msg))
+            .collect(),
+    }
+}
+
+/// apimachinery's `ValidateLabelSelector`: key syntax, operators and their values.
+fn validate_selector(path: &FieldPath, selector: &LabelSelector) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    for (k, v) in selector.match_labels.iter().flatten() {
+        let p = path.child("matchLabels");
+        for msg in names::is_qualified_name(k) {
+            errs.push(FieldError::invalid(&p, k.as_str(), msg));
+        }
+        for msg in names::is_valid_label_value(v) {
+            errs.push(FieldError::invalid(&p, v.as_str(), msg));
+        }
+    }
+    for (i, req) in selector.match_expressions.iter().flatten().enumerate() {
+        let p = path.child("matchExpressions").index(i);
+        for msg in names::is_qualified_name(&req.key) {
+            errs.push(FieldError::invalid(&p.child("key"), req.key.as_str(), msg));
+        }
+        let values = req.values.as_deref().unwrap_or_default();
+        match req.operator.as_str() {
+            "In" | "NotIn" => {
+                if values.is_empty() {
+                    errs.push(FieldError::required(
+                        &p.child("values"),
+                        "must be specified when `operator` is 'In' or 'NotIn'",
+                    ));
+                }
+            }
+            "Exists" | "DoesNotExist" => {
+                if !values.is_empty() {
+                    errs.push(FieldError::forbidden(
+                        &p.child("values"),
+                        "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+                    ));
+                }
+            }
+            other => errs.push(FieldError::not_supported(
+                &p.child("operator"),
+                other,
+                &["In", "NotIn", "Exists", "DoesNotExist"],
+            )),
+        }
+        for (j, v) in values.iter().enumerate() {
+            for msg in names::is_valid_label_value(v) {
+                errs.push(FieldError::invalid(
+                    &p.child("values").index(j),
+                    v.as_str(),
+                    msg,
+                ));
+            }
+        }
+    }
+    errs
+}

@@ -1,0 +1,89 @@
+//! The CRD's CEL rules, evaluated client-side with kube's validator (the same rules the
+//! apiserver evaluates at admission).
+
+use kube::CustomResourceExt;
+use kube::core::cel::Validator;
+use portmapper_api::PortMapping;
+use serde_json::{Value, json};
+
+use crate::fixtures::{VALID, json as to_json};
+
+fn schema() -> Value {
+    let crd = PortMapping::crd();
+    let schema = crd.spec.versions[0]
+        .schema
+        .as_ref()
+        .unwrap()
+        .open_api_v3_schema
+        .as_ref()
+        .unwrap();
+    serde_json::to_value(schema).unwrap()
+}
+
+fn errors(obj: &Value) -> Vec<String> {
+    match Validator::new().validate(&schema(), obj, None) {
+        Ok(()) => Vec::new(),
+        Err(errs) => errs.to_string().lines().map(str::to_string).collect(),
+    }
+}
+
+fn with_checks(checks: Value) -> Value {
+    let mut obj = to_json(VALID);
+    obj["spec"]["ports"][0]["checks"] = checks;
+    obj
+}
+
+#[test]
+fn valid_portmapping_passes_every_rule() {
+    assert_eq!(errors(&to_json(VALID)), Vec::<String>::new());
+}
+
+#[test]
+fn check_with_two_kinds_is_rejected_with_a_clear_message() {
+    let errs = errors(&with_checks(json!([{"podReady": {}, "tcpSocket": {}}])));
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("each check must set exactly one kind")),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn empty_check_is_rejected() {
+    let errs = errors(&with_checks(json!([{}])));
+    assert!(
+        errs.iter().any(|e| e.contains("exactly one kind")),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn any_of_entry_with_two_kinds_is_rejected() {
+    let errs = errors(&with_checks(
+        json!([{"anyOf": [{"podReady": {}, "grpc": {}}]}]),
+    ));
+    assert!(
+        errs.iter().any(|e| e.contains("exactly one kind")),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn label_pool_value_must_be_a_label_value() {
+    let mut obj = to_json(VALID);
+    obj["spec"]["pods"]["value"] = json!("has spaces, commas");
+    let errs = errors(&obj);
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("must be a valid label value")),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn annotation_pool_value_may_be_any_string() {
+    let mut obj = to_json(VALID);
+    obj["spec"]["pods"]["from"] = json!("Annotation");
+    obj["spec"]["pods"]["value"] = json!("has spaces, commas");
+    assert_eq!(errors(&obj), Vec::<String>::new());
+}

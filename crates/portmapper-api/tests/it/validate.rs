@@ -1,0 +1,123 @@
+//! Rust-side validation: the same mistakes the schema rejects, with apiserver-style messages.
+
+use portmapper_api::validate::validate_spec;
+
+use crate::fixtures::{VALID, parse};
+
+fn messages(yaml_edit: impl FnOnce(&mut portmapper_api::PortMappingSpec)) -> Vec<String> {
+    let mut pm = parse(VALID);
+    yaml_edit(&mut pm.spec);
+    validate_spec(&pm.spec)
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+#[test]
+fn valid_spec_has_no_errors() {
+    assert_eq!(messages(|_| {}), Vec::<String>::new());
+}
+
+#[test]
+fn bad_pool_key_is_reported_on_its_field() {
+    let errs = messages(|s| s.pods.key = "-bad/".into());
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("spec.pods.key: Invalid value: \"-bad/\"")),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn qualified_name_part_longer_than_63_is_rejected() {
+    let errs = messages(|s| s.pods.key = format!("example.com/{}", "a".repeat(64)));
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("must be no more than 63 characters")),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn duplicate_port_rules_are_reported() {
+    let errs = messages(|s| {
+        let dup = s.ports[0].clone();
+        s.ports.push(dup);
+    });
+    assert!(
+        errs.iter()
+            .any(|e| e == "spec.ports[2].name: Duplicate value: \"http\""),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn two_kinds_in_one_check_are_named() {
+    let errs = messages(|s| s.ports[0].checks[0].not_terminating = Some(Default::default()));
+    assert!(
+        errs.iter().any(
+            |e| e.contains("spec.ports[0].checks[0]") && e.contains("podReady, notTerminating")
+        ),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn out_of_range_numbers_are_reported() {
+    let errs = messages(|s| {
+        s.max_endpoints_per_slice = 1001;
+        s.probe.timeout_seconds = 0;
+    });
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("spec.maxEndpointsPerSlice: Invalid value: 1001")),
+        "{errs:?}"
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("spec.probe.timeoutSeconds: Invalid value: 0")),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn webhook_url_needs_a_scheme_and_host() {
+    let errs = messages(|s| {
+        s.ports[0].checks[0] = portmapper_api::Check {
+            webhook: Some(portmapper_api::check::WebhookCheck {
+                url: "ftp://x".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    });
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("spec.ports[0].checks[0].webhook.url")),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn selector_operator_must_be_known() {
+    let errs = messages(|s| {
+        s.pods.selector = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                match_expressions: Some(vec![
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                        key: "tier".into(),
+                        operator: "Equals".into(),
+                        values: Some(vec!["a".into()]),
+                    },
+                ]),
+                ..Default::default()
+            },
+        )
+    });
+    assert!(
+        errs.iter().any(|e| e.contains(
+            "spec.pods.selector.matchExpressions[0].operator: Unsupported value: \"Equals\""
+        )),
+        "{errs:?}"
+    );
+}
