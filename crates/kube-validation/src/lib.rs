@@ -1,0 +1,24 @@
+//! Pure Kubernetes API validation: the rules the apiserver enforces on the objects portmapper
+//! writes (EndpointSlice, Endpoints) and on those an API server emulator must police, with
+//! field errors rendered exactly like the apiserver's (`endpoints[0].addresses[0]: Invalid
+//! value: "127.0.0.1": may not be in the loopback range (127.0.0.0/8, ::1/128)`) and the 422
+//! message assembled by [`status::invalid_message`].
+//!
+//! Functions take typed k8s-openapi objects. Call the `default_*` function of a type first, as
+//! the apiserver defaults before it validates.
+
+pub mod endpoints;
+pub mod endpointslice;
+pub mod field;
+pub mod ip;
+pub mod meta;
+pub mod names;
+pub mod status;
+
+pub use endpoints::{default_endpoints, validate_endpoints, validate_endpoints_update};
+pub use endpointslice::{
+    default_endpoint_slice, validate_endpoint_slice, validate_endpoint_slice_update,
+};
+pub use field::{BadValue, ErrorList, ErrorType, FieldError, FieldPath};
+pub use ip::IpFamily;
+pub use status::{InvalidError, StatusCause, invalid_message};

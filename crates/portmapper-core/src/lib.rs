@@ -1,0 +1,1 @@
+//! The pure heart of portmapper: the membership model and the EndpointSlice planner.
