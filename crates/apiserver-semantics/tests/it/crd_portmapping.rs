@@ -1,0 +1,18 @@
+//! Loads the real PortMapping CRD and checks it against good and bad objects.
+
+use serde_json::Value;
+
+pub fn portmapping_crd() -> Value {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../crds/portmapper.dev_portmappings.yaml"
+    ))
+    .unwrap();
+    serde_yaml::from_str(&text).unwrap()
+}
+
+#[test]
+fn crd_file_loads() {
+    let crd = portmapping_crd();
+    assert_eq!(crd["spec"]["names"]["kind"], "PortMapping");
+}

@@ -1,0 +1,3 @@
+//! Integration tests of apiserver-semantics: one binary, one module per area.
+
+mod crd_portmapping;
