@@ -9,8 +9,10 @@
 
 pub mod endpoints;
 pub mod endpointslice;
+pub mod event;
 pub mod field;
 pub mod ip;
+pub mod lease;
 pub mod meta;
 pub mod names;
 pub mod status;
@@ -19,6 +21,8 @@ pub use endpoints::{default_endpoints, validate_endpoints, validate_endpoints_up
 pub use endpointslice::{
     default_endpoint_slice, validate_endpoint_slice, validate_endpoint_slice_update,
 };
+pub use event::{validate_event_create, validate_event_update};
 pub use field::{BadValue, ErrorList, ErrorType, FieldError, FieldPath};
 pub use ip::IpFamily;
+pub use lease::{validate_lease, validate_lease_update};
 pub use status::{InvalidError, StatusCause, invalid_message};
