@@ -95,14 +95,12 @@ fn legacy(event: &Event) -> ErrorList {
 
 fn series(event: &Event) -> ErrorList {
     let mut errs = Vec::new();
-    if let Some(series) = &event.series {
-        if series.count < 2 {
-            errs.push(FieldError::invalid(
-                &FieldPath::new("series.count"),
-                "",
-                "should be at least 2",
-            ));
-        }
+    if event.series.as_ref().is_some_and(|s| s.count < 2) {
+        errs.push(FieldError::invalid(
+            &FieldPath::new("series.count"),
+            "",
+            "should be at least 2",
+        ));
     }
     errs
 }
