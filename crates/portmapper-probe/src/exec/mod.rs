@@ -1,0 +1,105 @@
+//! Probe executors: one probe of one target, bounded by the target's timeout.
+
+mod conn;
+mod grpc;
+mod http_get;
+mod tcp;
+mod tls;
+pub mod webhook;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use rustls::ClientConfig;
+
+pub use tls::TlsConfigError;
+
+use crate::classify;
+use crate::error::ProbeError;
+use crate::outcome::ProbeResult;
+use crate::target::{CheckType, MappingKey, NetworkCheck, Target};
+
+/// The future of one probe.
+pub type ProbeFuture<'a> = Pin<Box<dyn Future<Output = ProbeResult> + Send + 'a>>;
+
+/// Runs one probe of one target. The prober calls it once per period per target, with a
+/// concurrency permit held. Implementations must finish within [`Target::timeout`] (the prober
+/// cancels them shortly after, as a guard) and never panic.
+pub trait ProbeExecutor: Send + Sync + 'static {
+    /// Probes `target` of the PortMapping `mapping`.
+    fn probe<'a>(&'a self, mapping: &'a MappingKey, target: &'a Target) -> ProbeFuture<'a>;
+}
+
+/// Settings of the [`NetworkExecutor`].
+#[derive(Clone, Debug)]
+pub struct ExecutorConfig {
+    /// Allow loopback pod IPs and webhook addresses. Off in production: no pod has a loopback
+    /// IP, so one would only point probes at the operator's own host. Tests turn it on.
+    pub allow_loopback: bool,
+    /// `User-Agent` of HTTP probes and webhook calls.
+    pub user_agent: String,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        Self {
+            allow_loopback: false,
+            user_agent: concat!("portmapper-probe/", env!("CARGO_PKG_VERSION")).to_owned(),
+        }
+    }
+}
+
+/// The real executor: talks to pods (and webhooks) over the network.
+pub struct NetworkExecutor {
+    config: ExecutorConfig,
+    unverified_tls: Arc<ClientConfig>,
+    webhook_tls: tls::WebhookTls,
+}
+
+impl NetworkExecutor {
+    /// An executor with its TLS configurations built.
+    pub fn new(config: ExecutorConfig) -> Result<Self, TlsConfigError> {
+        Ok(Self {
+            config,
+            unverified_tls: tls::unverified()?,
+            webhook_tls: tls::WebhookTls::default(),
+        })
+    }
+
+    /// Probes `target` once, within its timeout, and classifies the result.
+    pub async fn run(&self, mapping: &MappingKey, target: &Target) -> ProbeResult {
+        let timeout = target.timeout();
+        let check_type = target.check.check_type();
+        let probe = async {
+            let result = match &target.check {
+                NetworkCheck::HttpGet(check) => http_get::probe(self, target, check).await,
+                NetworkCheck::TcpSocket(_) => tcp::probe(self, target).await,
+                NetworkCheck::Grpc(check) => grpc::probe(self, target, check).await,
+                NetworkCheck::Webhook(check) => {
+                    return webhook::probe(self, mapping, target, check).await;
+                }
+            };
+            result.unwrap_or_else(|err| classify::pod_failure(&err))
+        };
+        match tokio::time::timeout(timeout, probe).await {
+            Ok(result) => result,
+            Err(_) => timed_out(check_type, timeout),
+        }
+    }
+}
+
+impl ProbeExecutor for NetworkExecutor {
+    fn probe<'a>(&'a self, mapping: &'a MappingKey, target: &'a Target) -> ProbeFuture<'a> {
+        Box::pin(self.run(mapping, target))
+    }
+}
+
+/// The result of a probe of `check_type` that ran out of time.
+pub(crate) fn timed_out(check_type: CheckType, timeout: std::time::Duration) -> ProbeResult {
+    let err = ProbeError::Timeout(timeout);
+    match check_type {
+        CheckType::Webhook => classify::webhook_failure(&err),
+        _ => classify::pod_failure(&err),
+    }
+}

@@ -1,0 +1,323 @@
+//! `webhook`: asks the user's decider whether a pod backs a port.
+//!
+//! The operator POSTs a [`MembershipReview`] as JSON and expects a [`MembershipDecision`]:
+//!
+//! ```json
+//! {"apiVersion": "portmapper.dev/v1alpha1", "kind": "MembershipReview",
+//!  "namespace": "shop", "portMapping": "kafka", "service": "kafka",
+//!  "pod": {"name": "kafka-0", "uid": "…", "labels": {…}, "annotations": {…}},
+//!  "port": {"name": "broker", "number": 9092, "targetPort": 9092, "protocol": "TCP"},
+//!  "address": "10.244.1.5", "family": "IPv4"}
+//! ```
+//!
+//! answered by `{"decision": "Include" | "Exclude" | "Abstain", "reason": "…"}` with a 2xx
+//! status. Anything else abstains, so a broken decider freezes memberships instead of emptying
+//! slices.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+
+use bytes::Bytes;
+use http::header::{ACCEPT, CONNECTION, CONTENT_TYPE, HOST, HeaderValue, USER_AGENT};
+use http::uri::{PathAndQuery, Scheme as UriScheme};
+use http::{Method, Request, Uri};
+use http_body_util::Full;
+use portmapper_api::check::WebhookCheck;
+use rustls::pki_types::ServerName;
+use serde::{Deserialize, Serialize};
+
+use super::NetworkExecutor;
+use super::conn::{self, connect};
+use crate::classify;
+use crate::error::ProbeError;
+use crate::limits::MAX_WEBHOOK_BODY_BYTES;
+use crate::outcome::{Cause, Outcome, ProbeResult};
+use crate::target::{Family, MappingKey, Target};
+
+/// `apiVersion` of [`MembershipReview`].
+pub const REVIEW_API_VERSION: &str = "portmapper.dev/v1alpha1";
+/// `kind` of [`MembershipReview`].
+pub const REVIEW_KIND: &str = "MembershipReview";
+
+/// The document a webhook receives: one pod, one Service port, one address.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MembershipReview {
+    /// Always [`REVIEW_API_VERSION`].
+    pub api_version: String,
+    /// Always [`REVIEW_KIND`].
+    pub kind: String,
+    /// Namespace of the PortMapping, Service and pod.
+    pub namespace: String,
+    /// Name of the PortMapping.
+    pub port_mapping: String,
+    /// Name of the Service.
+    pub service: String,
+    /// The pod.
+    pub pod: ReviewPod,
+    /// The Service port.
+    pub port: ReviewPort,
+    /// The pod IP that would be published.
+    pub address: IpAddr,
+    /// `IPv4` or `IPv6`: the EndpointSlice address type.
+    pub family: Family,
+}
+
+/// The pod in a [`MembershipReview`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReviewPod {
+    /// Pod name.
+    pub name: String,
+    /// Pod uid.
+    pub uid: String,
+    /// Pod labels.
+    pub labels: BTreeMap<String, String>,
+    /// Pod annotations.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The Service port in a [`MembershipReview`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReviewPort {
+    /// Service port name.
+    pub name: String,
+    /// Service port number.
+    pub number: i32,
+    /// The pod port it maps to.
+    pub target_port: u16,
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+}
+
+/// The webhook's verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Decision {
+    /// The pod backs the port.
+    Include,
+    /// The pod does not back the port.
+    Exclude,
+    /// No opinion: the current membership holds.
+    Abstain,
+}
+
+/// The document a webhook answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MembershipDecision {
+    /// The verdict.
+    pub decision: Decision,
+    /// Shown in PortMapping status. Optional.
+    #[serde(default)]
+    pub reason: String,
+}
+
+impl MembershipReview {
+    /// The review of `target` of `mapping` at `address`.
+    pub fn new(mapping: &MappingKey, target: &Target, address: IpAddr) -> Self {
+        Self {
+            api_version: REVIEW_API_VERSION.into(),
+            kind: REVIEW_KIND.into(),
+            namespace: mapping.namespace.clone(),
+            port_mapping: mapping.name.clone(),
+            service: target.service.clone(),
+            pod: ReviewPod {
+                name: target.pod.name.clone(),
+                uid: target.pod.uid.clone(),
+                labels: target.pod.labels.clone(),
+                annotations: target.pod.annotations.clone(),
+            },
+            port: ReviewPort {
+                name: target.port.name.clone(),
+                number: target.port.port,
+                target_port: target.port.target_port,
+                protocol: target.port.protocol.clone(),
+            },
+            address,
+            family: target.family,
+        }
+    }
+}
+
+pub(super) async fn probe(
+    exec: &NetworkExecutor,
+    mapping: &MappingKey,
+    target: &Target,
+    check: &WebhookCheck,
+) -> ProbeResult {
+    // A pod without a usable IP of the family cannot be published: that is the pod's fact.
+    let address = match target.pod_ip(exec.config.allow_loopback) {
+        Ok(ip) => ip,
+        Err(err) => return classify::pod_failure(&err.into()),
+    };
+    let review = MembershipReview::new(mapping, target, address);
+    match call(exec, check, &review).await {
+        Ok(decision) => {
+            let outcome = match decision.decision {
+                Decision::Include => Outcome::Include,
+                Decision::Exclude => Outcome::Exclude,
+                Decision::Abstain => Outcome::Abstain,
+            };
+            let reason = if decision.reason.is_empty() {
+                format!("webhook decided {:?}", decision.decision)
+            } else {
+                format!("webhook: {}", decision.reason)
+            };
+            ProbeResult::new(outcome, Cause::WebhookDecision, reason)
+        }
+        Err(err) => classify::webhook_failure(&err),
+    }
+}
+
+/// Where and how to reach the webhook.
+struct Endpoint {
+    https: bool,
+    host: String,
+    port: u16,
+    authority: String,
+    path: PathAndQuery,
+}
+
+fn endpoint(url: &str) -> Result<Endpoint, ProbeError> {
+    let invalid = |why: String| ProbeError::InvalidCheck(format!("webhook url {url:?}: {why}"));
+    let uri: Uri = url.parse().map_err(|e| invalid(format!("{e}")))?;
+    let https = match uri.scheme() {
+        Some(s) if *s == UriScheme::HTTPS => true,
+        Some(s) if *s == UriScheme::HTTP => false,
+        _ => return Err(invalid("scheme must be http or https".into())),
+    };
+    let authority = uri
+        .authority()
+        .ok_or_else(|| invalid("no host".into()))?
+        .clone();
+    if authority.as_str().contains('@') {
+        return Err(invalid("user info is not allowed".into()));
+    }
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
+    let path = uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    Ok(Endpoint {
+        https,
+        host,
+        port,
+        authority: authority.as_str().to_owned(),
+        path,
+    })
+}
+
+/// Resolves the webhook host and refuses addresses no webhook should have.
+async fn resolve(exec: &NetworkExecutor, endpoint: &Endpoint) -> Result<SocketAddr, ProbeError> {
+    let addrs: Vec<SocketAddr> = match endpoint.host.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, endpoint.port)],
+        Err(_) => tokio::net::lookup_host((endpoint.host.as_str(), endpoint.port))
+            .await
+            .map_err(|source| ProbeError::Resolve {
+                host: endpoint.host.clone(),
+                source,
+            })?
+            .collect(),
+    };
+    let allowed = |ip: &IpAddr| {
+        !(ip.is_unspecified()
+            || ip.is_multicast()
+            || (ip.is_loopback() && !exec.config.allow_loopback)
+            || matches!(ip, IpAddr::V4(v4) if v4.is_link_local() || v4.is_broadcast())
+            || matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80))
+    };
+    addrs
+        .iter()
+        .copied()
+        .find(|a| allowed(&a.ip()))
+        .ok_or_else(|| {
+            ProbeError::InvalidCheck(format!(
+                "webhook host {} resolves to no allowed address ({addrs:?})",
+                endpoint.host
+            ))
+        })
+}
+
+async fn call(
+    exec: &NetworkExecutor,
+    check: &WebhookCheck,
+    review: &MembershipReview,
+) -> Result<MembershipDecision, ProbeError> {
+    let endpoint = endpoint(&check.url)?;
+    let body = serde_json::to_vec(review)
+        .map_err(|e| ProbeError::InvalidCheck(format!("encoding review: {e}")))?;
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri(endpoint.path.clone())
+        .header(HOST, &endpoint.authority)
+        .header(CONTENT_TYPE, "application/json")
+        .header(ACCEPT, "application/json")
+        .header(CONNECTION, "close")
+        .header(
+            USER_AGENT,
+            HeaderValue::from_str(&exec.config.user_agent)
+                .unwrap_or(HeaderValue::from_static("portmapper-probe")),
+        )
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| ProbeError::InvalidCheck(format!("webhook request: {e}")))?;
+    let addr = resolve(exec, &endpoint).await?;
+    let stream = connect(addr).await?;
+    let answer = if endpoint.https {
+        let config = exec.webhook_tls.config(check.ca_bundle.as_deref())?;
+        let name = ServerName::try_from(endpoint.host.clone()).map_err(|e| {
+            ProbeError::InvalidCheck(format!("webhook host {:?}: {e}", endpoint.host))
+        })?;
+        let tls = conn::tls(stream, config, name, addr).await?;
+        conn::http1(tls, addr, request, MAX_WEBHOOK_BODY_BYTES).await?
+    } else {
+        conn::http1(stream, addr, request, MAX_WEBHOOK_BODY_BYTES).await?
+    };
+    if !answer.status.is_success() {
+        // Redirects included: they are not followed, and a decider must answer itself.
+        return Err(ProbeError::HttpStatus {
+            addr,
+            status: answer.status,
+        });
+    }
+    if answer.truncated {
+        return Err(ProbeError::Malformed {
+            addr,
+            detail: format!("answer exceeds {MAX_WEBHOOK_BODY_BYTES} bytes"),
+        });
+    }
+    serde_json::from_slice(&answer.body).map_err(|e| ProbeError::Malformed {
+        addr,
+        detail: format!(
+            "not a decision document ({e}): {}",
+            conn::excerpt(&answer.body)
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_parsed_strictly() {
+        let e = endpoint("https://decider.ns.svc:8443/decide?x=1").unwrap();
+        assert!(e.https);
+        assert_eq!((e.host.as_str(), e.port), ("decider.ns.svc", 8443));
+        assert_eq!(e.path.as_str(), "/decide?x=1");
+        let e = endpoint("http://[fd00::1]/").unwrap();
+        assert_eq!((e.host.as_str(), e.port), ("fd00::1", 80));
+        assert!(endpoint("ftp://x/").is_err());
+        assert!(endpoint("http://user:pw@x/").is_err());
+    }
+
+    #[test]
+    fn decisions_parse_with_optional_reason() {
+        let d: MembershipDecision = serde_json::from_str(r#"{"decision":"Exclude"}"#).unwrap();
+        assert_eq!(d.decision, Decision::Exclude);
+        assert!(serde_json::from_str::<MembershipDecision>(r#"{"decision":"maybe"}"#).is_err());
+    }
+}

@@ -1,0 +1,522 @@
+//! Targets: what the operator asks the prober to watch, and the one address a probe may use.
+//!
+//! A probe's destination is never read from the check: checks have no host field, and the only
+//! socket address an executor can connect to for a pod is a [`PodAddr`], which only
+//! [`Target::pod_addr`] creates, from an IP the caller listed in [`PoolPod::ips`] for the
+//! target's family and a port of that pod. `PodAddr` has no public constructor:
+//!
+//! ```compile_fail
+//! use portmapper_probe::PodAddr;
+//! let addr = PodAddr(std::net::SocketAddr::from(([169, 254, 169, 254], 80)));
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use portmapper_api::ProbeSettings;
+use portmapper_api::check::{CheckKind, GrpcCheck, HttpGetCheck, TcpSocketCheck, WebhookCheck};
+use serde::{Deserialize, Serialize};
+
+/// Namespace and name of a PortMapping.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MappingKey {
+    /// Namespace of the PortMapping.
+    pub namespace: String,
+    /// Name of the PortMapping.
+    pub name: String,
+}
+
+impl MappingKey {
+    /// A key from namespace and name.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for MappingKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Address family of an EndpointSlice, and so of the pod IP a probe uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Family {
+    /// IPv4 (`addressType: IPv4`).
+    #[serde(rename = "IPv4")]
+    V4,
+    /// IPv6 (`addressType: IPv6`).
+    #[serde(rename = "IPv6")]
+    V6,
+}
+
+impl Family {
+    /// The family of an IP address.
+    pub fn of(ip: &IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(_) => Self::V4,
+            IpAddr::V6(_) => Self::V6,
+        }
+    }
+
+    /// The EndpointSlice `addressType` spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::V4 => "IPv4",
+            Self::V6 => "IPv6",
+        }
+    }
+}
+
+/// Position of a network check in a port's check list: `check` indexes `checks`, `any_of`
+/// indexes the entries of an `anyOf` check at that index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CheckPosition {
+    /// Index in the port's `checks` (or `defaultChecks`).
+    pub check: u16,
+    /// Index inside an `anyOf` check, if the network check is one of its entries.
+    pub any_of: Option<u16>,
+}
+
+impl CheckPosition {
+    /// A top-level check.
+    pub fn top(check: u16) -> Self {
+        Self {
+            check,
+            any_of: None,
+        }
+    }
+}
+
+/// Identity of one probe schedule within a PortMapping: (pod, Service port, family, check
+/// position). A pod recreated under the same name has a new uid, hence a new schedule and a
+/// fresh seed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TargetKey {
+    /// Pod name.
+    pub pod: String,
+    /// Pod uid.
+    pub pod_uid: String,
+    /// Service port name.
+    pub port: String,
+    /// Address family.
+    pub family: Family,
+    /// Which check of the port.
+    pub check: CheckPosition,
+}
+
+/// A container port the pod declares, for checks that name a port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerPort {
+    /// `ports[].name`.
+    pub name: String,
+    /// `ports[].containerPort`.
+    pub port: u16,
+    /// `ports[].protocol` (`TCP` when unset).
+    pub protocol: String,
+}
+
+/// The facts about one pool pod that probes need.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct PoolPod {
+    /// Pod name.
+    pub name: String,
+    /// Pod uid.
+    pub uid: String,
+    /// Pod labels (sent to webhooks).
+    pub labels: BTreeMap<String, String>,
+    /// Pod annotations (sent to webhooks).
+    pub annotations: BTreeMap<String, String>,
+    /// `status.podIPs`: the only addresses a probe of this pod may connect to.
+    pub ips: Vec<IpAddr>,
+    /// Declared container ports, to resolve named check ports.
+    pub ports: Vec<ContainerPort>,
+}
+
+/// The Service port a target belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServicePort {
+    /// `spec.ports[].name`.
+    pub name: String,
+    /// `spec.ports[].port`.
+    pub port: i32,
+    /// `spec.ports[].protocol`.
+    pub protocol: String,
+    /// The target port resolved for this pod: the default port of every check.
+    pub target_port: u16,
+}
+
+/// One network check, as written in the PortMapping.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NetworkCheck {
+    /// `httpGet`.
+    HttpGet(HttpGetCheck),
+    /// `tcpSocket`.
+    TcpSocket(TcpSocketCheck),
+    /// `grpc`.
+    Grpc(GrpcCheck),
+    /// `webhook`.
+    Webhook(WebhookCheck),
+}
+
+/// Which kind of network check: a bounded metric label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CheckType {
+    /// `httpGet`.
+    HttpGet,
+    /// `tcpSocket`.
+    TcpSocket,
+    /// `grpc`.
+    Grpc,
+    /// `webhook`.
+    Webhook,
+}
+
+impl CheckType {
+    /// The field name users write in YAML.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::HttpGet => "httpGet",
+            Self::TcpSocket => "tcpSocket",
+            Self::Grpc => "grpc",
+            Self::Webhook => "webhook",
+        }
+    }
+}
+
+impl NetworkCheck {
+    /// The network check of a check kind; `None` for checks the reconcile evaluates itself.
+    pub fn from_kind(kind: CheckKind<'_>) -> Option<Self> {
+        match kind {
+            CheckKind::HttpGet(c) => Some(Self::HttpGet(c.clone())),
+            CheckKind::TcpSocket(c) => Some(Self::TcpSocket(c.clone())),
+            CheckKind::Grpc(c) => Some(Self::Grpc(c.clone())),
+            CheckKind::Webhook(c) => Some(Self::Webhook(c.clone())),
+            _ => None,
+        }
+    }
+
+    /// Which kind this is.
+    pub fn check_type(&self) -> CheckType {
+        match self {
+            Self::HttpGet(_) => CheckType::HttpGet,
+            Self::TcpSocket(_) => CheckType::TcpSocket,
+            Self::Grpc(_) => CheckType::Grpc,
+            Self::Webhook(_) => CheckType::Webhook,
+        }
+    }
+
+    /// The check's own `timeoutSeconds`, which overrides `spec.probe.timeoutSeconds`.
+    pub fn timeout_seconds(&self) -> Option<i32> {
+        match self {
+            Self::HttpGet(c) => c.timeout_seconds,
+            Self::TcpSocket(c) => c.timeout_seconds,
+            Self::Grpc(c) => c.timeout_seconds,
+            Self::Webhook(c) => c.timeout_seconds,
+        }
+    }
+
+    /// The check's explicit port, if it names one (webhooks never do).
+    fn port(&self) -> Option<&IntOrString> {
+        match self {
+            Self::HttpGet(c) => c.port.as_ref(),
+            Self::TcpSocket(c) => c.port.as_ref(),
+            Self::Grpc(c) => c.port.as_ref(),
+            Self::Webhook(_) => None,
+        }
+    }
+}
+
+/// Damped membership of a target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Membership {
+    /// The check includes the pod.
+    Included,
+    /// The check excludes the pod.
+    Excluded,
+}
+
+/// One thing to probe: a check of one Service port for one pod and address family.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// The pool pod.
+    pub pod: PoolPod,
+    /// Name of the Service the PortMapping publishes (sent to webhooks).
+    pub service: String,
+    /// The Service port.
+    pub port: ServicePort,
+    /// Family of the slice being published; the probe uses the pod IP of this family.
+    pub family: Family,
+    /// Where the check sits in the port's rules.
+    pub position: CheckPosition,
+    /// The check.
+    pub check: NetworkCheck,
+    /// `spec.probe` of the PortMapping.
+    pub settings: ProbeSettings,
+    /// Membership before the first probe: `Included` when the pod is published for this port
+    /// now (so restarts and leader changes do not flap), else `Excluded`. Only read when the
+    /// target is new to the prober.
+    pub seed: Membership,
+}
+
+/// A socket address on a pool pod: the only kind of pod address an executor connects to.
+/// Created only by [`Target::pod_addr`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PodAddr(SocketAddr);
+
+impl PodAddr {
+    /// The socket address.
+    pub fn socket_addr(self) -> SocketAddr {
+        self.0
+    }
+}
+
+impl fmt::Display for PodAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Why a target has no address a probe may use. Pod-side facts: the probe excludes the pod.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AddrError {
+    /// The pod lists no IP of the family.
+    #[error("pod {pod} has no {family} address")]
+    NoAddress {
+        /// Pod name.
+        pod: String,
+        /// Wanted family.
+        family: &'static str,
+    },
+    /// The pod IP is one a pod never legitimately has (unspecified, multicast, broadcast,
+    /// link-local such as a cloud metadata address, or loopback when not allowed).
+    #[error("pod {pod} address {ip} is not a usable pod IP ({why})")]
+    Unusable {
+        /// Pod name.
+        pod: String,
+        /// The IP.
+        ip: IpAddr,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// The check names a port the pod does not declare.
+    #[error("pod {pod} declares no container port named {name:?}")]
+    UnknownPortName {
+        /// Pod name.
+        pod: String,
+        /// The port name.
+        name: String,
+    },
+    /// The check's port number is outside 1–65535.
+    #[error("check port {0} is not in 1-65535")]
+    BadPortNumber(i32),
+}
+
+impl Target {
+    /// This target's identity.
+    pub fn key(&self) -> TargetKey {
+        TargetKey {
+            pod: self.pod.name.clone(),
+            pod_uid: self.pod.uid.clone(),
+            port: self.port.name.clone(),
+            family: self.family,
+            check: self.position,
+        }
+    }
+
+    /// The effective timeout: the check's `timeoutSeconds`, else `spec.probe.timeoutSeconds`,
+    /// within 1–60 s.
+    pub fn timeout(&self) -> std::time::Duration {
+        crate::limits::clamp_timeout(
+            self.check
+                .timeout_seconds()
+                .unwrap_or(self.settings.timeout_seconds),
+        )
+    }
+
+    /// The pod IP of the target's family, if it is one a probe may use.
+    pub fn pod_ip(&self, allow_loopback: bool) -> Result<IpAddr, AddrError> {
+        let ip = self
+            .pod
+            .ips
+            .iter()
+            .copied()
+            .find(|ip| Family::of(ip) == self.family)
+            .ok_or_else(|| AddrError::NoAddress {
+                pod: self.pod.name.clone(),
+                family: self.family.as_str(),
+            })?;
+        if let Some(why) = unusable(&ip, allow_loopback) {
+            return Err(AddrError::Unusable {
+                pod: self.pod.name.clone(),
+                ip,
+                why,
+            });
+        }
+        Ok(ip)
+    }
+
+    /// The port a pod-facing check connects to: the check's explicit number, a container port
+    /// of this pod it names, or the resolved target port.
+    pub fn pod_port(&self) -> Result<u16, AddrError> {
+        match self.check.port() {
+            None => Ok(self.port.target_port),
+            Some(IntOrString::Int(n)) => match u16::try_from(*n) {
+                Ok(port) if port != 0 => Ok(port),
+                _ => Err(AddrError::BadPortNumber(*n)),
+            },
+            Some(IntOrString::String(name)) => self
+                .pod
+                .ports
+                .iter()
+                .find(|p| &p.name == name && p.protocol.eq_ignore_ascii_case("TCP"))
+                .map(|p| p.port)
+                .ok_or_else(|| AddrError::UnknownPortName {
+                    pod: self.pod.name.clone(),
+                    name: name.clone(),
+                }),
+        }
+    }
+
+    /// The one address a pod-facing probe of this target may connect to.
+    pub fn pod_addr(&self, allow_loopback: bool) -> Result<PodAddr, AddrError> {
+        Ok(PodAddr(SocketAddr::new(
+            self.pod_ip(allow_loopback)?,
+            self.pod_port()?,
+        )))
+    }
+}
+
+/// Why an IP can never be a pod's, or `None` when it can.
+fn unusable(ip: &IpAddr, allow_loopback: bool) -> Option<&'static str> {
+    if ip.is_unspecified() {
+        return Some("unspecified");
+    }
+    if ip.is_multicast() {
+        return Some("multicast");
+    }
+    if ip.is_loopback() && !allow_loopback {
+        return Some("loopback");
+    }
+    match ip {
+        IpAddr::V4(v4) if v4.is_broadcast() => Some("broadcast"),
+        IpAddr::V4(v4) if v4.is_link_local() => Some("link-local"),
+        IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => Some("link-local"),
+        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => Some("IPv4-mapped"),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(ips: &[&str], check: NetworkCheck) -> Target {
+        Target {
+            pod: PoolPod {
+                name: "p".into(),
+                uid: "u".into(),
+                ips: ips.iter().map(|s| s.parse().unwrap()).collect(),
+                ports: vec![ContainerPort {
+                    name: "admin".into(),
+                    port: 9000,
+                    protocol: "TCP".into(),
+                }],
+                ..PoolPod::default()
+            },
+            service: "svc".into(),
+            port: ServicePort {
+                name: "http".into(),
+                port: 80,
+                protocol: "TCP".into(),
+                target_port: 8080,
+            },
+            family: Family::V4,
+            position: CheckPosition::top(0),
+            check,
+            settings: ProbeSettings::default(),
+            seed: Membership::Excluded,
+        }
+    }
+
+    fn tcp(port: Option<IntOrString>) -> NetworkCheck {
+        NetworkCheck::TcpSocket(TcpSocketCheck {
+            port,
+            timeout_seconds: None,
+        })
+    }
+
+    #[test]
+    fn address_is_the_pod_ip_of_the_family_and_the_resolved_port() {
+        let t = target(&["fd00::5", "10.244.1.5"], tcp(None));
+        assert_eq!(
+            t.pod_addr(false).unwrap().socket_addr(),
+            "10.244.1.5:8080".parse().unwrap()
+        );
+        let mut v6 = t.clone();
+        v6.family = Family::V6;
+        assert_eq!(
+            v6.pod_addr(false).unwrap().socket_addr(),
+            "[fd00::5]:8080".parse().unwrap()
+        );
+    }
+
+    #[test]
+    fn explicit_and_named_ports_resolve_on_the_pod() {
+        let t = target(&["10.244.1.5"], tcp(Some(IntOrString::Int(7000))));
+        assert_eq!(t.pod_port().unwrap(), 7000);
+        let t = target(
+            &["10.244.1.5"],
+            tcp(Some(IntOrString::String("admin".into()))),
+        );
+        assert_eq!(t.pod_port().unwrap(), 9000);
+        let t = target(
+            &["10.244.1.5"],
+            tcp(Some(IntOrString::String("nope".into()))),
+        );
+        assert!(matches!(
+            t.pod_port(),
+            Err(AddrError::UnknownPortName { .. })
+        ));
+        let t = target(&["10.244.1.5"], tcp(Some(IntOrString::Int(70000))));
+        assert_eq!(t.pod_port(), Err(AddrError::BadPortNumber(70000)));
+    }
+
+    #[test]
+    fn unusable_ips_are_refused() {
+        for ip in [
+            "0.0.0.0",
+            "169.254.169.254",
+            "224.0.0.1",
+            "255.255.255.255",
+            "127.0.0.1",
+        ] {
+            let t = target(&[ip], tcp(None));
+            assert!(
+                matches!(t.pod_addr(false), Err(AddrError::Unusable { .. })),
+                "{ip}"
+            );
+        }
+        assert!(target(&["127.0.0.1"], tcp(None)).pod_addr(true).is_ok());
+        assert!(matches!(
+            target(&["fd00::1"], tcp(None)).pod_addr(false),
+            Err(AddrError::NoAddress { .. })
+        ));
+    }
+
+    #[test]
+    fn check_timeout_overrides_and_is_capped() {
+        let mut t = target(&["10.244.1.5"], tcp(None));
+        assert_eq!(t.timeout(), std::time::Duration::from_secs(1));
+        t.check = NetworkCheck::TcpSocket(TcpSocketCheck {
+            port: None,
+            timeout_seconds: Some(120),
+        });
+        assert_eq!(t.timeout(), crate::limits::MAX_TIMEOUT);
+    }
+}
