@@ -1,8 +1,11 @@
 //! Server-side apply (spec §4) and the managedFields bookkeeping of non-apply writes.
 
-use crate::managed::Operation;
-use crate::semantics::ObjectSchema;
-use serde_json::Value;
+use crate::field_error::go_quote;
+use crate::fieldpath::{FieldSet, PathElement, path_string};
+use crate::managed::{self, ManagedFieldsEntry, Operation};
+use crate::semantics::{ListType, MapType, ObjectSchema};
+use serde_json::{Map, Value, json};
+use tracing::debug;
 
 /// The result of a successful apply.
 #[derive(Clone, Debug, PartialEq)]
@@ -42,16 +45,147 @@ pub enum ApplyError {
     BadRequest(String),
 }
 
+impl Conflict {
+    /// upstream `printManager`: `"name"`, `"name" with subresource "status"`, `... using v1`.
+    fn manager_text(&self) -> String {
+        let mut s = go_quote(&self.manager);
+        if let Some(sub) = &self.subresource {
+            s = format!("{s} with subresource {}", go_quote(sub));
+        }
+        if self.operation == Operation::Update {
+            s = format!("{s} using {}", self.api_version);
+        }
+        s
+    }
+
+    fn identity(&self) -> (String, Operation, Option<String>, String) {
+        (
+            self.manager.clone(),
+            self.operation,
+            self.subresource.clone(),
+            self.api_version.clone(),
+        )
+    }
+}
+
 impl Conflicts {
-    /// The Status message (`Apply failed with N conflict(s): ...`).
+    /// The Status message (`Apply failed with N conflict(s): ...`, upstream `getConflictMessage`).
     pub fn message(&self) -> String {
-        todo!("conflict message")
+        if let [only] = self.0.as_slice() {
+            return format!(
+                "Apply failed with 1 conflict: conflict with {}: {}",
+                only.manager_text(),
+                only.field
+            );
+        }
+        let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
+        let mut sorted: Vec<&Conflict> = self.0.iter().collect();
+        sorted.sort_by_key(|c| c.identity());
+        for c in sorted {
+            let text = c.manager_text();
+            match groups.iter_mut().find(|(m, _)| *m == text) {
+                Some((_, paths)) => paths.push(&c.field),
+                None => groups.push((text, vec![&c.field])),
+            }
+        }
+        let mut lines = Vec::new();
+        for (manager, paths) in groups {
+            lines.push(format!("conflicts with {manager}:"));
+            lines.extend(paths.iter().map(|p| format!("- {p}")));
+        }
+        format!(
+            "Apply failed with {} conflicts: {}",
+            self.0.len(),
+            lines.join("\n")
+        )
     }
 
     /// The 409 Status object of §4.6.
     pub fn to_status(&self) -> Value {
-        todo!("conflict status")
+        let causes: Vec<Value> = self
+            .0
+            .iter()
+            .map(|c| {
+                json!({"reason": "FieldManagerConflict",
+                       "message": format!("conflict with {}", c.manager_text()),
+                       "field": c.field})
+            })
+            .collect();
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": self.message(), "reason": "Conflict",
+               "details": {"causes": causes}, "code": 409})
     }
+}
+
+/// Fields upstream never tracks (`stripMetaManager`).
+fn is_stripped(path: &[PathElement]) -> bool {
+    let name = |pe: &PathElement| match pe {
+        PathElement::Field(f) => Some(f.clone()),
+        _ => None,
+    };
+    match path {
+        [only] => matches!(
+            name(only).as_deref(),
+            Some("apiVersion" | "kind" | "metadata")
+        ),
+        [first, second] if name(first).as_deref() == Some("metadata") => matches!(
+            name(second).as_deref(),
+            Some(
+                "name"
+                    | "namespace"
+                    | "creationTimestamp"
+                    | "selfLink"
+                    | "uid"
+                    | "clusterName"
+                    | "generation"
+                    | "managedFields"
+                    | "resourceVersion"
+            )
+        ),
+        _ => false,
+    }
+}
+
+/// Whether a path belongs to the fields a write through `subresource` may own (reset fields of
+/// the other endpoint are excluded, as upstream's `ResetFields`).
+fn in_scope(path: &[PathElement], subresource: Option<&str>, has_status: bool) -> bool {
+    let is_status = matches!(path.first(), Some(PathElement::Field(f)) if f == "status");
+    match subresource {
+        Some("status") => is_status,
+        _ => !(has_status && is_status),
+    }
+}
+
+fn filter_set(set: &FieldSet, subresource: Option<&str>, has_status: bool) -> FieldSet {
+    let mut out = FieldSet::new();
+    for p in set.paths() {
+        if !is_stripped(&p) && in_scope(&p, subresource, has_status) {
+            out.insert(&p);
+        }
+    }
+    out
+}
+
+/// Removes `null` members of objects (an apply of `null` means "not set, not owned", §4.7).
+fn strip_nulls(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), strip_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(strip_nulls).collect()),
+        other => other.clone(),
+    }
+}
+
+fn without_managed_fields(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    v
 }
 
 /// Server-side apply of `applied` (the request body, a complete apply configuration) by
@@ -67,12 +201,142 @@ pub fn apply(
     schema: &dyn ObjectSchema,
     now: &str,
 ) -> Result<Applied, ApplyError> {
-    let _ = (live, applied, manager, force, subresource, schema, now);
-    todo!("apply")
+    let Value::Object(applied_map) = applied else {
+        return Err(ApplyError::BadRequest(
+            "apply configuration must be a JSON object".to_owned(),
+        ));
+    };
+    if applied_map
+        .get("metadata")
+        .and_then(|m| m.get("managedFields"))
+        .is_some_and(|mf| !mf.is_null())
+    {
+        return Err(ApplyError::BadRequest(
+            "metadata.managedFields must be nil".to_owned(),
+        ));
+    }
+    let has_status = schema.has_status_subresource();
+    let api_version = applied_map
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+
+    // The part of the configuration this endpoint may change (reset fields dropped).
+    let mut config = strip_nulls(applied);
+    if let Value::Object(m) = &mut config {
+        match subresource {
+            Some("status") => {
+                m.retain(|k, _| {
+                    matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status")
+                });
+                if let Some(Value::Object(meta)) = m.get_mut("metadata") {
+                    meta.retain(|k, _| {
+                        matches!(k.as_str(), "name" | "namespace" | "resourceVersion")
+                    });
+                }
+            }
+            _ if has_status => {
+                m.remove("status");
+            }
+            _ => {}
+        }
+    }
+
+    let mut entries = match live {
+        Some(l) => managed::decode(l).map_err(|e| ApplyError::BadRequest(e.to_string()))?,
+        None => Vec::new(),
+    };
+    let live_plain = live.map(without_managed_fields);
+    let empty = Value::Object(Map::new());
+    let lhs = live_plain.as_ref().unwrap_or(&empty);
+
+    let merged = merge_values(Some(lhs), &config, &mut Vec::new(), schema);
+    let new_set = filter_set(&to_field_set(&config, schema), subresource, has_status);
+
+    let me = ManagedFieldsEntry {
+        manager: manager.to_owned(),
+        operation: Operation::Apply,
+        api_version: api_version.clone(),
+        time: None,
+        fields: new_set.clone(),
+        subresource: subresource.map(str::to_owned),
+    };
+    let my_index = entries.iter().position(|e| e.same_identity(&me));
+    let (last_set, last_time) = match my_index {
+        Some(i) => {
+            let prev = entries.remove(i);
+            (prev.fields, prev.time)
+        }
+        None => (FieldSet::new(), None),
+    };
+
+    // Prune what this manager applied before and no longer applies, unless someone owns it.
+    let mut owned = new_set.clone();
+    for e in &entries {
+        owned = owned.union(&e.fields);
+    }
+    let mut pruned = merged;
+    let mut last_paths = last_set.paths();
+    last_paths.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in last_paths {
+        if !owned.has_prefix(&p) {
+            remove_path(&mut pruned, &p, &mut Vec::new(), schema);
+        }
+    }
+
+    let cmp = compare(Some(lhs), Some(&pruned), schema);
+    let changed = cmp.modified.union(&cmp.added);
+    let mut conflicts = Vec::new();
+    for e in &mut entries {
+        let c = e.fields.intersection(&changed);
+        if c.is_empty() {
+            continue;
+        }
+        for p in c.paths() {
+            conflicts.push(Conflict {
+                manager: e.manager.clone(),
+                operation: e.operation,
+                api_version: e.api_version.clone(),
+                subresource: e.subresource.clone(),
+                field: path_string(&p),
+            });
+        }
+        if force {
+            e.fields = e.fields.difference(&c);
+        }
+    }
+    if !force && !conflicts.is_empty() {
+        conflicts.sort_by(|a, b| {
+            a.identity()
+                .cmp(&b.identity())
+                .then_with(|| a.field.cmp(&b.field))
+        });
+        debug!(manager, conflicts = conflicts.len(), "apply conflicts");
+        return Err(ApplyError::Conflict(Conflicts(conflicts)));
+    }
+    for e in &mut entries {
+        e.fields = e.fields.difference(&cmp.removed);
+    }
+
+    let object_changed = &pruned != lhs || live.is_none();
+    let time = if object_changed || last_time.is_none() {
+        Some(now.to_owned())
+    } else {
+        last_time
+    };
+    entries.push(ManagedFieldsEntry { time, ..me });
+    let mut object = pruned;
+    managed::encode_into(&mut object, entries);
+    Ok(Applied { object })
 }
 
 /// managedFields bookkeeping of a non-apply write (create, update, any non-apply patch) by
 /// `manager`: returns `new` with `metadata.managedFields` recomputed from `old` (None on create).
+///
+/// As upstream: managedFields sent in `new` replace the tracked state (`[{}]` clears it), the
+/// writer's changed and added fields move to its `Update` entry, removed fields leave every
+/// entry; updates never conflict.
 pub fn record_update(
     old: Option<&Value>,
     new: &Value,
@@ -81,8 +345,426 @@ pub fn record_update(
     schema: &dyn ObjectSchema,
     now: &str,
 ) -> Value {
-    let _ = (old, new, manager, subresource, schema, now);
-    todo!("record_update")
+    let sent = new.get("metadata").and_then(|m| m.get("managedFields"));
+    if let Some(Value::Array(items)) = sent
+        && items.len() == 1
+        && items[0].as_object().is_some_and(Map::is_empty)
+    {
+        return without_managed_fields(new);
+    }
+    let sent_entries = match (sent, subresource) {
+        (Some(_), None) => managed::decode(new).ok().filter(|e| !e.is_empty()),
+        _ => None,
+    };
+    let mut entries = match sent_entries {
+        Some(e) => e,
+        None => old
+            .map(|o| managed::decode(o).unwrap_or_default())
+            .unwrap_or_default(),
+    };
+    let has_status = schema.has_status_subresource();
+    let new_plain = without_managed_fields(new);
+    let old_plain = old.map(without_managed_fields);
+    let cmp = compare(old_plain.as_ref(), Some(&new_plain), schema);
+    let taken = filter_set(&cmp.modified.union(&cmp.added), subresource, has_status);
+    let removed = filter_set(&cmp.removed, subresource, has_status);
+    for e in &mut entries {
+        e.fields = e.fields.difference(&taken).difference(&removed);
+    }
+    let api_version = new
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    if !taken.is_empty() {
+        let me = ManagedFieldsEntry {
+            manager: manager.to_owned(),
+            operation: Operation::Update,
+            api_version,
+            time: Some(now.to_owned()),
+            fields: taken,
+            subresource: subresource.map(str::to_owned),
+        };
+        match entries.iter_mut().find(|e| e.same_identity(&me)) {
+            Some(prev) => {
+                prev.fields = prev.fields.union(&me.fields);
+                prev.time = me.time;
+            }
+            None => entries.push(me),
+        }
+    }
+    let mut object = new_plain;
+    managed::encode_into(&mut object, entries);
+    object
+}
+
+// ---------------------------------------------------------------------------------------------
+// The three walks of structured-merge-diff over JSON + schema knowledge: to-field-set, merge,
+// compare; plus path removal for pruning.
+
+/// The path element of a list item, or `None` if it cannot be keyed.
+fn item_element(
+    item: &Value,
+    lt: &ListType,
+    names: &[&str],
+    schema: &dyn ObjectSchema,
+) -> Option<PathElement> {
+    match lt {
+        ListType::Atomic => None,
+        ListType::Set => Some(PathElement::value(item)),
+        ListType::Map(keys) => {
+            let obj = item.as_object()?;
+            let mut pairs = Vec::with_capacity(keys.len());
+            for k in keys {
+                match obj.get(k) {
+                    Some(v) => pairs.push((k.clone(), v.clone())),
+                    None => {
+                        if let Some(d) = schema.key_default(names, k) {
+                            pairs.push((k.clone(), d));
+                        }
+                    }
+                }
+            }
+            Some(PathElement::key(&pairs))
+        }
+    }
+}
+
+/// Items keyed by element, first occurrence wins (as upstream ignores repeats).
+fn index_items<'a>(
+    items: &'a [Value],
+    lt: &ListType,
+    names: &[&str],
+    schema: &dyn ObjectSchema,
+) -> Vec<(PathElement, &'a Value)> {
+    let mut out: Vec<(PathElement, &Value)> = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let pe = item_element(item, lt, names, schema).unwrap_or(PathElement::Index(i));
+        if !out.iter().any(|(p, _)| *p == pe) {
+            out.push((pe, item));
+        }
+    }
+    out
+}
+
+/// `TypedValue.ToFieldSet`: leaves, list items, map keys; struct fields only through children.
+pub fn to_field_set(v: &Value, schema: &dyn ObjectSchema) -> FieldSet {
+    let mut set = FieldSet::new();
+    field_set_walk(v, &mut Vec::new(), &mut Vec::new(), schema, &mut set);
+    set
+}
+
+fn field_set_walk<'a>(
+    v: &'a Value,
+    names: &mut Vec<&'a str>,
+    path: &mut Vec<PathElement>,
+    schema: &dyn ObjectSchema,
+    set: &mut FieldSet,
+) {
+    match v {
+        Value::Array(items) => {
+            let lt = schema.list_type(names);
+            if lt == ListType::Atomic {
+                set.insert(path);
+                return;
+            }
+            for (pe, item) in index_items(items, &lt, names, schema) {
+                names.push("[]");
+                path.push(pe);
+                if matches!(lt, ListType::Map(_)) {
+                    field_set_walk(item, names, path, schema, set);
+                }
+                set.insert(path);
+                path.pop();
+                names.pop();
+            }
+        }
+        Value::Object(m) => {
+            if schema.map_type(names) == MapType::Atomic && !path.is_empty() {
+                set.insert(path);
+                return;
+            }
+            let is_map = schema.is_map(names);
+            for (k, child) in m {
+                names.push(k);
+                path.push(PathElement::Field(k.clone()));
+                field_set_walk(child, names, path, schema, set);
+                if is_map {
+                    set.insert(path);
+                }
+                path.pop();
+                names.pop();
+            }
+        }
+        _ => set.insert(path),
+    }
+}
+
+/// `TypedValue.Merge(lhs, rhs)`: rhs (the configuration) wins for leaves and atomic values;
+/// granular objects merge per key; sets and map-lists merge per item in upstream's order.
+fn merge_values<'a>(
+    lhs: Option<&Value>,
+    rhs: &'a Value,
+    names: &mut Vec<&'a str>,
+    schema: &dyn ObjectSchema,
+) -> Value {
+    match (lhs, rhs) {
+        (Some(Value::Object(l)), Value::Object(r)) => {
+            if schema.map_type(names) == MapType::Atomic && !names.is_empty() {
+                return rhs.clone();
+            }
+            let mut out = l.clone();
+            for (k, rv) in r {
+                names.push(k);
+                let merged = merge_values(l.get(k), rv, names, schema);
+                names.pop();
+                out.insert(k.clone(), merged);
+            }
+            Value::Object(out)
+        }
+        (Some(Value::Array(l)), Value::Array(r)) => {
+            let lt = schema.list_type(names);
+            if lt == ListType::Atomic {
+                return rhs.clone();
+            }
+            names.push("[]");
+            let out = merge_list(l, r, &lt, names, schema);
+            names.pop();
+            Value::Array(out)
+        }
+        _ => rhs.clone(),
+    }
+}
+
+/// Upstream's list merge order: shared items in the configuration's order, live-only items
+/// kept where they were.
+fn merge_list<'a>(
+    l: &[Value],
+    r: &'a [Value],
+    lt: &ListType,
+    names: &mut Vec<&'a str>,
+    schema: &dyn ObjectSchema,
+) -> Vec<Value> {
+    let parent = &names[..names.len() - 1];
+    let lhs = index_items(l, lt, parent, schema);
+    let rhs = index_items(r, lt, parent, schema);
+    let in_lhs = |pe: &PathElement| lhs.iter().find(|(p, _)| p == pe).map(|(_, v)| *v);
+    let in_rhs = |pe: &PathElement| rhs.iter().any(|(p, _)| p == pe);
+    let shared: Vec<&PathElement> = rhs
+        .iter()
+        .map(|(p, _)| p)
+        .filter(|p| in_lhs(p).is_some())
+        .collect();
+    let mut next_shared = 0usize;
+    let mut merged_rhs: Vec<&PathElement> = Vec::new();
+    let mut out = Vec::with_capacity(l.len() + r.len());
+    let (mut li, mut ri) = (0usize, 0usize);
+    let merge_item = |lv: Option<&Value>, rv: &'a Value, names: &mut Vec<&'a str>| -> Value {
+        if matches!(lt, ListType::Map(_)) {
+            merge_values(lv, rv, names, schema)
+        } else {
+            rv.clone()
+        }
+    };
+    while li < lhs.len() || ri < rhs.len() {
+        if li < lhs.len() && ri < rhs.len() {
+            let pe = &lhs[li].0;
+            if *pe == rhs[ri].0 {
+                merged_rhs.push(pe);
+                out.push(merge_item(Some(lhs[li].1), rhs[ri].1, names));
+                li += 1;
+                ri += 1;
+                next_shared += 1;
+                continue;
+            }
+            if in_rhs(pe) && shared.get(next_shared).is_some_and(|s| *s != pe) {
+                li += 1;
+                continue;
+            }
+        }
+        if li < lhs.len() {
+            let pe = &lhs[li].0;
+            if !in_rhs(pe) {
+                out.push(lhs[li].1.clone());
+                li += 1;
+                continue;
+            } else if merged_rhs.contains(&pe) {
+                li += 1;
+                continue;
+            }
+        }
+        if ri < rhs.len() {
+            let pe = &rhs[ri].0;
+            merged_rhs.push(pe);
+            out.push(merge_item(in_lhs(pe), rhs[ri].1, names));
+            ri += 1;
+            if shared.get(next_shared).is_some_and(|s| *s == pe) {
+                next_shared += 1;
+            }
+        }
+    }
+    out
+}
+
+/// `TypedValue.Compare`: paths added, modified and removed from `lhs` to `rhs`.
+#[derive(Default, Debug)]
+struct Comparison {
+    added: FieldSet,
+    modified: FieldSet,
+    removed: FieldSet,
+}
+
+fn compare(lhs: Option<&Value>, rhs: Option<&Value>, schema: &dyn ObjectSchema) -> Comparison {
+    let mut c = Comparison::default();
+    compare_walk(lhs, rhs, &mut Vec::new(), &mut Vec::new(), schema, &mut c);
+    c
+}
+
+fn leaf(lhs: Option<&Value>, rhs: Option<&Value>, path: &[PathElement], c: &mut Comparison) {
+    match (lhs, rhs) {
+        (None, Some(_)) => c.added.insert(path),
+        (Some(_), None) => c.removed.insert(path),
+        (Some(l), Some(r)) if l != r => c.modified.insert(path),
+        _ => {}
+    }
+}
+
+fn compare_walk<'a>(
+    lhs: Option<&'a Value>,
+    rhs: Option<&'a Value>,
+    names: &mut Vec<&'a str>,
+    path: &mut Vec<PathElement>,
+    schema: &dyn ObjectSchema,
+    c: &mut Comparison,
+) {
+    let either = rhs.or(lhs);
+    match either {
+        Some(Value::Object(_)) => {
+            let l = lhs.and_then(Value::as_object);
+            let r = rhs.and_then(Value::as_object);
+            let type_mismatch = (lhs.is_some() && l.is_none()) || (rhs.is_some() && r.is_none());
+            let both_empty = l.is_none_or(Map::is_empty) && r.is_none_or(Map::is_empty);
+            if type_mismatch
+                || both_empty
+                || (schema.map_type(names) == MapType::Atomic && !path.is_empty())
+            {
+                leaf(lhs, rhs, path, c);
+                return;
+            }
+            let mut keys: Vec<&'a String> = l.map(|m| m.keys().collect()).unwrap_or_default();
+            for k in r.map(|m| m.keys().collect::<Vec<_>>()).unwrap_or_default() {
+                if !keys.contains(&k) {
+                    keys.push(k);
+                }
+            }
+            for k in keys {
+                names.push(k);
+                path.push(PathElement::Field(k.clone()));
+                compare_walk(
+                    l.and_then(|m| m.get(k)),
+                    r.and_then(|m| m.get(k)),
+                    names,
+                    path,
+                    schema,
+                    c,
+                );
+                path.pop();
+                names.pop();
+            }
+        }
+        Some(Value::Array(_)) => {
+            let l = lhs.and_then(Value::as_array);
+            let r = rhs.and_then(Value::as_array);
+            let type_mismatch = (lhs.is_some() && l.is_none()) || (rhs.is_some() && r.is_none());
+            let both_empty = l.is_none_or(Vec::is_empty) && r.is_none_or(Vec::is_empty);
+            let lt = schema.list_type(names);
+            if type_mismatch || both_empty || lt == ListType::Atomic {
+                leaf(lhs, rhs, path, c);
+                return;
+            }
+            let li = l
+                .map(|v| index_items(v, &lt, names, schema))
+                .unwrap_or_default();
+            let ri = r
+                .map(|v| index_items(v, &lt, names, schema))
+                .unwrap_or_default();
+            names.push("[]");
+            for (pe, rv) in &ri {
+                let lv = li.iter().find(|(p, _)| p == pe).map(|(_, v)| *v);
+                path.push(pe.clone());
+                if matches!(lt, ListType::Map(_)) {
+                    compare_walk(lv, Some(*rv), names, path, schema, c);
+                } else {
+                    leaf(lv, Some(*rv), path, c);
+                }
+                path.pop();
+            }
+            for (pe, lv) in &li {
+                if ri.iter().any(|(p, _)| p == pe) {
+                    continue;
+                }
+                path.push(pe.clone());
+                if matches!(lt, ListType::Map(_)) {
+                    compare_walk(Some(*lv), None, names, path, schema, c);
+                } else {
+                    leaf(Some(*lv), None, path, c);
+                }
+                path.pop();
+            }
+            names.pop();
+        }
+        _ => {
+            leaf(lhs, rhs, path, c);
+            return;
+        }
+    }
+    // A container that appeared or disappeared is itself added/removed (this is where the
+    // `.` members of Update entries come from).
+    match (lhs, rhs) {
+        (None, Some(_)) => c.added.insert(path),
+        (Some(_), None) => c.removed.insert(path),
+        _ => {}
+    }
+}
+
+/// Removes the node at `path` from `v` (map key, list item by key or value, index).
+fn remove_path<'a>(
+    v: &mut Value,
+    path: &'a [PathElement],
+    names: &mut Vec<&'a str>,
+    schema: &dyn ObjectSchema,
+) {
+    let Some((first, rest)) = path.split_first() else {
+        return;
+    };
+    match (first, v) {
+        (PathElement::Field(k), Value::Object(m)) => {
+            if rest.is_empty() {
+                m.remove(k);
+            } else if let Some(child) = m.get_mut(k) {
+                names.push(k);
+                remove_path(child, rest, names, schema);
+                names.pop();
+            }
+        }
+        (pe, Value::Array(items)) => {
+            let lt = schema.list_type(names);
+            let pos = items.iter().enumerate().position(|(i, item)| {
+                let elem = item_element(item, &lt, names, schema).unwrap_or(PathElement::Index(i));
+                elem == *pe
+            });
+            if let Some(i) = pos {
+                if rest.is_empty() {
+                    items.remove(i);
+                } else {
+                    names.push("[]");
+                    remove_path(&mut items[i], rest, names, schema);
+                    names.pop();
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The manager name of a non-apply write: the `fieldManager` parameter, else the User-Agent up
@@ -97,5 +779,500 @@ pub fn update_manager_name(field_manager: Option<&str>, user_agent: Option<&str>
     {
         Some(prefix) => prefix.to_owned(),
         None => "unknown".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::semantics::{BuiltinSchema, CrdSchema};
+    use serde_json::json;
+
+    const T1: &str = "2026-01-02T03:04:05Z";
+    const T2: &str = "2026-01-02T03:05:00Z";
+    const T3: &str = "2026-01-02T03:06:00Z";
+
+    fn slice_schema() -> BuiltinSchema {
+        BuiltinSchema::for_kind("discovery.k8s.io", "EndpointSlice")
+    }
+
+    fn slice(labels: Value, endpoints: Value) -> Value {
+        json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "web-x", "namespace": "default", "labels": labels,
+                "ownerReferences": [{"apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping",
+                    "name": "web", "uid": "5c1", "controller": true, "blockOwnerDeletion": true}]},
+            "addressType": "IPv4",
+            "endpoints": endpoints,
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]
+        })
+    }
+
+    fn managed(obj: &Value) -> &Vec<Value> {
+        obj["metadata"]["managedFields"].as_array().unwrap()
+    }
+
+    /// Stores what the server would store: the applied result with server fields.
+    fn stored(mut obj: Value) -> Value {
+        obj["metadata"]["uid"] = json!("u-1");
+        obj["metadata"]["resourceVersion"] = json!("7");
+        obj["metadata"]["creationTimestamp"] = json!(T1);
+        obj
+    }
+
+    #[test]
+    fn apply_create_endpointslice_records_spec_fields_v1() {
+        let cfg = slice(
+            json!({"kubernetes.io/service-name": "web", "endpointslice.kubernetes.io/managed-by": "pm"}),
+            json!([{"addresses": ["10.0.0.1"], "conditions": {"ready": true}}]),
+        );
+        let out = apply(None, &cfg, "my-op", true, None, &slice_schema(), T1).unwrap();
+        let mf = managed(&out.object);
+        assert_eq!(mf.len(), 1);
+        assert_eq!(
+            mf[0],
+            json!({"manager": "my-op", "operation": "Apply", "apiVersion": "discovery.k8s.io/v1",
+                "time": T1, "fieldsType": "FieldsV1", "fieldsV1": {
+                    "f:addressType": {}, "f:endpoints": {}, "f:ports": {},
+                    "f:metadata": {"f:labels": {"f:kubernetes.io/service-name": {},
+                                                "f:endpointslice.kubernetes.io/managed-by": {}},
+                                   "f:ownerReferences": {"k:{\"uid\":\"5c1\"}": {}}}}})
+        );
+        assert_eq!(out.object["endpoints"], cfg["endpoints"]);
+    }
+
+    #[test]
+    fn reapply_same_config_is_a_no_op() {
+        let cfg = slice(json!({"a": "1"}), json!([]));
+        let first = stored(
+            apply(None, &cfg, "op", true, None, &slice_schema(), T1)
+                .unwrap()
+                .object,
+        );
+        let again = apply(Some(&first), &cfg, "op", false, None, &slice_schema(), T2).unwrap();
+        assert_eq!(again.object, first, "no change, and the entry time is kept");
+    }
+
+    #[test]
+    fn conflict_with_update_manager_matches_upstream_status() {
+        let cfg = slice(json!({"tier": "a"}), json!([]));
+        let live = stored(
+            apply(None, &cfg, "my-op", true, None, &slice_schema(), T1)
+                .unwrap()
+                .object,
+        );
+        // kubectl-edit changes the label with an update: it takes the field over.
+        let mut edited = live.clone();
+        edited["metadata"]["labels"]["tier"] = json!("b");
+        let live = record_update(
+            Some(&live),
+            &edited,
+            "kubectl-edit",
+            None,
+            &slice_schema(),
+            T2,
+        );
+        let mf = managed(&live);
+        assert_eq!(mf.len(), 2);
+        assert_eq!(mf[1]["manager"], "kubectl-edit");
+        assert_eq!(mf[1]["operation"], "Update");
+        assert_eq!(
+            mf[1]["fieldsV1"],
+            json!({"f:metadata": {"f:labels": {"f:tier": {}}}})
+        );
+        assert!(
+            mf[0]["fieldsV1"]["f:metadata"]["f:labels"]
+                .get("f:tier")
+                .is_none()
+        );
+
+        let err = apply(Some(&live), &cfg, "my-op", false, None, &slice_schema(), T3).unwrap_err();
+        let ApplyError::Conflict(conflicts) = err else {
+            panic!("expected a conflict")
+        };
+        assert_eq!(
+            conflicts.to_status(),
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "reason": "Conflict", "code": 409,
+                "message": "Apply failed with 1 conflict: conflict with \"kubectl-edit\" using discovery.k8s.io/v1: .metadata.labels.tier",
+                "details": {"causes": [{"reason": "FieldManagerConflict",
+                    "message": "conflict with \"kubectl-edit\" using discovery.k8s.io/v1",
+                    "field": ".metadata.labels.tier"}]}})
+        );
+
+        // force takes the field back; kubectl-edit's entry becomes empty and disappears.
+        let forced = apply(Some(&live), &cfg, "my-op", true, None, &slice_schema(), T3).unwrap();
+        assert_eq!(forced.object["metadata"]["labels"]["tier"], "a");
+        let mf = managed(&forced.object);
+        assert_eq!(mf.len(), 1, "{mf:?}");
+        assert_eq!(mf[0]["time"], T3);
+        assert!(
+            mf[0]["fieldsV1"]["f:metadata"]["f:labels"]
+                .get("f:tier")
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn same_value_is_shared_ownership_not_conflict() {
+        let cfg = slice(json!({"tier": "a"}), json!([]));
+        let live = stored(
+            apply(None, &cfg, "one", true, None, &slice_schema(), T1)
+                .unwrap()
+                .object,
+        );
+        let other = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "web-x", "namespace": "default", "labels": {"tier": "a"}}});
+        let out = apply(Some(&live), &other, "two", false, None, &slice_schema(), T2).unwrap();
+        let mf = managed(&out.object);
+        assert_eq!(mf.len(), 2);
+        assert!(mf.iter().all(|e| {
+            e["fieldsV1"]["f:metadata"]["f:labels"]
+                .get("f:tier")
+                .is_some()
+        }));
+        // Now "two" changing it conflicts with "one" (an Apply manager: no `using`).
+        let mut changed = other.clone();
+        changed["metadata"]["labels"]["tier"] = json!("z");
+        let err = apply(
+            Some(&out.object),
+            &changed,
+            "two",
+            false,
+            None,
+            &slice_schema(),
+            T3,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 1 conflict: conflict with \"one\": .metadata.labels.tier"
+        );
+    }
+
+    #[test]
+    fn fields_no_longer_applied_are_pruned_unless_owned_by_others() {
+        let cfg = slice(json!({"a": "1", "b": "2", "c": "3"}), json!([]));
+        let live = stored(
+            apply(None, &cfg, "op", true, None, &slice_schema(), T1)
+                .unwrap()
+                .object,
+        );
+        // Another applier also sets c (same value: shared).
+        let other = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "web-x", "namespace": "default", "labels": {"c": "3"}}});
+        let live = apply(
+            Some(&live),
+            &other,
+            "other",
+            false,
+            None,
+            &slice_schema(),
+            T2,
+        )
+        .unwrap()
+        .object;
+        let next = slice(json!({"a": "1"}), json!([]));
+        let out = apply(Some(&live), &next, "op", false, None, &slice_schema(), T3).unwrap();
+        assert_eq!(
+            out.object["metadata"]["labels"],
+            json!({"a": "1", "c": "3"})
+        );
+    }
+
+    #[test]
+    fn update_owned_fields_are_not_pruned_by_same_named_applier() {
+        let create = slice(json!({"a": "1"}), json!([]));
+        let live = record_update(None, &create, "op", None, &slice_schema(), T1);
+        assert_eq!(managed(&live)[0]["operation"], "Update");
+        let cfg = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "web-x", "namespace": "default"}, "addressType": "IPv4"});
+        let out = apply(Some(&live), &cfg, "op", false, None, &slice_schema(), T2).unwrap();
+        assert_eq!(out.object["metadata"]["labels"], json!({"a": "1"}));
+        assert_eq!(out.object["endpoints"], json!([]));
+    }
+
+    #[test]
+    fn create_update_entry_marks_new_containers_with_dot() {
+        let cr = json!({"apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping",
+            "metadata": {"name": "web", "namespace": "default", "labels": {"app": "x"}},
+            "spec": {"serviceRef": {"name": "web"}}});
+        let schema = CrdSchema::new(&json!({"type": "object"}), true);
+        let out = record_update(None, &cr, "kubectl-create", None, &schema, T1);
+        assert_eq!(
+            managed(&out)[0]["fieldsV1"],
+            json!({"f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+                   "f:spec": {".": {}, "f:serviceRef": {".": {}, "f:name": {}}}})
+        );
+    }
+
+    fn pm_schema() -> CrdSchema {
+        CrdSchema::new(
+            &json!({"type": "object", "properties": {
+                "spec": {"type": "object", "properties": {"x": {"type": "integer"}}},
+                "status": {"type": "object", "properties": {
+                    "observedGeneration": {"type": "integer"},
+                    "conditions": {"type": "array", "x-kubernetes-list-type": "map",
+                        "x-kubernetes-list-map-keys": ["type"],
+                        "items": {"type": "object"}}}}}}),
+            true,
+        )
+    }
+
+    #[test]
+    fn status_apply_is_separate_from_main_apply() {
+        let schema = pm_schema();
+        let cr = json!({"apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping",
+            "metadata": {"name": "web", "namespace": "default"}, "spec": {"x": 1},
+            "status": {"observedGeneration": 9}});
+        let live = stored(
+            apply(None, &cr, "op", true, None, &schema, T1)
+                .unwrap()
+                .object,
+        );
+        assert!(live.get("status").is_none(), "main endpoint drops status");
+        let status = json!({"apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping",
+            "metadata": {"name": "web", "namespace": "default", "labels": {"ignored": "yes"}},
+            "spec": {"x": 99},
+            "status": {"observedGeneration": 1,
+                "conditions": [{"type": "Ready", "status": "True"}]}});
+        let out = apply(
+            Some(&live),
+            &status,
+            "op",
+            true,
+            Some("status"),
+            &schema,
+            T2,
+        )
+        .unwrap()
+        .object;
+        assert_eq!(out["spec"], json!({"x": 1}));
+        assert!(out["metadata"].get("labels").is_none());
+        assert_eq!(out["status"]["observedGeneration"], 1);
+        let mf = managed(&out);
+        assert_eq!(mf.len(), 2);
+        assert_eq!(mf[1]["subresource"], "status");
+        assert_eq!(
+            mf[1]["fieldsV1"],
+            json!({"f:status": {"f:observedGeneration": {},
+                "f:conditions": {"k:{\"type\":\"Ready\"}": {".": {}, "f:type": {}, "f:status": {}}}}})
+        );
+        // Re-applying the main object without status keeps status (it is not the main
+        // endpoint's to prune).
+        let out2 = apply(Some(&out), &cr, "op", false, None, &schema, T3)
+            .unwrap()
+            .object;
+        assert_eq!(out2["status"], out["status"]);
+        // A status apply by another manager changing the condition conflicts, naming the
+        // subresource.
+        let mut other = status.clone();
+        other["status"] = json!({"conditions": [{"type": "Ready", "status": "False"}]});
+        let err = apply(
+            Some(&out2),
+            &other,
+            "intruder",
+            false,
+            Some("status"),
+            &schema,
+            T3,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 1 conflict: conflict with \"op\" with subresource \"status\": .status.conditions[type=\"Ready\"].status"
+        );
+    }
+
+    #[test]
+    fn lease_takeover_conflicts_then_force_wins() {
+        let schema = BuiltinSchema::for_kind("coordination.k8s.io", "Lease");
+        let lease = |holder: &str| {
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "lock", "namespace": "default"},
+                "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15,
+                         "renewTime": "2026-01-02T03:04:05.000000Z"}})
+        };
+        let live = stored(
+            apply(None, &lease("a"), "a", false, None, &schema, T1)
+                .unwrap()
+                .object,
+        );
+        let err = apply(Some(&live), &lease("b"), "b", false, None, &schema, T2).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 1 conflict: conflict with \"a\": .spec.holderIdentity"
+        );
+        let won = apply(Some(&live), &lease("b"), "b", true, None, &schema, T2)
+            .unwrap()
+            .object;
+        assert_eq!(won["spec"]["holderIdentity"], "b");
+        let mf = managed(&won);
+        // a still shares the unchanged fields; holderIdentity moved to b.
+        assert_eq!(mf.len(), 2);
+        assert_eq!(
+            mf[0]["fieldsV1"],
+            json!({"f:spec": {"f:leaseDurationSeconds": {}, "f:renewTime": {}}})
+        );
+    }
+
+    #[test]
+    fn several_conflicts_are_grouped_by_manager() {
+        let schema = BuiltinSchema::for_kind("", "ConfigMap");
+        let cm = |data: Value| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "c", "namespace": "default"}, "data": data})
+        };
+        let live = stored(
+            apply(None, &cm(json!({"x": "1"})), "a", false, None, &schema, T1)
+                .unwrap()
+                .object,
+        );
+        let live = apply(
+            Some(&live),
+            &cm(json!({"y": "1"})),
+            "b",
+            false,
+            None,
+            &schema,
+            T1,
+        )
+        .unwrap()
+        .object;
+        let mut upd = live.clone();
+        upd["data"]["z"] = json!("1");
+        let live = record_update(Some(&live), &upd, "kubectl", None, &schema, T2);
+        let err = apply(
+            Some(&live),
+            &cm(json!({"x": "2", "y": "2", "z": "2"})),
+            "c",
+            false,
+            None,
+            &schema,
+            T3,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 3 conflicts: conflicts with \"a\":\n- .data.x\nconflicts with \"b\":\n- .data.y\nconflicts with \"kubectl\" using v1:\n- .data.z"
+        );
+    }
+
+    #[test]
+    fn service_ports_merge_by_port_and_defaulted_protocol() {
+        let schema = BuiltinSchema::for_kind("", "Service");
+        let live = json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "s", "namespace": "default"},
+            "spec": {"ports": [{"port": 80, "protocol": "TCP", "targetPort": 8080},
+                               {"port": 53, "protocol": "UDP"}]}});
+        let live = record_update(None, &live, "kubectl", None, &schema, T1);
+        let cfg = json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "s", "namespace": "default"},
+            "spec": {"ports": [{"port": 80, "name": "http"}]}});
+        let out = apply(Some(&live), &cfg, "op", false, None, &schema, T2)
+            .unwrap()
+            .object;
+        assert_eq!(
+            out["spec"]["ports"],
+            json!([{"port": 80, "protocol": "TCP", "targetPort": 8080, "name": "http"},
+                   {"port": 53, "protocol": "UDP"}])
+        );
+        let cfg2 = json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "s", "namespace": "default"},
+            "spec": {"ports": [{"port": 80, "targetPort": 9090}]}});
+        let err = apply(Some(&out), &cfg2, "op", false, None, &schema, T3).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 1 conflict: conflict with \"kubectl\" using v1: .spec.ports[port=80,protocol=\"TCP\"].targetPort"
+        );
+    }
+
+    #[test]
+    fn finalizers_are_a_set_and_pruned_per_value() {
+        let schema = slice_schema();
+        let with = |f: Value| {
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": "web-x", "namespace": "default", "finalizers": f}})
+        };
+        let live = stored(
+            apply(
+                None,
+                &with(json!(["a/x", "a/y"])),
+                "a",
+                false,
+                None,
+                &schema,
+                T1,
+            )
+            .unwrap()
+            .object,
+        );
+        let live = apply(
+            Some(&live),
+            &with(json!(["b/z"])),
+            "b",
+            false,
+            None,
+            &schema,
+            T1,
+        )
+        .unwrap()
+        .object;
+        assert_eq!(live["metadata"]["finalizers"], json!(["a/x", "a/y", "b/z"]));
+        let out = apply(
+            Some(&live),
+            &with(json!(["a/y"])),
+            "a",
+            false,
+            None,
+            &schema,
+            T2,
+        )
+        .unwrap()
+        .object;
+        assert_eq!(out["metadata"]["finalizers"], json!(["a/y", "b/z"]));
+        let a = managed(&out).iter().find(|e| e["manager"] == "a").unwrap();
+        assert_eq!(
+            a["fieldsV1"]["f:metadata"]["f:finalizers"],
+            json!({"v:\"a/y\"": {}})
+        );
+    }
+
+    #[test]
+    fn bad_apply_bodies_are_rejected() {
+        let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "managedFields": [{"manager": "x"}]}});
+        let schema = BuiltinSchema::for_kind("", "ConfigMap");
+        assert!(matches!(
+            apply(None, &body, "m", false, None, &schema, T1),
+            Err(ApplyError::BadRequest(_))
+        ));
+        assert!(matches!(
+            apply(None, &json!([1]), "m", false, None, &schema, T1),
+            Err(ApplyError::BadRequest(_))
+        ));
+    }
+
+    #[test]
+    fn update_with_reset_managed_fields_clears_them() {
+        let schema = BuiltinSchema::for_kind("", "ConfigMap");
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "default"}, "data": {"x": "1"}});
+        let live = record_update(None, &cm, "a", None, &schema, T1);
+        assert!(live["metadata"].get("managedFields").is_some());
+        let mut reset = live.clone();
+        reset["metadata"]["managedFields"] = json!([{}]);
+        let out = record_update(Some(&live), &reset, "b", None, &schema, T2);
+        assert!(out["metadata"].get("managedFields").is_none());
+    }
+
+    #[test]
+    fn update_manager_name_falls_back_to_user_agent() {
+        assert_eq!(update_manager_name(Some("fm"), Some("kubectl/v1.33")), "fm");
+        assert_eq!(
+            update_manager_name(None, Some("kubectl/v1.33 (linux)")),
+            "kubectl"
+        );
+        assert_eq!(update_manager_name(Some(""), None), "unknown");
     }
 }

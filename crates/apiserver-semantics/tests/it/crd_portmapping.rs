@@ -7,8 +7,8 @@ pub fn portmapping_crd() -> Value {
         env!("CARGO_MANIFEST_DIR"),
         "/../../crds/portmapper.dev_portmappings.yaml"
     ))
-    .unwrap();
-    serde_yaml::from_str(&text).unwrap()
+    .expect("read the PortMapping CRD");
+    serde_yaml::from_str(&text).expect("parse the PortMapping CRD")
 }
 
 #[test]
