@@ -1,0 +1,411 @@
+//! The emulated control plane loops: CRD establishment (spec §5.1), namespace deletion (§2.10) and
+//! the ownerReference garbage collector (§2.9). They write through the store like any client, so
+//! watch events, resourceVersions and finalizers behave naturally.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tracing::{debug, info};
+
+use crate::meta::{self, str_at};
+use crate::ops::{self, DeleteOpts};
+use crate::registry::{self, GroupResource, ResourceType};
+use crate::server::Core;
+use crate::store::State;
+
+/// Run until shutdown: one pass after every kick (debounced) and at least once a second.
+pub async fn run(core: Arc<Core>, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = core.kick.notified() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = shutdown.changed() => return,
+        }
+        if !core.config.controller_delay.is_zero() {
+            tokio::time::sleep(core.config.controller_delay).await;
+        }
+        let more = {
+            let mut st = core.lock();
+            pass(&mut st, &core.config)
+        };
+        if more {
+            core.kick.notify_one();
+        }
+    }
+}
+
+/// One reconciliation pass over everything; returns true if it changed something.
+pub fn pass(st: &mut State, cfg: &crate::server::Config) -> bool {
+    let mut changed = crds(st, cfg);
+    changed |= namespaces(st);
+    changed |= gc(st);
+    changed
+}
+
+fn crd_gr() -> GroupResource {
+    GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions")
+}
+
+fn is_established(crd: &Value) -> bool {
+    crd.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.get("type") == Some(&json!("Established"))
+                    && c.get("status") == Some(&json!("True"))
+            })
+        })
+}
+
+fn crds(st: &mut State, cfg: &crate::server::Config) -> bool {
+    let mut changed = false;
+    let all: Vec<(String, Arc<Value>)> = st
+        .objects
+        .get(&crd_gr())
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    let mut served: HashMap<GroupResource, Arc<ResourceType>> = HashMap::new();
+    for (k, crd) in &all {
+        let terminating = crd.pointer("/metadata/deletionTimestamp").is_some();
+        if !is_established(crd) && !terminating {
+            let age_ok = str_at(crd, "/metadata/creationTimestamp")
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .is_none_or(|t| {
+                    jiff::Timestamp::now().as_second() - t.as_second()
+                        >= cfg.crd_establish_delay.as_secs() as i64
+                });
+            if !age_ok {
+                continue;
+            }
+            let now = meta::now_rfc3339();
+            let mut o = (**crd).clone();
+            let names = o
+                .pointer("/spec/names")
+                .cloned()
+                .unwrap_or_else(|| json!({}));
+            let storage: Vec<Value> = o
+                .pointer("/spec/versions")
+                .and_then(Value::as_array)
+                .map(|vs| {
+                    vs.iter()
+                        .filter(|v| v.get("storage") == Some(&json!(true)))
+                        .filter_map(|v| v.get("name").cloned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            o["status"] = json!({
+                "acceptedNames": names,
+                "conditions": [
+                    {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
+                    {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now},
+                ],
+                "storedVersions": storage,
+            });
+            let stored = st.replace(&crd_gr(), k.clone(), o);
+            info!(crd = %k, "CRD established");
+            changed = true;
+            if let Some(rt) = registry::from_crd(&stored) {
+                served.insert(rt.gr(), Arc::new(rt));
+            }
+        } else if is_established(crd) {
+            if let Some(rt) = registry::from_crd(crd) {
+                served.insert(rt.gr(), Arc::new(rt));
+            }
+        }
+        if terminating {
+            // CRD deletion: remove every CR, then the CRD (customresourcecleanup finalizer).
+            if let Some(rt) = registry::from_crd(crd) {
+                let keys: Vec<String> = st
+                    .objects
+                    .get(&rt.gr())
+                    .map(|m| m.keys().cloned().collect())
+                    .unwrap_or_default();
+                for ck in keys {
+                    st.remove(&rt.gr(), &ck);
+                }
+                served.remove(&rt.gr());
+            }
+            let fins: Vec<String> = meta::finalizers(crd)
+                .into_iter()
+                .filter(|f| f != "customresourcecleanup.apiextensions.k8s.io")
+                .collect();
+            let mut o = (**crd).clone();
+            meta::set_finalizers(&mut o, &fins);
+            if fins.is_empty() {
+                st.remove(&crd_gr(), k);
+            } else if fins != meta::finalizers(crd) {
+                st.replace(&crd_gr(), k.clone(), o);
+            }
+            changed = true;
+        }
+    }
+    // Sync the served custom types with the Established CRDs.
+    let custom: Vec<GroupResource> = st
+        .types
+        .iter()
+        .filter(|(_, rt)| rt.crd.is_some())
+        .map(|(gr, _)| gr.clone())
+        .collect();
+    for gr in custom {
+        if !served.contains_key(&gr) {
+            st.types.remove(&gr);
+            let keys: Vec<String> = st
+                .objects
+                .get(&gr)
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default();
+            for k in keys {
+                st.remove(&gr, &k);
+            }
+            debug!(group = %gr.group, resource = %gr.resource, "custom type no longer served");
+        }
+    }
+    for (gr, rt) in served {
+        if st.types.get(&gr).is_none_or(|cur| cur.crd.is_some()) {
+            st.types.insert(gr, rt);
+        }
+    }
+    changed
+}
+
+fn namespaces(st: &mut State) -> bool {
+    let ns_gr = GroupResource::new("", "namespaces");
+    let terminating: Vec<(String, Arc<Value>)> = st
+        .objects
+        .get(&ns_gr)
+        .map(|m| {
+            m.iter()
+                .filter(|(_, v)| v.pointer("/metadata/deletionTimestamp").is_some())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut changed = false;
+    for (name, _) in terminating {
+        let types: Vec<Arc<ResourceType>> = st
+            .types
+            .values()
+            .filter(|rt| rt.namespaced)
+            .cloned()
+            .collect();
+        let mut remaining = 0usize;
+        for rt in types {
+            let prefix = format!("{name}/");
+            let keys: Vec<(String, bool)> = st
+                .objects
+                .get(&rt.gr())
+                .map(|m| {
+                    m.range(prefix.clone()..format!("{name}0"))
+                        .map(|(k, v)| {
+                            (
+                                k.clone(),
+                                v.pointer("/metadata/deletionTimestamp").is_some(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            for (k, pending) in keys {
+                remaining += 1;
+                if !pending {
+                    let _ = ops::delete_one(st, &rt, &k, &DeleteOpts::default());
+                    changed = true;
+                }
+            }
+        }
+        if remaining == 0 {
+            st.remove(&ns_gr, &name);
+            changed = true;
+        }
+    }
+    changed
+}
+
+struct Node {
+    gr: GroupResource,
+    key: String,
+    ns: Option<String>,
+    obj: Arc<Value>,
+}
+
+fn gc(st: &mut State) -> bool {
+    // uid → object index over every type.
+    let mut by_uid: HashMap<String, Node> = HashMap::new();
+    let mut dependents: Vec<(GroupResource, String)> = Vec::new();
+    for (gr, m) in &st.objects {
+        for (k, o) in m {
+            if let Some(uid) = str_at(o, "/metadata/uid") {
+                by_uid.insert(
+                    uid.to_string(),
+                    Node {
+                        gr: gr.clone(),
+                        key: k.clone(),
+                        ns: str_at(o, "/metadata/namespace").map(str::to_string),
+                        obj: o.clone(),
+                    },
+                );
+            }
+            if o.pointer("/metadata/ownerReferences").is_some() {
+                dependents.push((gr.clone(), k.clone()));
+            }
+        }
+    }
+    let mut changed = false;
+    // Dependents per owner uid (for foreground/orphan handling).
+    let mut children: HashMap<String, Vec<(GroupResource, String)>> = HashMap::new();
+    for (gr, k) in &dependents {
+        let Some(o) = st.get(gr, k) else { continue };
+        let ns = str_at(&o, "/metadata/namespace").map(str::to_string);
+        let refs = o
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let mut present = Vec::new();
+        let mut absent = 0usize;
+        for r in &refs {
+            let uid = r.get("uid").and_then(Value::as_str).unwrap_or_default();
+            // A namespaced owner in another namespace counts as absent; cluster-scoped owners resolve anywhere.
+            let found = by_uid.get(uid).filter(|n| n.ns.is_none() || n.ns == ns);
+            match found {
+                Some(_) => {
+                    present.push(r.clone());
+                    children
+                        .entry(uid.to_string())
+                        .or_default()
+                        .push((gr.clone(), k.clone()));
+                }
+                None => absent += 1,
+            }
+        }
+        if absent == 0 || refs.is_empty() {
+            continue;
+        }
+        let Some(rt) = type_of(st, gr) else { continue };
+        if present.is_empty() {
+            if o.pointer("/metadata/deletionTimestamp").is_none() {
+                debug!(object = %k, "garbage collecting dependent with no owner left");
+                let _ = ops::delete_one(st, &rt, k, &DeleteOpts::default());
+                changed = true;
+            }
+        } else {
+            let mut n = (*o).clone();
+            meta::meta_mut(&mut n).insert("ownerReferences".into(), Value::Array(present));
+            st.replace(gr, k.clone(), n);
+            changed = true;
+        }
+    }
+    // Owners waiting on foregroundDeletion / orphan.
+    for (uid, node) in &by_uid {
+        if node.obj.pointer("/metadata/deletionTimestamp").is_none() {
+            continue;
+        }
+        let fins = meta::finalizers(&node.obj);
+        let kids = children.get(uid).cloned().unwrap_or_default();
+        if fins.iter().any(|f| f == "orphan") {
+            for (gr, k) in &kids {
+                if let Some(o) = st.get(gr, k) {
+                    let mut n = (*o).clone();
+                    let refs: Vec<Value> = o
+                        .pointer("/metadata/ownerReferences")
+                        .and_then(Value::as_array)
+                        .map(|a| {
+                            a.iter()
+                                .filter(|r| r.get("uid").and_then(Value::as_str) != Some(uid))
+                                .cloned()
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    meta::meta_mut(&mut n).insert("ownerReferences".into(), Value::Array(refs));
+                    meta::normalise(&mut n);
+                    st.replace(gr, k.clone(), n);
+                }
+            }
+            remove_finalizer(st, &node.gr, &node.key, "orphan");
+            changed = true;
+        } else if fins.iter().any(|f| f == "foregroundDeletion") {
+            let mut blocking = 0;
+            for (gr, k) in &kids {
+                let Some(o) = st.get(gr, k) else { continue };
+                let blocks = o
+                    .pointer("/metadata/ownerReferences")
+                    .and_then(Value::as_array)
+                    .is_some_and(|a| {
+                        a.iter().any(|r| {
+                            r.get("uid").and_then(Value::as_str) == Some(uid)
+                                && r.get("blockOwnerDeletion") == Some(&json!(true))
+                        })
+                    });
+                if blocks {
+                    blocking += 1;
+                }
+                if o.pointer("/metadata/deletionTimestamp").is_none() {
+                    if let Some(rt) = type_of(st, gr) {
+                        let _ = ops::delete_one(
+                            st,
+                            &rt,
+                            k,
+                            &DeleteOpts {
+                                propagation: Some("Foreground".into()),
+                                ..Default::default()
+                            },
+                        );
+                        changed = true;
+                    }
+                }
+            }
+            if blocking == 0 {
+                remove_finalizer(st, &node.gr, &node.key, "foregroundDeletion");
+                changed = true;
+            }
+        }
+    }
+    changed
+}
+
+fn type_of(st: &State, gr: &GroupResource) -> Option<Arc<ResourceType>> {
+    st.types.get(gr).cloned()
+}
+
+/// Remove one finalizer; completes the deletion when none are left.
+fn remove_finalizer(st: &mut State, gr: &GroupResource, k: &str, f: &str) {
+    let Some(o) = st.get(gr, k) else { return };
+    let fins: Vec<String> = meta::finalizers(&o)
+        .into_iter()
+        .filter(|x| x != f)
+        .collect();
+    if fins.is_empty() && o.pointer("/metadata/deletionTimestamp").is_some() {
+        st.remove(gr, k);
+    } else {
+        let mut n = (*o).clone();
+        meta::set_finalizers(&mut n, &fins);
+        st.replace(gr, k.to_string(), n);
+    }
+}
+
+/// Pre-create the system namespaces (spec §2.10).
+pub fn bootstrap(st: &mut State) {
+    let ns_rt = st.types.get(&GroupResource::new("", "namespaces")).cloned();
+    let Some(rt) = ns_rt else { return };
+    for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        let t = ops::Target {
+            rt: rt.clone(),
+            ns: None,
+            name: Some(name.into()),
+            sub: None,
+        };
+        let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+        let _ = ops::create(
+            st,
+            &t,
+            obj,
+            &ops::Writer {
+                manager: "kube-apiserver".into(),
+            },
+            false,
+        );
+    }
+}

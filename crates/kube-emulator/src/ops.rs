@@ -1,0 +1,1195 @@
+//! The resource verbs (spec §2): get, list, create, update, patch, delete, deletecollection.
+//! Every function runs with the store lock held, so each request is atomic and its watch events
+//! are ordered with its commit.
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use crate::builtins;
+use crate::error::{ApiError, Cause};
+use crate::meta::{self, str_at};
+use crate::registry::{GenerationPolicy, ResourceType};
+use crate::request::{Output, PatchType, Query};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::semantics::{self, ManagerCtx};
+use crate::smp;
+use crate::store::{self, ListSnapshot, State};
+
+/// A successful answer.
+#[derive(Debug)]
+pub struct Reply {
+    /// HTTP code.
+    pub code: u16,
+    /// JSON body.
+    pub body: Value,
+    /// `Warning` headers.
+    pub warnings: Vec<String>,
+}
+
+impl Reply {
+    fn ok(body: Value) -> Self {
+        Self {
+            code: 200,
+            body,
+            warnings: Vec::new(),
+        }
+    }
+}
+
+/// What one request addresses.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Type.
+    pub rt: Arc<ResourceType>,
+    /// Namespace (None for cluster-scoped types or all-namespaces collections).
+    pub ns: Option<String>,
+    /// Object name.
+    pub name: Option<String>,
+    /// Subresource.
+    pub sub: Option<String>,
+}
+
+impl Target {
+    fn key(&self) -> String {
+        store::key(self.ns.as_deref(), self.name.as_deref().unwrap_or_default())
+    }
+    fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or_default()
+    }
+    fn not_found(&self) -> ApiError {
+        ApiError::not_found(&self.rt.plural, &self.rt.group, self.name())
+    }
+}
+
+/// Decode a JSON (or YAML) request body into an object.
+pub fn decode_body(body: &[u8]) -> Result<Value, ApiError> {
+    let v: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(je) => serde_yaml::from_slice(body).map_err(|_| {
+            ApiError::bad_request(format!(
+                "the body of the request could not be decoded: {je}"
+            ))
+        })?,
+    };
+    if !v.is_object() {
+        return Err(ApiError::bad_request(
+            "the body of the request must be a JSON object",
+        ));
+    }
+    Ok(v)
+}
+
+fn check_type_meta(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
+    let av = rt.api_version();
+    match obj.get("apiVersion").and_then(Value::as_str) {
+        None | Some("") => {}
+        Some(x) if x == av => {}
+        Some(x) => {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({x}) does not match the expected API version ({av})"
+            )));
+        }
+    }
+    match obj.get("kind").and_then(Value::as_str) {
+        None | Some("") => {}
+        Some(x) if x == rt.kind => {}
+        Some(x) => {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({x}) does not match the expected kind ({})",
+                rt.kind
+            )));
+        }
+    }
+    if let Value::Object(m) = obj {
+        m.insert("apiVersion".into(), json!(av));
+        m.insert("kind".into(), json!(rt.kind));
+    }
+    Ok(())
+}
+
+fn check_namespace(t: &Target, obj: &mut Value) -> Result<(), ApiError> {
+    let body_ns = str_at(obj, "/metadata/namespace")
+        .unwrap_or_default()
+        .to_string();
+    match &t.ns {
+        Some(ns) => {
+            if !body_ns.is_empty() && body_ns != *ns {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            meta::meta_mut(obj).insert("namespace".into(), json!(ns));
+        }
+        None => {
+            meta::meta_mut(obj).remove("namespace");
+        }
+    }
+    Ok(())
+}
+
+fn output_object(obj: &Value, output: Output) -> Value {
+    match output {
+        Output::Metadata => meta::to_partial(obj),
+        _ => obj.clone(),
+    }
+}
+
+fn causes_to_invalid(rt: &ResourceType, name: &str, causes: Vec<Cause>) -> ApiError {
+    ApiError::invalid(&rt.kind, &rt.group, name, causes)
+}
+
+/// GET one object.
+pub fn get(st: &State, t: &Target, output: Output) -> Result<Reply, ApiError> {
+    let obj = st.get(&t.rt.gr(), &t.key()).ok_or_else(|| t.not_found())?;
+    if output == Output::Table {
+        return Ok(Reply::ok(crate::table::render(
+            &t.rt,
+            &[obj.as_ref()],
+            "Metadata",
+            st.rv,
+        )));
+    }
+    Ok(Reply::ok(output_object(&obj, output)))
+}
+
+/// Continue token: base64url(no pad) of the upstream-shaped JSON plus our snapshot id.
+fn encode_continue(rv: u64, start: &str, id: u64) -> String {
+    let j = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": start, "emu": id});
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(j.to_string())
+}
+
+fn decode_continue(tok: &str) -> Result<(u64, String, u64), ApiError> {
+    let bad = || ApiError::bad_request("invalid continue token");
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(tok.trim_end_matches('='))
+        .or_else(|_| base64::engine::general_purpose::URL_SAFE.decode(tok))
+        .map_err(|_| bad())?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
+    let rv = v.get("rv").and_then(Value::as_u64).ok_or_else(bad)?;
+    let start = v
+        .get("start")
+        .and_then(Value::as_str)
+        .ok_or_else(bad)?
+        .to_string();
+    let id = v.get("emu").and_then(Value::as_u64).ok_or_else(bad)?;
+    Ok((rv, start, id))
+}
+
+fn list_options_invalid(field: &str, msg: &str) -> ApiError {
+    ApiError::invalid(
+        "ListOptions",
+        "meta.k8s.io",
+        "",
+        vec![Cause::new("FieldValueForbidden", msg, field)],
+    )
+}
+
+/// Parse label and field selectors of a list/watch.
+pub fn selectors(rt: &ResourceType, q: &Query) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    let l = LabelSelector::parse(q.get("labelSelector").unwrap_or_default())?;
+    let f = FieldSelector::parse(
+        q.get("fieldSelector").unwrap_or_default(),
+        &rt.group,
+        &rt.plural,
+        rt.namespaced,
+    )?;
+    Ok((l, f))
+}
+
+/// LIST a collection.
+pub fn list(st: &mut State, t: &Target, q: &Query, output: Output) -> Result<Reply, ApiError> {
+    let rt = &t.rt;
+    let limit = q.int("limit")?.filter(|l| *l > 0).map(|l| l as usize);
+    let rv_param = q.get("resourceVersion");
+    let rv_match = q.get("resourceVersionMatch");
+    let cont = q.get("continue");
+    if cont.is_some() && rv_param.is_some_and(|r| r != "0") {
+        return Err(ApiError::bad_request(
+            "specifying resource version is not allowed when using continue",
+        ));
+    }
+    if cont.is_some() && rv_match.is_some() {
+        return Err(list_options_invalid(
+            "resourceVersionMatch",
+            "Forbidden: resourceVersionMatch is forbidden when continue is provided",
+        ));
+    }
+    if let Some(m) = rv_match {
+        if rv_param.is_none() {
+            return Err(list_options_invalid(
+                "resourceVersionMatch",
+                "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ));
+        }
+        match m {
+            "Exact" if rv_param == Some("0") => {
+                return Err(list_options_invalid(
+                    "resourceVersionMatch",
+                    "Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
+            "Exact" | "NotOlderThan" => {}
+            other => {
+                return Err(ApiError::invalid(
+                    "ListOptions",
+                    "meta.k8s.io",
+                    "",
+                    vec![Cause::new(
+                        "FieldValueNotSupported",
+                        format!(
+                            "Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\""
+                        ),
+                        "resourceVersionMatch",
+                    )],
+                ));
+            }
+        }
+    }
+    let (items, list_rv, next): (Vec<(String, Arc<Value>)>, u64, Option<String>) = if let Some(
+        tok,
+    ) = cont
+    {
+        let (rv, start, id) = decode_continue(tok)?;
+        let snap = st.lists.get(&id).filter(|s| s.rv == rv).ok_or_else(|| {
+            ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
+        })?;
+        let from = snap
+            .items
+            .partition_point(|(k, _)| k.as_str() < start.as_str());
+        let rest = &snap.items[from..];
+        page(rest, limit, rv, id)
+    } else {
+        if let Some(n) = rv_param.filter(|r| *r != "0") {
+            let n: u64 = n
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {n}")))?;
+            let exact = rv_match == Some("Exact") || (rv_match.is_none() && limit.is_some());
+            if n > st.rv {
+                let mut e = ApiError::new(
+                    504,
+                    "Timeout",
+                    format!("Too large resource version: {n}, current: {}", st.rv),
+                );
+                e.details = Some(
+                    json!({"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}],"retryAfterSeconds":1}),
+                );
+                return Err(e);
+            }
+            if exact && n != st.rv {
+                // Exact reads of older revisions are not materialised from history.
+                return Err(ApiError::expired(format!(
+                    "too old resource version: {n} ({})",
+                    st.rv
+                )));
+            }
+        }
+        let (l, f) = selectors(rt, q)?;
+        let all = st.select(&rt.gr(), t.ns.as_deref(), &l, &f);
+        let rv = st.rv;
+        match limit {
+            Some(lim) if all.len() > lim => {
+                let id = st.id();
+                let r = page(&all, limit, rv, id);
+                st.lists.insert(
+                    id,
+                    ListSnapshot {
+                        rv,
+                        items: all,
+                        at: std::time::Instant::now(),
+                    },
+                );
+                r
+            }
+            _ => (all, rv, None),
+        }
+    };
+    if output == Output::Table {
+        let objs: Vec<&Value> = items.iter().map(|(_, o)| o.as_ref()).collect();
+        let mut tb = crate::table::render(
+            rt,
+            &objs,
+            q.get("includeObject").unwrap_or("Metadata"),
+            list_rv,
+        );
+        if let Some(n) = &next {
+            tb["metadata"]["continue"] = json!(n);
+        }
+        return Ok(Reply::ok(tb));
+    }
+    let mut md = serde_json::Map::new();
+    md.insert("resourceVersion".into(), json!(list_rv.to_string()));
+    if let Some(n) = next {
+        md.insert("continue".into(), json!(n));
+    }
+    let body = match output {
+        Output::Metadata => json!({
+            "kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": md,
+            "items": items.iter().map(|(_, o)| meta::to_partial(o)).collect::<Vec<_>>(),
+        }),
+        _ => json!({
+            "kind": rt.list_kind, "apiVersion": rt.api_version(), "metadata": md,
+            "items": items.iter().map(|(_, o)| o.as_ref().clone()).collect::<Vec<_>>(),
+        }),
+    };
+    Ok(Reply::ok(body))
+}
+
+fn page(
+    rest: &[(String, Arc<Value>)],
+    limit: Option<usize>,
+    rv: u64,
+    id: u64,
+) -> (Vec<(String, Arc<Value>)>, u64, Option<String>) {
+    match limit {
+        Some(l) if rest.len() > l => {
+            let page = rest[..l].to_vec();
+            let start = format!("{}\u{0}", page[l - 1].0);
+            (page, rv, Some(encode_continue(rv, &start, id)))
+        }
+        _ => (rest.to_vec(), rv, None),
+    }
+}
+
+/// Who is writing.
+#[derive(Debug, Clone)]
+pub struct Writer {
+    /// Field manager (param, else User-Agent prefix, else `unknown`).
+    pub manager: String,
+}
+
+fn mctx<'a>(
+    rt: &'a ResourceType,
+    av: &'a str,
+    w: &'a Writer,
+    sub: Option<&'a str>,
+    now: &'a str,
+) -> ManagerCtx<'a> {
+    ManagerCtx {
+        manager: &w.manager,
+        api_version: av,
+        subresource: sub,
+        now,
+        rt,
+    }
+}
+
+fn namespace_lifecycle(st: &State, t: &Target) -> Result<(), ApiError> {
+    let Some(ns) = &t.ns else { return Ok(()) };
+    match st.get(&crate::registry::GroupResource::new("", "namespaces"), ns) {
+        None => Err(ApiError::not_found("namespaces", "", ns)),
+        Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => {
+            let mut e = ApiError::forbidden(
+                &t.rt.plural,
+                &t.rt.group,
+                str_at(&n, "/metadata/name").unwrap_or_default(),
+                format!(
+                    "unable to create new content in namespace {ns} because it is being terminated"
+                ),
+            );
+            if let Some(Value::Object(d)) = &mut e.details {
+                d.insert("causes".into(), json!([{"reason":"NamespaceTerminating","message":format!("namespace {ns} is being terminated"),"field":"metadata.namespace"}]));
+            }
+            Err(e)
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+fn admit(
+    st: &mut State,
+    t: &Target,
+    obj: &mut Value,
+    old: Option<&Value>,
+    creating: bool,
+) -> Result<Vec<String>, ApiError> {
+    let rt = &t.rt;
+    builtins::default(st, rt, obj, old, creating);
+    let mut warnings = Vec::new();
+    let name = str_at(obj, "/metadata/name")
+        .unwrap_or_default()
+        .to_string();
+    if rt.crd.is_some() {
+        match semantics::crd_admit(rt, obj, old) {
+            Ok(w) => warnings = w,
+            Err(c) => return Err(causes_to_invalid(rt, &name, c)),
+        }
+    }
+    let causes = builtins::validate(rt, obj, old);
+    if !causes.is_empty() {
+        return Err(causes_to_invalid(rt, &name, causes));
+    }
+    Ok(warnings)
+}
+
+/// Create an object (POST, create-on-update PUT, apply-create, manifest loading).
+pub fn create(
+    st: &mut State,
+    t: &Target,
+    mut obj: Value,
+    w: &Writer,
+    applied: bool,
+) -> Result<Reply, ApiError> {
+    let rt = t.rt.clone();
+    check_type_meta(&rt, &mut obj)?;
+    check_namespace(t, &mut obj)?;
+    if str_at(&obj, "/metadata/resourceVersion").is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::new(
+            500,
+            "",
+            "resourceVersion should not be set on objects to be created",
+        ));
+    }
+    let now = meta::now_rfc3339();
+    {
+        let m = meta::meta_mut(&mut obj);
+        for k in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "selfLink",
+        ] {
+            m.remove(k);
+        }
+        if !applied {
+            m.remove("managedFields");
+        }
+    }
+    if rt.status_subresource {
+        let Value::Object(root) = &mut obj else {
+            return Err(ApiError::bad_request("object expected"));
+        };
+        if rt.crd.is_some() {
+            root.remove("status");
+        }
+    }
+    let mut warnings = Vec::new();
+    let gen_needed = str_at(&obj, "/metadata/name").is_none_or(str::is_empty);
+    let gen_prefix = str_at(&obj, "/metadata/generateName")
+        .unwrap_or_default()
+        .to_string();
+    if gen_needed && !gen_prefix.is_empty() {
+        let mut tries = 0;
+        loop {
+            let candidate = meta::generate_name(&gen_prefix);
+            if st
+                .get(&rt.gr(), &store::key(t.ns.as_deref(), &candidate))
+                .is_none()
+                || tries > 8
+            {
+                meta::meta_mut(&mut obj).insert("name".into(), json!(candidate));
+                break;
+            }
+            tries += 1;
+        }
+    }
+    let name = str_at(&obj, "/metadata/name")
+        .unwrap_or_default()
+        .to_string();
+    if name.is_empty() {
+        return Err(causes_to_invalid(
+            &rt,
+            "",
+            vec![Cause::new(
+                "FieldValueRequired",
+                "Required value: name or generateName is required",
+                "metadata.name",
+            )],
+        ));
+    }
+    {
+        let m = meta::meta_mut(&mut obj);
+        m.insert("uid".into(), json!(meta::new_uid()));
+        m.insert("creationTimestamp".into(), json!(now));
+        if rt.generation != GenerationPolicy::None {
+            m.insert("generation".into(), json!(1));
+        }
+    }
+    if let Some(s) = builtins::initial_status(&rt, &obj) {
+        if let Value::Object(root) = &mut obj {
+            root.insert("status".into(), s);
+        }
+    }
+    warnings.extend(admit(st, t, &mut obj, None, true)?);
+    namespace_lifecycle(st, t)?;
+    let k = store::key(t.ns.as_deref(), &name);
+    if let Some(existing) = st.get(&rt.gr(), &k) {
+        return Err(ApiError::already_exists(
+            &rt.plural,
+            &rt.group,
+            &name,
+            existing.pointer("/metadata/deletionTimestamp").is_some(),
+        ));
+    }
+    if !applied {
+        let av = rt.api_version();
+        semantics::record_update(None, &mut obj, &mctx(&rt, &av, w, None, &now));
+    }
+    meta::normalise(&mut obj);
+    let stored = st.insert(&rt.gr(), k, obj);
+    Ok(Reply {
+        code: 201,
+        body: (*stored).clone(),
+        warnings,
+    })
+}
+
+/// How the RV of an update is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RvRule {
+    /// PUT: body RV must match; empty only where the type allows unconditional update.
+    Put,
+    /// Patch/apply: checked only if the resulting body carries an RV.
+    IfPresent,
+}
+
+/// Outcome of an update pipeline.
+struct Updated {
+    obj: Value,
+    warnings: Vec<String>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn update_pipeline(
+    st: &mut State,
+    t: &Target,
+    old: Arc<Value>,
+    mut new: Value,
+    w: &Writer,
+    rv_rule: RvRule,
+    applied: bool,
+) -> Result<Updated, ApiError> {
+    let rt = t.rt.clone();
+    let name = t.name().to_string();
+    // resourceVersion precondition.
+    let body_rv = str_at(&new, "/metadata/resourceVersion")
+        .unwrap_or_default()
+        .to_string();
+    let old_rv = str_at(&old, "/metadata/resourceVersion")
+        .unwrap_or_default()
+        .to_string();
+    if body_rv.is_empty() {
+        if rv_rule == RvRule::Put && !rt.unconditional_update {
+            return Err(causes_to_invalid(
+                &rt,
+                &name,
+                vec![Cause::new(
+                    "FieldValueInvalid",
+                    "Invalid value: 0x0: must be specified for an update",
+                    "metadata.resourceVersion",
+                )],
+            ));
+        }
+    } else if body_rv != old_rv {
+        return Err(ApiError::conflict(&rt.plural, &rt.group, &name));
+    }
+    // uid precondition.
+    let body_uid = str_at(&new, "/metadata/uid")
+        .unwrap_or_default()
+        .to_string();
+    let old_uid = str_at(&old, "/metadata/uid")
+        .unwrap_or_default()
+        .to_string();
+    if !body_uid.is_empty() && body_uid != old_uid {
+        return Err(causes_to_invalid(
+            &rt,
+            &name,
+            vec![Cause::new(
+                "FieldValueInvalid",
+                format!("Invalid value: {body_uid:?}: field is immutable"),
+                "metadata.uid",
+            )],
+        ));
+    }
+    // Subresource split (spec §2.6).
+    let sub = t.sub.as_deref();
+    match sub {
+        Some("status") => {
+            let status = new.get("status").cloned();
+            let mut merged = (*old).clone();
+            if let Value::Object(m) = &mut merged {
+                match status {
+                    Some(s) if !s.is_null() => {
+                        m.insert("status".into(), s);
+                    }
+                    _ => {
+                        m.remove("status");
+                    }
+                }
+            }
+            if applied {
+                if let Some(mf) = new.pointer("/metadata/managedFields") {
+                    meta::meta_mut(&mut merged).insert("managedFields".into(), mf.clone());
+                }
+            }
+            new = merged;
+        }
+        Some("finalize") => {
+            let fin = new.pointer("/spec/finalizers").cloned();
+            let mut merged = (*old).clone();
+            if let Some(spec) = merged.get_mut("spec").and_then(Value::as_object_mut) {
+                match fin {
+                    Some(f) => spec.insert("finalizers".into(), f),
+                    None => spec.remove("finalizers"),
+                };
+            }
+            new = merged;
+        }
+        _ => {
+            if rt.status_subresource {
+                if let Value::Object(m) = &mut new {
+                    match old.get("status") {
+                        Some(s) => m.insert("status".into(), s.clone()),
+                        None => m.remove("status"),
+                    };
+                }
+            }
+        }
+    }
+    check_type_meta(&rt, &mut new)?;
+    // System metadata is restored from the stored object.
+    {
+        let om = old
+            .get("metadata")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        let m = meta::meta_mut(&mut new);
+        for k in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "name",
+            "namespace",
+        ] {
+            match om.get(k) {
+                Some(v) => m.insert(k.to_string(), v.clone()),
+                None => m.remove(k),
+            };
+        }
+        if !applied {
+            match om.get("managedFields") {
+                Some(v) => m.insert("managedFields".into(), v.clone()),
+                None => m.remove("managedFields"),
+            };
+        }
+        m.insert("resourceVersion".into(), json!(old_rv));
+    }
+    let terminating = old.pointer("/metadata/deletionTimestamp").is_some();
+    if terminating {
+        let before = meta::finalizers(&old);
+        let added: Vec<String> = meta::finalizers(&new)
+            .into_iter()
+            .filter(|f| !before.contains(f))
+            .collect();
+        if !added.is_empty() {
+            return Err(causes_to_invalid(
+                &rt,
+                &name,
+                vec![Cause::new(
+                    "FieldValueForbidden",
+                    format!(
+                        "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                    ),
+                    "metadata.finalizers",
+                )],
+            ));
+        }
+    }
+    let warnings = if sub == Some("status") || sub == Some("finalize") {
+        Vec::new()
+    } else {
+        admit(st, t, &mut new, Some(&old), false)?
+    };
+    meta::normalise(&mut new);
+    // Generation (spec §2.7): never through /status, never on metadata-only changes.
+    if sub.is_none() && rt.generation != GenerationPolicy::None {
+        let spec_changed = meta::spec_part(&old, rt.status_subresource)
+            != meta::spec_part(&new, rt.status_subresource);
+        let labels_changed = rt.generation == GenerationPolicy::SpecOrLabels
+            && old.pointer("/metadata/labels") != new.pointer("/metadata/labels");
+        if spec_changed || labels_changed {
+            let g = old
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0)
+                + 1;
+            meta::meta_mut(&mut new).insert("generation".into(), json!(g));
+        }
+    }
+    // No-op detection (rule 5) happens before bookkeeping so timestamps cannot defeat it.
+    if meta::without_managed_fields(&new) == meta::without_managed_fields(&old)
+        && (!applied
+            || new.pointer("/metadata/managedFields") == old.pointer("/metadata/managedFields"))
+    {
+        return Ok(Updated {
+            obj: (*old).clone(),
+            warnings,
+        });
+    }
+    if !applied {
+        let now = meta::now_rfc3339();
+        let av = rt.api_version();
+        semantics::record_update(Some(&old), &mut new, &mctx(&rt, &av, w, sub, &now));
+        meta::normalise(&mut new);
+    }
+    let k = t.key();
+    // Finalizer removal completes a pending deletion (spec §2.8).
+    if terminating && meta::finalizers(&new).is_empty() && rt.plural != "namespaces" {
+        st.remove(&rt.gr(), &k);
+        return Ok(Updated { obj: new, warnings });
+    }
+    let stored = st.replace(&rt.gr(), k, new);
+    Ok(Updated {
+        obj: (*stored).clone(),
+        warnings,
+    })
+}
+
+fn check_name(t: &Target, obj: &Value) -> Result<(), ApiError> {
+    let body_name = str_at(obj, "/metadata/name").unwrap_or_default();
+    if !body_name.is_empty() && body_name != t.name() {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({})",
+            t.name()
+        )));
+    }
+    Ok(())
+}
+
+fn check_sub(t: &Target) -> Result<(), ApiError> {
+    match t.sub.as_deref() {
+        None => Ok(()),
+        Some("status") if t.rt.status_subresource => Ok(()),
+        Some("finalize") if t.rt.plural == "namespaces" && t.rt.group.is_empty() => Ok(()),
+        Some(s) => Err(ApiError::not_emulated(&format!(
+            "subresource {s:?} of {}",
+            t.rt.qualified()
+        ))),
+    }
+}
+
+/// PUT.
+pub fn update(
+    st: &mut State,
+    t: &Target,
+    body: &[u8],
+    w: &Writer,
+    output: Output,
+) -> Result<Reply, ApiError> {
+    check_sub(t)?;
+    let mut obj = decode_body(body)?;
+    check_name(t, &obj)?;
+    check_namespace(t, &mut obj)?;
+    let Some(old) = st.get(&t.rt.gr(), &t.key()) else {
+        if t.rt.create_on_update && t.sub.is_none() {
+            meta::meta_mut(&mut obj).insert("name".into(), json!(t.name()));
+            meta::meta_mut(&mut obj).remove("resourceVersion");
+            let r = create(st, t, obj, w, false)?;
+            return Ok(Reply {
+                body: output_object(&r.body, output),
+                ..r
+            });
+        }
+        return Err(t.not_found());
+    };
+    let u = update_pipeline(st, t, old, obj, w, RvRule::Put, false)?;
+    Ok(Reply {
+        code: 200,
+        body: output_object(&u.obj, output),
+        warnings: u.warnings,
+    })
+}
+
+fn json_patch(doc: &mut Value, patch_body: &[u8]) -> Result<(), ApiError> {
+    let ops: Vec<Value> = serde_json::from_slice(patch_body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    let generic = |msg: String| {
+        ApiError::new(
+            422,
+            "Invalid",
+            format!("the server rejected our request due to an error in our request: {msg}"),
+        )
+    };
+    for op in ops {
+        // `test` of a missing path against null succeeds (evanphx/json-patch; kube's finalizer helper relies on it).
+        if op.get("op").and_then(Value::as_str) == Some("test")
+            && op.get("value").is_some_and(Value::is_null)
+        {
+            let path = op.get("path").and_then(Value::as_str).unwrap_or_default();
+            match doc.pointer(path) {
+                None | Some(Value::Null) => continue,
+                Some(_) => {
+                    return Err(generic(format!("testing value {path} failed: test failed")));
+                }
+            }
+        }
+        let p: json_patch::Patch = serde_json::from_value(Value::Array(vec![op]))
+            .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+        json_patch::patch(doc, &p).map_err(|e| generic(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// PATCH (merge, JSON, strategic, apply).
+pub fn patch(
+    st: &mut State,
+    t: &Target,
+    body: &[u8],
+    pt: PatchType,
+    q: &Query,
+    w: &Writer,
+    output: Output,
+) -> Result<Reply, ApiError> {
+    check_sub(t)?;
+    let rt = t.rt.clone();
+    if q.flag("force") && pt != PatchType::Apply {
+        return Err(ApiError::invalid(
+            "PatchOptions",
+            "meta.k8s.io",
+            "",
+            vec![Cause::new(
+                "FieldValueForbidden",
+                "Forbidden: may not be specified for non-apply patch",
+                "force",
+            )],
+        ));
+    }
+    if pt == PatchType::Strategic && !rt.builtin {
+        return Err(ApiError::unsupported_media(
+            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        ));
+    }
+    if pt == PatchType::Apply {
+        return apply(st, t, body, q.flag("force"), w, output);
+    }
+    let old = st.get(&rt.gr(), &t.key()).ok_or_else(|| t.not_found())?;
+    let mut doc = (*old).clone();
+    match pt {
+        PatchType::Merge => {
+            let p: Value = serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+            json_patch::merge(&mut doc, &p);
+        }
+        PatchType::Json => json_patch(&mut doc, body)?,
+        PatchType::Strategic => {
+            let p: Value = serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+            smp::apply(&mut doc, &p).map_err(ApiError::bad_request)?;
+        }
+        PatchType::Apply => {}
+    }
+    if !doc.is_object() {
+        return Err(ApiError::bad_request("patch result is not an object"));
+    }
+    check_name(t, &doc)?;
+    let u = update_pipeline(st, t, old, doc, w, RvRule::IfPresent, false)?;
+    Ok(Reply {
+        code: 200,
+        body: output_object(&u.obj, output),
+        warnings: u.warnings,
+    })
+}
+
+fn apply(
+    st: &mut State,
+    t: &Target,
+    body: &[u8],
+    force: bool,
+    w: &Writer,
+    output: Output,
+) -> Result<Reply, ApiError> {
+    let rt = t.rt.clone();
+    if w.manager.is_empty() {
+        return Err(ApiError::invalid(
+            "PatchOptions",
+            "meta.k8s.io",
+            "",
+            vec![Cause::new(
+                "FieldValueRequired",
+                "Required value: is required for apply patch",
+                "fieldManager",
+            )],
+        ));
+    }
+    let mut config = decode_body(body)?;
+    let av = rt.api_version();
+    let (cav, ckind) = (
+        str_at(&config, "/apiVersion")
+            .unwrap_or_default()
+            .to_string(),
+        str_at(&config, "/kind").unwrap_or_default().to_string(),
+    );
+    if cav != av || ckind != rt.kind {
+        return Err(ApiError::bad_request(format!(
+            "invalid object type: {ckind}, {cav}: expected {}, {av} (apply needs apiVersion and kind matching the endpoint)",
+            rt.kind
+        )));
+    }
+    if str_at(&config, "/metadata/name") != Some(t.name()) {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({}) does not match the name on the URL ({})",
+            str_at(&config, "/metadata/name").unwrap_or_default(),
+            t.name()
+        )));
+    }
+    if config.pointer("/metadata/managedFields").is_some() {
+        return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+    }
+    check_namespace(t, &mut config)?;
+    let now = meta::now_rfc3339();
+    let sub = t.sub.as_deref();
+    let ctx = mctx(&rt, &av, w, sub, &now);
+    let old = st.get(&rt.gr(), &t.key());
+    let conflicts_err =
+        |c: Vec<semantics::Conflict>| crate::ssa_status::conflict(&rt, t.name(), &c);
+    match old {
+        None => {
+            if sub.is_some() {
+                return Err(t.not_found());
+            }
+            let mut cfg = config.clone();
+            meta::meta_mut(&mut cfg).remove("resourceVersion");
+            let merged = semantics::apply(None, &cfg, force, &ctx).map_err(conflicts_err)?;
+            let r = create(st, t, merged, w, true)?;
+            Ok(Reply {
+                body: output_object(&r.body, output),
+                ..r
+            })
+        }
+        Some(old) => {
+            // An RV in the apply body is a precondition (kube-coordinate relies on it).
+            if let Some(rv) = str_at(&config, "/metadata/resourceVersion").filter(|s| !s.is_empty())
+            {
+                if Some(rv) != str_at(&old, "/metadata/resourceVersion") {
+                    return Err(ApiError::conflict(&rt.plural, &rt.group, t.name()));
+                }
+            }
+            let merged =
+                semantics::apply(Some(&old), &config, force, &ctx).map_err(conflicts_err)?;
+            let u = update_pipeline(st, t, old, merged, w, RvRule::IfPresent, true)?;
+            Ok(Reply {
+                code: 200,
+                body: output_object(&u.obj, output),
+                warnings: u.warnings,
+            })
+        }
+    }
+}
+
+/// Options of a delete.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOpts {
+    /// `Background` | `Foreground` | `Orphan`.
+    pub propagation: Option<String>,
+    /// uid precondition.
+    pub pre_uid: Option<String>,
+    /// RV precondition.
+    pub pre_rv: Option<String>,
+}
+
+impl DeleteOpts {
+    /// From query + JSON body (body wins).
+    pub fn parse(q: &Query, body: &[u8]) -> Result<Self, ApiError> {
+        let mut o = DeleteOpts {
+            propagation: q.get("propagationPolicy").map(str::to_string),
+            ..Default::default()
+        };
+        if q.flag("orphanDependents") {
+            o.propagation = Some("Orphan".into());
+        }
+        if !body.iter().all(u8::is_ascii_whitespace) {
+            let b: Value = serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
+            if let Some(p) = b.get("propagationPolicy").and_then(Value::as_str) {
+                o.propagation = Some(p.to_string());
+            }
+            if b.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
+                o.propagation = Some("Orphan".into());
+            }
+            o.pre_uid = b
+                .pointer("/preconditions/uid")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            o.pre_rv = b
+                .pointer("/preconditions/resourceVersion")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+        }
+        if let Some(p) = &o.propagation {
+            if !matches!(p.as_str(), "Background" | "Foreground" | "Orphan") {
+                return Err(ApiError::invalid(
+                    "DeleteOptions",
+                    "meta.k8s.io",
+                    "",
+                    vec![Cause::new(
+                        "FieldValueNotSupported",
+                        format!(
+                            "Unsupported value: {p:?}: supported values: \"Background\", \"Foreground\", \"Orphan\""
+                        ),
+                        "propagationPolicy",
+                    )],
+                ));
+            }
+        }
+        Ok(o)
+    }
+}
+
+/// Result of deleting one object.
+pub enum Deleted {
+    /// Deletion pending (finalizers): the updated object.
+    Pending(Value),
+    /// Gone: the last state.
+    Gone(Value),
+}
+
+/// Delete one object by key (also used by GC and the namespace controller).
+pub fn delete_one(
+    st: &mut State,
+    rt: &Arc<ResourceType>,
+    k: &str,
+    opts: &DeleteOpts,
+) -> Result<Deleted, ApiError> {
+    let name = k.rsplit('/').next().unwrap_or(k).to_string();
+    let old = st
+        .get(&rt.gr(), k)
+        .ok_or_else(|| ApiError::not_found(&rt.plural, &rt.group, &name))?;
+    if let Some(u) = &opts.pre_uid {
+        let cur = str_at(&old, "/metadata/uid").unwrap_or_default();
+        if u != cur {
+            return Err(ApiError::conflict_msg(
+                &rt.plural,
+                &rt.group,
+                &name,
+                format!("Precondition failed: UID in precondition: {u}, UID in object meta: {cur}"),
+            ));
+        }
+    }
+    if let Some(r) = &opts.pre_rv {
+        let cur = str_at(&old, "/metadata/resourceVersion").unwrap_or_default();
+        if r != cur {
+            return Err(ApiError::conflict_msg(
+                &rt.plural,
+                &rt.group,
+                &name,
+                format!(
+                    "Precondition failed: ResourceVersion in precondition: {r}, ResourceVersion in object meta: {cur}"
+                ),
+            ));
+        }
+    }
+    let is_ns = rt.group.is_empty() && rt.plural == "namespaces";
+    if is_ns && matches!(name.as_str(), "default" | "kube-system" | "kube-public") {
+        return Err(ApiError::forbidden(
+            &rt.plural,
+            &rt.group,
+            &name,
+            format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted"),
+        ));
+    }
+    let mut fins = meta::finalizers(&old);
+    match opts.propagation.as_deref() {
+        Some("Orphan") if !fins.iter().any(|f| f == "orphan") => fins.push("orphan".into()),
+        Some("Foreground") if !fins.iter().any(|f| f == "foregroundDeletion") => {
+            fins.push("foregroundDeletion".into())
+        }
+        _ => {}
+    }
+    let terminating = old.pointer("/metadata/deletionTimestamp").is_some();
+    if terminating {
+        if fins != meta::finalizers(&old) {
+            let mut new = (*old).clone();
+            meta::set_finalizers(&mut new, &fins);
+            let stored = st.replace(&rt.gr(), k.to_string(), new);
+            return Ok(Deleted::Pending((*stored).clone()));
+        }
+        return Ok(Deleted::Pending((*old).clone()));
+    }
+    if !fins.is_empty() || is_ns {
+        let mut new = (*old).clone();
+        meta::set_finalizers(&mut new, &fins);
+        let m = meta::meta_mut(&mut new);
+        m.insert("deletionTimestamp".into(), json!(meta::now_rfc3339()));
+        m.insert("deletionGracePeriodSeconds".into(), json!(0));
+        if let Some(g) = m
+            .get("generation")
+            .and_then(Value::as_i64)
+            .filter(|g| *g > 0)
+        {
+            m.insert("generation".into(), json!(g + 1));
+        }
+        if is_ns {
+            if let Value::Object(root) = &mut new {
+                root.insert("status".into(), json!({"phase": "Terminating"}));
+            }
+        }
+        let stored = st.replace(&rt.gr(), k.to_string(), new);
+        return Ok(Deleted::Pending((*stored).clone()));
+    }
+    let last = st
+        .remove(&rt.gr(), k)
+        .ok_or_else(|| ApiError::not_found(&rt.plural, &rt.group, &name))?;
+    Ok(Deleted::Gone((*last).clone()))
+}
+
+/// DELETE one object.
+pub fn delete(
+    st: &mut State,
+    t: &Target,
+    q: &Query,
+    body: &[u8],
+    output: Output,
+) -> Result<Reply, ApiError> {
+    if t.sub.is_some() {
+        return Err(ApiError::method_not_allowed("DELETE on a subresource"));
+    }
+    let opts = DeleteOpts::parse(q, body)?;
+    match delete_one(st, &t.rt, &t.key(), &opts)? {
+        Deleted::Pending(o) => Ok(Reply::ok(output_object(&o, output))),
+        Deleted::Gone(o) => {
+            let mut details = serde_json::Map::new();
+            details.insert("name".into(), json!(t.name()));
+            if !t.rt.group.is_empty() {
+                details.insert("group".into(), json!(t.rt.group));
+            }
+            details.insert("kind".into(), json!(t.rt.plural));
+            details.insert(
+                "uid".into(),
+                json!(str_at(&o, "/metadata/uid").unwrap_or_default()),
+            );
+            Ok(Reply::ok(
+                json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","details":details}),
+            ))
+        }
+    }
+}
+
+/// DELETE a collection.
+pub fn delete_collection(
+    st: &mut State,
+    t: &Target,
+    q: &Query,
+    body: &[u8],
+) -> Result<Reply, ApiError> {
+    let opts = DeleteOpts::parse(q, body)?;
+    let (l, f) = selectors(&t.rt, q)?;
+    let items = st.select(&t.rt.gr(), t.ns.as_deref(), &l, &f);
+    let mut out = Vec::new();
+    for (k, o) in items {
+        out.push(o.as_ref().clone());
+        match delete_one(st, &t.rt, &k, &opts) {
+            Ok(_) => {}
+            Err(e) if e.code == 403 || e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Reply::ok(
+        json!({"kind": t.rt.list_kind, "apiVersion": t.rt.api_version(), "metadata": {"resourceVersion": st.rv.to_string()}, "items": out}),
+    ))
+}

@@ -1,0 +1,752 @@
+//! HTTP/1.1 transport (hyper 1): accept loop with restart simulation, per-request dispatch to
+//! discovery, resources, watches and the `/__emu/` admin API, fault application and request logging.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, mpsc, watch};
+use tracing::{debug, info, warn};
+
+use crate::error::ApiError;
+use crate::faults::{Action, Faults, RequestFacts, Rule};
+use crate::ops::{self, Target, Writer};
+use crate::reqlog::{LoggedRequest, RequestLog};
+use crate::request::{self, Output, PatchType, Query, ResourcePath, Route};
+use crate::store::{Retention, State};
+use crate::watch::WatchReq;
+
+/// Response body type (full or streaming).
+pub type Body = BoxBody<Bytes, std::io::Error>;
+
+/// A complete body.
+pub fn full(b: impl Into<Bytes>) -> Body {
+    Full::new(b.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed()
+}
+
+/// A streaming body.
+pub fn boxed_stream<S>(s: StreamBody<S>) -> Body
+where
+    S: futures::Stream<Item = Result<Frame<Bytes>, std::io::Error>> + Send + Sync + 'static,
+{
+    BodyExt::boxed(s)
+}
+
+/// Tunables of one emulator instance.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// BOOKMARK cadence on watches that allow them (upstream ~60 s; tests use ~1 s).
+    pub bookmark_interval: Duration,
+    /// Watch deadline when the client sends no `timeoutSeconds` (upstream 30–60 min).
+    pub watch_default_timeout: Duration,
+    /// Events buffered per watcher before it is closed as too slow.
+    pub watch_buffer: usize,
+    /// Delay before the CRD controller writes `Established` (tests of waiting).
+    pub crd_establish_delay: Duration,
+    /// Delay before garbage-collector / namespace-controller passes (asynchrony like upstream).
+    pub controller_delay: Duration,
+    /// Event log and continue-token retention.
+    pub retention: Retention,
+    /// Seed of the fault RNG.
+    pub seed: u64,
+    /// Max request-log entries kept.
+    pub request_log_cap: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            bookmark_interval: Duration::from_secs(1),
+            watch_default_timeout: Duration::from_secs(1800),
+            watch_buffer: 8192,
+            crd_establish_delay: Duration::ZERO,
+            controller_delay: Duration::from_millis(10),
+            retention: Retention::default(),
+            seed: 0,
+            request_log_cap: 200_000,
+        }
+    }
+}
+
+/// Listener commands (restart simulation).
+#[derive(Debug)]
+pub enum ListenerCmd {
+    /// Close the listener and every connection, refuse for this long, then listen again.
+    Restart(Duration, tokio::sync::oneshot::Sender<()>),
+}
+
+/// Shared state of one emulator.
+#[derive(Debug)]
+pub struct Core {
+    state: Mutex<State>,
+    /// Fault rules.
+    pub faults: Faults,
+    /// Request log.
+    pub log: RequestLog,
+    /// Settings.
+    pub config: Config,
+    /// Wakes the controllers (CRD, namespace, GC) after writes.
+    pub kick: Notify,
+    /// Bound address.
+    pub addr: SocketAddr,
+    /// Bumped to close every open connection.
+    pub close_conns: watch::Sender<u64>,
+    /// Listener control.
+    pub listener: mpsc::UnboundedSender<ListenerCmd>,
+}
+
+impl Core {
+    /// Lock the store (a poisoned lock is recovered: the state is always consistent between ops).
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Build the core.
+    pub fn new(
+        config: Config,
+        addr: SocketAddr,
+        listener: mpsc::UnboundedSender<ListenerCmd>,
+    ) -> Self {
+        let state = State::new(config.retention.clone());
+        Self {
+            state: Mutex::new(state),
+            faults: Faults::new(config.seed),
+            log: RequestLog::new(config.request_log_cap),
+            kick: Notify::new(),
+            addr,
+            close_conns: watch::channel(0).0,
+            listener,
+            config,
+        }
+    }
+}
+
+/// Accept connections until `shutdown` flips.
+pub async fn accept_loop(
+    core: Arc<Core>,
+    listener: TcpListener,
+    mut ctl: mpsc::UnboundedReceiver<ListenerCmd>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut listener = Some(listener);
+    loop {
+        let Some(l) = listener.as_ref() else { return };
+        tokio::select! {
+            res = l.accept() => match res {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    tokio::spawn(serve_conn(core.clone(), stream));
+                }
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+            cmd = ctl.recv() => match cmd {
+                Some(ListenerCmd::Restart(down, done)) => {
+                    info!(down_ms = down.as_millis() as u64, "simulated restart: refusing connections");
+                    drop(listener.take());
+                    core.close_conns.send_modify(|g| *g += 1);
+                    core.lock().close_all_watches();
+                    tokio::time::sleep(down).await;
+                    match TcpListener::bind(core.addr).await {
+                        Ok(l) => listener = Some(l),
+                        Err(e) => {
+                            warn!(error = %e, addr = %core.addr, "could not re-bind after simulated restart");
+                            return;
+                        }
+                    }
+                    let _ = done.send(());
+                }
+                None => return,
+            },
+            _ = shutdown.changed() => {
+                core.close_conns.send_modify(|g| *g += 1);
+                core.lock().close_all_watches();
+                return;
+            }
+        }
+    }
+}
+
+async fn serve_conn(core: Arc<Core>, stream: tokio::net::TcpStream) {
+    let mut closed = core.close_conns.subscribe();
+    let c2 = core.clone();
+    let svc = hyper::service::service_fn(move |req| {
+        let core = c2.clone();
+        async move { Ok::<_, Infallible>(handle(core, req).await) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(stream), svc);
+    tokio::select! {
+        r = conn => if let Err(e) = r { debug!(error = %e, "connection ended with error") },
+        _ = closed.changed() => {}
+    }
+}
+
+fn json_response(code: u16, body: &Value, content_type: &str) -> Response<Body> {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut r = Response::new(full(bytes));
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    if let Ok(v) = HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn error_response(e: &ApiError) -> Response<Body> {
+    let mut r = json_response(e.code, &e.to_status(), "application/json");
+    if let Some(ra) = e.retry_after {
+        r.headers_mut().insert("Retry-After", HeaderValue::from(ra));
+    }
+    r
+}
+
+fn text(code: u16, s: &str) -> Response<Body> {
+    let mut r = Response::new(full(s.to_string()));
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+fn header(req: &Request<Incoming>, name: &str) -> Option<String> {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+/// The version document (`Client::apiserver_version()` needs every field).
+pub fn version_doc() -> Value {
+    json!({"major":"1","minor":"34","gitVersion":"v1.34.0-emu","gitCommit":"0000000000000000000000000000000000000000",
+           "gitTreeState":"clean","buildDate":"2025-08-27T00:00:00Z","goVersion":"go1.24.0","compiler":"gc","platform":"linux/amd64"})
+}
+
+async fn read_body(body: Incoming) -> Result<Bytes, ApiError> {
+    match Limited::new(body, 3 * 1024 * 1024).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) => {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                Err(ApiError::new(
+                    413,
+                    "RequestEntityTooLarge",
+                    "the request body is larger than 3 MiB (kube-emulator limit)",
+                ))
+            } else {
+                Err(ApiError::bad_request(format!("reading request body: {e}")))
+            }
+        }
+    }
+}
+
+async fn handle(core: Arc<Core>, req: Request<Incoming>) -> Response<Body> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let raw_query = req.uri().query().unwrap_or_default().to_string();
+    let query = Query::parse(Some(&raw_query));
+    let mut entry = LoggedRequest {
+        since_start: core.log.elapsed(),
+        method: method.to_string(),
+        path: path.clone(),
+        query: raw_query.clone(),
+        verb: String::new(),
+        group: String::new(),
+        resource: String::new(),
+        namespace: String::new(),
+        name: String::new(),
+        subresource: String::new(),
+        user_agent: header(&req, "user-agent").unwrap_or_default(),
+        field_manager: query.get("fieldManager").unwrap_or_default().to_string(),
+        patch_type: String::new(),
+        status: 0,
+    };
+    let resp = match request::route(&path) {
+        Route::Resource(rp) => resource(&core, req, rp, &query, &mut entry).await,
+        Route::Admin(rest) => {
+            let body = match read_body(req.into_body()).await {
+                Ok(b) => b,
+                Err(e) => return error_response(&e),
+            };
+            // Admin calls are not logged: tests count API traffic, not their own control traffic.
+            return crate::admin::handle(&core, &method, &rest, &query, &body).await;
+        }
+        other => non_resource(&core, &req, other),
+    };
+    entry.status = resp.status().as_u16();
+    core.log.push(entry);
+    resp
+}
+
+fn non_resource(core: &Core, req: &Request<Incoming>, route: Route) -> Response<Body> {
+    if req.method() != Method::GET {
+        return error_response(&ApiError::method_not_allowed(req.uri().path()));
+    }
+    let output = request::negotiate(header(req, "accept").as_deref());
+    let types: Vec<_> = core.lock().types.values().cloned().collect();
+    match route {
+        Route::Version => json_response(200, &version_doc(), "application/json"),
+        Route::Health(kind) => {
+            if req.uri().query().unwrap_or_default().contains("verbose") {
+                text(
+                    200,
+                    &format!("[+]ping ok\n[+]log ok\n[+]etcd ok\n{kind} check passed\n"),
+                )
+            } else {
+                text(200, "ok")
+            }
+        }
+        Route::Root => {
+            let mut paths = vec!["/api".to_string(), "/api/v1".into(), "/apis".into()];
+            for rt in &types {
+                if !rt.group.is_empty() {
+                    paths.push(format!("/apis/{}", rt.group));
+                    paths.push(format!("/apis/{}/{}", rt.group, rt.version));
+                }
+            }
+            paths.extend(
+                [
+                    "/healthz",
+                    "/livez",
+                    "/openapi/v2",
+                    "/openapi/v3",
+                    "/readyz",
+                    "/version",
+                ]
+                .map(String::from),
+            );
+            paths.sort();
+            paths.dedup();
+            json_response(200, &json!({"paths": paths}), "application/json")
+        }
+        Route::OpenApiV2 => {
+            let refs: Vec<&crate::registry::ResourceType> =
+                types.iter().map(|t| t.as_ref()).collect();
+            json_response(
+                200,
+                &crate::semantics::openapi_v2(&refs),
+                "application/json",
+            )
+        }
+        Route::OpenApiV3(p) => match crate::openapi::v3(&types, &p) {
+            Some(doc) => json_response(200, &doc, "application/json"),
+            None => text(404, "404 page not found"),
+        },
+        Route::CoreVersions | Route::Groups => match output {
+            Some(Output::AggregatedDiscovery(v)) => json_response(
+                200,
+                &crate::discovery::aggregated(&types, route == Route::CoreVersions, v),
+                &format!("application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"),
+            ),
+            Some(_) if route == Route::CoreVersions => json_response(
+                200,
+                &crate::discovery::core_versions(&core.addr.to_string()),
+                "application/json",
+            ),
+            Some(_) => json_response(
+                200,
+                &crate::discovery::group_list(&types),
+                "application/json",
+            ),
+            None => error_response(&ApiError::not_acceptable()),
+        },
+        Route::Group(g) => match crate::discovery::group(&types, &g) {
+            Some(d) => json_response(200, &d, "application/json"),
+            None => error_response(&ApiError::no_such_resource()),
+        },
+        Route::GroupVersion(g, v) => match crate::discovery::resource_list(&types, &g, &v) {
+            Some(d) => json_response(200, &d, "application/json"),
+            None => error_response(&ApiError::no_such_resource()),
+        },
+        _ => text(404, "404 page not found"),
+    }
+}
+
+fn verb_of(method: &Method, has_name: bool, watch: bool) -> Option<&'static str> {
+    Some(match (method.as_str(), has_name) {
+        ("GET", false) if watch => "watch",
+        ("GET", false) => "list",
+        ("GET", true) if watch => "watch",
+        ("GET", true) => "get",
+        ("POST", false) => "create",
+        ("PUT", true) => "update",
+        ("PATCH", true) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => return None,
+    })
+}
+
+fn writer(query: &Query, ua: &str) -> Writer {
+    let manager = match query.get("fieldManager") {
+        Some(m) => m.to_string(),
+        None => {
+            let prefix = ua.split('/').next().unwrap_or_default();
+            if prefix.is_empty() {
+                "unknown".to_string()
+            } else {
+                prefix.to_string()
+            }
+        }
+    };
+    Writer { manager }
+}
+
+async fn resource(
+    core: &Arc<Core>,
+    req: Request<Incoming>,
+    rp: ResourcePath,
+    query: &Query,
+    entry: &mut LoggedRequest,
+) -> Response<Body> {
+    let method = req.method().clone();
+    let watch = rp.legacy_watch || query.flag("watch");
+    entry.group = rp.group.clone();
+    entry.resource = rp.resource.clone();
+    entry.namespace = rp.namespace.clone().unwrap_or_default();
+    entry.name = rp.name.clone().unwrap_or_default();
+    entry.subresource = rp.subresource.clone().unwrap_or_default();
+    let Some(verb) = verb_of(&method, rp.name.is_some(), watch) else {
+        return error_response(&ApiError::method_not_allowed(&format!(
+            "{method} {}",
+            req.uri().path()
+        )));
+    };
+    entry.verb = verb.to_string();
+    let accept = header(&req, "accept");
+    let content_type = header(&req, "content-type");
+    let patch_type = if verb == "patch" {
+        PatchType::from_content_type(content_type.as_deref()).ok()
+    } else {
+        None
+    };
+    entry.patch_type = patch_type
+        .map(PatchType::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let facts = RequestFacts {
+        verb: verb.to_string(),
+        group: rp.group.clone(),
+        resource: rp.resource.clone(),
+        namespace: entry.namespace.clone(),
+        name: entry.name.clone(),
+        subresource: entry.subresource.clone(),
+        watch,
+        field_manager: entry.field_manager.clone(),
+        patch_type: entry.patch_type.clone(),
+        user_agent: entry.user_agent.clone(),
+    };
+    let fired = core.faults.evaluate(&facts);
+    let delay: u64 = fired.iter().map(|r| r.delay_ms).sum();
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+    for r in &fired {
+        match &r.action {
+            Action::Status {
+                code,
+                reason,
+                message,
+                retry_after_seconds,
+            } => {
+                let mut e = injected_status(*code, reason.as_deref(), message.as_deref());
+                e.retry_after = *retry_after_seconds;
+                if e.retry_after.is_none() && matches!(code, 429 | 503) {
+                    e.retry_after = Some(1);
+                }
+                return error_response(&e);
+            }
+            Action::ConflictStatus if matches!(verb, "update" | "patch") => {
+                return error_response(&ApiError::conflict(
+                    &rp.resource,
+                    &rp.group,
+                    entry.name.as_str(),
+                ));
+            }
+            _ => {}
+        }
+    }
+    let output = match request::negotiate(accept.as_deref()) {
+        Some(o) => o,
+        None => return error_response(&ApiError::not_acceptable()),
+    };
+    let body = match read_body(req.into_body()).await {
+        Ok(b) => b,
+        Err(e) => return error_response(&e),
+    };
+    if matches!(verb, "create" | "update")
+        && content_type
+            .as_deref()
+            .is_some_and(|c| c.contains("protobuf") || c.contains("cbor"))
+    {
+        return error_response(&ApiError::unsupported_media(
+            "application/json, application/yaml (protobuf and CBOR request bodies are not emulated by kube-emulator; \
+             kubectl's typed generators such as `kubectl create configmap` send protobuf: use `kubectl apply -f` or `kubectl create -f`)",
+        ));
+    }
+    let target = match resolve(core, &rp, verb) {
+        Ok(t) => t,
+        Err(e) => return error_response(&e),
+    };
+    let w = writer(query, &entry.user_agent);
+    if verb == "watch" {
+        return match start_watch(core, target, query, output, fired) {
+            Ok(b) => {
+                let mut r = Response::new(b);
+                let ct = if output == Output::Metadata {
+                    "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+                } else {
+                    "application/json"
+                };
+                r.headers_mut()
+                    .insert(CONTENT_TYPE, HeaderValue::from_static(ct));
+                r
+            }
+            Err(e) => error_response(&e),
+        };
+    }
+    // Faults that act on the store just before the request is handled.
+    for r in &fired {
+        match &r.action {
+            Action::StaleWrite if matches!(verb, "update" | "patch") => stale_write(core, &target),
+            Action::AlreadyExistsRace if verb == "create" => {
+                let st = &mut core.lock();
+                if let Ok(obj) = ops::decode_body(&body) {
+                    let _ = ops::create(
+                        st,
+                        &target,
+                        obj,
+                        &Writer {
+                            manager: "kube-emulator-fault".into(),
+                        },
+                        false,
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    let result = {
+        let mut st = core.lock();
+        match verb {
+            "get" => ops::get(&st, &target, output),
+            "list" => ops::list(&mut st, &target, query, output),
+            "create" => ops::decode_body(&body).and_then(|obj| {
+                if target.sub.is_some() {
+                    return Err(ApiError::method_not_allowed("POST on a subresource"));
+                }
+                ops::create(&mut st, &target, obj, &w, false).map(|mut r| {
+                    if output == Output::Metadata {
+                        r.body = crate::meta::to_partial(&r.body);
+                    }
+                    r
+                })
+            }),
+            "update" => ops::update(&mut st, &target, &body, &w, output),
+            "patch" => PatchType::from_content_type(content_type.as_deref())
+                .and_then(|pt| ops::patch(&mut st, &target, &body, pt, query, &w, output)),
+            "delete" => ops::delete(&mut st, &target, query, &body, output),
+            "deletecollection" => ops::delete_collection(&mut st, &target, query, &body),
+            _ => Err(ApiError::method_not_allowed(verb)),
+        }
+    };
+    if verb != "get" && verb != "list" {
+        core.kick.notify_one();
+    }
+    match result {
+        Ok(reply) => {
+            let ct = match output {
+                Output::Metadata => "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+                Output::Table => "application/json;as=Table;g=meta.k8s.io;v=v1",
+                _ => "application/json",
+            };
+            let ct = if output == Output::Metadata && verb == "list" {
+                "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+            } else {
+                ct
+            };
+            let mut resp = json_response(reply.code, &reply.body, ct);
+            for w in &reply.warnings {
+                if let Ok(v) =
+                    HeaderValue::from_str(&format!("299 - \"{}\"", w.replace('"', "\\\"")))
+                {
+                    resp.headers_mut().append("Warning", v);
+                }
+            }
+            if let Some(ms) = fired.iter().find_map(|r| match r.action {
+                Action::SlowBody { ms } => Some(ms),
+                _ => None,
+            }) {
+                return slow(resp, Duration::from_millis(ms));
+            }
+            resp
+        }
+        Err(e) => error_response(&e),
+    }
+}
+
+fn slow(resp: Response<Body>, d: Duration) -> Response<Body> {
+    let (parts, body) = resp.into_parts();
+    let stream = futures::stream::once(async move {
+        tokio::time::sleep(d).await;
+        body.collect().await.map(|c| Frame::data(c.to_bytes()))
+    });
+    Response::from_parts(parts, boxed_stream(StreamBody::new(stream)))
+}
+
+fn injected_status(code: u16, reason: Option<&str>, message: Option<&str>) -> ApiError {
+    let default_reason = match code {
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        409 => "Conflict",
+        429 => "TooManyRequests",
+        500 => "InternalError",
+        503 => "ServiceUnavailable",
+        504 => "Timeout",
+        _ => "",
+    };
+    let msg = message.map(str::to_string).unwrap_or_else(|| match code {
+        429 => "the server has received too many requests and has asked us to try again later (injected)".into(),
+        500 => "Internal error occurred: injected fault".into(),
+        503 => "the server is currently unable to handle the request (injected)".into(),
+        504 => "the server was unable to return a response in the time allotted, but may still be processing the request (injected)".into(),
+        c => format!("injected fault {c}"),
+    });
+    ApiError::new(code, reason.unwrap_or(default_reason), msg)
+}
+
+/// A real concurrent write: bump an annotation so the client's RV is stale.
+fn stale_write(core: &Core, t: &Target) {
+    let mut st = core.lock();
+    let k = crate::store::key(t.ns.as_deref(), t.name.as_deref().unwrap_or_default());
+    if let Some(cur) = st.get(&t.rt.gr(), &k) {
+        let mut o = (*cur).clone();
+        let n = crate::meta::str_at(&o, "/metadata/annotations/kube-emulator~1stale-write")
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(0)
+            + 1;
+        let ann = crate::meta::meta_mut(&mut o)
+            .entry("annotations")
+            .or_insert_with(|| json!({}));
+        if let Value::Object(a) = ann {
+            a.insert("kube-emulator/stale-write".into(), json!(n.to_string()));
+        }
+        st.replace(&t.rt.gr(), k, o);
+    }
+}
+
+fn resolve(core: &Core, rp: &ResourcePath, verb: &str) -> Result<Target, ApiError> {
+    let st = core.lock();
+    let rt = st
+        .resolve(&rp.group, &rp.version, &rp.resource)
+        .ok_or_else(ApiError::no_such_resource)?;
+    if rt.namespaced {
+        if rp.namespace.is_none() {
+            if rp.name.is_some() {
+                return Err(ApiError::no_such_resource());
+            }
+            if !matches!(verb, "list" | "watch") {
+                return Err(ApiError::method_not_allowed(&format!(
+                    "{verb} on all namespaces of {}",
+                    rt.qualified()
+                )));
+            }
+        }
+    } else if rp.namespace.is_some() {
+        return Err(ApiError::no_such_resource());
+    }
+    Ok(Target {
+        rt,
+        ns: rp.namespace.clone(),
+        name: rp.name.clone(),
+        sub: rp.subresource.clone(),
+    })
+}
+
+fn start_watch(
+    core: &Arc<Core>,
+    target: Target,
+    q: &Query,
+    output: Output,
+    faults: Vec<Rule>,
+) -> Result<Body, ApiError> {
+    let send_initial = q.flag("sendInitialEvents");
+    let bookmarks = q.flag("allowWatchBookmarks");
+    let rv_match = q.get("resourceVersionMatch");
+    if send_initial && (!bookmarks || rv_match != Some("NotOlderThan")) {
+        return Err(ApiError::invalid(
+            "ListOptions",
+            "meta.k8s.io",
+            "",
+            vec![crate::error::Cause::new(
+                "FieldValueForbidden",
+                "Forbidden: sendInitialEvents requires setting allowWatchBookmarks=true and resourceVersionMatch=NotOlderThan",
+                "sendInitialEvents",
+            )],
+        ));
+    }
+    if !send_initial && rv_match.is_some() {
+        return Err(ApiError::invalid(
+            "ListOptions",
+            "meta.k8s.io",
+            "",
+            vec![crate::error::Cause::new(
+                "FieldValueForbidden",
+                "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                "resourceVersionMatch",
+            )],
+        ));
+    }
+    let mut target = target;
+    let mut fs = q.get("fieldSelector").unwrap_or_default().to_string();
+    if let Some(name) = target.name.take() {
+        // Single-object watch path: the same as a metadata.name field selector.
+        if !fs.is_empty() {
+            fs.push(',');
+        }
+        fs.push_str(&format!("metadata.name={name}"));
+    }
+    let labels = crate::selector::LabelSelector::parse(q.get("labelSelector").unwrap_or_default())?;
+    let fields = crate::selector::FieldSelector::parse(
+        &fs,
+        &target.rt.group,
+        &target.rt.plural,
+        target.rt.namespaced,
+    )?;
+    let timeout = match q.int("timeoutSeconds")? {
+        Some(s) if s > 0 => Duration::from_secs(s as u64),
+        _ => core.config.watch_default_timeout,
+    };
+    crate::watch::start(
+        core,
+        WatchReq {
+            target,
+            labels,
+            fields,
+            rv: q.get("resourceVersion").map(str::to_string),
+            send_initial,
+            bookmarks,
+            timeout,
+            output,
+            faults,
+        },
+    )
+}

@@ -1,0 +1,372 @@
+//! The versioned in-memory store: one global resourceVersion, per-type object maps, a global event
+//! log (ring buffer) and the watch subscribers (spec §2, §3.6). Everything observable happens under
+//! one mutex so watch order equals commit order.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::meta;
+use crate::registry::{GroupResource, ResourceType};
+use crate::selector::{FieldSelector, LabelSelector};
+
+/// Watch event type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    /// Object created.
+    Added,
+    /// Object changed.
+    Modified,
+    /// Object removed.
+    Deleted,
+}
+
+impl EventType {
+    /// Wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Added => "ADDED",
+            Self::Modified => "MODIFIED",
+            Self::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One committed change.
+#[derive(Debug, Clone)]
+pub struct LogEntry {
+    /// Revision of this change.
+    pub rv: u64,
+    /// Resource type.
+    pub gr: GroupResource,
+    /// Change kind.
+    pub etype: EventType,
+    /// New state (for Deleted: last state carrying the deletion revision).
+    pub obj: Arc<Value>,
+    /// Previous state (Modified only).
+    pub prev: Option<Arc<Value>>,
+    /// When committed (age-based retention).
+    pub at: Instant,
+}
+
+/// What a watch stream receives from the store.
+#[derive(Debug, Clone)]
+pub enum WatchMsg {
+    /// An event for the client.
+    Event(EventType, Arc<Value>),
+    /// Bookmark at this revision.
+    Bookmark(u64),
+    /// Initial-events-end bookmark (sendInitialEvents).
+    InitialEnd(u64),
+}
+
+/// A registered watch.
+#[derive(Debug)]
+pub struct Subscriber {
+    /// Id.
+    pub id: u64,
+    /// Watched type.
+    pub gr: GroupResource,
+    /// Namespace filter.
+    pub namespace: Option<String>,
+    /// Label filter.
+    pub labels: LabelSelector,
+    /// Field filter.
+    pub fields: FieldSelector,
+    /// Channel to the watch task.
+    pub tx: mpsc::Sender<WatchMsg>,
+}
+
+impl Subscriber {
+    fn matches(&self, obj: &Value) -> bool {
+        if let Some(ns) = &self.namespace {
+            if meta::str_at(obj, "/metadata/namespace") != Some(ns.as_str()) {
+                return false;
+            }
+        }
+        self.labels.matches(obj) && self.fields.matches(obj)
+    }
+
+    /// Events this subscriber sees for one log entry (selector transitions, spec §3.4).
+    pub fn translate(&self, e: &LogEntry) -> Option<WatchMsg> {
+        if e.gr != self.gr {
+            return None;
+        }
+        match e.etype {
+            EventType::Added => self
+                .matches(&e.obj)
+                .then(|| WatchMsg::Event(EventType::Added, e.obj.clone())),
+            EventType::Deleted => self
+                .matches(&e.obj)
+                .then(|| WatchMsg::Event(EventType::Deleted, e.obj.clone())),
+            EventType::Modified => {
+                let now = self.matches(&e.obj);
+                let before = e.prev.as_ref().is_some_and(|p| self.matches(p));
+                match (before, now) {
+                    (true, true) => Some(WatchMsg::Event(EventType::Modified, e.obj.clone())),
+                    (false, true) => Some(WatchMsg::Event(EventType::Added, e.obj.clone())),
+                    (true, false) => {
+                        // Leaving the selection: previous state with the event's revision.
+                        let mut p = e
+                            .prev
+                            .as_ref()
+                            .map(|p| (**p).clone())
+                            .unwrap_or(Value::Null);
+                        meta::set_rv(&mut p, e.rv);
+                        Some(WatchMsg::Event(EventType::Deleted, Arc::new(p)))
+                    }
+                    (false, false) => None,
+                }
+            }
+        }
+    }
+}
+
+/// A materialised list snapshot for `continue` tokens.
+#[derive(Debug)]
+pub struct ListSnapshot {
+    /// Revision the list reflects.
+    pub rv: u64,
+    /// All matching items, sorted by key.
+    pub items: Vec<(String, Arc<Value>)>,
+    /// Creation time (TTL).
+    pub at: Instant,
+}
+
+/// Retention settings.
+#[derive(Debug, Clone)]
+pub struct Retention {
+    /// Max events kept.
+    pub max_events: usize,
+    /// Max event age.
+    pub max_age: Duration,
+    /// Continue-token TTL.
+    pub list_ttl: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            max_events: 10_000,
+            max_age: Duration::from_secs(300),
+            list_ttl: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Store key of an object: `ns/name` or `name`.
+pub fn key(ns: Option<&str>, name: &str) -> String {
+    match ns {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
+    }
+}
+
+/// The state behind the store mutex.
+#[derive(Debug)]
+pub struct State {
+    /// Global revision (last assigned).
+    pub rv: u64,
+    /// Watches starting at a revision below this get 410.
+    pub compacted_rv: u64,
+    /// Objects per type, keyed by `ns/name`.
+    pub objects: HashMap<GroupResource, BTreeMap<String, Arc<Value>>>,
+    /// Event log.
+    pub log: VecDeque<LogEntry>,
+    /// Watches.
+    pub watchers: Vec<Subscriber>,
+    /// Served types (built-ins + Established CRDs).
+    pub types: BTreeMap<GroupResource, Arc<ResourceType>>,
+    /// Paged list snapshots by id.
+    pub lists: HashMap<u64, ListSnapshot>,
+    /// Id source for watchers and snapshots.
+    pub next_id: u64,
+    /// Next ClusterIP offset in 10.96.0.0/12.
+    pub next_cluster_ip: u32,
+    /// Next NodePort.
+    pub next_node_port: u32,
+    /// Retention.
+    pub retention: Retention,
+}
+
+impl State {
+    /// Fresh state with the built-in types.
+    pub fn new(retention: Retention) -> Self {
+        let types = crate::registry::builtins()
+            .into_iter()
+            .map(|rt| (rt.gr(), Arc::new(rt)))
+            .collect();
+        Self {
+            rv: 1,
+            compacted_rv: 1,
+            objects: HashMap::new(),
+            log: VecDeque::new(),
+            watchers: Vec::new(),
+            types,
+            lists: HashMap::new(),
+            next_id: 1,
+            next_cluster_ip: 10,
+            next_node_port: 30000,
+            retention,
+        }
+    }
+
+    /// Look up a served type.
+    pub fn resolve(&self, group: &str, version: &str, resource: &str) -> Option<Arc<ResourceType>> {
+        self.types
+            .get(&GroupResource::new(group, resource))
+            .filter(|rt| rt.version == version)
+            .cloned()
+    }
+
+    /// Read one object.
+    pub fn get(&self, gr: &GroupResource, k: &str) -> Option<Arc<Value>> {
+        self.objects.get(gr).and_then(|m| m.get(k)).cloned()
+    }
+
+    /// Fresh id.
+    pub fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn push(&mut self, entry: LogEntry) {
+        self.watchers.retain(|w| match w.translate(&entry) {
+            // A watcher that cannot keep up is closed; the client re-watches (real servers do the same).
+            Some(msg) => w.tx.try_send(msg).is_ok(),
+            None => !w.tx.is_closed(),
+        });
+        self.log.push_back(entry);
+        self.trim();
+    }
+
+    /// Apply retention to the event log.
+    pub fn trim(&mut self) {
+        let now = Instant::now();
+        while let Some(front) = self.log.front() {
+            let too_many = self.log.len() > self.retention.max_events;
+            let too_old = now.duration_since(front.at) > self.retention.max_age;
+            if !(too_many || too_old) {
+                break;
+            }
+            self.compacted_rv = front.rv;
+            self.log.pop_front();
+        }
+        let ttl = self.retention.list_ttl;
+        self.lists.retain(|_, s| now.duration_since(s.at) <= ttl);
+    }
+
+    /// Drop all history: every watch resuming from an older revision gets 410.
+    pub fn compact_now(&mut self) {
+        self.log.clear();
+        self.compacted_rv = self.rv;
+        self.lists.clear();
+    }
+
+    /// Persist a new object (ADDED).
+    pub fn insert(&mut self, gr: &GroupResource, k: String, mut obj: Value) -> Arc<Value> {
+        self.rv += 1;
+        meta::set_rv(&mut obj, self.rv);
+        let obj = Arc::new(obj);
+        self.objects
+            .entry(gr.clone())
+            .or_default()
+            .insert(k, obj.clone());
+        let e = LogEntry {
+            rv: self.rv,
+            gr: gr.clone(),
+            etype: EventType::Added,
+            obj: obj.clone(),
+            prev: None,
+            at: Instant::now(),
+        };
+        self.push(e);
+        obj
+    }
+
+    /// Replace an existing object (MODIFIED).
+    pub fn replace(&mut self, gr: &GroupResource, k: String, mut obj: Value) -> Arc<Value> {
+        self.rv += 1;
+        meta::set_rv(&mut obj, self.rv);
+        let obj = Arc::new(obj);
+        let prev = self
+            .objects
+            .entry(gr.clone())
+            .or_default()
+            .insert(k, obj.clone());
+        let e = LogEntry {
+            rv: self.rv,
+            gr: gr.clone(),
+            etype: EventType::Modified,
+            obj: obj.clone(),
+            prev,
+            at: Instant::now(),
+        };
+        self.push(e);
+        obj
+    }
+
+    /// Remove an object (DELETED with the deletion revision); returns the last state.
+    pub fn remove(&mut self, gr: &GroupResource, k: &str) -> Option<Arc<Value>> {
+        let prev = self.objects.get_mut(gr)?.remove(k)?;
+        self.rv += 1;
+        let mut last = (*prev).clone();
+        meta::set_rv(&mut last, self.rv);
+        let last = Arc::new(last);
+        let e = LogEntry {
+            rv: self.rv,
+            gr: gr.clone(),
+            etype: EventType::Deleted,
+            obj: last.clone(),
+            prev: None,
+            at: Instant::now(),
+        };
+        self.push(e);
+        Some(last)
+    }
+
+    /// All objects of a type, sorted by key, filtered.
+    pub fn select(
+        &self,
+        gr: &GroupResource,
+        ns: Option<&str>,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+    ) -> Vec<(String, Arc<Value>)> {
+        let Some(m) = self.objects.get(gr) else {
+            return Vec::new();
+        };
+        let iter: Box<dyn Iterator<Item = (&String, &Arc<Value>)>> = match ns {
+            Some(ns) => {
+                let start = format!("{ns}/");
+                let end = format!("{ns}0"); // '0' follows '/' in byte order
+                Box::new(m.range(start..end))
+            }
+            None => Box::new(m.iter()),
+        };
+        iter.filter(|(_, o)| labels.matches(o) && fields.matches(o))
+            .map(|(k, o)| (k.clone(), o.clone()))
+            .collect()
+    }
+
+    /// Deliver a message to one watcher (bookmarks: ordered after every event already queued).
+    pub fn send_to(&mut self, id: u64, msg: WatchMsg) -> bool {
+        match self.watchers.iter().find(|w| w.id == id) {
+            Some(w) => w.tx.try_send(msg).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Remove a watcher.
+    pub fn unsubscribe(&mut self, id: u64) {
+        self.watchers.retain(|w| w.id != id);
+    }
+
+    /// Close every watch (restart simulation).
+    pub fn close_all_watches(&mut self) {
+        self.watchers.clear();
+    }
+}
