@@ -378,7 +378,9 @@ struct Worker {
 
 impl Worker {
     async fn run(self, period: Duration, delay: Duration) {
-        tokio::time::sleep(delay).await;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         let mut ticker = tokio::time::interval(period);
         // A probe that waited for a permit past its tick runs once, not in a burst.
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);

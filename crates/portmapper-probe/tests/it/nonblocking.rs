@@ -1,0 +1,88 @@
+//! Reading results never waits on a probe, however many hang.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use portmapper_api::check::HttpGetCheck;
+use portmapper_probe::{
+    ExecutorConfig, Membership, NetworkCheck, NoMetrics, Prober, ProberConfig, Target,
+};
+
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hanging_probes_never_delay_a_results_read() {
+    let hanging = HttpServer::start(LOCALHOST, Reply::Hang).await;
+    let (prober, _events) = Prober::network(
+        ProberConfig {
+            concurrency: 4,
+            start_jitter: false,
+        },
+        ExecutorConfig {
+            allow_loopback: true,
+            ..ExecutorConfig::default()
+        },
+        Arc::new(NoMetrics),
+    )
+    .unwrap();
+    // Twenty targets whose probes hang for the longest allowed timeout.
+    let targets: Vec<Target> = (0..20)
+        .map(|i| {
+            let mut t = target(
+                hanging.addr,
+                NetworkCheck::HttpGet(HttpGetCheck {
+                    timeout_seconds: Some(60),
+                    ..HttpGetCheck::default()
+                }),
+            );
+            t.pod.name = format!("kafka-{i}");
+            t.pod.uid = format!("uid-{i}");
+            t.seed = Membership::Included;
+            t
+        })
+        .collect();
+    prober.set_targets(&mapping(), targets);
+    // Wait until the probes are in flight: the server holds four connections.
+    for _ in 0..200 {
+        if hanging.seen.connections() >= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(prober.in_flight(), 4);
+
+    let prober = Arc::new(prober);
+    let reader = prober.clone();
+    // A blocking read on another thread; if it waited on a probe it would take 60 s.
+    let read = tokio::task::spawn_blocking(move || {
+        for _ in 0..999 {
+            reader.results(&mapping());
+        }
+        reader.results(&mapping())
+    });
+    let results = tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .expect("results read waited on hanging probes")
+        .unwrap();
+    assert_eq!(results.len(), 20);
+    assert!(
+        results
+            .values()
+            .all(|r| r.membership == Membership::Included && r.probes == 0)
+    );
+    assert_eq!(
+        prober.in_flight(),
+        4,
+        "probes still hanging while reads completed"
+    );
+    // set_targets does not wait either.
+    let setter = prober.clone();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::task::spawn_blocking(move || setter.remove_mapping(&mapping())),
+    )
+    .await
+    .expect("set_targets waited on hanging probes")
+    .unwrap();
+    assert_eq!(prober.target_count(), 0);
+}

@@ -1,0 +1,212 @@
+//! `webhook` against a real HTTP(S) decider.
+
+use portmapper_api::check::WebhookCheck;
+use portmapper_probe::{Cause, MembershipReview, NetworkCheck, Outcome, Target};
+
+use crate::support::*;
+
+fn webhook(url: String, ca_bundle: Option<String>) -> NetworkCheck {
+    NetworkCheck::Webhook(WebhookCheck {
+        url,
+        timeout_seconds: None,
+        ca_bundle,
+    })
+}
+
+/// A target for pod 10.244.1.5 (never contacted: webhooks only receive the address).
+fn pod_target(check: NetworkCheck) -> Target {
+    target("10.244.1.5:9092".parse().unwrap(), check)
+}
+
+#[tokio::test]
+async fn each_decision_is_applied_with_its_reason() {
+    for (decision, outcome) in [
+        ("Include", Outcome::Include),
+        ("Exclude", Outcome::Exclude),
+        ("Abstain", Outcome::Abstain),
+    ] {
+        let body = format!(r#"{{"decision":"{decision}","reason":"broker says {decision}"}}"#);
+        let server = HttpServer::start(LOCALHOST, Reply::json(200, &body)).await;
+        let url = format!("http://{}/decide", server.addr);
+        let result = probe(&pod_target(webhook(url, None))).await;
+        assert_eq!(
+            (result.outcome, result.cause),
+            (outcome, Cause::WebhookDecision),
+            "{result:?}"
+        );
+        assert_eq!(result.reason, format!("webhook: broker says {decision}"));
+    }
+}
+
+#[tokio::test]
+async fn the_review_document_describes_pod_port_and_address() {
+    let server = HttpServer::start(LOCALHOST, Reply::json(200, r#"{"decision":"Include"}"#)).await;
+    let url = format!("http://{}/decide?x=1", server.addr);
+    let result = probe(&pod_target(webhook(url, None))).await;
+    assert_eq!(result.outcome, Outcome::Include, "{result:?}");
+    let requests = server.seen.requests();
+    let (head, body) = &requests[0];
+    assert!(head.starts_with("POST /decide?x=1 HTTP/1.1\r\n"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{head}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(body).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "apiVersion": "portmapper.dev/v1alpha1",
+            "kind": "MembershipReview",
+            "namespace": "shop",
+            "portMapping": "kafka",
+            "service": "kafka",
+            "pod": {
+                "name": "kafka-0",
+                "uid": "uid-0",
+                "labels": {"app": "kafka"},
+                "annotations": {"example.com/ports": "broker"}
+            },
+            "port": {"name": "broker", "number": 9092, "targetPort": 9092, "protocol": "TCP"},
+            "address": "10.244.1.5",
+            "family": "IPv4"
+        })
+    );
+    // The document round-trips through the public type webhook authors can use.
+    let review: MembershipReview = serde_json::from_value(json).unwrap();
+    assert_eq!(review.pod.name, "kafka-0");
+}
+
+#[tokio::test]
+async fn garbage_answers_abstain_as_malformed() {
+    for body in [
+        "not json",
+        r#"{"decision":"Maybe"}"#,
+        r#"{"reason":"no decision"}"#,
+    ] {
+        let server = HttpServer::start(LOCALHOST, Reply::json(200, body)).await;
+        let result = probe(&pod_target(webhook(
+            format!("http://{}/", server.addr),
+            None,
+        )))
+        .await;
+        assert_eq!(
+            (result.outcome, result.cause),
+            (Outcome::Abstain, Cause::WebhookMalformed),
+            "{body}: {result:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn non_success_status_and_redirects_abstain() {
+    for code in [302, 404, 500] {
+        let server =
+            HttpServer::start(LOCALHOST, Reply::json(code, r#"{"decision":"Exclude"}"#)).await;
+        let result = probe(&pod_target(webhook(
+            format!("http://{}/", server.addr),
+            None,
+        )))
+        .await;
+        assert_eq!(
+            (result.outcome, result.cause),
+            (Outcome::Abstain, Cause::WebhookUnavailable),
+            "{code}: {result:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn timing_out_or_down_webhook_abstains() {
+    let hanging = HttpServer::start(LOCALHOST, Reply::Hang).await;
+    let result = probe(&pod_target(webhook(
+        format!("http://{}/", hanging.addr),
+        None,
+    )))
+    .await;
+    assert_eq!(
+        (result.outcome, result.cause),
+        (Outcome::Abstain, Cause::WebhookUnavailable),
+        "{result:?}"
+    );
+    assert!(result.reason.contains("timed out"), "{result:?}");
+
+    let down = refused_addr(LOCALHOST).await;
+    let result = probe(&pod_target(webhook(format!("http://{down}/"), None))).await;
+    assert_eq!(
+        (result.outcome, result.cause),
+        (Outcome::Abstain, Cause::WebhookUnavailable),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn https_webhook_is_verified_against_the_ca_bundle() {
+    let (acceptor, cert_pem) = self_signed(&["localhost"]);
+    let server = HttpServer::start_tls(
+        LOCALHOST,
+        Reply::json(200, r#"{"decision":"Include"}"#),
+        acceptor,
+    )
+    .await;
+    let url = format!("https://localhost:{}/decide", server.addr.port());
+    let result = probe(&pod_target(webhook(url.clone(), Some(cert_pem)))).await;
+    assert_eq!(
+        (result.outcome, result.cause),
+        (Outcome::Include, Cause::WebhookDecision),
+        "{result:?}"
+    );
+
+    // Another CA's bundle does not verify it: abstain, never include.
+    let (_, other_pem) = self_signed(&["localhost"]);
+    let result = probe(&pod_target(webhook(url.clone(), Some(other_pem)))).await;
+    assert_eq!(
+        (result.outcome, result.cause),
+        (Outcome::Abstain, Cause::WebhookUnavailable),
+        "{result:?}"
+    );
+
+    // Without a bundle the system roots apply, which do not know this certificate.
+    let result = probe(&pod_target(webhook(url.clone(), None))).await;
+    assert_eq!(result.outcome, Outcome::Abstain, "{result:?}");
+
+    let result = probe(&pod_target(webhook(url, Some("not pem".into())))).await;
+    assert_eq!(
+        (result.outcome, result.cause),
+        (Outcome::Abstain, Cause::InvalidCheck),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn oversized_answer_abstains() {
+    let body = format!(
+        r#"{{"decision":"Include","reason":"{}"}}"#,
+        "x".repeat(64 * 1024)
+    );
+    let server = HttpServer::start(LOCALHOST, Reply::json(200, &body)).await;
+    let result = probe(&pod_target(webhook(
+        format!("http://{}/", server.addr),
+        None,
+    )))
+    .await;
+    assert_eq!(
+        (result.outcome, result.cause),
+        (Outcome::Abstain, Cause::WebhookMalformed),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn loopback_webhooks_need_the_loopback_allowance() {
+    let server = HttpServer::start(LOCALHOST, Reply::json(200, r#"{"decision":"Include"}"#)).await;
+    let production = portmapper_probe::NetworkExecutor::new(Default::default()).unwrap();
+    let t = pod_target(webhook(format!("http://{}/", server.addr), None));
+    let result = production.run(&mapping(), &t).await;
+    assert_eq!(
+        (result.outcome, result.cause),
+        (Outcome::Abstain, Cause::InvalidCheck),
+        "{result:?}"
+    );
+    assert_eq!(server.seen.connections(), 0);
+}
