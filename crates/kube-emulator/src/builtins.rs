@@ -193,22 +193,10 @@ fn default_service(st: &mut State, obj: &mut Value, old: Option<&Value>, creatin
     set_default(spec, "ipFamilies", json!(["IPv4"]));
 }
 
-/// Validate a built-in object (create when `old` is None). Rules come from `kube-validation`.
+/// Checks of the CRD definition itself (spec §5.1); everything else is in [`crate::validation`].
 pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
     let _ = old;
-    let mut causes = Vec::new();
-    let name = meta::str_at(obj, "/metadata/name").unwrap_or_default();
-    if name.is_empty() {
-        causes.push(Cause::new(
-            "FieldValueRequired",
-            "Required value: name or generateName is required",
-            "metadata.name",
-        ));
-    }
-    if rt.group == "apiextensions.k8s.io" {
-        causes.extend(validate_crd(obj));
-    }
-    causes
+    if rt.group == "apiextensions.k8s.io" { validate_crd(obj) } else { Vec::new() }
 }
 
 fn validate_crd(obj: &Value) -> Vec<Cause> {

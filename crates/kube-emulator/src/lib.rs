@@ -43,9 +43,9 @@ pub mod semantics;
 pub mod server;
 pub mod smp;
 pub mod snapshot;
-pub mod ssa_status;
 pub mod store;
 pub mod table;
+pub mod validation;
 pub mod watch;
 
 pub use admin::History;

@@ -420,6 +420,7 @@ fn admit(
     if !causes.is_empty() {
         return Err(causes_to_invalid(rt, &name, causes));
     }
+    crate::validation::validate(rt, obj, old)?;
     Ok(warnings)
 }
 
@@ -931,6 +932,10 @@ fn apply(
             rt.kind
         )));
     }
+    // A missing name is taken from the URL (the merged object carries it, as upstream checks the result).
+    if str_at(&config, "/metadata/name").is_none_or(str::is_empty) {
+        meta::meta_mut(&mut config).insert("name".into(), json!(t.name()));
+    }
     if str_at(&config, "/metadata/name") != Some(t.name()) {
         return Err(ApiError::bad_request(format!(
             "the name of the object ({}) does not match the name on the URL ({})",
@@ -946,8 +951,6 @@ fn apply(
     let sub = t.sub.as_deref();
     let ctx = mctx(&rt, &av, w, sub, &now);
     let old = st.get(&rt.gr(), &t.key());
-    let conflicts_err =
-        |c: Vec<semantics::Conflict>| crate::ssa_status::conflict(&rt, t.name(), &c);
     match old {
         None => {
             if sub.is_some() {
@@ -955,7 +958,7 @@ fn apply(
             }
             let mut cfg = config.clone();
             meta::meta_mut(&mut cfg).remove("resourceVersion");
-            let merged = semantics::apply(None, &cfg, force, &ctx).map_err(conflicts_err)?;
+            let merged = semantics::apply(None, &cfg, force, &ctx)?;
             let r = create(st, t, merged, w, true)?;
             Ok(Reply {
                 body: output_object(&r.body, output),
@@ -971,7 +974,7 @@ fn apply(
                 }
             }
             let merged =
-                semantics::apply(Some(&old), &config, force, &ctx).map_err(conflicts_err)?;
+                semantics::apply(Some(&old), &config, force, &ctx)?;
             let u = update_pipeline(st, t, old, merged, w, RvRule::IfPresent, true)?;
             Ok(Reply {
                 code: 200,

@@ -4,23 +4,11 @@
 //! a change here and nowhere else. Until it is wired, minimal stand-ins keep requests working and
 //! say so in `docs/emulator.md`.
 
-use serde_json::{Map, Value, json};
+use apiserver_semantics::{BuiltinSchema, CrdSchema, ObjectSchema, ssa};
+use serde_json::{Value, json};
 
-use crate::error::Cause;
+use crate::error::{ApiError, Cause};
 use crate::registry::ResourceType;
-
-/// One field-manager conflict reported by apply.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Conflict {
-    /// Conflicting manager name.
-    pub manager: String,
-    /// `Apply` or `Update`.
-    pub operation: String,
-    /// apiVersion of the manager entry.
-    pub api_version: String,
-    /// Field path, `.metadata.labels.x` style.
-    pub path: String,
-}
 
 /// Inputs shared by managed-field operations.
 #[derive(Debug, Clone)]
@@ -37,42 +25,31 @@ pub struct ManagerCtx<'a> {
     pub rt: &'a ResourceType,
 }
 
-/// Record an `Update` operation by `ctx.manager` turning `old` (None = create) into `new`.
-pub fn record_update(old: Option<&Value>, new: &mut Value, ctx: &ManagerCtx<'_>) {
-    let entries = old
-        .and_then(|o| o.pointer("/metadata/managedFields"))
-        .cloned()
-        .unwrap_or(Value::Array(Vec::new()));
-    let mut entries = match entries {
-        Value::Array(a) => a,
-        _ => Vec::new(),
-    };
-    if !entries.iter().any(|e| same_entry(e, ctx, "Update")) {
-        entries.push(entry(ctx, "Update"));
+fn schema(rt: &ResourceType) -> Box<dyn ObjectSchema> {
+    match &rt.crd {
+        Some(c) => Box::new(CrdSchema::new(&c.schema, rt.status_subresource)),
+        None => Box::new(BuiltinSchema::for_kind(&rt.group, &rt.kind)),
     }
-    set_managed(new, entries);
 }
 
-/// Server-side apply: merge `config` into `live` (None = create) for `ctx.manager`.
-/// Returns the merged object (with managedFields) or the conflicts when `force` is false.
-pub fn apply(
-    live: Option<&Value>,
-    config: &Value,
-    force: bool,
-    ctx: &ManagerCtx<'_>,
-) -> Result<Value, Vec<Conflict>> {
-    let _ = force;
-    let mut merged = live.cloned().unwrap_or_else(|| json!({}));
-    merge_into(&mut merged, config);
-    let mut entries = match live.and_then(|o| o.pointer("/metadata/managedFields")) {
-        Some(Value::Array(a)) => a.clone(),
-        _ => Vec::new(),
-    };
-    if !entries.iter().any(|e| same_entry(e, ctx, "Apply")) {
-        entries.push(entry(ctx, "Apply"));
+/// Record an `Update` operation by `ctx.manager` turning `old` (None = create) into `new`.
+pub fn record_update(old: Option<&Value>, new: &mut Value, ctx: &ManagerCtx<'_>) {
+    *new = ssa::record_update(old, new, ctx.manager, ctx.subresource, schema(ctx.rt).as_ref(), ctx.now);
+}
+
+/// Server-side apply of `config` onto `live` (None = create) by `ctx.manager`: the merged object
+/// with managedFields, or the 409/400 Status.
+pub fn apply(live: Option<&Value>, config: &Value, force: bool, ctx: &ManagerCtx<'_>) -> Result<Value, ApiError> {
+    match ssa::apply(live, config, ctx.manager, force, ctx.subresource, schema(ctx.rt).as_ref(), ctx.now) {
+        Ok(a) => Ok(a.object),
+        Err(ssa::ApplyError::Conflict(c)) => {
+            let status = c.to_status();
+            let mut e = ApiError::new(409, "Conflict", c.message());
+            e.details = status.get("details").cloned();
+            Err(e)
+        }
+        Err(ssa::ApplyError::BadRequest(m)) => Err(ApiError::bad_request(m)),
     }
-    set_managed(&mut merged, entries);
-    Ok(merged)
 }
 
 /// CRD schema handling on write: prune unknown fields, apply defaults, validate (OpenAPI + CEL).
@@ -106,41 +83,3 @@ pub fn schema_for(rt: &ResourceType) -> Option<Value> {
         .filter(|s| !s.is_null())
 }
 
-fn same_entry(e: &Value, ctx: &ManagerCtx<'_>, op: &str) -> bool {
-    e.get("manager").and_then(Value::as_str) == Some(ctx.manager)
-        && e.get("operation").and_then(Value::as_str) == Some(op)
-        && e.get("subresource").and_then(Value::as_str) == ctx.subresource
-}
-
-fn entry(ctx: &ManagerCtx<'_>, op: &str) -> Value {
-    let mut m = Map::new();
-    m.insert("manager".into(), json!(ctx.manager));
-    m.insert("operation".into(), json!(op));
-    m.insert("apiVersion".into(), json!(ctx.api_version));
-    m.insert("time".into(), json!(ctx.now));
-    m.insert("fieldsType".into(), json!("FieldsV1"));
-    m.insert("fieldsV1".into(), json!({}));
-    if let Some(s) = ctx.subresource {
-        m.insert("subresource".into(), json!(s));
-    }
-    Value::Object(m)
-}
-
-fn set_managed(obj: &mut Value, entries: Vec<Value>) {
-    crate::meta::meta_mut(obj).insert("managedFields".into(), Value::Array(entries));
-}
-
-fn merge_into(target: &mut Value, patch: &Value) {
-    match (target, patch) {
-        (Value::Object(t), Value::Object(p)) => {
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge_into(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        (t, p) => *t = p.clone(),
-    }
-}

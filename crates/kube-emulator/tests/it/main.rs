@@ -1,1 +1,5 @@
-mod x {}
+//! Integration tests of kube-emulator: the ten rules of spec §0, kube-rs conformance, kubectl
+//! conformance, faults, garbage collection and the P0 acceptance test.
+
+mod common;
+mod rules;
