@@ -1,1 +1,17 @@
-//! The pure heart of portmapper: the membership model and the EndpointSlice planner.
+//! The pure heart of portmapper: the membership model and the EndpointSlice planner. No API
+//! client, no I/O: everything here is a function of its inputs, so the operator, the prober and
+//! the tests share one definition of what must be published.
+
+pub mod check;
+pub mod decision;
+pub mod membership;
+pub mod network;
+pub mod pool;
+pub mod target;
+
+pub use check::{CheckContext, MembershipCheck};
+pub use decision::{Decision, Verdict, all_of, any_of};
+pub use membership::{Evaluation, PortRules, evaluate_port, port_rules, publish_not_ready};
+pub use network::{CheckPosition, NetworkDecisions, NetworkKey};
+pub use pool::{SelectorError, pod_in_pool, selector_matches};
+pub use target::{PodAddress, ResolvedPort, ResolvedTarget, pod_address, resolve_target_port};

@@ -1,0 +1,589 @@
+//! The check trait and the built-in checks that need only API objects (podReady,
+//! notTerminating, containerReady, podCondition, portNames, anyOf). Network checks read their
+//! result from [`NetworkDecisions`].
+//!
+//! `publishNotReadyAddresses` bypasses *health* checks (podReady, containerReady and the
+//! network checks: they say whether the pod is healthy) but never *backing* checks (portNames,
+//! podCondition: they say whether the pod is meant to serve the port at all) nor notTerminating.
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+use portmapper_api::check::{
+    ConditionStatus, ContainerReadyCheck, PodConditionCheck, PortNamesCheck,
+};
+use portmapper_api::{CheckKind, KeySource};
+
+use crate::decision::{Verdict, any_of};
+use crate::network::{CheckPosition, NetworkDecisions};
+use crate::pool::pod_key_value;
+use crate::target::{ResolvedPort, is_terminating};
+
+/// Everything a check may look at.
+#[derive(Clone, Copy, Debug)]
+pub struct CheckContext<'a> {
+    /// The Service.
+    pub service: &'a Service,
+    /// The pod.
+    pub pod: &'a Pod,
+    /// The Service port resolved on this pod at the address being evaluated.
+    pub port: &'a ResolvedPort<'a>,
+    /// Where the check sits in the port's list.
+    pub position: CheckPosition,
+    /// Network check results.
+    pub network: &'a NetworkDecisions,
+    /// `publishNotReadyAddresses` is in force: health checks include.
+    pub bypass_health: bool,
+}
+
+/// A membership check.
+pub trait MembershipCheck {
+    /// The name users write in YAML (`podReady`, `httpGet`, ...).
+    fn name(&self) -> &'static str;
+    /// Whether `publishNotReadyAddresses` bypasses it.
+    fn is_health(&self) -> bool;
+    /// The decision for one (pod, port, address).
+    fn evaluate(&self, ctx: &CheckContext<'_>) -> Verdict;
+}
+
+impl MembershipCheck for CheckKind<'_> {
+    fn name(&self) -> &'static str {
+        CheckKind::name(self)
+    }
+
+    fn is_health(&self) -> bool {
+        CheckKind::is_health(self)
+    }
+
+    fn evaluate(&self, ctx: &CheckContext<'_>) -> Verdict {
+        if ctx.bypass_health && self.is_health() {
+            return Verdict::INCLUDE;
+        }
+        match self {
+            CheckKind::PodReady => pod_ready(ctx.pod),
+            CheckKind::NotTerminating => {
+                if is_terminating(ctx.pod) {
+                    Verdict::exclude("notTerminating: pod is terminating")
+                } else {
+                    Verdict::INCLUDE
+                }
+            }
+            CheckKind::ContainerReady(c) => container_ready(c, ctx),
+            CheckKind::PodCondition(c) => pod_condition(c, ctx.pod),
+            CheckKind::PortNames(c) => port_names(c, ctx),
+            CheckKind::HttpGet(_)
+            | CheckKind::TcpSocket(_)
+            | CheckKind::Grpc(_)
+            | CheckKind::Webhook(_) => network(self.name(), ctx),
+            CheckKind::AnyOf(leaves) => any_of(leaves.iter().enumerate().map(|(j, leaf)| {
+                let sub = CheckContext {
+                    position: CheckPosition {
+                        index: ctx.position.index,
+                        any_of: Some(j),
+                    },
+                    ..*ctx
+                };
+                match leaf.kind() {
+                    Some(kind) => kind.evaluate(&sub),
+                    None => Verdict::exclude(format!(
+                        "anyOf[{j}]: the check sets {} kinds instead of one",
+                        leaf.kinds().len()
+                    )),
+                }
+            })),
+        }
+    }
+}
+
+fn pod_ready(pod: &Pod) -> Verdict {
+    let ready = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+    match ready {
+        Some(c) if c.status == "True" => Verdict::INCLUDE,
+        Some(c) => Verdict::exclude(format!("podReady: pod is not Ready (Ready={})", c.status)),
+        None => Verdict::exclude("podReady: pod has no Ready condition"),
+    }
+}
+
+fn container_ready(check: &ContainerReadyCheck, ctx: &CheckContext<'_>) -> Verdict {
+    let name = match (&check.container, ctx.port.target) {
+        (Some(name), _) => name.as_str(),
+        (None, Some(t)) => match t.container {
+            Some(c) => c,
+            None => {
+                return Verdict::exclude(format!(
+                    "containerReady: no container declares target port {}",
+                    t.number
+                ));
+            }
+        },
+        (None, None) => {
+            return Verdict::exclude("containerReady: the Service port has no target port");
+        }
+    };
+    let status = ctx.pod.status.as_ref();
+    let statuses = status
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .chain(
+            status
+                .and_then(|s| s.init_container_statuses.as_deref())
+                .unwrap_or_default(),
+        );
+    match statuses.into_iter().find(|s| s.name == name) {
+        Some(s) if s.ready => Verdict::INCLUDE,
+        Some(_) => Verdict::exclude(format!("containerReady: container {name:?} is not ready")),
+        None => Verdict::exclude(format!("containerReady: container {name:?} has no status")),
+    }
+}
+
+fn condition_status_text(status: ConditionStatus) -> &'static str {
+    match status {
+        ConditionStatus::True => "True",
+        ConditionStatus::False => "False",
+        ConditionStatus::Unknown => "Unknown",
+    }
+}
+
+fn pod_condition(check: &PodConditionCheck, pod: &Pod) -> Verdict {
+    let want = condition_status_text(check.status);
+    let found = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == check.type_));
+    match found {
+        Some(c) if c.status == want => Verdict::INCLUDE,
+        Some(c) => Verdict::exclude(format!(
+            "podCondition: condition {:?} is {}, want {want}",
+            check.type_, c.status
+        )),
+        None => Verdict::exclude(format!(
+            "podCondition: pod has no condition {:?}",
+            check.type_
+        )),
+    }
+}
+
+fn port_names(check: &PortNamesCheck, ctx: &CheckContext<'_>) -> Verdict {
+    let source = match check.from {
+        KeySource::Label => "label",
+        KeySource::Annotation => "annotation",
+    };
+    if ctx.port.name.is_empty() {
+        return Verdict::exclude("portNames: the Service port has no name to list");
+    }
+    match pod_key_value(ctx.pod, &check.key, check.from) {
+        None => Verdict::exclude(format!("portNames: pod has no {source} {}", check.key)),
+        Some(list) if list.split(',').map(str::trim).any(|n| n == ctx.port.name) => {
+            Verdict::INCLUDE
+        }
+        Some(_) => Verdict::exclude(format!(
+            "portNames: {source} {} does not list {:?}",
+            check.key, ctx.port.name
+        )),
+    }
+}
+
+fn network(name: &str, ctx: &CheckContext<'_>) -> Verdict {
+    let uid = ctx.pod.metadata.uid.as_deref().unwrap_or_default();
+    match ctx
+        .network
+        .get(uid, ctx.port.name, ctx.port.family, ctx.position)
+    {
+        None => Verdict::abstain(format!("{name}: no result yet")),
+        Some(v) => match &v.reason {
+            Some(r) if !r.starts_with(name) => Verdict {
+                decision: v.decision,
+                reason: Some(format!("{name}: {r}")),
+            },
+            _ => v.clone(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Decision;
+    use crate::network::NetworkKey;
+    use crate::target::ResolvedTarget;
+    use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use k8s_openapi::jiff::Timestamp;
+    use kube_validation::IpFamily;
+    use portmapper_api::check::{HttpGetCheck, LeafCheck};
+    use std::collections::BTreeMap;
+
+    fn pod() -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("pod-a".into()),
+                uid: Some("uid-a".into()),
+                annotations: Some(BTreeMap::from([(
+                    "example.com/ports".into(),
+                    "http, https".into(),
+                )])),
+                ..ObjectMeta::default()
+            },
+            status: Some(PodStatus {
+                conditions: Some(vec![
+                    PodCondition {
+                        type_: "Ready".into(),
+                        status: "True".into(),
+                        ..PodCondition::default()
+                    },
+                    PodCondition {
+                        type_: "example.com/joined".into(),
+                        status: "False".into(),
+                        ..PodCondition::default()
+                    },
+                ]),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "app".into(),
+                    ready: false,
+                    ..ContainerStatus::default()
+                }]),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        }
+    }
+
+    fn port<'a>(name: &'a str, container: Option<&'static str>) -> ResolvedPort<'a> {
+        ResolvedPort {
+            name,
+            port: Some(80),
+            protocol: "TCP",
+            target: Some(ResolvedTarget {
+                number: 8080,
+                container,
+            }),
+            address: "10.0.0.1".parse().unwrap(),
+            family: IpFamily::V4,
+        }
+    }
+
+    fn eval(
+        kind: CheckKind<'_>,
+        pod: &Pod,
+        port: &ResolvedPort<'_>,
+        network: &NetworkDecisions,
+        bypass: bool,
+    ) -> Verdict {
+        let service = Service::default();
+        let ctx = CheckContext {
+            service: &service,
+            pod,
+            port,
+            position: CheckPosition::default(),
+            network,
+            bypass_health: bypass,
+        };
+        kind.evaluate(&ctx)
+    }
+
+    #[test]
+    fn pod_ready_includes_ready_pods_and_names_itself_when_not() {
+        let n = NetworkDecisions::new();
+        let mut p = pod();
+        assert_eq!(
+            eval(CheckKind::PodReady, &p, &port("http", None), &n, false),
+            Verdict::INCLUDE
+        );
+        if let Some(c) = p.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+            c[0].status = "False".into();
+        }
+        let v = eval(CheckKind::PodReady, &p, &port("http", None), &n, false);
+        assert_eq!(v.reason(), "podReady: pod is not Ready (Ready=False)");
+        p.status = None;
+        assert_eq!(
+            eval(CheckKind::PodReady, &p, &port("http", None), &n, false).reason(),
+            "podReady: pod has no Ready condition"
+        );
+    }
+
+    #[test]
+    fn not_terminating_excludes_pods_with_deletion_timestamp() {
+        let n = NetworkDecisions::new();
+        let mut p = pod();
+        assert_eq!(
+            eval(
+                CheckKind::NotTerminating,
+                &p,
+                &port("http", None),
+                &n,
+                false
+            ),
+            Verdict::INCLUDE
+        );
+        p.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        assert_eq!(
+            eval(
+                CheckKind::NotTerminating,
+                &p,
+                &port("http", None),
+                &n,
+                false
+            )
+            .decision,
+            Decision::Exclude
+        );
+        assert_eq!(
+            eval(CheckKind::NotTerminating, &p, &port("http", None), &n, true).decision,
+            Decision::Exclude,
+            "not bypassed"
+        );
+    }
+
+    #[test]
+    fn container_ready_defaults_to_the_declaring_container() {
+        let n = NetworkDecisions::new();
+        let c = ContainerReadyCheck { container: None };
+        let v = eval(
+            CheckKind::ContainerReady(&c),
+            &pod(),
+            &port("http", Some("app")),
+            &n,
+            false,
+        );
+        assert_eq!(v.reason(), "containerReady: container \"app\" is not ready");
+        let v = eval(
+            CheckKind::ContainerReady(&c),
+            &pod(),
+            &port("http", None),
+            &n,
+            false,
+        );
+        assert_eq!(
+            v.reason(),
+            "containerReady: no container declares target port 8080"
+        );
+        let named = ContainerReadyCheck {
+            container: Some("sidecar".into()),
+        };
+        let v = eval(
+            CheckKind::ContainerReady(&named),
+            &pod(),
+            &port("http", Some("app")),
+            &n,
+            false,
+        );
+        assert_eq!(
+            v.reason(),
+            "containerReady: container \"sidecar\" has no status"
+        );
+    }
+
+    #[test]
+    fn pod_condition_matches_type_and_status() {
+        let n = NetworkDecisions::new();
+        let want_false = PodConditionCheck {
+            type_: "example.com/joined".into(),
+            status: ConditionStatus::False,
+        };
+        assert_eq!(
+            eval(
+                CheckKind::PodCondition(&want_false),
+                &pod(),
+                &port("http", None),
+                &n,
+                false
+            ),
+            Verdict::INCLUDE
+        );
+        let want_true = PodConditionCheck {
+            type_: "example.com/joined".into(),
+            status: ConditionStatus::True,
+        };
+        let v = eval(
+            CheckKind::PodCondition(&want_true),
+            &pod(),
+            &port("http", None),
+            &n,
+            true,
+        );
+        assert_eq!(
+            v.reason(),
+            "podCondition: condition \"example.com/joined\" is False, want True"
+        );
+        let missing = PodConditionCheck {
+            type_: "x".into(),
+            status: ConditionStatus::True,
+        };
+        assert_eq!(
+            eval(
+                CheckKind::PodCondition(&missing),
+                &pod(),
+                &port("http", None),
+                &n,
+                false
+            )
+            .reason(),
+            "podCondition: pod has no condition \"x\""
+        );
+    }
+
+    #[test]
+    fn port_names_trims_whitespace_and_is_never_bypassed() {
+        let n = NetworkDecisions::new();
+        let c = PortNamesCheck {
+            key: "example.com/ports".into(),
+            from: KeySource::Annotation,
+        };
+        assert_eq!(
+            eval(
+                CheckKind::PortNames(&c),
+                &pod(),
+                &port("https", None),
+                &n,
+                false
+            ),
+            Verdict::INCLUDE
+        );
+        let v = eval(
+            CheckKind::PortNames(&c),
+            &pod(),
+            &port("grpc", None),
+            &n,
+            true,
+        );
+        assert_eq!(
+            v.reason(),
+            "portNames: annotation example.com/ports does not list \"grpc\""
+        );
+        assert_eq!(
+            eval(CheckKind::PortNames(&c), &pod(), &port("", None), &n, false).decision,
+            Decision::Exclude
+        );
+        let label = PortNamesCheck {
+            key: "example.com/ports".into(),
+            from: KeySource::Label,
+        };
+        assert_eq!(
+            eval(
+                CheckKind::PortNames(&label),
+                &pod(),
+                &port("http", None),
+                &n,
+                false
+            )
+            .reason(),
+            "portNames: pod has no label example.com/ports"
+        );
+    }
+
+    #[test]
+    fn network_check_without_result_abstains() {
+        let n = NetworkDecisions::new();
+        let h = HttpGetCheck::default();
+        let v = eval(
+            CheckKind::HttpGet(&h),
+            &pod(),
+            &port("http", None),
+            &n,
+            false,
+        );
+        assert_eq!(v, Verdict::abstain("httpGet: no result yet"));
+    }
+
+    #[test]
+    fn network_check_reads_its_result_and_prefixes_the_reason() {
+        let mut n = NetworkDecisions::new();
+        n.insert(
+            NetworkKey {
+                pod_uid: "uid-a".into(),
+                port_name: "http".into(),
+                family: IpFamily::V4,
+                position: CheckPosition::default(),
+            },
+            Verdict::exclude("HTTP 503"),
+        );
+        let h = HttpGetCheck::default();
+        assert_eq!(
+            eval(
+                CheckKind::HttpGet(&h),
+                &pod(),
+                &port("http", None),
+                &n,
+                false
+            )
+            .reason(),
+            "httpGet: HTTP 503"
+        );
+    }
+
+    #[test]
+    fn publish_not_ready_bypasses_health_checks() {
+        let n = NetworkDecisions::new();
+        let h = HttpGetCheck::default();
+        assert_eq!(
+            eval(
+                CheckKind::HttpGet(&h),
+                &pod(),
+                &port("http", None),
+                &n,
+                true
+            ),
+            Verdict::INCLUDE
+        );
+        let c = ContainerReadyCheck { container: None };
+        assert_eq!(
+            eval(
+                CheckKind::ContainerReady(&c),
+                &pod(),
+                &port("http", Some("app")),
+                &n,
+                true
+            ),
+            Verdict::INCLUDE
+        );
+    }
+
+    #[test]
+    fn any_of_reads_nested_positions() {
+        let mut n = NetworkDecisions::new();
+        n.insert(
+            NetworkKey {
+                pod_uid: "uid-a".into(),
+                port_name: "http".into(),
+                family: IpFamily::V4,
+                position: CheckPosition {
+                    index: 0,
+                    any_of: Some(1),
+                },
+            },
+            Verdict::INCLUDE,
+        );
+        let leaves = vec![
+            LeafCheck {
+                container_ready: Some(ContainerReadyCheck { container: None }),
+                ..LeafCheck::default()
+            },
+            LeafCheck {
+                http_get: Some(HttpGetCheck::default()),
+                ..LeafCheck::default()
+            },
+        ];
+        assert_eq!(
+            eval(
+                CheckKind::AnyOf(&leaves),
+                &pod(),
+                &port("http", Some("app")),
+                &n,
+                false
+            ),
+            Verdict::INCLUDE
+        );
+        let v = eval(
+            CheckKind::AnyOf(&leaves),
+            &pod(),
+            &port("http", Some("app")),
+            &NetworkDecisions::new(),
+            false,
+        );
+        assert_eq!(v.decision, Decision::Abstain);
+    }
+}

@@ -1,0 +1,178 @@
+//! Results of network checks (httpGet, tcpSocket, grpc, webhook), produced outside the planner
+//! by the prober and handed in as decisions keyed by (pod UID, Service port name, IP family,
+//! check position).
+
+use std::collections::HashMap;
+
+use kube_validation::IpFamily;
+
+use crate::decision::Verdict;
+
+/// Where a check sits in the port's check list: `index` into the list (`ports[].checks` or
+/// `defaultChecks`), and for a check inside `anyOf`, its index there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CheckPosition {
+    /// Index in the port's check list.
+    pub index: usize,
+    /// Index inside that entry's `anyOf`, if the check is nested there.
+    pub any_of: Option<usize>,
+}
+
+impl std::fmt::Display for CheckPosition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.any_of {
+            Some(j) => write!(f, "checks[{}].anyOf[{j}]", self.index),
+            None => write!(f, "checks[{}]", self.index),
+        }
+    }
+}
+
+/// Identifies one network check evaluation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NetworkKey {
+    /// UID of the pod.
+    pub pod_uid: String,
+    /// Service port name (`""` for an unnamed port).
+    pub port_name: String,
+    /// Address family probed.
+    pub family: IpFamily,
+    /// Position of the check.
+    pub position: CheckPosition,
+}
+
+/// The latest network check results. A missing entry reads as Abstain ("no result yet").
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NetworkDecisions {
+    // Keyed by pod UID first so a lookup needs no allocation.
+    by_pod: HashMap<String, Vec<(String, IpFamily, CheckPosition, Verdict)>>,
+}
+
+impl NetworkDecisions {
+    /// No results at all.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records (or replaces) one result.
+    pub fn insert(&mut self, key: NetworkKey, verdict: Verdict) {
+        let entries = self.by_pod.entry(key.pod_uid).or_default();
+        match entries
+            .iter_mut()
+            .find(|(p, f, pos, _)| *p == key.port_name && *f == key.family && *pos == key.position)
+        {
+            Some(entry) => entry.3 = verdict,
+            None => entries.push((key.port_name, key.family, key.position, verdict)),
+        }
+    }
+
+    /// The result for one evaluation, if the prober has one.
+    pub fn get(
+        &self,
+        pod_uid: &str,
+        port_name: &str,
+        family: IpFamily,
+        position: CheckPosition,
+    ) -> Option<&Verdict> {
+        self.by_pod.get(pod_uid)?.iter().find_map(|(p, f, pos, v)| {
+            (p == port_name && *f == family && *pos == position).then_some(v)
+        })
+    }
+
+    /// Number of results held.
+    pub fn len(&self) -> usize {
+        self.by_pod.values().map(Vec::len).sum()
+    }
+
+    /// Whether no result is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl FromIterator<(NetworkKey, Verdict)> for NetworkDecisions {
+    fn from_iter<T: IntoIterator<Item = (NetworkKey, Verdict)>>(iter: T) -> Self {
+        let mut d = Self::new();
+        for (k, v) in iter {
+            d.insert(k, v);
+        }
+        d
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(uid: &str, port: &str, family: IpFamily, index: usize) -> NetworkKey {
+        NetworkKey {
+            pod_uid: uid.into(),
+            port_name: port.into(),
+            family,
+            position: CheckPosition {
+                index,
+                any_of: None,
+            },
+        }
+    }
+
+    #[test]
+    fn lookup_distinguishes_port_family_and_position() {
+        let mut d = NetworkDecisions::new();
+        d.insert(key("u1", "http", IpFamily::V4, 1), Verdict::INCLUDE);
+        d.insert(
+            key("u1", "http", IpFamily::V6, 1),
+            Verdict::exclude("refused"),
+        );
+        let pos = CheckPosition {
+            index: 1,
+            any_of: None,
+        };
+        assert_eq!(
+            d.get("u1", "http", IpFamily::V4, pos),
+            Some(&Verdict::INCLUDE)
+        );
+        assert_eq!(
+            d.get("u1", "http", IpFamily::V6, pos).map(|v| v.reason()),
+            Some("refused")
+        );
+        assert_eq!(d.get("u1", "https", IpFamily::V4, pos), None);
+        assert_eq!(
+            d.get(
+                "u1",
+                "http",
+                IpFamily::V4,
+                CheckPosition {
+                    index: 0,
+                    any_of: None
+                }
+            ),
+            None
+        );
+        assert_eq!(d.get("u2", "http", IpFamily::V4, pos), None);
+    }
+
+    #[test]
+    fn insert_replaces_previous_result() {
+        let mut d = NetworkDecisions::new();
+        d.insert(key("u1", "http", IpFamily::V4, 0), Verdict::INCLUDE);
+        d.insert(key("u1", "http", IpFamily::V4, 0), Verdict::exclude("503"));
+        assert_eq!(d.len(), 1);
+        assert_eq!(
+            d.get("u1", "http", IpFamily::V4, CheckPosition::default())
+                .map(|v| v.decision),
+            Some(crate::Decision::Exclude)
+        );
+    }
+
+    #[test]
+    fn position_renders_like_a_field_path() {
+        assert_eq!(
+            CheckPosition {
+                index: 2,
+                any_of: Some(1)
+            }
+            .to_string(),
+            "checks[2].anyOf[1]"
+        );
+    }
+}
