@@ -196,7 +196,11 @@ fn default_service(st: &mut State, obj: &mut Value, old: Option<&Value>, creatin
 /// Checks of the CRD definition itself (spec §5.1); everything else is in [`crate::validation`].
 pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
     let _ = old;
-    if rt.group == "apiextensions.k8s.io" { validate_crd(obj) } else { Vec::new() }
+    if rt.group == "apiextensions.k8s.io" {
+        validate_crd(obj)
+    } else {
+        Vec::new()
+    }
 }
 
 fn validate_crd(obj: &Value) -> Vec<Cause> {

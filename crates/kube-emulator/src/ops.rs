@@ -149,6 +149,7 @@ pub fn get(st: &State, t: &Target, output: Output) -> Result<Reply, ApiError> {
             &[obj.as_ref()],
             "Metadata",
             st.rv,
+            None,
         )));
     }
     Ok(Reply::ok(output_object(&obj, output)))
@@ -307,15 +308,13 @@ pub fn list(st: &mut State, t: &Target, q: &Query, output: Output) -> Result<Rep
     };
     if output == Output::Table {
         let objs: Vec<&Value> = items.iter().map(|(_, o)| o.as_ref()).collect();
-        let mut tb = crate::table::render(
+        let tb = crate::table::render(
             rt,
             &objs,
             q.get("includeObject").unwrap_or("Metadata"),
             list_rv,
+            next.as_deref(),
         );
-        if let Some(n) = &next {
-            tb["metadata"]["continue"] = json!(n);
-        }
         return Ok(Reply::ok(tb));
     }
     let mut md = serde_json::Map::new();
@@ -973,8 +972,7 @@ fn apply(
                     return Err(ApiError::conflict(&rt.plural, &rt.group, t.name()));
                 }
             }
-            let merged =
-                semantics::apply(Some(&old), &config, force, &ctx)?;
+            let merged = semantics::apply(Some(&old), &config, force, &ctx)?;
             let u = update_pipeline(st, t, old, merged, w, RvRule::IfPresent, true)?;
             Ok(Reply {
                 code: 200,

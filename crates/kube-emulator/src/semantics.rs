@@ -34,13 +34,33 @@ fn schema(rt: &ResourceType) -> Box<dyn ObjectSchema> {
 
 /// Record an `Update` operation by `ctx.manager` turning `old` (None = create) into `new`.
 pub fn record_update(old: Option<&Value>, new: &mut Value, ctx: &ManagerCtx<'_>) {
-    *new = ssa::record_update(old, new, ctx.manager, ctx.subresource, schema(ctx.rt).as_ref(), ctx.now);
+    *new = ssa::record_update(
+        old,
+        new,
+        ctx.manager,
+        ctx.subresource,
+        schema(ctx.rt).as_ref(),
+        ctx.now,
+    );
 }
 
 /// Server-side apply of `config` onto `live` (None = create) by `ctx.manager`: the merged object
 /// with managedFields, or the 409/400 Status.
-pub fn apply(live: Option<&Value>, config: &Value, force: bool, ctx: &ManagerCtx<'_>) -> Result<Value, ApiError> {
-    match ssa::apply(live, config, ctx.manager, force, ctx.subresource, schema(ctx.rt).as_ref(), ctx.now) {
+pub fn apply(
+    live: Option<&Value>,
+    config: &Value,
+    force: bool,
+    ctx: &ManagerCtx<'_>,
+) -> Result<Value, ApiError> {
+    match ssa::apply(
+        live,
+        config,
+        ctx.manager,
+        force,
+        ctx.subresource,
+        schema(ctx.rt).as_ref(),
+        ctx.now,
+    ) {
         Ok(a) => Ok(a.object),
         Err(ssa::ApplyError::Conflict(c)) => {
             let status = c.to_status();
@@ -63,12 +83,6 @@ pub fn crd_admit(
     Ok(Vec::new())
 }
 
-/// Table for `kubectl get` (None = the caller falls back to Name/Age).
-pub fn table(rt: &ResourceType, objs: &[&Value], include_object: &str) -> Option<Value> {
-    let _ = (rt, objs, include_object);
-    None
-}
-
 /// `/openapi/v2` document for the served types.
 pub fn openapi_v2(types: &[&ResourceType]) -> Value {
     let _ = types;
@@ -82,4 +96,3 @@ pub fn schema_for(rt: &ResourceType) -> Option<Value> {
         .map(|c| c.schema.clone())
         .filter(|s| !s.is_null())
 }
-

@@ -335,6 +335,16 @@ fn non_resource(core: &Core, req: &Request<Incoming>, route: Route) -> Response<
             paths.dedup();
             json_response(200, &json!({"paths": paths}), "application/json")
         }
+        Route::OpenApiV2 if header(req, "accept").is_some_and(|a| a.contains("protobuf")) => {
+            let mut r = Response::new(full(crate::openapi::v2_protobuf()));
+            r.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static(
+                    "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+                ),
+            );
+            r
+        }
         Route::OpenApiV2 => {
             let refs: Vec<&crate::registry::ResourceType> =
                 types.iter().map(|t| t.as_ref()).collect();

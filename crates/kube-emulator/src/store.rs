@@ -170,7 +170,7 @@ pub fn key(ns: Option<&str>, name: &str) -> String {
 pub struct State {
     /// Global revision (last assigned).
     pub rv: u64,
-    /// Watches starting at a revision below this get 410.
+    /// Watches starting at a revision below this get 410 (events after it are retained).
     pub compacted_rv: u64,
     /// Objects per type, keyed by `ns/name`.
     pub objects: HashMap<GroupResource, BTreeMap<String, Arc<Value>>>,
@@ -261,6 +261,9 @@ impl State {
 
     /// Drop all history: every watch resuming from an older revision gets 410.
     pub fn compact_now(&mut self) {
+        // Skip one revision so that every resourceVersion handed out so far is older than the
+        // compaction point (a resumed watch gets 410) while a fresh list+watch works at once.
+        self.rv += 1;
         self.log.clear();
         self.compacted_rv = self.rv;
         self.lists.clear();

@@ -12,7 +12,8 @@ use crate::error::{ApiError, Cause};
 use crate::registry::ResourceType;
 
 fn typed<T: DeserializeOwned>(rt: &ResourceType, v: &Value) -> Result<T, ApiError> {
-    serde_json::from_value(v.clone()).map_err(|e| ApiError::bad_request(format!("unable to decode {} object: {e}", rt.kind)))
+    serde_json::from_value(v.clone())
+        .map_err(|e| ApiError::bad_request(format!("unable to decode {} object: {e}", rt.kind)))
 }
 
 fn meta_of(v: &Value) -> Result<ObjectMeta, ApiError> {
@@ -22,7 +23,10 @@ fn meta_of(v: &Value) -> Result<ObjectMeta, ApiError> {
 
 /// Convert field errors to the 422 Status (message assembled by `kube-validation`).
 pub fn invalid(rt: &ResourceType, name: &str, errors: &[FieldError]) -> ApiError {
-    let causes: Vec<Cause> = errors.iter().map(|e| Cause::new(e.kind.reason(), e.body(), e.field.clone())).collect();
+    let causes: Vec<Cause> = errors
+        .iter()
+        .map(|e| Cause::new(e.kind.reason(), e.body(), e.field.clone()))
+        .collect();
     let mut err = ApiError::invalid(&rt.kind, &rt.group, name, causes);
     err.message = kube_validation::invalid_message(&rt.kind, &rt.group, name, errors);
     err
@@ -39,7 +43,11 @@ fn name_fn(rt: &ResourceType) -> vmeta::NameFn {
 /// Validate a built-in object on create (`old` None) or update. Custom resources get ObjectMeta
 /// rules with `builtin = false`.
 pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
-    let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     let errors: Vec<FieldError> = match (rt.group.as_str(), rt.plural.as_str()) {
         ("discovery.k8s.io", "endpointslices") => {
             use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -76,12 +84,17 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
         _ => {
             let m = meta_of(obj)?;
             let path = FieldPath::new("metadata");
-            let mut errs = vmeta::validate_object_meta(&m, rt.namespaced, name_fn(rt), &path, rt.builtin);
+            let mut errs =
+                vmeta::validate_object_meta(&m, rt.namespaced, name_fn(rt), &path, rt.builtin);
             if let Some(o) = old {
                 errs.extend(vmeta::validate_object_meta_update(&m, &meta_of(o)?, &path));
             }
             errs
         }
     };
-    if errors.is_empty() { Ok(()) } else { Err(invalid(rt, &name, &errors)) }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(invalid(rt, &name, &errors))
+    }
 }

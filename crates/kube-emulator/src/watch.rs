@@ -45,13 +45,17 @@ pub struct WatchReq {
 
 type Tx = mpsc::Sender<Result<Frame<Bytes>, std::io::Error>>;
 
-fn line(etype: &str, obj: &Value, output: Output) -> Bytes {
+fn line(etype: &str, obj: &Value, output: Output, t: &Target) -> Bytes {
     let mut buf = Vec::with_capacity(512);
     buf.extend_from_slice(b"{\"type\":\"");
     buf.extend_from_slice(etype.as_bytes());
     buf.extend_from_slice(b"\",\"object\":");
     let res = match output {
         Output::Metadata => serde_json::to_writer(&mut buf, &meta::to_partial(obj)),
+        Output::Table if etype != "BOOKMARK" => serde_json::to_writer(
+            &mut buf,
+            &crate::table::render(&t.rt, &[obj], "Metadata", meta::rv_of(obj), None),
+        ),
         _ => serde_json::to_writer(&mut buf, obj),
     };
     if res.is_err() {
@@ -338,7 +342,7 @@ async fn emit(
                 tokio::time::sleep(d).await;
             }
             *sent += 1;
-            line(et.as_str(), &obj, w.output)
+            line(et.as_str(), &obj, w.output, &w.target)
         }
         WatchMsg::Bookmark(rv) => {
             if !w.bookmarks {
@@ -353,12 +357,14 @@ async fn emit(
                     false,
                 ),
                 Output::Json,
+                &w.target,
             )
         }
         WatchMsg::InitialEnd(rv) => line(
             "BOOKMARK",
             &bookmark(&w.target, rv, w.output, true),
             Output::Json,
+            &w.target,
         ),
     };
     if tx.send(Ok(Frame::data(bytes))).await.is_err() {

@@ -12,7 +12,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Test CRD `widgets.example.com` with a status subresource.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq, Default)]
-#[kube(group = "example.com", version = "v1", kind = "Widget", namespaced, status = "WidgetStatus", shortname = "wd")]
+#[kube(
+    group = "example.com",
+    version = "v1",
+    kind = "Widget",
+    namespaced,
+    status = "WidgetStatus",
+    shortname = "wd"
+)]
 #[kube(printcolumn = r#"{"name":"Size","type":"integer","jsonPath":".spec.size"}"#)]
 pub struct WidgetSpec {
     pub size: i64,
@@ -30,25 +37,53 @@ pub struct WidgetStatus {
 }
 
 pub async fn emu() -> Emulator {
-    Emulator::builder().bookmark_interval(Duration::from_millis(300)).start().await.expect("emulator starts")
+    Emulator::builder()
+        .bookmark_interval(Duration::from_millis(300))
+        .start()
+        .await
+        .expect("emulator starts")
 }
 
 /// Install the Widget CRD and wait until it is Established.
 pub async fn install_widget_crd(client: &kube::Client) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    use kube::api::{Api, PatchParams, Patch};
     use kube::CustomResourceExt;
+    use kube::api::{Api, Patch, PatchParams};
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd = Widget::crd();
-    crds.patch("widgets.example.com", &PatchParams::apply("test").force(), &Patch::Apply(&crd)).await.expect("apply CRD");
-    let est = kube::runtime::wait::await_condition(crds, "widgets.example.com", kube::runtime::wait::conditions::is_crd_established());
-    tokio::time::timeout(Duration::from_secs(10), est).await.expect("established in time").expect("await ok");
+    crds.patch(
+        "widgets.example.com",
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("apply CRD");
+    let est = kube::runtime::wait::await_condition(
+        crds,
+        "widgets.example.com",
+        kube::runtime::wait::conditions::is_crd_established(),
+    );
+    tokio::time::timeout(Duration::from_secs(10), est)
+        .await
+        .expect("established in time")
+        .expect("await ok");
 }
 
 /// Raw HTTP/1.0 request (no chunking: the body runs until close). Returns (status, body).
-pub async fn raw(emu: &Emulator, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(emu.addr()).await.expect("connect");
-    let mut req = format!("{method} {path} HTTP/1.0\r\nHost: x\r\nContent-Length: {}\r\n", body.len());
+pub async fn raw(
+    emu: &Emulator,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(emu.addr())
+        .await
+        .expect("connect");
+    let mut req = format!(
+        "{method} {path} HTTP/1.0\r\nHost: x\r\nContent-Length: {}\r\n",
+        body.len()
+    );
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -58,8 +93,15 @@ pub async fn raw(emu: &Emulator, method: &str, path: &str, headers: &[(&str, &st
     let mut buf = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut buf)).await;
     let text = String::from_utf8_lossy(&buf).to_string();
-    let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     (code, body)
 }
 
@@ -69,7 +111,9 @@ pub fn kubectl_bin() -> Option<String> {
     match Command::new(&bin).arg("version").arg("--client").output() {
         Ok(o) if o.status.success() => Some(bin),
         _ => {
-            eprintln!("\n==================== SKIPPED: kubectl not found on PATH ({bin}); kubectl conformance not run ====================\n");
+            eprintln!(
+                "\n==================== SKIPPED: kubectl not found on PATH ({bin}); kubectl conformance not run ====================\n"
+            );
             None
         }
     }
@@ -81,15 +125,28 @@ pub async fn kubectl(bin: &str, kubeconfig: &Path, args: &[&str]) -> (bool, Stri
     let kc = kubeconfig.to_path_buf();
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     tokio::task::spawn_blocking(move || {
-        let o = Command::new(&bin).env("KUBECONFIG", &kc).args(&args).output().expect("kubectl runs");
-        (o.status.success(), String::from_utf8_lossy(&o.stdout).to_string(), String::from_utf8_lossy(&o.stderr).to_string())
+        let o = Command::new(&bin)
+            .env("KUBECONFIG", &kc)
+            .args(&args)
+            .output()
+            .expect("kubectl runs");
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).to_string(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
     })
     .await
     .expect("join")
 }
 
 /// Run kubectl with stdin.
-pub async fn kubectl_stdin(bin: &str, kubeconfig: &Path, args: &[&str], stdin: &str) -> (bool, String, String) {
+pub async fn kubectl_stdin(
+    bin: &str,
+    kubeconfig: &Path,
+    args: &[&str],
+    stdin: &str,
+) -> (bool, String, String) {
     use std::io::Write;
     let bin = bin.to_string();
     let kc = kubeconfig.to_path_buf();
@@ -104,9 +161,17 @@ pub async fn kubectl_stdin(bin: &str, kubeconfig: &Path, args: &[&str], stdin: &
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("kubectl spawns");
-        c.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write stdin");
+        c.stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write stdin");
         let o = c.wait_with_output().expect("kubectl runs");
-        (o.status.success(), String::from_utf8_lossy(&o.stdout).to_string(), String::from_utf8_lossy(&o.stderr).to_string())
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).to_string(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
     })
     .await
     .expect("join")

@@ -2,4 +2,6 @@
 //! conformance, faults, garbage collection and the P0 acceptance test.
 
 mod common;
+mod kube_rs;
+mod kubectl;
 mod rules;
