@@ -8,13 +8,18 @@
 //!     -> Result<ssa::Applied { object }, ssa::ApplyError::{Conflict(Conflicts), BadRequest}>
 //! ssa::record_update(old: Option<&Value>, new: &Value, manager, subresource, schema, now) -> Value
 //! ssa::update_manager_name(field_manager: Option<&str>, user_agent: Option<&str>) -> String
+//! ssa::revert_timestamp_only_changes(new: &mut Value, old: &Value) -> bool
 //! Conflicts::to_status() -> Value   // the 409 Status of spec §4.6
 //! ```
 //! `schema` is a [`semantics::BuiltinSchema::for_kind(group, kind)`](semantics::BuiltinSchema) or a
 //! [`semantics::CrdSchema::new(open_api_v3_schema, has_status_subresource)`](semantics::CrdSchema).
-//! The returned object carries `metadata.managedFields`; run defaulting, validation and
-//! normalisation on it, then compare with the stored object for no-op detection (§2.4).
-//! Call `record_update` for every create/update/non-apply patch (including `/status`).
+//! Order in the server, as upstream:
+//! - apply: `ssa::apply` → type defaults → validation → status/generation rules → normalisation
+//!   → `revert_timestamp_only_changes(&mut obj, &stored)` → no-op check against the stored object.
+//! - create/update/patch: build the new object → type defaults → `ssa::record_update(old, new,
+//!   manager, ...)` (defaulted fields become the writer's, as upstream) → validation → ... →
+//!   `revert_timestamp_only_changes` → no-op check.
+//! `ApplyError::Conflict(c)` → 409 with `c.to_status()`; `ApplyError::BadRequest(m)` → 400.
 //!
 //! # Patches ([`patch`])
 //! `merge_patch(target, patch) -> Value`, `json_patch(target, patch) -> Result<Value, PatchError>`,

@@ -398,6 +398,43 @@ pub fn record_update(
     object
 }
 
+/// Upstream's `IgnoreManagedFieldsTimestampsTransformer`: when `new` equals `old` apart from
+/// managedFields, and the managedFields differ only in `time`, the old times are put back so
+/// the write is a no-op (no resourceVersion bump, no watch event — spec §0 rule 5). Call it on
+/// the final object (after defaulting and normalisation) of every update, patch and apply.
+/// Returns `true` when it reverted timestamps.
+pub fn revert_timestamp_only_changes(new: &mut Value, old: &Value) -> bool {
+    let entries = |v: &Value| -> Vec<Value> {
+        v.get("metadata")
+            .and_then(|m| m.get("managedFields"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (new_entries, old_entries) = (entries(new), entries(old));
+    if new_entries == old_entries || new_entries.len() != old_entries.len() {
+        return false;
+    }
+    let without_time = |e: &Value| {
+        let mut e = e.clone();
+        if let Some(m) = e.as_object_mut() {
+            m.remove("time");
+        }
+        e
+    };
+    let same_but_time = new_entries
+        .iter()
+        .zip(&old_entries)
+        .all(|(a, b)| without_time(a) == without_time(b));
+    if !same_but_time || without_managed_fields(new) != without_managed_fields(old) {
+        return false;
+    }
+    if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("managedFields".into(), Value::Array(old_entries));
+    }
+    true
+}
+
 // ---------------------------------------------------------------------------------------------
 // The three walks of structured-merge-diff over JSON + schema knowledge: to-field-set, merge,
 // compare; plus path removal for pruning.
@@ -1264,6 +1301,104 @@ mod tests {
         reset["metadata"]["managedFields"] = json!([{}]);
         let out = record_update(Some(&live), &reset, "b", None, &schema, T2);
         assert!(out["metadata"].get("managedFields").is_none());
+    }
+
+    #[test]
+    fn reapply_over_defaulted_object_is_a_no_op_after_timestamp_revert() {
+        // The server defaults `ports[].protocol`/`name` after the merge; the config omits them.
+        let cfg = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "web-x", "namespace": "default"},
+            "addressType": "IPv4", "endpoints": [], "ports": [{"port": 80}]});
+        let default = |mut o: Value| {
+            o["ports"][0]["protocol"] = json!("TCP");
+            o["ports"][0]["name"] = json!("");
+            o
+        };
+        let stored_obj = stored(default(
+            apply(None, &cfg, "op", true, None, &slice_schema(), T1)
+                .unwrap()
+                .object,
+        ));
+        let again = apply(
+            Some(&stored_obj),
+            &cfg,
+            "op",
+            true,
+            None,
+            &slice_schema(),
+            T2,
+        )
+        .unwrap();
+        let mut next = default(again.object);
+        assert_ne!(next, stored_obj, "the entry time moved");
+        assert!(revert_timestamp_only_changes(&mut next, &stored_obj));
+        assert_eq!(next, stored_obj);
+        // A real change keeps the new time.
+        let mut changed = stored_obj.clone();
+        changed["addressType"] = json!("IPv6");
+        changed["metadata"]["managedFields"][0]["time"] = json!(T3);
+        assert!(!revert_timestamp_only_changes(&mut changed, &stored_obj));
+        assert_eq!(changed["metadata"]["managedFields"][0]["time"], T3);
+    }
+
+    #[test]
+    fn lease_manager_pattern_update_owner_blocks_soft_lock_until_release() {
+        let schema = BuiltinSchema::for_kind("coordination.k8s.io", "Lease");
+        let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "lock", "namespace": "default"},
+            "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}});
+        // A creates and renews with non-apply writes (strategic merge patch): Update entries.
+        let live = stored(record_update(
+            None,
+            &lease,
+            "kube-lease-manager-a",
+            None,
+            &schema,
+            T1,
+        ));
+        let soft_lock = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "lock", "namespace": "default"},
+            "spec": {"holderIdentity": "b", "leaseDurationSeconds": 15}});
+        let err = apply(
+            Some(&live),
+            &soft_lock,
+            "kube-lease-manager-b",
+            false,
+            None,
+            &schema,
+            T2,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 1 conflict: conflict with \"kube-lease-manager-a\" using coordination.k8s.io/v1: .spec.holderIdentity"
+        );
+        // A releases: SMP sets holderIdentity to null, the field leaves every entry.
+        let mut released = live.clone();
+        released["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("holderIdentity");
+        let live = record_update(
+            Some(&live),
+            &released,
+            "kube-lease-manager-a",
+            None,
+            &schema,
+            T2,
+        );
+        let won = apply(
+            Some(&live),
+            &soft_lock,
+            "kube-lease-manager-b",
+            false,
+            None,
+            &schema,
+            T3,
+        )
+        .unwrap()
+        .object;
+        assert_eq!(won["spec"]["holderIdentity"], "b");
     }
 
     #[test]
