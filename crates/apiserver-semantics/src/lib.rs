@@ -19,6 +19,7 @@
 //! - create/update/patch: build the new object → type defaults → `ssa::record_update(old, new,
 //!   manager, ...)` (defaulted fields become the writer's, as upstream) → validation → ... →
 //!   `revert_timestamp_only_changes` → no-op check.
+//!
 //! `ApplyError::Conflict(c)` → 409 with `c.to_status()`; `ApplyError::BadRequest(m)` → 400.
 //!
 //! # Patches ([`patch`])
