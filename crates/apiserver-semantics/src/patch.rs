@@ -483,6 +483,19 @@ mod tests {
             out["spec"]["ports"],
             json!([{"port": 80, "name": "a"}, {"port": 81, "name": "b"}])
         );
+        let ep = json!({"subsets": [{"addresses": [{"ip": "10.0.0.1"}], "ports": [{"port": 80}]}]});
+        let out = strategic_merge_patch(
+            &ep,
+            &json!({"subsets": [{"addresses": [{"ip": "10.0.0.2"}]}]}),
+            "",
+            "Endpoints",
+        )
+        .unwrap();
+        assert_eq!(
+            out["subsets"],
+            json!([{"addresses": [{"ip": "10.0.0.2"}]}]),
+            "subsets has no patch strategy"
+        );
         assert!(matches!(
             strategic_merge_patch(&svc, &json!({}), "portmapper.dev", "PortMapping"),
             Err(PatchError::UnsupportedMediaType(_))

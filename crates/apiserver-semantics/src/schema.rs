@@ -776,6 +776,11 @@ fn structural_check(s: &Value, path: &str, level: Level, errs: &mut Vec<FieldErr
     if let Some(p) = props(s) {
         for (k, child) in p {
             if level == Level::Root && k == "metadata" {
+                metadata_check(
+                    child,
+                    &format!("{}[metadata]", join(path, "properties")),
+                    errs,
+                );
                 continue;
             }
             structural_check(
@@ -801,6 +806,27 @@ fn structural_check(s: &Value, path: &str, level: Level, errs: &mut Vec<FieldErr
     }
     if let Some(not) = m.get("not") {
         junctor_check(not, &join(path, "not"), errs);
+    }
+}
+
+/// A resource's `metadata` schema may only restrict `name` and `generateName` (strings).
+fn metadata_check(s: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    let Some(m) = s.as_object() else { return };
+    let only_names = m.iter().all(|(k, v)| match k.as_str() {
+        "type" => v == "object",
+        "properties" => v.as_object().is_some_and(|p| {
+            p.iter().all(|(pk, pv)| {
+                matches!(pk.as_str(), "name" | "generateName")
+                    && str_of(pv, "type").is_none_or(|t| t == "string")
+            })
+        }),
+        _ => false,
+    });
+    if !only_names {
+        errs.push(FieldError::forbidden(
+            path,
+            "must not specify anything other than name and generateName, but metadata is implicitly specified",
+        ));
     }
 }
 
@@ -1042,6 +1068,21 @@ mod tests {
                     "{p}[spec].type: Required value: must not be empty for specified object fields"
                 ),
                 format!("{p}[spec].properties[x].items: Required value: must be specified"),
+            ]
+        );
+    }
+
+    #[test]
+    fn metadata_schema_may_only_restrict_names() {
+        let ok = json!({"type": "object", "properties": {"metadata": {"type": "object",
+            "properties": {"name": {"type": "string", "maxLength": 10}}}}});
+        assert!(CrdValidator::new(&ok, "s").is_ok());
+        let bad = json!({"type": "object", "properties": {"metadata": {"type": "object",
+            "properties": {"labels": {"type": "object"}}}}});
+        assert_eq!(
+            msgs(&CrdValidator::new(&bad, "s").unwrap_err()),
+            vec![
+                "s.properties[metadata]: Forbidden: must not specify anything other than name and generateName, but metadata is implicitly specified"
             ]
         );
     }
