@@ -2,6 +2,11 @@
 //! and non-nullable nulls, defaulting, OpenAPI v3 value validation with kube-openapi's message
 //! shapes, `x-kubernetes-list-type` invariants, and CEL `x-kubernetes-validations` through
 //! `kube-cel`.
+//!
+//! Validation follows kube-openapi's validator order per node (type, junctors, string, format,
+//! number, items, enum, object) and its early exits (first string failure only; a
+//! min/maxProperties failure hides the node's children). Siblings come in schema key order,
+//! where upstream iterates a Go map (random order); tests with one error per object are exact.
 
 use crate::field_error::{BadValue, FieldError, go_quote};
 use regex::Regex;
@@ -336,14 +341,10 @@ impl CrdValidator {
             Value::String(text) => self.validate_string(text, s, path, errs),
             Value::Number(_) => validate_number(v, s, path, errs),
             Value::Array(items) => {
-                if let Some(max) = s.get("maxItems").and_then(Value::as_u64)
-                    && items.len() as u64 > max
-                {
-                    errs.push(FieldError::too_many(
-                        path,
-                        Some(items.len() as u64),
-                        Some(max),
-                    ));
+                if let Some(item_schema) = s.get("items") {
+                    for (i, item) in items.iter().enumerate() {
+                        self.validate_node(item, item_schema, &index(path, i), false, errs);
+                    }
                 }
                 if let Some(min) = s.get("minItems").and_then(Value::as_u64)
                     && (items.len() as u64) < min
@@ -354,10 +355,14 @@ impl CrdValidator {
                         format!("{} should have at least {min} items", in_body(path)),
                     ));
                 }
-                if let Some(item_schema) = s.get("items") {
-                    for (i, item) in items.iter().enumerate() {
-                        self.validate_node(item, item_schema, &index(path, i), false, errs);
-                    }
+                if let Some(max) = s.get("maxItems").and_then(Value::as_u64)
+                    && items.len() as u64 > max
+                {
+                    errs.push(FieldError::too_many(
+                        path,
+                        Some(items.len() as u64),
+                        Some(max),
+                    ));
                 }
             }
             _ => {}
@@ -372,11 +377,8 @@ impl CrdValidator {
             errs.push(FieldError::not_supported(path, v, &values));
         }
         if let Value::Object(m) = v {
-            if let Some(max) = s.get("maxProperties").and_then(Value::as_u64)
-                && m.len() as u64 > max
-            {
-                errs.push(FieldError::too_many(path, Some(m.len() as u64), Some(max)));
-            }
+            // kube-openapi's objectValidator: a min/maxProperties failure is the only error of
+            // the node; then additional properties, declared properties, and `required` last.
             if let Some(min) = s.get("minProperties").and_then(Value::as_u64)
                 && (m.len() as u64) < min
             {
@@ -385,24 +387,38 @@ impl CrdValidator {
                     m.len(),
                     format!("{} should have at least {min} properties", in_body(path)),
                 ));
+                return;
+            }
+            if let Some(max) = s.get("maxProperties").and_then(Value::as_u64)
+                && m.len() as u64 > max
+            {
+                errs.push(FieldError::too_many(path, Some(m.len() as u64), Some(max)));
+                return;
+            }
+            let properties = props(s);
+            let skip = |k: &str| root && matches!(k, "apiVersion" | "kind" | "metadata");
+            if let Some(a) = additional(s) {
+                for (k, child) in m {
+                    if !skip(k) && properties.is_none_or(|p| !p.contains_key(k)) {
+                        self.validate_node(child, a, &join(path, k), false, errs);
+                    }
+                }
+            }
+            if let Some(p) = properties {
+                // The root's apiVersion/kind/metadata are validated by the apiserver itself.
+                for (k, ps) in p {
+                    if let Some(child) = m.get(k)
+                        && !skip(k)
+                    {
+                        self.validate_node(child, ps, &join(path, k), false, errs);
+                    }
+                }
             }
             if let Some(required) = s.get("required").and_then(Value::as_array) {
                 for r in required.iter().filter_map(Value::as_str) {
                     if !m.contains_key(r) {
                         errs.push(FieldError::required(&join(path, r), ""));
                     }
-                }
-            }
-            let properties = props(s);
-            for (k, child) in m {
-                // The root's apiVersion/kind/metadata are validated by the apiserver itself.
-                if root && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
-                    continue;
-                }
-                if let Some(ps) = properties.and_then(|p| p.get(k)) {
-                    self.validate_node(child, ps, &join(path, k), false, errs);
-                } else if let Some(a) = additional(s) {
-                    self.validate_node(child, a, &join(path, k), false, errs);
                 }
             }
         }
@@ -457,6 +473,18 @@ fn validate_number(v: &Value, s: &Value, path: &str, errs: &mut Vec<FieldError>)
         Some(f) => format!("{f}"),
         None => b.to_string(),
     };
+    // kube-openapi's numberValidator order: multipleOf, maximum, minimum.
+    if let Some(mult) = s.get("multipleOf")
+        && let Some(m) = mult.as_f64()
+        && m > 0.0
+        && ((x / m) - (x / m).round()).abs() > 1e-9
+    {
+        errs.push(FieldError::invalid(
+            path,
+            v,
+            format!("{path} in body should be a multiple of {}", bound(mult)),
+        ));
+    }
     if let Some(max) = s.get("maximum") {
         let exclusive = is_true(s, "exclusiveMaximum");
         let m = max.as_f64().unwrap_or(f64::INFINITY);
@@ -488,17 +516,6 @@ fn validate_number(v: &Value, s: &Value, path: &str, errs: &mut Vec<FieldError>)
                 format!("{path} in body should be {op} {}", bound(min)),
             ));
         }
-    }
-    if let Some(mult) = s.get("multipleOf")
-        && let Some(m) = mult.as_f64()
-        && m > 0.0
-        && ((x / m) - (x / m).round()).abs() > 1e-9
-    {
-        errs.push(FieldError::invalid(
-            path,
-            v,
-            format!("{path} in body should be a multiple of {}", bound(mult)),
-        ));
     }
 }
 
@@ -982,11 +999,11 @@ mod tests {
         assert_eq!(
             msgs(&v.validate(&obj, None)),
             vec![
-                r#"spec.size: Required value"#,
                 r#"spec.image: Invalid value: "X": spec.image in body should match '^[a-z]+$'"#,
                 r#"spec.mode: Unsupported value: "x": supported values: "a", "b""#,
                 r#"spec.name: Invalid value: "ab": spec.name in body should be at least 3 chars long"#,
                 r#"spec.replicas: Invalid value: "string": spec.replicas in body must be of type integer: "string""#,
+                r#"spec.size: Required value"#,
             ]
         );
         let obj = json!({"spec": {"size": 1, "replicas": 11, "name": "abcdef",

@@ -156,12 +156,15 @@ fn missing_required_and_unknown_fields() {
     assert_eq!(
         status["message"],
         format!(
-            r#"PortMapping.portmapper.dev "web" is invalid: [spec.pods: Required value, spec.serviceRef.name: Required value, <nil>: Invalid value: "null": {CEL_SKIPPED}]"#
+            r#"PortMapping.portmapper.dev "web" is invalid: [spec.serviceRef.name: Required value, spec.pods: Required value, <nil>: Invalid value: "null": {CEL_SKIPPED}]"#
         )
     );
     assert_eq!(
         status["details"]["causes"][0]["reason"],
         "FieldValueRequired"
     );
-    assert_eq!(status["details"]["causes"][0]["field"], "spec.pods");
+    assert_eq!(
+        status["details"]["causes"][0]["field"],
+        "spec.serviceRef.name"
+    );
 }
