@@ -671,47 +671,24 @@ fn default_node(v: &mut Value, s: &Value) {
     }
 }
 
+/// Indices of the second appearance of each repeated value (upstream reports only that one).
+fn second_appearances<T: PartialEq>(values: &[T]) -> Vec<usize> {
+    (0..values.len())
+        .filter(|&i| values[..i].iter().filter(|v| **v == values[i]).count() == 1)
+        .collect()
+}
+
 /// `x-kubernetes-list-type` invariants (apiextensions `listtype` validation).
 fn list_types(v: &Value, s: &Value, path: &str, errs: &mut Vec<FieldError>) {
     match v {
         Value::Array(items) => {
             match str_of(s, "x-kubernetes-list-type") {
                 Some("set") => {
-                    for (i, item) in items.iter().enumerate() {
-                        if items[..i].contains(item) {
-                            errs.push(FieldError::duplicate(&index(path, i), item));
-                        }
+                    for i in second_appearances(items) {
+                        errs.push(FieldError::duplicate(&index(path, i), &items[i]));
                     }
                 }
-                Some("map") => {
-                    let keys: Vec<&str> = s
-                        .get("x-kubernetes-list-map-keys")
-                        .and_then(Value::as_array)
-                        .map(|k| k.iter().filter_map(Value::as_str).collect())
-                        .unwrap_or_default();
-                    let mut seen: Vec<Map<String, Value>> = Vec::new();
-                    for (i, item) in items.iter().enumerate() {
-                        let Some(obj) = item.as_object() else {
-                            if !item.is_null() {
-                                errs.push(FieldError::invalid(
-                                    &index(path, i),
-                                    item,
-                                    "must be an object for an array of list-type map",
-                                ));
-                            }
-                            continue;
-                        };
-                        let key: Map<String, Value> = keys
-                            .iter()
-                            .filter_map(|k| obj.get(*k).map(|v| ((*k).to_owned(), v.clone())))
-                            .collect();
-                        if seen.contains(&key) {
-                            errs.push(FieldError::duplicate(&index(path, i), Value::Object(key)));
-                        } else {
-                            seen.push(key);
-                        }
-                    }
-                }
+                Some("map") => list_map(items, s, path, errs),
                 _ => {}
             }
             if let Some(is) = s.get("items") {
@@ -721,13 +698,56 @@ fn list_types(v: &Value, s: &Value, path: &str, errs: &mut Vec<FieldError>) {
             }
         }
         Value::Object(m) => {
-            for (k, child) in m {
-                if let Some(ps) = props(s).and_then(|p| p.get(k)).or(additional(s)) {
-                    list_types(child, ps, &join(path, k), errs);
+            if let Some(a) = additional(s) {
+                for (k, child) in m {
+                    list_types(child, a, &format!("{path}[{k}]"), errs);
+                }
+            }
+            if let Some(p) = props(s) {
+                for (k, child) in m {
+                    if let Some(ps) = p.get(k) {
+                        list_types(child, ps, &join(path, k), errs);
+                    }
                 }
             }
         }
         _ => {}
+    }
+}
+
+/// Keys of a list-type map must be unique; a missing key counts as one "unspecified" key.
+fn list_map(items: &[Value], s: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    if let Some((i, bad)) = items
+        .iter()
+        .enumerate()
+        .find(|(_, x)| !x.is_object() && !x.is_null())
+    {
+        errs.push(FieldError::invalid(
+            &index(path, i),
+            bad,
+            "must be an object for an array of list-type map",
+        ));
+        return;
+    }
+    let key_fields: Vec<&str> = s
+        .get("x-kubernetes-list-map-keys")
+        .and_then(Value::as_array)
+        .map(|k| k.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let keys: Vec<Map<String, Value>> = items
+        .iter()
+        .map(|x| {
+            key_fields
+                .iter()
+                .filter_map(|k| x.get(*k).map(|v| ((*k).to_owned(), v.clone())))
+                .collect()
+        })
+        .collect();
+    for i in second_appearances(&keys) {
+        errs.push(FieldError::duplicate(
+            &index(path, i),
+            Value::Object(keys[i].clone()),
+        ));
     }
 }
 
@@ -1007,13 +1027,13 @@ mod tests {
             ]
         );
         let obj = json!({"spec": {"size": 1, "replicas": 11, "name": "abcdef",
-            "tags": ["a", "b", "a"], "when": "yesterday"}});
+            "tags": ["a", "b", "a", "a"], "when": "yesterday"}});
         assert_eq!(
             msgs(&v.validate(&obj, None)),
             vec![
                 r#"spec.name: Too long: may not be more than 5 bytes"#,
                 r#"spec.replicas: Invalid value: 11: spec.replicas in body should be less than or equal to 10"#,
-                r#"spec.tags: Too many: 3: must have at most 2 items"#,
+                r#"spec.tags: Too many: 4: must have at most 2 items"#,
                 r#"spec.when: Invalid value: "yesterday": spec.when in body must be of type date-time: "yesterday""#,
                 r#"spec.tags[2]: Duplicate value: "a""#,
             ]
