@@ -1401,6 +1401,112 @@ mod tests {
         assert_eq!(won["spec"]["holderIdentity"], "b");
     }
 
+    /// structured-merge-diff's merge order for sets and associative lists (expectations from
+    /// its `typed/merge_test.go` cases).
+    #[test]
+    fn list_merge_order_matches_structured_merge_diff() {
+        let schema = CrdSchema::new(
+            &json!({"type": "object", "properties": {
+                "setStr": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+                "list": {"type": "array", "x-kubernetes-list-type": "map",
+                         "x-kubernetes-list-map-keys": ["key", "id"], "items": {"type": "object"}}}}),
+            false,
+        );
+        let set_cases = [
+            (
+                json!(["a", "b", "c"]),
+                json!(["a", "b"]),
+                json!(["a", "b", "c"]),
+            ),
+            (json!(["a", "b"]), json!(["b", "a"]), json!(["b", "a"])),
+            (
+                json!(["a", "b", "c"]),
+                json!(["c", "d", "e", "f"]),
+                json!(["a", "b", "c", "d", "e", "f"]),
+            ),
+            (
+                json!(["a", "b", "c", "g", "f"]),
+                json!(["c", "d", "e", "f"]),
+                json!(["a", "b", "c", "g", "d", "e", "f"]),
+            ),
+            (
+                json!(["c", "d", "e", "f"]),
+                json!(["a", "c", "e"]),
+                json!(["a", "c", "d", "e", "f"]),
+            ),
+            (
+                json!(["a", "b", "c", "x", "y", "z"]),
+                json!(["d", "e", "f", "x", "y", "z"]),
+                json!(["a", "b", "c", "d", "e", "f", "x", "y", "z"]),
+            ),
+            (
+                json!(["c", "a", "g", "f"]),
+                json!(["c", "f", "a", "g"]),
+                json!(["c", "f", "a", "g"]),
+            ),
+            (
+                json!(["a", "b", "c", "d"]),
+                json!(["d", "e", "f", "a"]),
+                json!(["b", "c", "d", "e", "f", "a"]),
+            ),
+            (
+                json!(["c", "d", "e", "f", "g", "h", "i", "j"]),
+                json!(["2", "h", "3", "e", "4", "k", "l"]),
+                json!([
+                    "c", "d", "f", "g", "2", "h", "i", "j", "3", "e", "4", "k", "l"
+                ]),
+            ),
+            (
+                json!(["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"]),
+                json!(["1", "b", "2", "h", "3", "e", "4", "k", "l"]),
+                json!([
+                    "a", "1", "b", "c", "d", "f", "g", "2", "h", "i", "j", "3", "e", "4", "k", "l"
+                ]),
+            ),
+        ];
+        for (lhs, rhs, want) in set_cases {
+            let got = merge_values(
+                Some(&json!({"setStr": lhs})),
+                &json!({"setStr": rhs}),
+                &mut Vec::new(),
+                &schema,
+            );
+            assert_eq!(got["setStr"], want);
+        }
+        let item = |k: &str, id: i64| json!({"key": k, "id": id});
+        let list_cases = [
+            (
+                json!([item("a", 1)]),
+                json!([item("a", 2)]),
+                json!([item("a", 1), item("a", 2)]),
+            ),
+            (
+                json!([item("b", 2)]),
+                json!([item("a", 1), item("b", 2), item("c", 3)]),
+                json!([item("a", 1), item("b", 2), item("c", 3)]),
+            ),
+            (
+                json!([item("a", 1), item("b", 2), item("c", 3)]),
+                json!([item("c", 3), item("b", 2)]),
+                json!([item("a", 1), item("c", 3), item("b", 2)]),
+            ),
+            (
+                json!([item("a", 1), item("b", 2), item("c", 3)]),
+                json!([item("c", 3), item("a", 1)]),
+                json!([item("b", 2), item("c", 3), item("a", 1)]),
+            ),
+        ];
+        for (lhs, rhs, want) in list_cases {
+            let got = merge_values(
+                Some(&json!({"list": lhs})),
+                &json!({"list": rhs}),
+                &mut Vec::new(),
+                &schema,
+            );
+            assert_eq!(got["list"], want);
+        }
+    }
+
     #[test]
     fn update_manager_name_falls_back_to_user_agent() {
         assert_eq!(update_manager_name(Some("fm"), Some("kubectl/v1.33")), "fm");
