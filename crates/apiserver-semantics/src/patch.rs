@@ -237,8 +237,13 @@ fn smp_map<'p>(
             ListStrategy::MergeByKey(key) => Some(key),
             _ => None,
         };
+        let live: Vec<Value> = original
+            .and_then(|o| o.get(field))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         if let Some(Value::Array(items)) = out.get_mut(field) {
-            reorder(items, order, key);
+            reorder(items, order, &live, key);
         }
     }
     if let Some(retain) = p.get("$retainKeys").and_then(Value::as_array) {
@@ -248,24 +253,42 @@ fn smp_map<'p>(
     Ok(Some(out))
 }
 
-/// Puts the items named in `order` first, in that order; the others keep their order after them.
-fn reorder(items: &mut Vec<Value>, order: &[Value], key: Option<&str>) {
+/// `$setElementOrder` as apimachinery's `normalizeElementOrder`: the merged items named in
+/// `order` are sorted by it, the others ("server-only") keep their live order, and the two runs
+/// are interleaved by their positions in the live list (`mergeSortedSlice`).
+fn reorder(items: &mut Vec<Value>, order: &[Value], live: &[Value], key: Option<&str>) {
     let id = |v: &Value| -> Value {
         match key {
             Some(k) => v.get(k).cloned().unwrap_or(Value::Null),
             None => v.clone(),
         }
     };
-    let mut ordered = Vec::with_capacity(items.len());
-    let mut rest: Vec<Value> = std::mem::take(items);
-    for o in order {
-        let want = id(o);
-        if let Some(pos) = rest.iter().position(|i| id(i) == want) {
-            ordered.push(rest.remove(pos));
-        }
+    let pos_in = |list: &[Value], v: &Value| {
+        let want = id(v);
+        list.iter().position(|x| id(x) == want)
+    };
+    let (mut patch_items, mut server_only): (Vec<Value>, Vec<Value>) =
+        items.drain(..).partition(|i| pos_in(order, i).is_some());
+    patch_items.sort_by_key(|i| pos_in(order, i).unwrap_or(usize::MAX));
+    server_only.sort_by_key(|i| pos_in(live, i).unwrap_or(usize::MAX));
+    let (mut left, mut right) = (
+        server_only.into_iter().peekable(),
+        patch_items.into_iter().peekable(),
+    );
+    let mut out = Vec::new();
+    loop {
+        let take_left = match (left.peek(), right.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(l), Some(r)) => {
+                matches!((pos_in(live, l), pos_in(live, r)), (Some(a), Some(b)) if a < b)
+            }
+        };
+        let next = if take_left { left.next() } else { right.next() };
+        out.extend(next);
     }
-    ordered.extend(rest);
-    *items = ordered;
+    *items = out;
 }
 
 fn smp_list<'p>(
@@ -440,6 +463,17 @@ mod tests {
             .map(|c| c["name"].as_str().unwrap())
             .collect();
         assert_eq!(names, vec!["new", "app"]);
+
+        // Server-only items are interleaved by their live position (apimachinery mergeSortedSlice).
+        let mut three = pod();
+        three["spec"]["containers"] = json!([{"name": "a"}, {"name": "b"}, {"name": "c"}]);
+        let order = json!({"spec": {"containers": [{"name": "b", "image": "x"}],
+            "$setElementOrder/containers": [{"name": "c"}, {"name": "b"}]}});
+        let out = strategic_merge_patch(&three, &order, "", "Pod").unwrap();
+        assert_eq!(
+            out["spec"]["containers"],
+            json!([{"name": "a"}, {"name": "c"}, {"name": "b", "image": "x"}])
+        );
 
         let replace = json!({"spec": {"containers": [{"$patch": "replace"}, {"name": "only"}]}});
         let out = strategic_merge_patch(&pod(), &replace, "", "Pod").unwrap();
