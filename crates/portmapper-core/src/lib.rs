@@ -6,6 +6,7 @@ pub mod check;
 pub mod decision;
 pub mod membership;
 pub mod network;
+pub mod planner;
 pub mod pool;
 pub mod target;
 
@@ -15,3 +16,8 @@ pub use membership::{Evaluation, PortRules, evaluate_port, port_rules, publish_n
 pub use network::{CheckPosition, NetworkDecisions, NetworkKey};
 pub use pool::{SelectorError, pod_in_pool, selector_matches};
 pub use target::{PodAddress, ResolvedPort, ResolvedTarget, pod_address, resolve_target_port};
+
+pub use planner::{
+    Action, Deletion, Plan, PlanError, PlanInput, PlanWarning, PlannedEndpoints, PlannedSlice,
+    plan, service_families,
+};

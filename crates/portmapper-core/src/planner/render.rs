@@ -1,0 +1,385 @@
+//! Rendering of the pieces every slice shares: labels, owner reference, endpoints and hints.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use k8s_openapi::api::discovery::v1::{
+    Endpoint, EndpointConditions, EndpointHints, ForNode, ForZone,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use portmapper_api::MANAGER;
+
+/// `kubernetes.io/service-name`.
+pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
+/// `endpointslice.kubernetes.io/managed-by`.
+pub const LABEL_MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
+/// `service.kubernetes.io/headless`.
+pub const LABEL_HEADLESS: &str = "service.kubernetes.io/headless";
+/// `endpointslice.kubernetes.io/skip-mirror` (on legacy Endpoints).
+pub const LABEL_SKIP_MIRROR: &str = "endpointslice.kubernetes.io/skip-mirror";
+/// `endpoints.kubernetes.io/last-change-trigger-time`.
+pub const ANNOTATION_TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+/// `endpoints.kubernetes.io/over-capacity`.
+pub const ANNOTATION_OVER_CAPACITY: &str = "endpoints.kubernetes.io/over-capacity";
+/// `service.kubernetes.io/topology-mode`.
+pub const ANNOTATION_TOPOLOGY_MODE: &str = "service.kubernetes.io/topology-mode";
+/// The deprecated `service.kubernetes.io/topology-aware-hints` (wins over topology-mode).
+pub const ANNOTATION_TOPOLOGY_AWARE_HINTS: &str = "service.kubernetes.io/topology-aware-hints";
+
+/// Labels the native controller never copies from the Service.
+pub const RESERVED_LABELS: [&str; 3] = [LABEL_SERVICE_NAME, LABEL_MANAGED_BY, LABEL_HEADLESS];
+
+/// Whether the Service is headless (`clusterIP: None`).
+pub fn is_headless(service: &Service) -> bool {
+    service.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()) == Some("None")
+}
+
+/// Slice labels: the Service's labels minus reserved keys, the headless marker,
+/// `kubernetes.io/service-name` and `managed-by: portmapper.dev`.
+pub fn slice_labels(service: &Service, service_name: &str) -> BTreeMap<String, String> {
+    let mut labels: BTreeMap<String, String> = service
+        .metadata
+        .labels
+        .iter()
+        .flatten()
+        .filter(|(k, _)| !RESERVED_LABELS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if is_headless(service) {
+        labels.insert(LABEL_HEADLESS.to_owned(), String::new());
+    }
+    labels.insert(LABEL_SERVICE_NAME.to_owned(), service_name.to_owned());
+    labels.insert(LABEL_MANAGED_BY.to_owned(), MANAGER.to_owned());
+    labels
+}
+
+/// The controller owner reference to the PortMapping. `blockOwnerDeletion: true` so foreground
+/// deletion of a PortMapping waits for its slices (like the native controller's reference to the
+/// Service); clusters enforcing `OwnerReferencesPermissionEnforcement` then require the operator
+/// to hold `update` on `portmappings/finalizers`, which its own RBAC grants.
+pub fn owner_reference(name: &str, uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: format!("{}/v1alpha1", portmapper_api::GROUP),
+        kind: "PortMapping".to_owned(),
+        name: name.to_owned(),
+        uid: uid.to_owned(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// How endpoint hints are computed for a Service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HintMode {
+    /// No hints.
+    None,
+    /// `forZones: [own zone]` (PreferClose, PreferSameZone).
+    Zone,
+    /// `forNodes: [own node]` plus the zone (PreferSameNode).
+    Node,
+}
+
+/// The hint mode and, when `topology-mode: Auto` is requested (unsupported), the annotation
+/// asking for it.
+pub fn hint_mode(service: &Service) -> (HintMode, Option<&'static str>) {
+    let annotations = service.metadata.annotations.as_ref();
+    let get = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
+    // The deprecated annotation wins, as in the native controller.
+    let auto = [ANNOTATION_TOPOLOGY_AWARE_HINTS, ANNOTATION_TOPOLOGY_MODE]
+        .into_iter()
+        .find(|k| get(k).is_some())
+        .filter(|k| matches!(get(k), Some("Auto" | "auto")));
+    if let Some(annotation) = auto {
+        return (HintMode::None, Some(annotation));
+    }
+    let mode = match service
+        .spec
+        .as_ref()
+        .and_then(|s| s.traffic_distribution.as_deref())
+    {
+        Some("PreferClose" | "PreferSameZone") => HintMode::Zone,
+        Some("PreferSameNode") => HintMode::Node,
+        _ => HintMode::None,
+    };
+    (mode, None)
+}
+
+/// Everything that varies per endpoint.
+pub struct EndpointFacts<'a> {
+    /// The pod.
+    pub pod: &'a Pod,
+    /// Its address in the slice's family.
+    pub address: IpAddr,
+    /// Published ready.
+    pub ready: bool,
+    /// Being deleted.
+    pub terminating: bool,
+    /// Zone of its node, if known.
+    pub zone: Option<&'a str>,
+}
+
+/// Renders one endpoint like the native controller: one address, conditions, targetRef to the
+/// pod, nodeName, zone, hostname (pods whose subdomain is the Service), and hints for ready
+/// endpoints only.
+pub fn render_endpoint(
+    facts: &EndpointFacts<'_>,
+    service_name: &str,
+    namespace: &str,
+    hints: HintMode,
+) -> Endpoint {
+    let pod = facts.pod;
+    let spec = pod.spec.as_ref();
+    let node = spec
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty());
+    let hostname = spec
+        .filter(|s| s.subdomain.as_deref() == Some(service_name))
+        .and_then(|s| s.hostname.clone())
+        .filter(|h| !h.is_empty());
+    let zone = facts.zone.map(str::to_owned);
+    let hints = if facts.ready {
+        let for_zones = zone.as_ref().map(|z| vec![ForZone { name: z.clone() }]);
+        match hints {
+            HintMode::None => None,
+            HintMode::Zone => for_zones.map(|z| EndpointHints {
+                for_zones: Some(z),
+                for_nodes: None,
+            }),
+            HintMode::Node => match (&node, for_zones) {
+                (None, None) => None,
+                (node, zones) => Some(EndpointHints {
+                    for_nodes: node.as_ref().map(|n| vec![ForNode { name: n.clone() }]),
+                    for_zones: zones,
+                }),
+            },
+        }
+    } else {
+        None
+    };
+    Endpoint {
+        addresses: vec![facts.address.to_string()],
+        conditions: Some(EndpointConditions {
+            ready: Some(facts.ready),
+            serving: Some(true),
+            terminating: Some(facts.terminating),
+        }),
+        deprecated_topology: None,
+        hints,
+        hostname,
+        node_name: node,
+        target_ref: Some(ObjectReference {
+            kind: Some("Pod".to_owned()),
+            namespace: Some(namespace.to_owned()),
+            name: pod.metadata.name.clone(),
+            uid: pod.metadata.uid.clone(),
+            ..ObjectReference::default()
+        }),
+        zone,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodSpec, ServiceSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn svc(
+        labels: &[(&str, &str)],
+        cluster_ip: &str,
+        td: Option<&str>,
+        annotations: &[(&str, &str)],
+    ) -> Service {
+        let map = |kv: &[(&str, &str)]| {
+            Some(
+                kv.iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            )
+        };
+        Service {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                labels: map(labels),
+                annotations: map(annotations),
+                ..ObjectMeta::default()
+            },
+            spec: Some(ServiceSpec {
+                cluster_ip: Some(cluster_ip.into()),
+                traffic_distribution: td.map(Into::into),
+                ..ServiceSpec::default()
+            }),
+            ..Service::default()
+        }
+    }
+
+    #[test]
+    fn labels_copy_service_labels_minus_reserved_and_mark_headless() {
+        let s = svc(
+            &[
+                ("app", "web"),
+                (LABEL_MANAGED_BY, "x"),
+                (LABEL_HEADLESS, "y"),
+            ],
+            "None",
+            None,
+            &[],
+        );
+        let labels = slice_labels(&s, "web");
+        assert_eq!(labels.get("app").map(String::as_str), Some("web"));
+        assert_eq!(
+            labels.get(LABEL_MANAGED_BY).map(String::as_str),
+            Some("portmapper.dev")
+        );
+        assert_eq!(labels.get(LABEL_HEADLESS).map(String::as_str), Some(""));
+        assert_eq!(
+            labels.get(LABEL_SERVICE_NAME).map(String::as_str),
+            Some("web")
+        );
+        let clusterip = slice_labels(
+            &svc(&[(LABEL_HEADLESS, "y")], "10.96.0.1", None, &[]),
+            "web",
+        );
+        assert!(!clusterip.contains_key(LABEL_HEADLESS));
+    }
+
+    #[test]
+    fn owner_reference_is_controller_to_the_portmapping() {
+        let r = owner_reference("pm", "uid-1");
+        assert_eq!(r.api_version, "portmapper.dev/v1alpha1");
+        assert_eq!(r.kind, "PortMapping");
+        assert_eq!(r.controller, Some(true));
+        assert_eq!(r.block_owner_deletion, Some(true));
+    }
+
+    #[test]
+    fn hint_mode_follows_traffic_distribution_and_refuses_auto() {
+        assert_eq!(
+            hint_mode(&svc(&[], "x", Some("PreferClose"), &[])),
+            (HintMode::Zone, None)
+        );
+        assert_eq!(
+            hint_mode(&svc(&[], "x", Some("PreferSameZone"), &[])),
+            (HintMode::Zone, None)
+        );
+        assert_eq!(
+            hint_mode(&svc(&[], "x", Some("PreferSameNode"), &[])),
+            (HintMode::Node, None)
+        );
+        assert_eq!(hint_mode(&svc(&[], "x", None, &[])), (HintMode::None, None));
+        let auto = svc(
+            &[],
+            "x",
+            Some("PreferClose"),
+            &[(ANNOTATION_TOPOLOGY_MODE, "Auto")],
+        );
+        assert_eq!(
+            hint_mode(&auto),
+            (HintMode::None, Some(ANNOTATION_TOPOLOGY_MODE))
+        );
+        let deprecated_wins = svc(
+            &[],
+            "x",
+            Some("PreferClose"),
+            &[
+                (ANNOTATION_TOPOLOGY_MODE, "Auto"),
+                (ANNOTATION_TOPOLOGY_AWARE_HINTS, "Disabled"),
+            ],
+        );
+        assert_eq!(hint_mode(&deprecated_wins), (HintMode::Zone, None));
+    }
+
+    fn pod(node: Option<&str>, hostname: Option<&str>, subdomain: Option<&str>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                uid: Some("u".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                node_name: node.map(Into::into),
+                hostname: hostname.map(Into::into),
+                subdomain: subdomain.map(Into::into),
+                ..PodSpec::default()
+            }),
+            ..Pod::default()
+        }
+    }
+
+    fn facts<'a>(p: &'a Pod, ready: bool, zone: Option<&'static str>) -> EndpointFacts<'a> {
+        EndpointFacts {
+            pod: p,
+            address: "10.0.0.1".parse().unwrap(),
+            ready,
+            terminating: !ready,
+            zone,
+        }
+    }
+
+    #[test]
+    fn hostname_only_when_subdomain_is_the_service() {
+        let p = pod(None, Some("db-0"), Some("web"));
+        assert_eq!(
+            render_endpoint(&facts(&p, true, None), "web", "ns", HintMode::None)
+                .hostname
+                .as_deref(),
+            Some("db-0")
+        );
+        let other = pod(None, Some("db-0"), Some("other"));
+        assert_eq!(
+            render_endpoint(&facts(&other, true, None), "web", "ns", HintMode::None).hostname,
+            None
+        );
+    }
+
+    #[test]
+    fn hints_only_for_ready_endpoints() {
+        let p = pod(Some("n1"), None, None);
+        let ep = render_endpoint(&facts(&p, true, Some("z1")), "web", "ns", HintMode::Zone);
+        assert_eq!(
+            ep.hints
+                .and_then(|h| h.for_zones)
+                .map(|z| z[0].name.clone())
+                .as_deref(),
+            Some("z1")
+        );
+        let draining = render_endpoint(&facts(&p, false, Some("z1")), "web", "ns", HintMode::Zone);
+        assert_eq!(draining.hints, None);
+        assert_eq!(
+            draining.conditions.as_ref().and_then(|c| c.terminating),
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn prefer_same_node_hints_node_and_zone() {
+        let p = pod(Some("n1"), None, None);
+        let ep = render_endpoint(&facts(&p, true, Some("z1")), "web", "ns", HintMode::Node);
+        let hints = ep.hints.unwrap_or_default();
+        assert_eq!(
+            hints.for_nodes.map(|n| n[0].name.clone()).as_deref(),
+            Some("n1")
+        );
+        assert_eq!(
+            hints.for_zones.map(|z| z[0].name.clone()).as_deref(),
+            Some("z1")
+        );
+        let no_zone = render_endpoint(&facts(&p, true, None), "web", "ns", HintMode::Zone);
+        assert_eq!(no_zone.hints, None);
+    }
+
+    #[test]
+    fn endpoint_carries_target_ref_node_and_zone() {
+        let p = pod(Some("n1"), None, None);
+        let ep = render_endpoint(&facts(&p, true, Some("z1")), "web", "ns", HintMode::None);
+        assert_eq!(ep.addresses, vec!["10.0.0.1"]);
+        assert_eq!(ep.node_name.as_deref(), Some("n1"));
+        assert_eq!(ep.zone.as_deref(), Some("z1"));
+        let r = ep.target_ref.unwrap_or_default();
+        assert_eq!(
+            (r.kind.as_deref(), r.namespace.as_deref(), r.uid.as_deref()),
+            (Some("Pod"), Some("ns"), Some("u"))
+        );
+    }
+}

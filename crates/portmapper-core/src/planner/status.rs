@@ -1,0 +1,118 @@
+//! Per-port status: ready / notReady / candidates / excluded (with the reason naming the check).
+
+use portmapper_api::status::MAX_EXCLUDED_LISTED;
+use portmapper_api::{ExcludedPod, PortStatus};
+
+use super::PortView;
+
+/// What happened to one pod on one port, merged across families.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PodPortState {
+    /// Published in at least one family (ready in at least one when `ready`).
+    Published { ready: bool },
+    /// A candidate left out everywhere; the first reason seen.
+    Excluded(String),
+}
+
+impl PodPortState {
+    pub(crate) fn merge(self, other: Self) -> Self {
+        match (self, other) {
+            (Self::Published { ready: a }, Self::Published { ready: b }) => {
+                Self::Published { ready: a || b }
+            }
+            (p @ Self::Published { .. }, Self::Excluded(_))
+            | (Self::Excluded(_), p @ Self::Published { .. }) => p,
+            (e @ Self::Excluded(_), Self::Excluded(_)) => e,
+        }
+    }
+}
+
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// One status entry per Service port (none for the portless pseudo-port of a headless Service).
+pub(crate) fn port_statuses(
+    ports: &[PortView<'_>],
+    states: &[Vec<Option<PodPortState>>],
+    pod_names: &[&str],
+) -> Vec<PortStatus> {
+    let mut out = Vec::new();
+    for (port, states) in ports.iter().zip(states) {
+        let Some(number) = port.number else { continue };
+        let (mut ready, mut not_ready) = (0usize, 0usize);
+        let mut excluded: Vec<ExcludedPod> = Vec::new();
+        for (pod, state) in states.iter().enumerate() {
+            match state {
+                Some(PodPortState::Published { ready: true }) => ready += 1,
+                Some(PodPortState::Published { ready: false }) => not_ready += 1,
+                Some(PodPortState::Excluded(reason)) => excluded.push(ExcludedPod {
+                    pod: pod_names.get(pod).copied().unwrap_or_default().to_owned(),
+                    reason: reason.clone(),
+                }),
+                None => {}
+            }
+        }
+        excluded.sort_by(|a, b| a.pod.cmp(&b.pod));
+        let total = excluded.len();
+        excluded.truncate(MAX_EXCLUDED_LISTED);
+        out.push(PortStatus {
+            name: port.name.to_owned(),
+            port: number,
+            ready: count(ready),
+            not_ready: count(not_ready),
+            candidates: count(ready + not_ready + total),
+            excluded,
+            excluded_total: count(total),
+        });
+    }
+    out
+}
+
+/// `http 3/4, https 2/4`: ready/candidates per port (the number stands in for an unnamed port).
+pub(crate) fn summary(ports: &[PortStatus]) -> String {
+    ports
+        .iter()
+        .map(|p| {
+            let label = if p.name.is_empty() {
+                p.port.to_string()
+            } else {
+                p.name.clone()
+            };
+            format!("{label} {}/{}", p.ready, p.candidates)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn published_in_any_family_beats_excluded() {
+        let m =
+            PodPortState::Excluded("no v6".into()).merge(PodPortState::Published { ready: false });
+        assert_eq!(m, PodPortState::Published { ready: false });
+        let m =
+            PodPortState::Published { ready: false }.merge(PodPortState::Published { ready: true });
+        assert_eq!(m, PodPortState::Published { ready: true });
+        let m = PodPortState::Excluded("a".into()).merge(PodPortState::Excluded("b".into()));
+        assert_eq!(m, PodPortState::Excluded("a".into()));
+    }
+
+    #[test]
+    fn summary_uses_port_number_for_unnamed_ports() {
+        let p = |name: &str, port, ready, candidates| PortStatus {
+            name: name.into(),
+            port,
+            ready,
+            candidates,
+            ..PortStatus::default()
+        };
+        assert_eq!(
+            summary(&[p("http", 80, 3, 4), p("", 443, 2, 4)]),
+            "http 3/4, 443 2/4"
+        );
+    }
+}

@@ -1,0 +1,214 @@
+//! What the planner takes and what it returns.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::jiff::Timestamp;
+use portmapper_api::{PortMapping, PortStatus};
+
+use crate::network::NetworkDecisions;
+use crate::pool::SelectorError;
+
+/// Everything the planner needs; all of it read by the caller from the API (or the prober).
+#[derive(Clone, Copy, Debug)]
+pub struct PlanInput<'a> {
+    /// The PortMapping (needs metadata name, namespace and uid: they go into owner references).
+    pub port_mapping: &'a PortMapping,
+    /// The Service it names.
+    pub service: &'a Service,
+    /// Pods of the namespace; those outside the pool are ignored, so the caller may pass a
+    /// superset (e.g. everything its index returned).
+    pub pods: &'a [Pod],
+    /// Node name → `topology.kubernetes.io/zone`, for the nodes that have one.
+    pub node_zones: &'a BTreeMap<String, String>,
+    /// Latest network check results.
+    pub network: &'a NetworkDecisions,
+    /// EndpointSlices currently stored for this Service with `managed-by: portmapper.dev`.
+    /// Slices controller-owned by something else are reported and never touched.
+    pub live_slices: &'a [EndpointSlice],
+    /// The Endpoints object named after the Service, if one exists.
+    pub live_endpoints: Option<&'a Endpoints>,
+    /// The time of this reconcile: the `last-change-trigger-time` of written objects.
+    pub now: Timestamp,
+}
+
+/// What to do with one desired object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// It does not exist: create it.
+    Create,
+    /// It exists and differs: write it (with `resource_version` as an optimistic lock if wanted).
+    Update {
+        /// The stored object's resourceVersion.
+        resource_version: Option<String>,
+    },
+    /// It exists and is semantically equal: no write at all.
+    Unchanged,
+}
+
+impl Action {
+    /// Whether the object must be written.
+    pub fn is_write(&self) -> bool {
+        !matches!(self, Self::Unchanged)
+    }
+}
+
+/// One desired EndpointSlice.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedSlice {
+    /// The full object to apply (no server-populated fields).
+    pub slice: EndpointSlice,
+    /// What to do with it.
+    pub action: Action,
+}
+
+/// An object to delete, with the UID to use as a delete precondition.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Deletion {
+    /// Name.
+    pub name: String,
+    /// UID of the object the planner saw (None if it had none).
+    pub uid: Option<String>,
+}
+
+/// The desired legacy Endpoints object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedEndpoints {
+    /// The full object to apply.
+    pub endpoints: Endpoints,
+    /// What to do with it.
+    pub action: Action,
+}
+
+/// Something the user should hear about; the plan is still safe to apply.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PlanWarning {
+    /// ExternalName Services have no endpoints: everything is torn down.
+    ExternalName,
+    /// `topology-mode: Auto` is not implemented: no hints are published.
+    TopologyModeAuto {
+        /// The annotation requesting it.
+        annotation: String,
+    },
+    /// A pod's address is one the API rejects for endpoints; the pod is left out.
+    RejectedPodAddress {
+        /// Pod name.
+        pod: String,
+        /// The address.
+        ip: String,
+        /// Why the API rejects it.
+        reason: String,
+    },
+    /// A slice carries our labels but another controller owns it; it is left alone.
+    ForeignSlice {
+        /// Slice name.
+        name: String,
+    },
+    /// The Endpoints object is controller-owned by something else; it is left alone.
+    ForeignEndpoints,
+    /// The legacy Endpoints object was cut at 1000 addresses.
+    LegacyEndpointsTruncated {
+        /// Addresses before truncation.
+        total: usize,
+    },
+}
+
+impl fmt::Display for PlanWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ExternalName => write!(
+                f,
+                "the Service is of type ExternalName, which has no endpoints; nothing is published"
+            ),
+            Self::TopologyModeAuto { annotation } => write!(
+                f,
+                "{annotation}: Auto is not supported by portmapper; no topology hints are published (use spec.trafficDistribution)"
+            ),
+            Self::RejectedPodAddress { pod, ip, reason } => {
+                write!(
+                    f,
+                    "pod {pod} has address {ip}, which EndpointSlices cannot carry ({reason}); it is left out"
+                )
+            }
+            Self::ForeignSlice { name } => write!(
+                f,
+                "EndpointSlice {name} is labelled managed-by portmapper.dev but controlled by another owner; it is left alone"
+            ),
+            Self::ForeignEndpoints => write!(
+                f,
+                "the Endpoints object of this Service is controlled by another owner; it is left alone"
+            ),
+            Self::LegacyEndpointsTruncated { total } => {
+                write!(
+                    f,
+                    "the legacy Endpoints object holds at most 1000 addresses; {total} were cut to 1000"
+                )
+            }
+        }
+    }
+}
+
+/// The planner's answer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Every slice that must exist, sorted by name, each with its action.
+    pub slices: Vec<PlannedSlice>,
+    /// Owned slices that must go.
+    pub deletions: Vec<Deletion>,
+    /// The legacy Endpoints object, when `legacyEndpoints` is on and it is ours to write.
+    pub endpoints: Option<PlannedEndpoints>,
+    /// An owned legacy Endpoints object that must go (`legacyEndpoints` off, or teardown).
+    pub endpoints_deletion: Option<Deletion>,
+    /// Status per Service port.
+    pub ports: Vec<PortStatus>,
+    /// `http 3/4, https 2/4` (ready/candidates).
+    pub summary: String,
+    /// Things to tell the user.
+    pub warnings: Vec<PlanWarning>,
+}
+
+impl Plan {
+    /// Number of API writes the plan needs (creates, updates, deletes).
+    pub fn writes(&self) -> usize {
+        self.slices.iter().filter(|s| s.action.is_write()).count()
+            + self.deletions.len()
+            + usize::from(self.endpoints.as_ref().is_some_and(|e| e.action.is_write()))
+            + usize::from(self.endpoints_deletion.is_some())
+    }
+
+    /// Whether everything is already as desired.
+    pub fn is_converged(&self) -> bool {
+        self.writes() == 0
+    }
+}
+
+/// Why no plan could be made. Nothing must be written then.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// The PortMapping lacks metadata the owner references need.
+    #[error("the PortMapping has no {0}; it cannot own EndpointSlices")]
+    MissingMetadata(&'static str),
+    /// The Service passed in is not the one the PortMapping names.
+    #[error("the PortMapping names Service {expected:?} but the planner was given {got:?}")]
+    ServiceMismatch {
+        /// `spec.serviceRef.name`.
+        expected: String,
+        /// The Service's name.
+        got: String,
+    },
+    /// `spec.pods.selector` is not a valid selector.
+    #[error(transparent)]
+    Selector(#[from] SelectorError),
+    /// The planner rendered an object the API would reject (a bug: nothing is written).
+    #[error("rendered {kind} {name:?} would be rejected by the API: {message}")]
+    InvalidRender {
+        /// Kind.
+        kind: &'static str,
+        /// Name.
+        name: String,
+        /// The apiserver's message.
+        message: String,
+    },
+}

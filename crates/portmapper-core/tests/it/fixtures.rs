@@ -1,0 +1,359 @@
+//! Builders for PortMappings, Services, pods and a harness that plans and "applies".
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, Endpoints, Pod, PodCondition, PodIP, PodSpec, PodStatus, Service,
+    ServicePort, ServiceSpec,
+};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
+use portmapper_api::check::PortNamesCheck;
+use portmapper_api::{
+    Check, KeySource, PodPool, PortMapping, PortMappingSpec, PortRule, ServiceRef,
+};
+use portmapper_core::{NetworkDecisions, Plan, PlanInput, plan};
+
+pub const NS: &str = "shop";
+pub const GROUP_KEY: &str = "example.com/group";
+pub const PORTS_KEY: &str = "example.com/ports";
+
+pub fn port_names_check() -> Check {
+    Check {
+        port_names: Some(PortNamesCheck {
+            key: PORTS_KEY.into(),
+            from: KeySource::Annotation,
+        }),
+        ..Check::default()
+    }
+}
+
+/// A PortMapping for Service `web` whose listed ports use `[portNames, podReady]`.
+pub fn port_mapping(listed_ports: &[&str]) -> PortMapping {
+    let mut pm = PortMapping::new(
+        "pm",
+        PortMappingSpec {
+            service_ref: ServiceRef { name: "web".into() },
+            pods: PodPool {
+                key: GROUP_KEY.into(),
+                from: KeySource::Label,
+                value: None,
+                selector: None,
+            },
+            ports: listed_ports
+                .iter()
+                .map(|p| PortRule {
+                    name: (*p).into(),
+                    checks: vec![port_names_check(), Check::pod_ready()],
+                })
+                .collect(),
+            default_checks: None,
+            unlisted_ports: Default::default(),
+            publish_not_ready_addresses: None,
+            terminating_endpoints: Default::default(),
+            max_endpoints_per_slice: 100,
+            legacy_endpoints: false,
+            native_cleanup: true,
+            probe: Default::default(),
+        },
+    );
+    pm.metadata.namespace = Some(NS.into());
+    pm.metadata.uid = Some("pm-uid".into());
+    pm
+}
+
+pub fn sport(name: &str, port: i32, target: Option<IntOrString>) -> ServicePort {
+    ServicePort {
+        name: Some(name.into()),
+        port,
+        target_port: target,
+        protocol: Some("TCP".into()),
+        ..ServicePort::default()
+    }
+}
+
+pub fn service(ports: Vec<ServicePort>) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some("web".into()),
+            namespace: Some(NS.into()),
+            uid: Some("svc-uid".into()),
+            labels: Some(BTreeMap::from([("app".to_owned(), "web".to_owned())])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("10.96.0.10".into()),
+            ip_families: Some(vec!["IPv4".into()]),
+            ports: Some(ports),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+/// The seed's Service: http 8080 and https 8443.
+pub fn web_service() -> Service {
+    service(vec![sport("http", 8080, None), sport("https", 8443, None)])
+}
+
+pub struct PodBuilder(pub Pod);
+
+impl PodBuilder {
+    pub fn new(name: &str, ips: &[&str]) -> Self {
+        Self(Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(NS.into()),
+                uid: Some(format!("uid-{name}")),
+                labels: Some(BTreeMap::from([(GROUP_KEY.to_owned(), "web".to_owned())])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some("node-1".into()),
+                containers: vec![Container {
+                    name: "app".into(),
+                    ..Container::default()
+                }],
+                ..PodSpec::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                pod_ips: Some(ips.iter().map(|ip| PodIP { ip: (*ip).into() }).collect()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    ..PodCondition::default()
+                }]),
+                ..PodStatus::default()
+            }),
+        })
+    }
+
+    pub fn ports(mut self, list: &str) -> Self {
+        self.0
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(PORTS_KEY.into(), list.into());
+        self
+    }
+
+    pub fn unready(mut self) -> Self {
+        if let Some(c) = self.0.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+            c[0].status = "False".into();
+        }
+        self
+    }
+
+    pub fn terminating(mut self) -> Self {
+        self.0.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        self
+    }
+
+    pub fn phase(mut self, phase: &str) -> Self {
+        if let Some(s) = self.0.status.as_mut() {
+            s.phase = Some(phase.into());
+        }
+        self
+    }
+
+    pub fn container_port(mut self, name: &str, number: i32) -> Self {
+        if let Some(s) = self.0.spec.as_mut() {
+            s.containers[0]
+                .ports
+                .get_or_insert_with(Vec::new)
+                .push(ContainerPort {
+                    name: Some(name.into()),
+                    container_port: number,
+                    ..ContainerPort::default()
+                });
+        }
+        self
+    }
+
+    pub fn sidecar_port(mut self, name: &str, number: i32) -> Self {
+        if let Some(s) = self.0.spec.as_mut() {
+            s.init_containers
+                .get_or_insert_with(Vec::new)
+                .push(Container {
+                    name: "proxy".into(),
+                    restart_policy: Some("Always".into()),
+                    ports: Some(vec![ContainerPort {
+                        name: Some(name.into()),
+                        container_port: number,
+                        ..ContainerPort::default()
+                    }]),
+                    ..Container::default()
+                });
+        }
+        self
+    }
+
+    pub fn hostname(mut self, hostname: &str, subdomain: &str) -> Self {
+        if let Some(s) = self.0.spec.as_mut() {
+            s.hostname = Some(hostname.into());
+            s.subdomain = Some(subdomain.into());
+        }
+        self
+    }
+
+    pub fn build(self) -> Pod {
+        self.0
+    }
+}
+
+/// The seed's pods: a→http, b,c→http+https, d→https, all ready.
+pub fn seed_pods() -> Vec<Pod> {
+    vec![
+        PodBuilder::new("pod-a", &["10.0.0.1"])
+            .ports("http")
+            .build(),
+        PodBuilder::new("pod-b", &["10.0.0.2"])
+            .ports("http,https")
+            .build(),
+        PodBuilder::new("pod-c", &["10.0.0.3"])
+            .ports("http, https")
+            .build(),
+        PodBuilder::new("pod-d", &["10.0.0.4"])
+            .ports("https")
+            .build(),
+    ]
+}
+
+/// Everything the planner reads, owned, plus the "cluster" state plans are applied to.
+pub struct World {
+    pub pm: PortMapping,
+    pub service: Service,
+    pub pods: Vec<Pod>,
+    pub zones: BTreeMap<String, String>,
+    pub network: NetworkDecisions,
+    pub slices: Vec<EndpointSlice>,
+    pub endpoints: Option<Endpoints>,
+    pub now: Timestamp,
+    pub next_uid: u64,
+}
+
+impl World {
+    pub fn new(pm: PortMapping, service: Service, pods: Vec<Pod>) -> Self {
+        Self {
+            pm,
+            service,
+            pods,
+            zones: BTreeMap::new(),
+            network: NetworkDecisions::new(),
+            slices: Vec::new(),
+            endpoints: None,
+            now: Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH),
+            next_uid: 1,
+        }
+    }
+
+    pub fn plan(&self) -> Plan {
+        plan(&PlanInput {
+            port_mapping: &self.pm,
+            service: &self.service,
+            pods: &self.pods,
+            node_zones: &self.zones,
+            network: &self.network,
+            live_slices: &self.slices,
+            live_endpoints: self.endpoints.as_ref(),
+            now: self.now,
+        })
+        .expect("plan")
+    }
+
+    /// Applies a plan the way the API server would store it (uid and resourceVersion set).
+    pub fn apply(&mut self, plan: &Plan) {
+        let mut next: Vec<EndpointSlice> = Vec::new();
+        for p in &plan.slices {
+            let live = self
+                .slices
+                .iter()
+                .find(|s| s.metadata.name == p.slice.metadata.name);
+            let mut s = match (&p.action, live) {
+                (portmapper_core::Action::Unchanged, Some(l)) => l.clone(),
+                _ => p.slice.clone(),
+            };
+            if p.action.is_write() {
+                self.next_uid += 1;
+                s.metadata.uid = live
+                    .and_then(|l| l.metadata.uid.clone())
+                    .or(Some(format!("slice-{}", self.next_uid)));
+                s.metadata.resource_version = Some(self.next_uid.to_string());
+            }
+            next.push(s);
+        }
+        // Objects the plan neither keeps nor deletes (foreign ones) stay.
+        for s in &self.slices {
+            let planned = plan
+                .slices
+                .iter()
+                .any(|p| p.slice.metadata.name == s.metadata.name);
+            let deleted = plan
+                .deletions
+                .iter()
+                .any(|d| Some(&d.name) == s.metadata.name.as_ref());
+            if !planned && !deleted {
+                next.push(s.clone());
+            }
+        }
+        self.slices = next;
+        if let Some(e) = plan.endpoints.as_ref().filter(|e| e.action.is_write()) {
+            let mut obj = e.endpoints.clone();
+            obj.metadata.uid = Some("ep-uid".into());
+            obj.metadata.resource_version = Some("1".into());
+            self.endpoints = Some(obj);
+        }
+        if plan.endpoints_deletion.is_some() {
+            self.endpoints = None;
+        }
+    }
+
+    /// Plans, applies, and returns the plan.
+    pub fn step(&mut self) -> Plan {
+        let p = self.plan();
+        self.apply(&p);
+        p
+    }
+
+    pub fn slice(&self, name: &str) -> Option<&EndpointSlice> {
+        self.slices
+            .iter()
+            .find(|s| s.metadata.name.as_deref() == Some(name))
+    }
+
+    pub fn pod_mut(&mut self, name: &str) -> &mut Pod {
+        self.pods
+            .iter_mut()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .expect("pod")
+    }
+}
+
+/// Pod names published in a slice, sorted.
+pub fn pod_names(slice: &EndpointSlice) -> Vec<String> {
+    let mut names: Vec<String> = slice
+        .endpoints
+        .iter()
+        .filter_map(|e| e.target_ref.as_ref().and_then(|r| r.name.clone()))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Slice names of a plan with their actions, for compact assertions.
+pub fn actions(plan: &Plan) -> Vec<(String, &'static str)> {
+    plan.slices
+        .iter()
+        .map(|p| {
+            let a = match p.action {
+                portmapper_core::Action::Create => "create",
+                portmapper_core::Action::Update { .. } => "update",
+                portmapper_core::Action::Unchanged => "unchanged",
+            };
+            (p.slice.metadata.name.clone().unwrap_or_default(), a)
+        })
+        .collect()
+}

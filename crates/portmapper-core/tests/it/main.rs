@@ -1,0 +1,5 @@
+//! Integration tests of portmapper-core: planner behaviours and properties.
+
+mod fixtures;
+mod planner;
+mod properties;

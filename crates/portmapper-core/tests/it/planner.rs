@@ -1,0 +1,1048 @@
+//! Planner behaviours, one test per rule.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::discovery::v1::{EndpointHints, ForZone};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube_validation::IpFamily;
+use portmapper_api::check::HttpGetCheck;
+use portmapper_api::{Check, PortRule, TerminatingEndpoints, UnlistedPorts};
+use portmapper_core::{
+    Action, CheckPosition, Deletion, NetworkKey, PlanError, PlanInput, PlanWarning, Verdict, plan,
+};
+
+use crate::fixtures::*;
+
+fn seed_world() -> World {
+    World::new(port_mapping(&["http", "https"]), web_service(), seed_pods())
+}
+
+#[test]
+fn publishes_one_slice_per_port_with_per_port_memberships() {
+    let mut w = seed_world();
+    let p = w.step();
+    assert_eq!(
+        actions(&p),
+        vec![
+            ("web.http".into(), "create"),
+            ("web.https".into(), "create")
+        ]
+    );
+    assert_eq!(
+        pod_names(w.slice("web.http").unwrap()),
+        vec!["pod-a", "pod-b", "pod-c"]
+    );
+    assert_eq!(
+        pod_names(w.slice("web.https").unwrap()),
+        vec!["pod-b", "pod-c", "pod-d"]
+    );
+    let http = w.slice("web.http").unwrap();
+    let port = &http.ports.as_ref().unwrap()[0];
+    assert_eq!(
+        (port.name.as_deref(), port.port, port.protocol.as_deref()),
+        (Some("http"), Some(8080), Some("TCP"))
+    );
+    assert_eq!(http.address_type, "IPv4");
+    let c = http.endpoints[0].conditions.clone().unwrap();
+    assert_eq!(
+        (c.ready, c.serving, c.terminating),
+        (Some(true), Some(true), Some(false))
+    );
+    assert_eq!(http.endpoints[0].node_name.as_deref(), Some("node-1"));
+    assert_eq!(
+        http.endpoints[0].hints, None,
+        "no hints without trafficDistribution"
+    );
+}
+
+#[test]
+fn slices_carry_service_labels_managed_by_and_controller_owner() {
+    let mut w = seed_world();
+    w.step();
+    let s = w.slice("web.http").unwrap();
+    let labels = s.metadata.labels.clone().unwrap();
+    assert_eq!(labels.get("app").map(String::as_str), Some("web"));
+    assert_eq!(
+        labels.get("kubernetes.io/service-name").map(String::as_str),
+        Some("web")
+    );
+    assert_eq!(
+        labels
+            .get("endpointslice.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("portmapper.dev")
+    );
+    assert!(!labels.contains_key("service.kubernetes.io/headless"));
+    assert_eq!(s.metadata.namespace.as_deref(), Some(NS));
+    assert_eq!(
+        s.metadata.owner_references.clone().unwrap(),
+        vec![OwnerReference {
+            api_version: "portmapper.dev/v1alpha1".into(),
+            kind: "PortMapping".into(),
+            name: "pm".into(),
+            uid: "pm-uid".into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }]
+    );
+}
+
+#[test]
+fn converged_plan_issues_no_writes() {
+    let mut w = seed_world();
+    w.step();
+    let again = w.plan();
+    assert!(again.is_converged(), "{:?}", actions(&again));
+    assert_eq!(
+        actions(&again),
+        vec![
+            ("web.http".into(), "unchanged"),
+            ("web.https".into(), "unchanged")
+        ]
+    );
+}
+
+#[test]
+fn trigger_time_set_only_on_written_slices() {
+    let mut w = seed_world();
+    w.step();
+    let first = w.now.to_string();
+    let trigger = |w: &World, n: &str| {
+        w.slice(n).unwrap().metadata.annotations.clone().unwrap()["endpoints.kubernetes.io/last-change-trigger-time"].clone()
+    };
+    assert_eq!(trigger(&w, "web.http"), first);
+    w.now += k8s_openapi::jiff::SignedDuration::from_secs(60);
+    w.pod_mut("pod-a")
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(PORTS_KEY.into(), "https".into());
+    let p = w.step();
+    assert_eq!(
+        actions(&p),
+        vec![
+            ("web.http".into(), "update"),
+            ("web.https".into(), "update")
+        ]
+    );
+    assert_eq!(trigger(&w, "web.http"), w.now.to_string());
+    w.now += k8s_openapi::jiff::SignedDuration::from_secs(60);
+    w.pod_mut("pod-d")
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(PORTS_KEY.into(), "https,http".into());
+    let p = w.step();
+    assert_eq!(
+        actions(&p),
+        vec![
+            ("web.http".into(), "update"),
+            ("web.https".into(), "unchanged")
+        ]
+    );
+    assert_ne!(
+        trigger(&w, "web.https"),
+        w.now.to_string(),
+        "unchanged slice keeps its trigger time"
+    );
+}
+
+#[test]
+fn unready_pod_excluded_with_reason_naming_the_check() {
+    let mut w = seed_world();
+    w.pods[0] = PodBuilder::new("pod-a", &["10.0.0.1"])
+        .ports("http")
+        .unready()
+        .build();
+    let p = w.step();
+    assert_eq!(
+        pod_names(w.slice("web.http").unwrap()),
+        vec!["pod-b", "pod-c"]
+    );
+    let http = &p.ports[0];
+    assert_eq!(
+        (
+            http.ready,
+            http.not_ready,
+            http.candidates,
+            http.excluded_total
+        ),
+        (2, 0, 4, 2)
+    );
+    assert_eq!(http.excluded[0].pod, "pod-a");
+    assert_eq!(
+        http.excluded[0].reason,
+        "podReady: pod is not Ready (Ready=False)"
+    );
+    assert_eq!(
+        http.excluded[1].reason,
+        "portNames: annotation example.com/ports does not list \"http\""
+    );
+    assert_eq!(p.summary, "http 2/4, https 3/4");
+}
+
+#[test]
+fn excluded_list_is_bounded_but_counted() {
+    let pods: Vec<_> = (0..30)
+        .map(|i| {
+            PodBuilder::new(&format!("pod-{i:02}"), &[&format!("10.0.1.{i}")])
+                .ports("")
+                .build()
+        })
+        .collect();
+    let w = World::new(port_mapping(&["http", "https"]), web_service(), pods);
+    let p = w.plan();
+    assert_eq!(p.ports[0].excluded.len(), 20);
+    assert_eq!(p.ports[0].excluded_total, 30);
+    assert_eq!(p.ports[0].candidates, 30);
+}
+
+#[test]
+fn placeholder_slice_for_port_without_members() {
+    let w = World::new(
+        port_mapping(&["http", "https"]),
+        web_service(),
+        vec![
+            PodBuilder::new("pod-a", &["10.0.0.1"])
+                .ports("http")
+                .build(),
+        ],
+    );
+    let p = w.plan();
+    let https = p
+        .slices
+        .iter()
+        .find(|s| s.slice.metadata.name.as_deref() == Some("web.https"))
+        .unwrap();
+    assert!(https.slice.endpoints.is_empty());
+    assert_eq!(https.slice.ports.as_ref().unwrap()[0].port, Some(8443));
+}
+
+#[test]
+fn pods_outside_the_pool_are_ignored() {
+    let mut pods = seed_pods();
+    pods[0]
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert(GROUP_KEY.into(), "other".into());
+    let w = World::new(port_mapping(&["http", "https"]), web_service(), pods);
+    let p = w.plan();
+    assert_eq!(p.ports[0].candidates, 3);
+    assert_eq!(pod_names(&p.slices[0].slice), vec!["pod-b", "pod-c"]);
+}
+
+#[test]
+fn terminal_pods_and_pods_without_an_address_are_not_candidates() {
+    let w = World::new(
+        port_mapping(&["http"]),
+        service(vec![sport("http", 80, None)]),
+        vec![
+            PodBuilder::new("done", &["10.0.0.1"])
+                .ports("http")
+                .phase("Succeeded")
+                .build(),
+            PodBuilder::new("failed", &["10.0.0.2"])
+                .ports("http")
+                .phase("Failed")
+                .build(),
+            PodBuilder::new("pending", &[]).ports("http").build(),
+            PodBuilder::new("v6only", &["fd00::1"])
+                .ports("http")
+                .build(),
+            PodBuilder::new("ok", &["10.0.0.5"]).ports("http").build(),
+        ],
+    );
+    let p = w.plan();
+    assert_eq!(pod_names(&p.slices[0].slice), vec!["ok"]);
+    assert_eq!(p.ports[0].candidates, 1);
+}
+
+#[test]
+fn addresses_the_api_rejects_are_left_out_with_a_warning() {
+    let w = World::new(
+        port_mapping(&["http"]),
+        service(vec![sport("http", 80, None)]),
+        vec![
+            PodBuilder::new("lo", &["127.0.0.1"]).ports("http").build(),
+            PodBuilder::new("ll", &["169.254.10.10"])
+                .ports("http")
+                .build(),
+            PodBuilder::new("ok", &["10.0.0.5"]).ports("http").build(),
+        ],
+    );
+    let p = w.plan();
+    assert_eq!(pod_names(&p.slices[0].slice), vec!["ok"]);
+    assert_eq!(p.ports[0].excluded_total, 2);
+    assert!(p.ports[0].excluded[1].reason.contains("loopback"));
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| matches!(w, PlanWarning::RejectedPodAddress { pod, .. } if pod == "lo"))
+    );
+}
+
+#[test]
+fn dual_stack_publishes_a_v6_slice_set() {
+    let mut svc = web_service();
+    svc.spec.as_mut().unwrap().ip_families = Some(vec!["IPv6".into(), "IPv4".into()]);
+    let mut w = World::new(
+        port_mapping(&["http", "https"]),
+        svc,
+        vec![
+            PodBuilder::new("pod-a", &["10.0.0.1", "fd00::1"])
+                .ports("http")
+                .build(),
+            PodBuilder::new("pod-b", &["10.0.0.2"])
+                .ports("http")
+                .build(),
+        ],
+    );
+    let p = w.step();
+    assert_eq!(
+        actions(&p).into_iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        vec!["web.http", "web.http.v6", "web.https", "web.https.v6"]
+    );
+    let v6 = w.slice("web.http.v6").unwrap();
+    assert_eq!(v6.address_type, "IPv6");
+    assert_eq!(
+        v6.endpoints
+            .iter()
+            .map(|e| e.addresses[0].clone())
+            .collect::<Vec<_>>(),
+        vec!["fd00::1"]
+    );
+    assert_eq!(
+        pod_names(w.slice("web.http").unwrap()),
+        vec!["pod-a", "pod-b"]
+    );
+    // Dropping IPv6 deletes its slices.
+    w.service.spec.as_mut().unwrap().ip_families = Some(vec!["IPv4".into()]);
+    let p = w.plan();
+    let mut deleted: Vec<String> = p.deletions.iter().map(|d| d.name.clone()).collect();
+    deleted.sort();
+    assert_eq!(deleted, vec!["web.http.v6", "web.https.v6"]);
+    assert!(
+        p.deletions.iter().all(|d| d.uid.is_some()),
+        "deletions carry a UID precondition"
+    );
+}
+
+#[test]
+fn ipv4_mapped_and_uncanonical_pod_ips_are_published_canonically() {
+    let mut svc = service(vec![sport("http", 80, None)]);
+    svc.spec.as_mut().unwrap().ip_families = Some(vec!["IPv6".into()]);
+    let w = World::new(
+        port_mapping(&["http"]),
+        svc,
+        vec![
+            PodBuilder::new("a", &["FD00:0:0::0001"])
+                .ports("http")
+                .build(),
+        ],
+    );
+    let p = w.plan();
+    assert_eq!(p.slices[0].slice.endpoints[0].addresses, vec!["fd00::1"]);
+}
+
+#[test]
+fn named_target_ports_group_by_resolved_number_including_sidecars() {
+    let svc = service(vec![sport(
+        "grpc",
+        9000,
+        Some(IntOrString::String("grpc".into())),
+    )]);
+    let w = World::new(
+        port_mapping(&[]),
+        svc,
+        vec![
+            PodBuilder::new("a", &["10.0.0.1"])
+                .container_port("grpc", 9443)
+                .build(),
+            PodBuilder::new("b", &["10.0.0.2"])
+                .container_port("grpc", 8443)
+                .build(),
+            PodBuilder::new("c", &["10.0.0.3"])
+                .sidecar_port("grpc", 8443)
+                .build(),
+            PodBuilder::new("d", &["10.0.0.4"])
+                .container_port("other", 1)
+                .build(),
+        ],
+    );
+    let p = w.plan();
+    assert_eq!(
+        actions(&p).into_iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        vec!["web.grpc.p8443", "web.grpc.p9443"]
+    );
+    assert_eq!(pod_names(&p.slices[0].slice), vec!["b", "c"]);
+    assert_eq!(
+        p.slices[0].slice.ports.as_ref().unwrap()[0].port,
+        Some(8443)
+    );
+    assert_eq!(p.ports[0].candidates, 3, "d does not expose the port");
+}
+
+#[test]
+fn named_target_placeholder_at_lowest_resolved_number() {
+    let svc = service(vec![sport(
+        "grpc",
+        9000,
+        Some(IntOrString::String("grpc".into())),
+    )]);
+    let w = World::new(
+        port_mapping(&[]),
+        svc,
+        vec![
+            PodBuilder::new("a", &["10.0.0.1"])
+                .container_port("grpc", 9443)
+                .unready()
+                .build(),
+            PodBuilder::new("b", &["10.0.0.2"])
+                .container_port("grpc", 8443)
+                .unready()
+                .build(),
+        ],
+    );
+    let p = w.plan();
+    assert_eq!(actions(&p), vec![("web.grpc.p8443".into(), "create")]);
+    assert!(p.slices[0].slice.endpoints.is_empty());
+    let nobody = World::new(
+        port_mapping(&[]),
+        service(vec![sport(
+            "grpc",
+            9000,
+            Some(IntOrString::String("grpc".into())),
+        )]),
+        vec![PodBuilder::new("x", &["10.0.0.9"]).build()],
+    );
+    assert!(
+        nobody.plan().slices.is_empty(),
+        "no pod resolves the name: no slice at all"
+    );
+}
+
+#[test]
+fn headless_service_without_ports_publishes_portless_slices() {
+    let mut svc = service(vec![]);
+    svc.spec.as_mut().unwrap().cluster_ip = Some("None".into());
+    let w = World::new(
+        port_mapping(&[]),
+        svc,
+        vec![
+            PodBuilder::new("db-0", &["10.0.0.1"])
+                .hostname("db-0", "web")
+                .build(),
+            PodBuilder::new("db-1", &["10.0.0.2"]).unready().build(),
+        ],
+    );
+    let p = w.plan();
+    assert_eq!(actions(&p), vec![("web".into(), "create")]);
+    let s = &p.slices[0].slice;
+    assert_eq!(s.ports, Some(vec![]));
+    assert_eq!(pod_names(s), vec!["db-0"]);
+    assert_eq!(s.endpoints[0].hostname.as_deref(), Some("db-0"));
+    assert_eq!(
+        s.metadata
+            .labels
+            .as_ref()
+            .unwrap()
+            .get("service.kubernetes.io/headless")
+            .map(String::as_str),
+        Some("")
+    );
+    assert!(p.ports.is_empty());
+}
+
+#[test]
+fn non_headless_service_without_ports_publishes_nothing() {
+    let w = World::new(port_mapping(&[]), service(vec![]), seed_pods());
+    assert!(w.plan().slices.is_empty());
+}
+
+#[test]
+fn external_name_service_tears_everything_down() {
+    let mut w = seed_world();
+    w.pm.spec.legacy_endpoints = true;
+    w.step();
+    assert!(w.endpoints.is_some());
+    w.service.spec.as_mut().unwrap().type_ = Some("ExternalName".into());
+    let p = w.plan();
+    assert!(p.slices.is_empty());
+    assert_eq!(p.deletions.len(), 2);
+    assert!(p.endpoints_deletion.is_some());
+    assert_eq!(p.warnings, vec![PlanWarning::ExternalName]);
+}
+
+#[test]
+fn terminating_pods_drain_as_not_ready_serving_terminating() {
+    let mut pm = port_mapping(&[]);
+    pm.spec.default_checks = Some(vec![]);
+    let mut w = World::new(
+        pm,
+        service(vec![sport("http", 80, None)]),
+        vec![PodBuilder::new("a", &["10.0.0.1"]).terminating().build()],
+    );
+    let p = w.step();
+    let e = &p.slices[0].slice.endpoints[0];
+    let c = e.conditions.clone().unwrap();
+    assert_eq!(
+        (c.ready, c.serving, c.terminating),
+        (Some(false), Some(true), Some(true))
+    );
+    assert_eq!((p.ports[0].ready, p.ports[0].not_ready), (0, 1));
+    w.pm.spec.terminating_endpoints = TerminatingEndpoints::Drop;
+    let p = w.plan();
+    assert!(p.slices[0].slice.endpoints.is_empty());
+    assert_eq!(
+        p.ports[0].excluded[0].reason,
+        "pod is terminating and spec.terminatingEndpoints is Drop"
+    );
+}
+
+#[test]
+fn publish_not_ready_addresses_publishes_unready_pods_ready_but_keeps_backing_checks() {
+    let mut w = seed_world();
+    for p in &mut w.pods {
+        *p = PodBuilder(p.clone()).unready().build();
+    }
+    w.pods[0] = PodBuilder(w.pods[0].clone()).terminating().build();
+    w.service.spec.as_mut().unwrap().publish_not_ready_addresses = Some(true);
+    let p = w.plan();
+    assert_eq!(
+        pod_names(&p.slices[0].slice),
+        vec!["pod-a", "pod-b", "pod-c"],
+        "portNames still decides"
+    );
+    assert!(
+        p.slices[0]
+            .slice
+            .endpoints
+            .iter()
+            .all(|e| e.conditions.as_ref().unwrap().ready == Some(true))
+    );
+    w.pm.spec.publish_not_ready_addresses = Some(false);
+    assert!(
+        w.plan().slices[0].slice.endpoints.is_empty(),
+        "the PortMapping override wins"
+    );
+}
+
+fn http_probe_world() -> World {
+    let mut pm = port_mapping(&[]);
+    pm.spec.ports = vec![PortRule {
+        name: "http".into(),
+        checks: vec![Check {
+            http_get: Some(HttpGetCheck::default()),
+            ..Check::default()
+        }],
+    }];
+    World::new(
+        pm,
+        service(vec![sport("http", 80, None)]),
+        vec![
+            PodBuilder::new("a", &["10.0.0.1"]).build(),
+            PodBuilder::new("b", &["10.0.0.2"]).build(),
+        ],
+    )
+}
+
+fn probe(uid: &str, v: Verdict) -> (NetworkKey, Verdict) {
+    (
+        NetworkKey {
+            pod_uid: uid.into(),
+            port_name: "http".into(),
+            family: IpFamily::V4,
+            position: CheckPosition::default(),
+        },
+        v,
+    )
+}
+
+#[test]
+fn abstain_keeps_what_is_published_and_publishes_nothing_new() {
+    let mut w = http_probe_world();
+    let p = w.step();
+    assert!(
+        p.slices[0].slice.endpoints.is_empty(),
+        "no results yet: nothing to keep"
+    );
+    assert!(
+        p.ports[0].excluded[0]
+            .reason
+            .contains("httpGet: no result yet (abstained")
+    );
+    w.network = [
+        probe("uid-a", Verdict::INCLUDE),
+        probe("uid-b", Verdict::exclude("HTTP 503")),
+    ]
+    .into_iter()
+    .collect();
+    w.step();
+    assert_eq!(pod_names(w.slice("web.http").unwrap()), vec!["a"]);
+    // The prober loses its results: memberships freeze.
+    w.network = Default::default();
+    let p = w.plan();
+    assert!(p.is_converged());
+    assert_eq!(p.ports[0].ready, 1);
+}
+
+#[test]
+fn network_results_are_per_family() {
+    let mut w = http_probe_world();
+    w.service.spec.as_mut().unwrap().ip_families = Some(vec!["IPv4".into(), "IPv6".into()]);
+    w.pods = vec![PodBuilder::new("a", &["10.0.0.1", "fd00::1"]).build()];
+    let mut v6 = probe("uid-a", Verdict::exclude("refused"));
+    v6.0.family = IpFamily::V6;
+    w.network = [probe("uid-a", Verdict::INCLUDE), v6].into_iter().collect();
+    let p = w.plan();
+    assert_eq!(pod_names(&p.slices[0].slice), vec!["a"]);
+    assert!(p.slices[1].slice.endpoints.is_empty());
+}
+
+#[test]
+fn unlisted_ports_can_publish_nothing() {
+    let mut w = seed_world();
+    w.pm.spec.ports.truncate(1);
+    w.pm.spec.unlisted_ports = UnlistedPorts::PublishNothing;
+    let p = w.plan();
+    assert!(p.slices[1].slice.endpoints.is_empty());
+    assert_eq!(
+        p.slices[1].slice.metadata.name.as_deref(),
+        Some("web.https")
+    );
+}
+
+#[test]
+fn zone_hints_for_ready_endpoints_only() {
+    let mut w = seed_world();
+    w.zones = BTreeMap::from([("node-1".to_owned(), "z1".to_owned())]);
+    w.service.spec.as_mut().unwrap().traffic_distribution = Some("PreferClose".into());
+    w.pods.push(
+        PodBuilder::new("pod-e", &["10.0.0.5"])
+            .ports("http")
+            .terminating()
+            .build(),
+    );
+    w.pm.spec.ports[0].checks = vec![Check::pod_ready()];
+    let p = w.plan();
+    let http = &p.slices[0].slice;
+    for e in &http.endpoints {
+        let ready = e.conditions.as_ref().unwrap().ready == Some(true);
+        assert_eq!(e.zone.as_deref(), Some("z1"));
+        let expect = ready.then(|| EndpointHints {
+            for_zones: Some(vec![ForZone { name: "z1".into() }]),
+            for_nodes: None,
+        });
+        assert_eq!(e.hints, expect);
+    }
+    assert!(
+        http.endpoints
+            .iter()
+            .any(|e| e.conditions.as_ref().unwrap().ready == Some(false))
+    );
+}
+
+#[test]
+fn topology_mode_auto_disables_hints_with_a_warning() {
+    let mut w = seed_world();
+    w.zones = BTreeMap::from([("node-1".to_owned(), "z1".to_owned())]);
+    w.service.spec.as_mut().unwrap().traffic_distribution = Some("PreferClose".into());
+    w.service.metadata.annotations = Some(BTreeMap::from([(
+        "service.kubernetes.io/topology-mode".to_owned(),
+        "Auto".to_owned(),
+    )]));
+    let p = w.plan();
+    assert!(
+        p.slices[0]
+            .slice
+            .endpoints
+            .iter()
+            .all(|e| e.hints.is_none())
+    );
+    assert!(matches!(
+        p.warnings[0],
+        PlanWarning::TopologyModeAuto { .. }
+    ));
+}
+
+#[test]
+fn server_stripped_for_nodes_is_not_reapplied() {
+    let mut w = seed_world();
+    w.zones = BTreeMap::from([("node-1".to_owned(), "z1".to_owned())]);
+    w.service.spec.as_mut().unwrap().traffic_distribution = Some("PreferSameNode".into());
+    w.step();
+    for s in &mut w.slices {
+        for e in &mut s.endpoints {
+            if let Some(h) = e.hints.as_mut() {
+                h.for_nodes = None;
+            }
+        }
+    }
+    assert!(w.plan().is_converged());
+}
+
+#[test]
+fn chunks_at_max_endpoints_and_removal_rewrites_one_slice() {
+    let pods: Vec<_> = (1..=5)
+        .map(|i| {
+            PodBuilder::new(&format!("p{i}"), &[&format!("10.0.0.{i}")])
+                .ports("http")
+                .build()
+        })
+        .collect();
+    let mut pm = port_mapping(&["http"]);
+    pm.spec.max_endpoints_per_slice = 2;
+    let mut w = World::new(pm, service(vec![sport("http", 80, None)]), pods);
+    let p = w.step();
+    assert_eq!(
+        actions(&p).into_iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        vec!["web.http", "web.http.2", "web.http.3"]
+    );
+    assert_eq!(pod_names(w.slice("web.http").unwrap()), vec!["p1", "p2"]);
+    w.pods.remove(0);
+    let p = w.step();
+    assert_eq!(p.writes(), 1, "{:?}", actions(&p));
+    assert_eq!(pod_names(w.slice("web.http").unwrap()), vec!["p2"]);
+    // A new pod fills the slice being... the unchanged slice closest to full with room.
+    w.pods
+        .push(PodBuilder::new("p9", &["10.0.0.9"]).ports("http").build());
+    let p = w.step();
+    assert_eq!(p.writes(), 1, "{:?}", actions(&p));
+    assert!(w.plan().is_converged());
+}
+
+#[test]
+fn emptied_chunk_is_deleted() {
+    let pods: Vec<_> = (1..=3)
+        .map(|i| {
+            PodBuilder::new(&format!("p{i}"), &[&format!("10.0.0.{i}")])
+                .ports("http")
+                .build()
+        })
+        .collect();
+    let mut pm = port_mapping(&["http"]);
+    pm.spec.max_endpoints_per_slice = 2;
+    let mut w = World::new(pm, service(vec![sport("http", 80, None)]), pods);
+    w.step();
+    w.pods.truncate(2);
+    let p = w.step();
+    assert_eq!(
+        p.deletions
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect::<Vec<_>>(),
+        vec!["web.http.2"]
+    );
+    assert_eq!(p.writes(), 1);
+}
+
+#[test]
+fn tampered_slice_is_repaired() {
+    let mut w = seed_world();
+    w.step();
+    w.slices[0].endpoints.pop();
+    w.slices[1]
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .remove("endpointslice.kubernetes.io/managed-by");
+    let p = w.plan();
+    assert_eq!(
+        actions(&p),
+        vec![
+            ("web.http".into(), "update"),
+            ("web.https".into(), "update")
+        ]
+    );
+    w.apply(&p);
+    assert!(w.plan().is_converged());
+}
+
+#[test]
+fn foreign_labels_on_a_slice_are_tolerated() {
+    let mut w = seed_world();
+    w.step();
+    w.slices[0]
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("team".into(), "x".into());
+    assert!(w.plan().is_converged());
+}
+
+#[test]
+fn address_type_change_deletes_and_republishes_under_a_free_name() {
+    let mut w = seed_world();
+    w.step();
+    w.slices[0].address_type = "IPv6".into();
+    let p = w.plan();
+    assert_eq!(
+        p.deletions
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect::<Vec<_>>(),
+        vec!["web.http"]
+    );
+    // addressType is immutable, so the name cannot be reused in this pass; the endpoints move
+    // to the next chunk name at once instead of going dark until the next pass.
+    assert_eq!(actions(&p)[0], ("web.http.2".into(), "create"));
+    assert_eq!(
+        pod_names(&p.slices[0].slice),
+        vec!["pod-a", "pod-b", "pod-c"]
+    );
+    w.apply(&p);
+    assert!(w.plan().is_converged());
+}
+
+#[test]
+fn stray_owned_slices_are_deleted_and_foreign_ones_left_alone() {
+    let mut w = seed_world();
+    w.step();
+    let mut stray = w.slices[0].clone();
+    stray.metadata.name = Some("web.gone".into());
+    stray.metadata.uid = Some("stray-uid".into());
+    let mut foreign = w.slices[0].clone();
+    foreign.metadata.name = Some("web.http.2".into());
+    foreign.metadata.owner_references.as_mut().unwrap()[0].uid = "other-pm".into();
+    w.slices.push(stray);
+    w.slices.push(foreign);
+    let p = w.plan();
+    assert_eq!(
+        p.deletions,
+        vec![Deletion {
+            name: "web.gone".into(),
+            uid: Some("stray-uid".into())
+        }]
+    );
+    assert!(p.warnings.contains(&PlanWarning::ForeignSlice {
+        name: "web.http.2".into()
+    }));
+}
+
+#[test]
+fn legacy_endpoints_group_addresses_by_port_set() {
+    let mut w = seed_world();
+    w.pm.spec.legacy_endpoints = true;
+    let p = w.step();
+    let e = &p.endpoints.as_ref().unwrap().endpoints;
+    assert_eq!(p.endpoints.as_ref().unwrap().action, Action::Create);
+    assert_eq!(e.metadata.name.as_deref(), Some("web"));
+    let labels = e.metadata.labels.clone().unwrap();
+    assert_eq!(
+        labels
+            .get("endpointslice.kubernetes.io/skip-mirror")
+            .map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        labels
+            .get("endpointslice.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("portmapper.dev")
+    );
+    assert_eq!(labels.get("app").map(String::as_str), Some("web"));
+    let subsets = e.subsets.clone().unwrap();
+    let shape: Vec<(Vec<String>, Vec<String>)> = subsets
+        .iter()
+        .map(|s| {
+            (
+                s.ports
+                    .iter()
+                    .flatten()
+                    .map(|p| p.name.clone().unwrap())
+                    .collect(),
+                s.addresses.iter().flatten().map(|a| a.ip.clone()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            (vec!["http".into()], vec!["10.0.0.1".into()]),
+            (
+                vec!["http".into(), "https".into()],
+                vec!["10.0.0.2".into(), "10.0.0.3".into()]
+            ),
+            (vec!["https".into()], vec!["10.0.0.4".into()]),
+        ]
+    );
+    assert!(
+        w.plan().is_converged(),
+        "legacy Endpoints are write-quiet too"
+    );
+}
+
+#[test]
+fn legacy_endpoints_primary_family_only_and_drop_draining_pods() {
+    let mut w = seed_world();
+    w.pm.spec.legacy_endpoints = true;
+    w.service.spec.as_mut().unwrap().ip_families = Some(vec!["IPv6".into(), "IPv4".into()]);
+    w.pods = vec![
+        PodBuilder::new("a", &["10.0.0.1", "fd00::1"])
+            .ports("http")
+            .build(),
+        PodBuilder::new("b", &["10.0.0.2"]).ports("http").build(),
+    ];
+    let p = w.plan();
+    let subsets = p.endpoints.unwrap().endpoints.subsets.unwrap();
+    assert_eq!(subsets.len(), 1);
+    assert_eq!(
+        subsets[0]
+            .addresses
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|a| a.ip.as_str())
+            .collect::<Vec<_>>(),
+        vec!["fd00::1"]
+    );
+}
+
+#[test]
+fn legacy_endpoints_truncate_at_1000_ready_first_with_annotation() {
+    let pods: Vec<_> = (0..1005)
+        .map(|i| {
+            PodBuilder::new(
+                &format!("p{i}"),
+                &[&format!("10.1.{}.{}", i / 250, i % 250 + 1)],
+            )
+            .ports("http")
+            .build()
+        })
+        .collect();
+    let mut pm = port_mapping(&["http"]);
+    pm.spec.legacy_endpoints = true;
+    let w = World::new(pm, service(vec![sport("http", 80, None)]), pods);
+    let p = w.plan();
+    let e = p.endpoints.unwrap().endpoints;
+    assert_eq!(
+        e.subsets.unwrap()[0].addresses.as_ref().unwrap().len(),
+        1000
+    );
+    assert_eq!(
+        e.metadata
+            .annotations
+            .unwrap()
+            .get("endpoints.kubernetes.io/over-capacity")
+            .map(String::as_str),
+        Some("truncated")
+    );
+    assert!(
+        p.warnings
+            .contains(&PlanWarning::LegacyEndpointsTruncated { total: 1005 })
+    );
+}
+
+#[test]
+fn legacy_endpoints_off_deletes_only_an_owned_object() {
+    let mut w = seed_world();
+    w.pm.spec.legacy_endpoints = true;
+    w.step();
+    w.pm.spec.legacy_endpoints = false;
+    let p = w.plan();
+    assert_eq!(
+        p.endpoints_deletion,
+        Some(Deletion {
+            name: "web".into(),
+            uid: Some("ep-uid".into())
+        })
+    );
+    w.endpoints.as_mut().unwrap().metadata.labels = None;
+    assert_eq!(
+        w.plan().endpoints_deletion,
+        None,
+        "a native or hand-written object is not ours"
+    );
+}
+
+#[test]
+fn legacy_endpoints_owned_by_someone_else_are_left_alone() {
+    let mut w = seed_world();
+    w.pm.spec.legacy_endpoints = true;
+    w.step();
+    w.endpoints
+        .as_mut()
+        .unwrap()
+        .metadata
+        .owner_references
+        .as_mut()
+        .unwrap()[0]
+        .uid = "svc-uid".into();
+    let p = w.plan();
+    assert!(p.endpoints.is_none());
+    assert!(p.warnings.contains(&PlanWarning::ForeignEndpoints));
+}
+
+#[test]
+fn missing_uid_or_wrong_service_is_an_error() {
+    let mut w = seed_world();
+    w.pm.metadata.uid = None;
+    fn input(w: &World) -> PlanInput<'_> {
+        PlanInput {
+            port_mapping: &w.pm,
+            service: &w.service,
+            pods: &w.pods,
+            node_zones: &w.zones,
+            network: &w.network,
+            live_slices: &w.slices,
+            live_endpoints: None,
+            now: w.now,
+        }
+    }
+    assert_eq!(
+        plan(&input(&w)),
+        Err(PlanError::MissingMetadata("metadata.uid"))
+    );
+    w.pm.metadata.uid = Some("u".into());
+    w.service.metadata.name = Some("other".into());
+    assert!(matches!(
+        plan(&input(&w)),
+        Err(PlanError::ServiceMismatch { .. })
+    ));
+}
+
+#[test]
+fn invalid_pool_selector_is_an_error_not_an_empty_pool() {
+    let mut w = seed_world();
+    w.pm.spec.pods.selector = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+            match_labels: None,
+            match_expressions: Some(vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                    key: "a".into(),
+                    operator: "Near".into(),
+                    values: None,
+                },
+            ]),
+        },
+    );
+    let r = plan(&PlanInput {
+        port_mapping: &w.pm,
+        service: &w.service,
+        pods: &w.pods,
+        node_zones: &w.zones,
+        network: &w.network,
+        live_slices: &w.slices,
+        live_endpoints: None,
+        now: w.now,
+    });
+    assert!(matches!(r, Err(PlanError::Selector(_))));
+}
+
+#[test]
+fn unnamed_single_port_uses_its_number_in_the_name() {
+    let mut svc = service(vec![sport("", 8080, Some(IntOrString::Int(80)))]);
+    svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].name = None;
+    let w = World::new(port_mapping(&[]), svc, seed_pods());
+    let p = w.plan();
+    assert_eq!(actions(&p), vec![("web.8080".into(), "create")]);
+    assert_eq!(p.slices[0].slice.ports.as_ref().unwrap()[0].port, Some(80));
+    assert_eq!(p.summary, "8080 4/4");
+}
