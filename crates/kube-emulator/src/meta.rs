@@ -139,3 +139,19 @@ pub fn without_managed_fields(obj: &Value) -> Value {
     }
     o
 }
+
+/// `managedFields` with every entry's `time` removed (ownership without bookkeeping noise).
+pub fn managed_fields_sans_time(obj: &Value) -> Value {
+    let mut mf = obj
+        .pointer("/metadata/managedFields")
+        .cloned()
+        .unwrap_or(Value::Null);
+    if let Value::Array(entries) = &mut mf {
+        for e in entries {
+            if let Value::Object(m) = e {
+                m.remove("time");
+            }
+        }
+    }
+    mf
+}

@@ -722,10 +722,12 @@ fn update_pipeline(
             meta::meta_mut(&mut new).insert("generation".into(), json!(g));
         }
     }
-    // No-op detection (rule 5) happens before bookkeeping so timestamps cannot defeat it.
+    // No-op detection (rule 5) happens before bookkeeping so timestamps cannot defeat it. An
+    // apply whose result only differs in entry times (e.g. it re-sent a field the server
+    // defaults) is a no-op too.
     if meta::without_managed_fields(&new) == meta::without_managed_fields(&old)
         && (!applied
-            || new.pointer("/metadata/managedFields") == old.pointer("/metadata/managedFields"))
+            || meta::managed_fields_sans_time(&new) == meta::managed_fields_sans_time(&old))
     {
         return Ok(Updated {
             obj: (*old).clone(),

@@ -29,6 +29,7 @@ pub struct WidgetSpec {
 
 /// Widget status.
 #[derive(Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
 pub struct WidgetStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,

@@ -1,6 +1,7 @@
 //! Integration tests of kube-emulator: the ten rules of spec §0, kube-rs conformance, kubectl
 //! conformance, faults, garbage collection and the P0 acceptance test.
 
+mod acceptance;
 mod common;
 mod kube_rs;
 mod kubectl;
