@@ -73,5 +73,5 @@ pub use prober::{
 };
 pub use target::{
     AddrError, CheckPosition, CheckType, ContainerPort, Family, MappingKey, Membership,
-    NetworkCheck, PodAddr, PoolPod, ServicePort, Target, TargetKey,
+    NetworkCheck, PodAddr, PoolPod, ServicePort, Target, TargetKey, network_checks,
 };

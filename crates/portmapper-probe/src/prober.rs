@@ -24,10 +24,10 @@ use crate::metrics::ProbeMetrics;
 use crate::outcome::{Outcome, ProbeResult};
 use crate::target::{MappingKey, Membership, Target, TargetKey};
 
-/// Default bound on probes in flight. Probes are I/O-bound: a 2-core operator keeps 128
-/// sockets busy without CPU pressure (a TLS handshake costs about a millisecond of CPU), and
-/// 128 descriptors are far below the usual 1024 soft limit. With the default 1 s timeout, 128
-/// hanging targets cost one timeout per round.
+/// Default bound on probes in flight. Probes are I/O-bound, so on a 2-core operator the bound
+/// mostly caps sockets: 128 descriptors stay far below the usual 1024 soft limit, and with the
+/// default 1 s timeout 128 hanging targets cost one timeout per round (figures in
+/// `docs/benchmarks.md`).
 pub const DEFAULT_CONCURRENCY: usize = 128;
 
 /// Settings of the [`Prober`].

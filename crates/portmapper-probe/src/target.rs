@@ -16,7 +16,9 @@ use std::net::{IpAddr, SocketAddr};
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use portmapper_api::ProbeSettings;
-use portmapper_api::check::{CheckKind, GrpcCheck, HttpGetCheck, TcpSocketCheck, WebhookCheck};
+use portmapper_api::check::{
+    Check, CheckKind, GrpcCheck, HttpGetCheck, TcpSocketCheck, WebhookCheck,
+};
 use serde::{Deserialize, Serialize};
 
 /// Namespace and name of a PortMapping.
@@ -232,6 +234,36 @@ impl NetworkCheck {
     }
 }
 
+/// Every network check in a port's check list, with its position: top-level checks and the
+/// entries of `anyOf` checks. The operator makes one [`Target`] per entry, pod and family.
+pub fn network_checks(checks: &[Check]) -> Vec<(CheckPosition, NetworkCheck)> {
+    let mut found = Vec::new();
+    for (i, check) in checks.iter().enumerate() {
+        let Ok(index) = u16::try_from(i) else { break };
+        match check.kind() {
+            Some(CheckKind::AnyOf(entries)) => {
+                for (j, entry) in entries.iter().enumerate() {
+                    let Ok(inner) = u16::try_from(j) else { break };
+                    if let Some(network) = entry.kind().and_then(NetworkCheck::from_kind) {
+                        let position = CheckPosition {
+                            check: index,
+                            any_of: Some(inner),
+                        };
+                        found.push((position, network));
+                    }
+                }
+            }
+            Some(kind) => {
+                if let Some(network) = NetworkCheck::from_kind(kind) {
+                    found.push((CheckPosition::top(index), network));
+                }
+            }
+            None => {}
+        }
+    }
+    found
+}
+
 /// Damped membership of a target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Membership {
@@ -414,6 +446,8 @@ fn unusable(ip: &IpAddr, allow_loopback: bool) -> Option<&'static str> {
 
 #[cfg(test)]
 mod tests {
+    use portmapper_api::check::LeafCheck;
+
     use super::*;
 
     fn target(ips: &[&str], check: NetworkCheck) -> Target {
@@ -507,6 +541,44 @@ mod tests {
             target(&["fd00::1"], tcp(None)).pod_addr(false),
             Err(AddrError::NoAddress { .. })
         ));
+    }
+
+    #[test]
+    fn network_checks_are_found_at_top_level_and_in_any_of() {
+        let tcp_check = TcpSocketCheck::default();
+        let checks = vec![
+            Check::pod_ready(),
+            Check {
+                tcp_socket: Some(tcp_check.clone()),
+                ..Check::default()
+            },
+            Check {
+                any_of: Some(vec![
+                    LeafCheck {
+                        pod_ready: Some(Default::default()),
+                        ..LeafCheck::default()
+                    },
+                    LeafCheck {
+                        grpc: Some(GrpcCheck::default()),
+                        ..LeafCheck::default()
+                    },
+                ]),
+                ..Check::default()
+            },
+        ];
+        assert_eq!(
+            network_checks(&checks),
+            vec![
+                (CheckPosition::top(1), NetworkCheck::TcpSocket(tcp_check)),
+                (
+                    CheckPosition {
+                        check: 2,
+                        any_of: Some(1)
+                    },
+                    NetworkCheck::Grpc(GrpcCheck::default())
+                ),
+            ]
+        );
     }
 
     #[test]

@@ -19,15 +19,19 @@ use crate::support::*;
 
 const INNER: &str = "netns::inner_probes_pod_ips_in_namespace";
 const ENV: &str = "PORTMAPPER_PROBE_IN_NETNS";
+const SETUP: &str = "ip link set lo up && ip route add local 10.244.0.0/16 dev lo";
 
 #[test]
 fn probes_pod_ips_inside_own_network_namespace() {
-    let permitted = Command::new("unshare").args(["-n", "true"]).output();
+    // The namespace setup alone, as a permission check: `unshare` and `ip` must both work.
+    let permitted = Command::new("unshare")
+        .args(["-n", "sh", "-c", SETUP])
+        .output();
     match permitted {
         Ok(out) if out.status.success() => {}
         Ok(out) => {
             eprintln!(
-                "SKIPPED netns test: `unshare -n` not permitted here: {}",
+                "SKIPPED netns test: cannot set up a network namespace (`unshare -n`, `ip`): {}",
                 String::from_utf8_lossy(&out.stderr).trim()
             );
             return;
@@ -38,10 +42,8 @@ fn probes_pod_ips_inside_own_network_namespace() {
         }
     }
     let exe = std::env::current_exe().unwrap();
-    let script = format!(
-        "ip link set lo up && ip route add local 10.244.0.0/16 dev lo && \
-         exec \"$0\" {INNER} --exact --ignored --nocapture --test-threads 1"
-    );
+    let script =
+        format!("{SETUP} && exec \"$0\" {INNER} --exact --ignored --nocapture --test-threads 1");
     let out = Command::new("unshare")
         .args(["-n", "sh", "-c", &script])
         .arg(&exe)
