@@ -9,6 +9,7 @@ mod http;
 mod netns;
 mod nonblocking;
 mod prober;
+mod resources;
 mod safety;
 mod support;
 mod tcp;

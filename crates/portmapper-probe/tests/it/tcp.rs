@@ -58,3 +58,12 @@ async fn explicit_port_number_is_used() {
     t.port.target_port = refused_addr(LOCALHOST).await.port();
     assert_eq!(probe(&t).await.outcome, Outcome::Include);
 }
+
+#[tokio::test]
+async fn listener_that_never_accepts_still_includes_tcp_socket() {
+    // The kernel completes the handshake into the backlog: tcpSocket only asks "does the port
+    // accept connections", as kubelet's tcpSocket probe does.
+    let listener = TcpListener::bind((LOCALHOST, 0)).await.unwrap();
+    let result = probe(&target(listener.local_addr().unwrap(), tcp_socket(None))).await;
+    assert_eq!(result.outcome, Outcome::Include, "{result:?}");
+}
