@@ -9,10 +9,10 @@ use crate::registry::ResourceType;
 use crate::store::State;
 
 fn set_default(obj: &mut Value, key: &str, v: Value) {
-    if let Value::Object(m) = obj {
-        if m.get(key).is_none_or(Value::is_null) {
-            m.insert(key.to_string(), v);
-        }
+    if let Value::Object(m) = obj
+        && m.get(key).is_none_or(Value::is_null)
+    {
+        m.insert(key.to_string(), v);
     }
 }
 

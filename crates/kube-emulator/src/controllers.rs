@@ -110,10 +110,10 @@ fn crds(st: &mut State, cfg: &crate::server::Config) -> bool {
             if let Some(rt) = registry::from_crd(&stored) {
                 served.insert(rt.gr(), Arc::new(rt));
             }
-        } else if is_established(crd) {
-            if let Some(rt) = registry::from_crd(crd) {
-                served.insert(rt.gr(), Arc::new(rt));
-            }
+        } else if is_established(crd)
+            && let Some(rt) = registry::from_crd(crd)
+        {
+            served.insert(rt.gr(), Arc::new(rt));
         }
         if terminating {
             // CRD deletion: remove every CR, then the CRD (customresourcecleanup finalizer).
@@ -342,19 +342,19 @@ fn gc(st: &mut State) -> bool {
                 if blocks {
                     blocking += 1;
                 }
-                if o.pointer("/metadata/deletionTimestamp").is_none() {
-                    if let Some(rt) = type_of(st, gr) {
-                        let _ = ops::delete_one(
-                            st,
-                            &rt,
-                            k,
-                            &DeleteOpts {
-                                propagation: Some("Foreground".into()),
-                                ..Default::default()
-                            },
-                        );
-                        changed = true;
-                    }
+                if o.pointer("/metadata/deletionTimestamp").is_none()
+                    && let Some(rt) = type_of(st, gr)
+                {
+                    let _ = ops::delete_one(
+                        st,
+                        &rt,
+                        k,
+                        &DeleteOpts {
+                            propagation: Some("Foreground".into()),
+                            ..Default::default()
+                        },
+                    );
+                    changed = true;
                 }
             }
             if blocking == 0 {

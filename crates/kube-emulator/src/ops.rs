@@ -155,6 +155,9 @@ pub fn get(st: &State, t: &Target, output: Output) -> Result<Reply, ApiError> {
     Ok(Reply::ok(output_object(&obj, output)))
 }
 
+/// One page of a list: items with their keys, the list RV and the continue token.
+type Page = (Vec<(String, Arc<Value>)>, u64, Option<String>);
+
 /// Continue token: base64url(no pad) of the upstream-shaped JSON plus our snapshot id.
 fn encode_continue(rv: u64, start: &str, id: u64) -> String {
     let j = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": start, "emu": id});
@@ -248,10 +251,7 @@ pub fn list(st: &mut State, t: &Target, q: &Query, output: Output) -> Result<Rep
             }
         }
     }
-    let (items, list_rv, next): (Vec<(String, Arc<Value>)>, u64, Option<String>) = if let Some(
-        tok,
-    ) = cont
-    {
+    let (items, list_rv, next): Page = if let Some(tok) = cont {
         let (rv, start, id) = decode_continue(tok)?;
         let snap = st.lists.get(&id).filter(|s| s.rv == rv).ok_or_else(|| {
             ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
@@ -335,12 +335,7 @@ pub fn list(st: &mut State, t: &Target, q: &Query, output: Output) -> Result<Rep
     Ok(Reply::ok(body))
 }
 
-fn page(
-    rest: &[(String, Arc<Value>)],
-    limit: Option<usize>,
-    rv: u64,
-    id: u64,
-) -> (Vec<(String, Arc<Value>)>, u64, Option<String>) {
+fn page(rest: &[(String, Arc<Value>)], limit: Option<usize>, rv: u64, id: u64) -> Page {
     match limit {
         Some(l) if rest.len() > l => {
             let page = rest[..l].to_vec();
@@ -508,10 +503,10 @@ pub fn create(
             m.insert("generation".into(), json!(1));
         }
     }
-    if let Some(s) = builtins::initial_status(&rt, &obj) {
-        if let Value::Object(root) = &mut obj {
-            root.insert("status".into(), s);
-        }
+    if let Some(s) = builtins::initial_status(&rt, &obj)
+        && let Value::Object(root) = &mut obj
+    {
+        root.insert("status".into(), s);
     }
     warnings.extend(admit(st, t, &mut obj, None, true)?);
     namespace_lifecycle(st, t)?;
@@ -620,10 +615,8 @@ fn update_pipeline(
                     }
                 }
             }
-            if applied {
-                if let Some(mf) = new.pointer("/metadata/managedFields") {
-                    meta::meta_mut(&mut merged).insert("managedFields".into(), mf.clone());
-                }
+            if applied && let Some(mf) = new.pointer("/metadata/managedFields") {
+                meta::meta_mut(&mut merged).insert("managedFields".into(), mf.clone());
             }
             new = merged;
         }
@@ -639,13 +632,13 @@ fn update_pipeline(
             new = merged;
         }
         _ => {
-            if rt.status_subresource {
-                if let Value::Object(m) = &mut new {
-                    match old.get("status") {
-                        Some(s) => m.insert("status".into(), s.clone()),
-                        None => m.remove("status"),
-                    };
-                }
+            if rt.status_subresource
+                && let Value::Object(m) = &mut new
+            {
+                match old.get("status") {
+                    Some(s) => m.insert("status".into(), s.clone()),
+                    None => m.remove("status"),
+                };
             }
         }
     }
@@ -969,10 +962,9 @@ fn apply(
         Some(old) => {
             // An RV in the apply body is a precondition (kube-coordinate relies on it).
             if let Some(rv) = str_at(&config, "/metadata/resourceVersion").filter(|s| !s.is_empty())
+                && Some(rv) != str_at(&old, "/metadata/resourceVersion")
             {
-                if Some(rv) != str_at(&old, "/metadata/resourceVersion") {
-                    return Err(ApiError::conflict(&rt.plural, &rt.group, t.name()));
-                }
+                return Err(ApiError::conflict(&rt.plural, &rt.group, t.name()));
             }
             let merged = semantics::apply(Some(&old), &config, force, &ctx)?;
             let u = update_pipeline(st, t, old, merged, w, RvRule::IfPresent, true)?;
@@ -1024,21 +1016,21 @@ impl DeleteOpts {
                 .and_then(Value::as_str)
                 .map(str::to_string);
         }
-        if let Some(p) = &o.propagation {
-            if !matches!(p.as_str(), "Background" | "Foreground" | "Orphan") {
-                return Err(ApiError::invalid(
-                    "DeleteOptions",
-                    "meta.k8s.io",
-                    "",
-                    vec![Cause::new(
-                        "FieldValueNotSupported",
-                        format!(
-                            "Unsupported value: {p:?}: supported values: \"Background\", \"Foreground\", \"Orphan\""
-                        ),
-                        "propagationPolicy",
-                    )],
-                ));
-            }
+        if let Some(p) = &o.propagation
+            && !matches!(p.as_str(), "Background" | "Foreground" | "Orphan")
+        {
+            return Err(ApiError::invalid(
+                "DeleteOptions",
+                "meta.k8s.io",
+                "",
+                vec![Cause::new(
+                    "FieldValueNotSupported",
+                    format!(
+                        "Unsupported value: {p:?}: supported values: \"Background\", \"Foreground\", \"Orphan\""
+                    ),
+                    "propagationPolicy",
+                )],
+            ));
         }
         Ok(o)
     }
@@ -1127,10 +1119,8 @@ pub fn delete_one(
         {
             m.insert("generation".into(), json!(g + 1));
         }
-        if is_ns {
-            if let Value::Object(root) = &mut new {
-                root.insert("status".into(), json!({"phase": "Terminating"}));
-            }
+        if is_ns && let Value::Object(root) = &mut new {
+            root.insert("status".into(), json!({"phase": "Terminating"}));
         }
         let stored = st.replace(&rt.gr(), k.to_string(), new);
         return Ok(Deleted::Pending((*stored).clone()));

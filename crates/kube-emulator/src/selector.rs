@@ -149,10 +149,10 @@ impl LabelSelector {
             if !valid_key(&key) {
                 return Err(parse_err(format!("invalid label key {key:?}")));
             }
-            if let Op::Eq(v) | Op::NotEq(v) = &op {
-                if !valid_value(v) {
-                    return Err(parse_err(format!("invalid label value: {v:?}")));
-                }
+            if let Op::Eq(v) | Op::NotEq(v) = &op
+                && !valid_value(v)
+            {
+                return Err(parse_err(format!("invalid label value: {v:?}")));
             }
             reqs.push((key, op));
         }

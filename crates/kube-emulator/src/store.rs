@@ -82,10 +82,10 @@ pub struct Subscriber {
 
 impl Subscriber {
     fn matches(&self, obj: &Value) -> bool {
-        if let Some(ns) = &self.namespace {
-            if meta::str_at(obj, "/metadata/namespace") != Some(ns.as_str()) {
-                return false;
-            }
+        if let Some(ns) = &self.namespace
+            && meta::str_at(obj, "/metadata/namespace") != Some(ns.as_str())
+        {
+            return false;
         }
         self.labels.matches(obj) && self.fields.matches(obj)
     }

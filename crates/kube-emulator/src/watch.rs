@@ -370,15 +370,15 @@ async fn emit(
     if tx.send(Ok(Frame::data(bytes))).await.is_err() {
         return Some(Stop::Clean);
     }
-    if let Some((n, mode)) = f.drop_after_events {
-        if *sent >= n {
-            return Some(Stop::Drop(mode));
-        }
+    if let Some((n, mode)) = f.drop_after_events
+        && *sent >= n
+    {
+        return Some(Stop::Drop(mode));
     }
-    if let Some(n) = f.gone_after {
-        if *sent >= n {
-            return Some(Stop::Gone);
-        }
+    if let Some(n) = f.gone_after
+        && *sent >= n
+    {
+        return Some(Stop::Gone);
     }
     None
 }

@@ -1,6 +1,9 @@
 //! Integration tests of kube-emulator: the ten rules of spec §0, kube-rs conformance, kubectl
 //! conformance, faults, garbage collection and the P0 acceptance test.
 
+// Helpers outside #[test] fns panic on setup failure by design.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod acceptance;
 mod common;
 mod kube_rs;
