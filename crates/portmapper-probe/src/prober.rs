@@ -176,15 +176,14 @@ impl Prober {
                 Some(mut entry) => {
                     entry.damper.set_thresholds(success, failure);
                     if entry.period != period {
+                        // Same spreading as a start, so a period edit on a big PortMapping
+                        // does not probe every pod at once.
+                        let delay =
+                            inner.first_delay(mapping, &key, entry.damper.membership(), period);
                         entry.worker.abort();
                         entry.generation = inner.next_generation();
-                        entry.worker = inner.spawn_worker(
-                            mapping,
-                            &key,
-                            entry.generation,
-                            period,
-                            Duration::ZERO,
-                        );
+                        entry.worker =
+                            inner.spawn_worker(mapping, &key, entry.generation, period, delay);
                         entry.period = period;
                     }
                     entry.target = Arc::new(target);

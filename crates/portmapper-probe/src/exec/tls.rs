@@ -144,12 +144,11 @@ fn build_verified(ca_bundle: Option<&str>) -> Result<Arc<ClientConfig>, ProbeErr
             tracing::debug!(added, ignored, "system CA certificates for webhooks");
         }
     }
-    let config = ClientConfig::builder_with_provider(provider())
+    let mut config = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| ProbeError::InvalidCheck(format!("TLS configuration: {e}")))?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    let mut config = config;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

@@ -56,8 +56,8 @@ async fn hanging_server_excludes_after_the_timeout() {
         (Outcome::Exclude, Cause::Timeout),
         "{result:?}"
     );
-    // The default timeout is 1 s; the probe gives up then, not later.
-    assert!(started.elapsed() < Duration::from_secs(3));
+    // The default timeout is 1 s; the probe gives up then, not at some later guard.
+    assert!(started.elapsed() < Duration::from_secs(5));
 }
 
 #[tokio::test]
