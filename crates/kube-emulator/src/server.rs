@@ -450,6 +450,18 @@ async fn resource(
         .map(PatchType::as_str)
         .unwrap_or_default()
         .to_string();
+    let body = match read_body(req.into_body()).await {
+        Ok(b) => b,
+        Err(e) => return error_response(&e),
+    };
+    if verb == "create" {
+        // POST URLs carry no name: rules and the log see the body's.
+        if let Ok(v) = serde_json::from_slice::<Value>(&body) {
+            entry.name = crate::meta::str_at(&v, "/metadata/name")
+                .unwrap_or_default()
+                .to_string();
+        }
+    }
     let facts = RequestFacts {
         verb: verb.to_string(),
         group: rp.group.clone(),
@@ -495,10 +507,6 @@ async fn resource(
     let output = match request::negotiate(accept.as_deref()) {
         Some(o) => o,
         None => return error_response(&ApiError::not_acceptable()),
-    };
-    let body = match read_body(req.into_body()).await {
-        Ok(b) => b,
-        Err(e) => return error_response(&e),
     };
     if matches!(verb, "create" | "update")
         && content_type

@@ -1,0 +1,477 @@
+//! Fault injection: one test per catalogue entry of spec §7.2, asserting the wire behaviour and
+//! kube's reaction (§7.3).
+
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::runtime::watcher;
+use kube_emulator::History;
+use kube_emulator::faults::{Action, DropMode, Rule};
+use serde_json::{Value, json};
+
+use crate::common::{emu, raw};
+
+fn cm(name: &str) -> ConfigMap {
+    serde_json::from_value(
+        json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":name},"data":{"k":"v"}}),
+    )
+    .unwrap()
+}
+
+fn status(code: u16, retry: Option<u64>) -> Action {
+    Action::Status {
+        code,
+        reason: None,
+        message: None,
+        retry_after_seconds: retry,
+    }
+}
+
+fn lists(emu: &kube_emulator::Emulator) -> usize {
+    emu.requests()
+        .filter(|r| r.verb == "list" && r.resource == "configmaps")
+        .len()
+}
+
+#[tokio::test]
+async fn latency_delays_the_request() {
+    let emu = emu().await;
+    let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
+    emu.inject(
+        Rule::new(Action::Delay)
+            .verbs(&["list"])
+            .delay_ms(400)
+            .times(1),
+    );
+    let t = Instant::now();
+    api.list(&ListParams::default()).await.unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(400));
+    let t = Instant::now();
+    api.list(&ListParams::default()).await.unwrap();
+    assert!(
+        t.elapsed() < Duration::from_millis(400),
+        "rule expired after 1 use"
+    );
+}
+
+#[tokio::test]
+async fn status_429_carries_retry_after_and_kube_retries_transparently() {
+    let emu = emu().await;
+    let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
+    api.create(&PostParams::default(), &cm("a")).await.unwrap();
+    emu.inject(
+        Rule::new(status(429, Some(1)))
+            .verbs(&["get"])
+            .name("a")
+            .times(1),
+    );
+    // Wire: 429, Retry-After header, details.retryAfterSeconds.
+    let (code, body) = raw(
+        &emu,
+        "GET",
+        "/api/v1/namespaces/default/configmaps/a",
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(code, 429);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["reason"], "TooManyRequests");
+    assert_eq!(v["details"]["retryAfterSeconds"], 1);
+    emu.inject(
+        Rule::new(status(503, Some(0)))
+            .verbs(&["get"])
+            .name("a")
+            .times(2),
+    );
+    let got = api
+        .get("a")
+        .await
+        .expect("503s are retried by kube's default retry policy");
+    assert_eq!(got.metadata.name.as_deref(), Some("a"));
+    let gets = emu
+        .requests()
+        .filter(|r| r.verb == "get" && r.name == "a")
+        .len();
+    assert_eq!(gets, 4, "1 raw + 2 injected 503 + 1 success");
+}
+
+#[tokio::test]
+async fn status_500_is_surfaced_not_retried() {
+    let emu = emu().await;
+    let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
+    emu.inject(Rule::new(status(500, None)).verbs(&["list"]).times(1));
+    let err = api.list(&ListParams::default()).await.unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 500 && s.reason == "InternalError"),
+        "{err:?}"
+    );
+    assert_eq!(lists(&emu), 1);
+}
+
+#[tokio::test]
+async fn slow_body_hangs_clients_without_read_timeout() {
+    let emu = emu().await;
+    emu.inject(
+        Rule::new(Action::SlowBody { ms: 1500 })
+            .verbs(&["list"])
+            .times(1),
+    );
+    let mut cfg = emu.kube_config().unwrap();
+    cfg.read_timeout = Some(Duration::from_millis(300));
+    let api: Api<ConfigMap> = Api::namespaced(kube::Client::try_from(cfg).unwrap(), "default");
+    let t = Instant::now();
+    let err = api.list(&ListParams::default()).await.unwrap_err();
+    assert!(
+        t.elapsed() < Duration::from_millis(1400),
+        "read timeout fired first: {err:?}"
+    );
+}
+
+#[tokio::test]
+async fn stale_write_makes_the_clients_rv_genuinely_stale() {
+    let emu = emu().await;
+    let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
+    let c = api.create(&PostParams::default(), &cm("a")).await.unwrap();
+    emu.inject(Rule::new(Action::StaleWrite).verbs(&["update"]).times(1));
+    let err = api
+        .replace("a", &PostParams::default(), &c)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 409 && s.reason == "Conflict"),
+        "{err:?}"
+    );
+    let now = api.get("a").await.unwrap();
+    assert_ne!(
+        now.metadata.resource_version, c.metadata.resource_version,
+        "a real concurrent write happened"
+    );
+    assert_eq!(
+        now.metadata.annotations.unwrap()["kube-emulator/stale-write"],
+        "1"
+    );
+    // Re-read and retry works.
+    api.replace("a", &PostParams::default(), &api.get("a").await.unwrap())
+        .await
+        .unwrap();
+    // Plain injected conflict status.
+    emu.inject(Rule::new(Action::ConflictStatus).verbs(&["patch"]).times(1));
+    let err = api
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data":{"x":"y"}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(&err, kube::Error::Api(s) if s.code == 409));
+}
+
+#[tokio::test]
+async fn already_exists_race() {
+    let emu = emu().await;
+    let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
+    emu.inject(
+        Rule::new(Action::AlreadyExistsRace)
+            .verbs(&["create"])
+            .times(1),
+    );
+    let err = api
+        .create(&PostParams::default(), &cm("a"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists"),
+        "{err:?}"
+    );
+    assert!(api.get_opt("a").await.unwrap().is_some());
+}
+
+async fn watch_drop_then_resume(mode: DropMode) {
+    let emu = emu().await;
+    let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
+    emu.inject(
+        Rule::new(Action::WatchDrop {
+            after_events: Some(1),
+            after_ms: None,
+            mode,
+        })
+        .watch(true)
+        .resource("", "configmaps")
+        .times(1),
+    );
+    let mut s = watcher(api.clone(), watcher::Config::default()).boxed();
+    let mut seen = Vec::new();
+    let mut errors = 0;
+    let producer = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            for n in ["a", "b", "c"] {
+                api.create(&PostParams::default(), &cm(n)).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen.len() < 3 {
+        assert!(Instant::now() < deadline, "missed events: {seen:?}");
+        match tokio::time::timeout(Duration::from_secs(10), s.next())
+            .await
+            .unwrap()
+        {
+            Some(Ok(watcher::Event::Apply(o))) => seen.push(o.metadata.name.unwrap()),
+            Some(Ok(_)) => {}
+            Some(Err(_)) => errors += 1,
+            None => panic!("ended"),
+        }
+    }
+    producer.await.unwrap();
+    assert_eq!(
+        seen,
+        vec!["a", "b", "c"],
+        "no event lost or duplicated across the drop"
+    );
+    assert_eq!(
+        lists(&emu),
+        1,
+        "a dropped watch resumes from its RV without relisting ({mode:?})"
+    );
+    let watches = emu.requests().filter(|r| r.verb == "watch").len();
+    assert!(watches >= 2, "re-watched after the drop");
+    if mode == DropMode::Clean {
+        assert_eq!(errors, 0, "a clean end of stream is not an error");
+    }
+}
+
+#[tokio::test]
+async fn watch_drop_clean() {
+    watch_drop_then_resume(DropMode::Clean).await;
+}
+
+#[tokio::test]
+async fn watch_drop_abrupt() {
+    watch_drop_then_resume(DropMode::Abrupt).await;
+}
+
+#[tokio::test]
+async fn watch_drop_mid_line() {
+    watch_drop_then_resume(DropMode::MidLine).await;
+}
+
+#[tokio::test]
+async fn watch_gone_forces_relist() {
+    let emu = emu().await;
+    let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
+    api.create(&PostParams::default(), &cm("a")).await.unwrap();
+    emu.inject(
+        Rule::new(Action::WatchGone { after_events: 0 })
+            .watch(true)
+            .times(1),
+    );
+    let mut s = watcher(api.clone(), watcher::Config::default()).boxed();
+    let mut inits = 0;
+    let mut got_410 = false;
+    while inits < 2 {
+        match tokio::time::timeout(Duration::from_secs(10), s.next())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            Ok(watcher::Event::InitDone) => inits += 1,
+            Err(watcher::Error::WatchError(st)) => {
+                assert_eq!(st.code, 410);
+                got_410 = true;
+            }
+            _ => {}
+        }
+    }
+    assert!(got_410);
+    assert_eq!(lists(&emu), 2, "exactly one relist");
+}
+
+#[tokio::test]
+async fn watch_stall_sends_nothing_until_client_idle_timeout() {
+    let emu = emu().await;
+    emu.inject(Rule::new(Action::WatchStall).watch(true).times(1));
+    let (code, body) = raw(
+        &emu,
+        "GET",
+        "/api/v1/namespaces/default/configmaps?watch=1&allowWatchBookmarks=true&timeoutSeconds=1",
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert!(
+        body.is_empty(),
+        "stalled watch sends no events and no bookmarks: {body}"
+    );
+}
+
+#[tokio::test]
+async fn bookmark_control_disable_and_lag() {
+    let emu = emu().await;
+    emu.inject(
+        Rule::new(Action::Bookmarks {
+            disabled: true,
+            interval_ms: None,
+            lag: 0,
+        })
+        .watch(true)
+        .times(1),
+    );
+    let (_, body) = raw(&emu, "GET", "/api/v1/namespaces/default/configmaps?watch=1&allowWatchBookmarks=true&timeoutSeconds=1&resourceVersion=1", &[], "").await;
+    assert!(!body.contains("BOOKMARK"), "{body}");
+    emu.inject(
+        Rule::new(Action::Bookmarks {
+            disabled: false,
+            interval_ms: Some(100),
+            lag: 2,
+        })
+        .watch(true)
+        .times(1),
+    );
+    let rv = emu.resource_version();
+    let (_, body) = raw(&emu, "GET", "/api/v1/namespaces/default/configmaps?watch=1&allowWatchBookmarks=true&timeoutSeconds=1&resourceVersion=1", &[], "").await;
+    let bm: Value = serde_json::from_str(
+        body.lines()
+            .find(|l| l.contains("BOOKMARK"))
+            .expect("bookmark"),
+    )
+    .unwrap();
+    assert_eq!(
+        bm["object"]["metadata"]["resourceVersion"],
+        (rv - 2).to_string()
+    );
+}
+
+#[tokio::test]
+async fn event_delay_makes_informers_lag() {
+    let emu = emu().await;
+    let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
+    emu.inject(
+        Rule::new(Action::EventDelay { ms: 500 })
+            .watch(true)
+            .times(1),
+    );
+    let rv = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut s = api
+        .watch(&WatchParams::default().timeout(5), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let t = Instant::now();
+    api.create(&PostParams::default(), &cm("a")).await.unwrap();
+    loop {
+        if let WatchEvent::Added(_) = s.try_next().await.unwrap().unwrap() {
+            break;
+        }
+    }
+    assert!(t.elapsed() >= Duration::from_millis(500));
+}
+
+#[tokio::test]
+async fn restart_keep_history_resumes_drop_history_relists() {
+    let emu = emu().await;
+    let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
+    let mut s = watcher(api.clone(), watcher::Config::default()).boxed();
+    let next_apply = async |s: &mut futures::stream::BoxStream<
+        '_,
+        Result<watcher::Event<ConfigMap>, watcher::Error>,
+    >| loop {
+        match tokio::time::timeout(Duration::from_secs(15), s.next())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            Ok(watcher::Event::Apply(o)) | Ok(watcher::Event::InitApply(o)) => {
+                return o.metadata.name.unwrap();
+            }
+            _ => {}
+        }
+    };
+    api.create(&PostParams::default(), &cm("a")).await.unwrap();
+    assert_eq!(next_apply(&mut s).await, "a");
+    // Keep history: a network blip. Connections are refused while down.
+    let restart = emu.restart(Duration::from_millis(500), History::Keep);
+    let probe = async {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::net::TcpStream::connect(emu.addr()).await.is_err()
+    };
+    let ((), refused) = tokio::join!(restart, probe);
+    assert!(refused, "connection refused during the restart window");
+    api.create(&PostParams::default(), &cm("b")).await.unwrap();
+    assert_eq!(next_apply(&mut s).await, "b");
+    assert_eq!(lists(&emu), 1, "history kept: the watch resumes");
+    // Drop history: resumed watches get 410 and relist.
+    emu.restart(Duration::from_millis(100), History::Drop).await;
+    api.create(&PostParams::default(), &cm("c")).await.unwrap();
+    let mut names = Vec::new();
+    while !names.contains(&"c".to_string()) {
+        names.push(next_apply(&mut s).await);
+    }
+    assert_eq!(lists(&emu), 2, "history dropped: one relist");
+}
+
+#[tokio::test]
+async fn admin_http_api_rules_counts_snapshot() {
+    let emu = emu().await;
+    let rule = r#"{"match":{"verbs":["create"],"resource":"configmaps","name":"x-*"},"action":{"type":"status","code":500},"times":1}"#;
+    let (code, body) = raw(
+        &emu,
+        "POST",
+        "/__emu/faults",
+        &[("Content-Type", "application/json")],
+        rule,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
+    assert!(
+        api.create(&PostParams::default(), &cm("x-1"))
+            .await
+            .is_err()
+    );
+    api.create(&PostParams::default(), &cm("x-2"))
+        .await
+        .unwrap();
+    api.patch(
+        "x-2",
+        &PatchParams::apply("my-op").force(),
+        &Patch::Apply(json!({"apiVersion":"v1","kind":"ConfigMap","data":{"k":"z"}})),
+    )
+    .await
+    .unwrap();
+    let (_, body) = raw(&emu, "GET", "/__emu/counts", &[], "").await;
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["writes"]["my-op"], 1);
+    assert_eq!(emu.requests().writes_by_manager("my-op"), 1);
+    let (_, snap) = raw(&emu, "GET", "/__emu/snapshot", &[], "").await;
+    api.delete("x-2", &Default::default()).await.unwrap();
+    let rv_before = emu.resource_version();
+    let (code, _) = raw(
+        &emu,
+        "POST",
+        "/__emu/restore",
+        &[("Content-Type", "application/json")],
+        &snap,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        api.get("x-2").await.unwrap().data.unwrap()["k"],
+        "z",
+        "restored"
+    );
+    assert!(emu.resource_version() > rv_before, "RV never goes back");
+}
