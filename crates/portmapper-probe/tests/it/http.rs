@@ -179,3 +179,28 @@ async fn https_server_error_excludes() {
         "{result:?}"
     );
 }
+
+#[tokio::test]
+async fn ipv6_target_uses_the_pods_ipv6_address() {
+    let v6: std::net::IpAddr = "::1".parse().unwrap();
+    if tokio::net::TcpListener::bind((v6, 0)).await.is_err() {
+        eprintln!("SKIPPED: no IPv6 loopback here");
+        return;
+    }
+    let v4_server = HttpServer::start(LOCALHOST, Reply::status(500)).await;
+    let v6_server = HttpServer::start(v6, Reply::status(200)).await;
+    // A dual-stack pod: the IPv4 address answers 500 on another port; the IPv6 slice's probe
+    // must use the IPv6 address.
+    let mut t = target(v6_server.addr, http_get("/"));
+    t.pod.ips = vec![v4_server.addr.ip(), v6];
+    t.family = portmapper_probe::Family::V6;
+    let result = probe(&t).await;
+    assert_eq!(result.outcome, Outcome::Include, "{result:?}");
+    assert_eq!(v6_server.seen.connections(), 1);
+    assert_eq!(v4_server.seen.connections(), 0);
+    let head = &v6_server.seen.requests()[0].0;
+    assert!(
+        head.contains(&format!("host: [::1]:{}", v6_server.addr.port())),
+        "{head}"
+    );
+}

@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use portmapper_api::ProbeSettings;
+use portmapper_probe::metrics::OutcomeLabels;
 use portmapper_probe::{
     Cause, MappingKey, Membership, NoMetrics, Outcome, ProbeEvents, ProbeExecutor, ProbeFuture,
-    ProbeResult, Prober, ProberConfig, Target,
+    ProbeResult, Prober, ProberConfig, PrometheusProbeMetrics, Target,
 };
 use tokio::time::Instant;
 
@@ -415,4 +416,43 @@ async fn a_changed_period_restarts_the_schedule_but_keeps_membership() {
     );
     advance(Duration::from_secs(2)).await;
     assert_eq!(membership(&prober, &a), Membership::Excluded);
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_finished_probe_is_counted_by_outcome_and_cause() {
+    let exec = Arc::new(Scripted::default());
+    exec.script(
+        "a",
+        &[
+            Step::Answer(Outcome::Include),
+            Step::Answer(Outcome::Exclude),
+            Step::Answer(Outcome::Abstain),
+            Step::Hang,
+        ],
+    );
+    let metrics = Arc::new(PrometheusProbeMetrics::default());
+    let (prober, _events) = Prober::new(
+        ProberConfig {
+            concurrency: 4,
+            start_jitter: false,
+        },
+        exec.clone(),
+        metrics.clone(),
+    )
+    .unwrap();
+    prober.set_targets(&mapping(), [pod_target("a", Membership::Included, 1, 3)]);
+    advance(PERIOD * 3).await;
+    let count = |outcome: &'static str, cause: &'static str| {
+        metrics.count(&OutcomeLabels {
+            check: "httpGet",
+            outcome,
+            cause,
+        })
+    };
+    assert_eq!(count("include", "healthy"), 1);
+    assert_eq!(count("exclude", "status"), 1);
+    assert_eq!(count("abstain", "noRoute"), 1);
+    // The hanging fourth probe is cut by the prober's guard after timeout + grace: a timeout.
+    advance(Duration::from_secs(2)).await;
+    assert_eq!(count("exclude", "timeout"), 1);
 }
