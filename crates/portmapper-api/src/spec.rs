@@ -16,6 +16,8 @@ pub const DNS1035_LABEL_PATTERN: &str = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$";
 pub const DNS1123_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
 
 /// Maps the pods of one pool onto the ports of one selector-less Service, port by port.
+// Several printer columns share `type_ = "string"`, which clippy mistakes for a repeated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "portmapper.dev",

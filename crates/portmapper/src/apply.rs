@@ -1,0 +1,198 @@
+//! The apply layer: turns a plan's decisions into API writes. It decides nothing: every write
+//! here was chosen by the planner or the reconcile, and every write is refused when this replica
+//! is not the leader.
+
+use k8s_openapi::api::core::v1::Endpoints;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::{Client, ResourceExt};
+use portmapper_api::{MANAGER, PortMapping, PortMappingStatus};
+use serde_json::json;
+use tracing::{debug, info};
+
+use crate::error::Error;
+use crate::leader::Leadership;
+use crate::metrics::Metrics;
+
+/// Result of trying to claim a name for a slice we are about to create.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// Nobody has the name, or the object there is already controlled by this PortMapping (for
+    /// example one whose managed-by label someone stripped): apply.
+    Free,
+    /// Another owner has the name: never overwrite it.
+    Taken { owner: String },
+}
+
+/// Writes on behalf of one PortMapping.
+pub struct Writer<'a> {
+    pub client: &'a Client,
+    pub namespace: &'a str,
+    pub leadership: &'a Leadership,
+    pub metrics: &'a Metrics,
+}
+
+impl Writer<'_> {
+    fn guard(&self) -> Result<(), Error> {
+        if self.leadership.is_leader() {
+            Ok(())
+        } else {
+            Err(Error::NotLeader)
+        }
+    }
+
+    fn params() -> PatchParams {
+        PatchParams::apply(MANAGER).force()
+    }
+
+    /// Checks whether `name` may be created: a GET, because objects we do not own are not in our
+    /// label-filtered cache.
+    pub async fn claim_slice(&self, name: &str, owner_uid: &str) -> Result<Claim, Error> {
+        let api: Api<EndpointSlice> = Api::namespaced(self.client.clone(), self.namespace);
+        let existing = api.get_opt(name).await.map_err(|e| {
+            Error::kube(
+                format!("reading EndpointSlice {}/{name}", self.namespace),
+                e,
+            )
+        })?;
+        Ok(match existing {
+            None => Claim::Free,
+            Some(slice)
+                if crate::owner::controlled_by(&slice, owner_uid)
+                    && foreign_manager(&slice).is_none() =>
+            {
+                Claim::Free
+            }
+            Some(slice) => Claim::Taken {
+                owner: foreign_manager(&slice)
+                    .map(|m| format!("managed by {m}"))
+                    .or_else(|| {
+                        slice
+                            .owner_references()
+                            .first()
+                            .map(|o| format!("owned by {} {}", o.kind, o.name))
+                    })
+                    .unwrap_or_else(|| "created by someone else".to_string()),
+            },
+        })
+    }
+
+    /// Server-side applies a whole slice.
+    pub async fn apply_slice(&self, slice: &EndpointSlice) -> Result<(), Error> {
+        self.guard()?;
+        let name = slice.name_any();
+        let api: Api<EndpointSlice> = Api::namespaced(self.client.clone(), self.namespace);
+        api.patch(&name, &Self::params(), &Patch::Apply(slice))
+            .await
+            .map_err(|e| {
+                Error::kube(
+                    format!("applying EndpointSlice {}/{name}", self.namespace),
+                    e,
+                )
+            })?;
+        self.metrics.write("apply", "endpointslices");
+        debug!(namespace = self.namespace, slice = %name, "applied EndpointSlice");
+        Ok(())
+    }
+
+    /// Deletes a slice, only if it is still the object we saw (UID precondition), so a stale
+    /// cache can never delete a newer object of the same name.
+    pub async fn delete_slice(&self, name: &str, uid: &str) -> Result<(), Error> {
+        self.guard()?;
+        let api: Api<EndpointSlice> = Api::namespaced(self.client.clone(), self.namespace);
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(name, &dp).await {
+            Ok(_) => {
+                self.metrics.write("delete", "endpointslices");
+                info!(
+                    namespace = self.namespace,
+                    slice = name,
+                    "deleted EndpointSlice"
+                );
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+            Err(e) => Err(Error::kube(
+                format!("deleting EndpointSlice {}/{name}", self.namespace),
+                e,
+            )),
+        }
+    }
+
+    /// Server-side applies the legacy Endpoints object.
+    pub async fn apply_endpoints(&self, endpoints: &Endpoints) -> Result<(), Error> {
+        self.guard()?;
+        let name = endpoints.name_any();
+        let api: Api<Endpoints> = Api::namespaced(self.client.clone(), self.namespace);
+        api.patch(&name, &Self::params(), &Patch::Apply(endpoints))
+            .await
+            .map_err(|e| Error::kube(format!("applying Endpoints {}/{name}", self.namespace), e))?;
+        self.metrics.write("apply", "endpoints");
+        Ok(())
+    }
+
+    /// Deletes an Endpoints object with a UID precondition.
+    pub async fn delete_endpoints(&self, name: &str, uid: &str) -> Result<(), Error> {
+        self.guard()?;
+        let api: Api<Endpoints> = Api::namespaced(self.client.clone(), self.namespace);
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(name, &dp).await {
+            Ok(_) => {
+                self.metrics.write("delete", "endpoints");
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+            Err(e) => Err(Error::kube(
+                format!("deleting Endpoints {}/{name}", self.namespace),
+                e,
+            )),
+        }
+    }
+
+    /// Server-side applies the status subresource (only `status`, never the spec).
+    pub async fn apply_status(
+        &self,
+        pm: &PortMapping,
+        status: &PortMappingStatus,
+    ) -> Result<(), Error> {
+        self.guard()?;
+        let name = pm.name_any();
+        let api: Api<PortMapping> = Api::namespaced(self.client.clone(), self.namespace);
+        let body = json!({
+            "apiVersion": "portmapper.dev/v1alpha1",
+            "kind": "PortMapping",
+            "status": status,
+        });
+        api.patch_status(&name, &Self::params(), &Patch::Apply(body))
+            .await
+            .map_err(|e| {
+                Error::kube(
+                    format!("applying status of PortMapping {}/{name}", self.namespace),
+                    e,
+                )
+            })?;
+        self.metrics.write("apply", "portmappings/status");
+        Ok(())
+    }
+}
+
+/// The managed-by label of an object when it names someone other than us.
+fn foreign_manager(slice: &EndpointSlice) -> Option<String> {
+    slice
+        .labels()
+        .get("endpointslice.kubernetes.io/managed-by")
+        .filter(|m| !m.is_empty() && m.as_str() != MANAGER)
+        .cloned()
+}

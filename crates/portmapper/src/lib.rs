@@ -1,0 +1,16 @@
+//! The portmapper operator: decide (membership) → plan (pure, in `portmapper-core`) → apply.
+
+pub mod apply;
+pub mod cli;
+pub mod conditions;
+pub mod controller;
+pub mod error;
+pub mod http;
+pub mod leader;
+pub mod metrics;
+pub mod owner;
+pub mod pods;
+pub mod reconcile;
+pub mod run;
+pub mod telemetry;
+pub mod watches;

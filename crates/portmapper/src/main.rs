@@ -1,0 +1,39 @@
+//! `portmapper`: the operator binary.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use portmapper::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(err) = portmapper::telemetry::init(&cli.log) {
+        eprintln!("portmapper: {err}");
+        return ExitCode::FAILURE;
+    }
+    let result = match cli.command {
+        Command::Crd => match portmapper_api::crd::crd_yaml() {
+            Ok(yaml) => {
+                print!("{yaml}");
+                Ok(())
+            }
+            Err(err) => Err(portmapper::error::Error::Config(err.to_string())),
+        },
+        Command::Run(args) => runtime().and_then(|rt| rt.block_on(portmapper::run::run(args))),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!(error = %err, "portmapper failed");
+            eprintln!("portmapper: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, portmapper::error::Error> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| portmapper::error::Error::Config(format!("starting the async runtime: {e}")))
+}

@@ -1,0 +1,506 @@
+//! One reconcile: decide and gather inputs from the caches, plan (pure, `portmapper-core`), apply
+//! the differences, report status. Reconciles never LIST: everything comes from reflector stores.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use portmapper_api::status::condition_types as ct;
+use portmapper_api::{PortMapping, PortMappingStatus};
+use portmapper_core::NetworkDecisions;
+use portmapper_core::planner::{self, Action as SliceAction, Plan, PlanInput};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::apply::{Claim, Writer};
+use crate::conditions::{self, Desired};
+use crate::controller::{self, Context};
+use crate::error::Error;
+use crate::metrics::{PortLabels, ServiceLabels};
+use crate::pods::PodSource;
+
+/// How soon to look again while something we wait for (a cache, probe results) is pending.
+const PENDING_RETRY: Duration = Duration::from_secs(2);
+
+/// Entry point for the Controller.
+pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let span = info_span!(
+        "reconcile",
+        namespace = pm.namespace().unwrap_or_default(),
+        name = %pm.name_any(),
+        generation = pm.metadata.generation.unwrap_or_default(),
+    );
+    let started = Instant::now();
+    let result = reconcile_inner(&pm, &ctx).instrument(span).await;
+    ctx.metrics
+        .reconcile_duration
+        .observe(started.elapsed().as_secs_f64());
+    controller::record(&ctx.metrics, &result);
+    result
+}
+
+/// Retry failed reconciles after a pause (writes already made are kept; the next pass resumes).
+pub fn error_policy(pm: Arc<PortMapping>, err: &Error, _ctx: Arc<Context>) -> Action {
+    match err {
+        Error::NotLeader => Action::await_change(),
+        _ => {
+            warn!(portmapping = %pm.name_any(), error = %err, "reconcile failed; retrying");
+            Action::requeue(Duration::from_secs(5))
+        }
+    }
+}
+
+/// What a reconcile concluded, before it is written as status.
+struct Outcome {
+    conditions: Vec<Desired>,
+    /// Nothing is published any more: per-port status is cleared.
+    withdrawn: bool,
+    plan: Option<Plan>,
+    slices: Option<i32>,
+    requeue: Duration,
+}
+
+impl Outcome {
+    fn stalled(ctx: &Context, reason: &str, message: String) -> Self {
+        Self {
+            conditions: vec![
+                Desired::new(ct::READY, false, reason, message.clone()),
+                Desired::new(ct::RECONCILING, false, reason, "waiting for a change"),
+                Desired::new(ct::STALLED, true, reason, message),
+            ],
+            withdrawn: false,
+            plan: None,
+            slices: None,
+            requeue: ctx.settings.resync,
+        }
+    }
+}
+
+async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Error> {
+    let ns = pm.namespace().ok_or(Error::MissingMetadata("namespace"))?;
+    let uid = pm.uid().ok_or(Error::MissingMetadata("uid"))?;
+    if pm.meta().deletion_timestamp.is_some() {
+        // Our objects carry an ownerReference to the PortMapping: the garbage collector removes them.
+        return Ok(Action::await_change());
+    }
+    if !ctx.leadership.is_leader() {
+        // Followers keep caches warm and write nothing; a new leader re-reconciles everything.
+        return Ok(Action::await_change());
+    }
+    let pm_ref = ObjectRef::from_obj(pm);
+    let writer = Writer {
+        client: &ctx.client,
+        namespace: &ns,
+        leadership: &ctx.leadership,
+        metrics: &ctx.metrics,
+    };
+    let owned = owned_slices(ctx, &ns, &uid);
+
+    let outcome = match decide(pm, ctx, &ns, &pm_ref) {
+        Decided::Wait => return Ok(Action::requeue(PENDING_RETRY)),
+        Decided::Stop(outcome) => outcome,
+        Decided::Withdraw(mut outcome) => {
+            outcome.withdrawn = true;
+            outcome.slices = Some(0);
+            // The Service is gone or unmanageable: take our slices back, as the seed does.
+            for slice in &owned {
+                if let Some(uid) = slice.uid() {
+                    writer.delete_slice(&slice.name_any(), &uid).await?;
+                }
+            }
+            outcome
+        }
+        Decided::Plan { service, pods } => {
+            plan_and_apply(pm, ctx, &ns, &pm_ref, &writer, &service, &pods, &owned).await?
+        }
+    };
+    write_status(pm, &writer, &outcome).await?;
+    Ok(Action::requeue(outcome.requeue))
+}
+
+enum Decided {
+    /// An input is still loading: write nothing, look again soon.
+    Wait,
+    /// Nothing to write but status.
+    Stop(Outcome),
+    /// Delete every owned slice, then report.
+    Withdraw(Outcome),
+    /// Inputs are complete: plan.
+    Plan {
+        service: Arc<Service>,
+        pods: Vec<Pod>,
+    },
+}
+
+fn decide(pm: &PortMapping, ctx: &Context, ns: &str, pm_ref: &ObjectRef<PortMapping>) -> Decided {
+    let errors = portmapper_api::validate::validate_spec(&pm.spec);
+    if !errors.is_empty() {
+        let message = errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Decided::Stop(Outcome::stalled(ctx, "InvalidSpec", message));
+    }
+    if let Some(winner) = conflict_winner(ctx, pm, ns) {
+        let message = format!(
+            "PortMapping {winner} already publishes Service {}; this one writes nothing until it is removed",
+            pm.spec.service_ref.name
+        );
+        let mut outcome = Outcome::stalled(ctx, "ServiceClaimed", message.clone());
+        outcome
+            .conditions
+            .push(Desired::new(ct::CONFLICT, true, "ServiceClaimed", message));
+        // Writes nothing at all: slices it published before losing stay until it is deleted
+        // (GC) or wins again, so a conflict can never empty a port.
+        return Decided::Stop(outcome);
+    }
+    let service_ref = ObjectRef::<Service>::new(&pm.spec.service_ref.name).within(ns);
+    let Some(service) = ctx.services.get(&service_ref) else {
+        let message = format!(
+            "Service {ns}/{} does not exist; no endpoints are published",
+            pm.spec.service_ref.name
+        );
+        return Decided::Withdraw(Outcome::stalled(ctx, "ServiceNotFound", message));
+    };
+    let pods = match ctx.pods.store_for(&PodSource::of(pm)) {
+        Some(store) => store
+            .state()
+            .iter()
+            .filter(|p| portmapper_core::pod_in_pool(&pm.spec, ns, p).unwrap_or(false))
+            .map(|p| p.as_ref().clone())
+            .collect(),
+        None => {
+            // Not even status: a restart must not flap a Ready PortMapping while caches sync.
+            debug!(portmapping = %pm_ref, "pod cache not synced yet; writing nothing");
+            return Decided::Wait;
+        }
+    };
+    Decided::Plan { service, pods }
+}
+
+/// The oldest PortMapping naming the same Service wins; `Some(winner)` when it is not `pm`.
+fn conflict_winner(ctx: &Context, pm: &PortMapping, ns: &str) -> Option<String> {
+    let key = |p: &PortMapping| (p.creation_timestamp().map(|t| t.0), p.name_any());
+    ctx.portmappings
+        .state()
+        .iter()
+        .filter(|p| {
+            p.namespace().as_deref() == Some(ns) && p.spec.service_ref == pm.spec.service_ref
+        })
+        .filter(|p| p.meta().deletion_timestamp.is_none())
+        .min_by_key(|p| key(p))
+        .filter(|winner| winner.uid() != pm.uid())
+        .map(|winner| winner.name_any())
+}
+
+/// Slices in our cache controlled by this PortMapping.
+fn owned_slices(ctx: &Context, ns: &str, uid: &str) -> Vec<EndpointSlice> {
+    ctx.slices
+        .state()
+        .iter()
+        .filter(|s| {
+            s.namespace().as_deref() == Some(ns) && crate::owner::controlled_by(s.as_ref(), uid)
+        })
+        .map(|s| s.as_ref().clone())
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn plan_and_apply(
+    pm: &PortMapping,
+    ctx: &Context,
+    ns: &str,
+    pm_ref: &ObjectRef<PortMapping>,
+    writer: &Writer<'_>,
+    service: &Service,
+    pods: &[Pod],
+    owned: &[EndpointSlice],
+) -> Result<Outcome, Error> {
+    let zones = ctx.node_zones();
+    let network = NetworkDecisions::new();
+    let input = PlanInput {
+        port_mapping: pm,
+        service,
+        pods,
+        node_zones: &zones,
+        network: &network,
+        live_slices: owned,
+        live_endpoints: None,
+        now: Timestamp::now(),
+    };
+    let plan = match planner::plan(&input) {
+        Ok(plan) => plan,
+        Err(err) => {
+            return Ok(Outcome::stalled(ctx, "PlanFailed", err.to_string()));
+        }
+    };
+
+    let mut conditions = Vec::new();
+    let mut collisions = Vec::new();
+    let mut first_error: Option<Error> = None;
+    let live_names: Vec<String> = owned.iter().map(ResourceExt::name_any).collect();
+    for planned in plan.slices.iter().filter(|s| s.action.is_write()) {
+        let name = planned.slice.name_any();
+        if matches!(planned.action, SliceAction::Create) && !live_names.contains(&name) {
+            match writer
+                .claim_slice(&name, &pm.uid().unwrap_or_default())
+                .await
+            {
+                Ok(Claim::Free) => {}
+                Ok(Claim::Taken { owner }) => {
+                    collisions.push(format!("EndpointSlice {name} already exists ({owner})"));
+                    continue;
+                }
+                Err(err) => {
+                    first_error.get_or_insert(err);
+                    continue;
+                }
+            }
+        }
+        if let Err(err) = writer.apply_slice(&planned.slice).await {
+            warn!(slice = %name, error = %err, "applying EndpointSlice failed");
+            first_error.get_or_insert(err);
+        }
+    }
+    for deletion in &plan.deletions {
+        let Some(uid) = &deletion.uid else { continue };
+        if let Err(err) = writer.delete_slice(&deletion.name, uid).await {
+            first_error.get_or_insert(err);
+        }
+    }
+    if plan.writes() > 0 {
+        info!(writes = plan.writes(), summary = %plan.summary, "published changes");
+    }
+
+    let svc_labels = ServiceLabels {
+        namespace: ns.to_string(),
+        service: service.name_any(),
+    };
+    if !collisions.is_empty() {
+        ctx.metrics.name_collisions.get_or_create(&svc_labels).inc();
+        let message = collisions.join("; ");
+        warn_event(ctx, pm, pm_ref, "EndpointSliceNameCollision", &message).await;
+        conditions.push(Desired::new(
+            ct::READY,
+            false,
+            "NameCollision",
+            message.clone(),
+        ));
+        conditions.push(Desired::new(
+            ct::RECONCILING,
+            false,
+            "NameCollision",
+            "waiting for the name to be freed",
+        ));
+        conditions.push(Desired::new(ct::STALLED, true, "NameCollision", message));
+    } else if let Some(err) = &first_error {
+        conditions.push(Desired::new(
+            ct::READY,
+            false,
+            "ApplyFailed",
+            err.to_string(),
+        ));
+        conditions.push(Desired::new(
+            ct::RECONCILING,
+            true,
+            "ApplyFailed",
+            "retrying the failed writes",
+        ));
+        conditions.push(Desired::new(ct::STALLED, false, "ApplyFailed", "retrying"));
+    } else {
+        ctx.clear_warning(pm_ref, "EndpointSliceNameCollision");
+        let message = format!(
+            "published {}",
+            if plan.summary.is_empty() {
+                "no ports"
+            } else {
+                &plan.summary
+            }
+        );
+        conditions.push(Desired::new(ct::READY, true, "Published", message));
+        conditions.push(Desired::new(
+            ct::RECONCILING,
+            false,
+            "Published",
+            "up to date",
+        ));
+        conditions.push(Desired::new(ct::STALLED, false, "Published", "up to date"));
+    }
+    if has_selector(service) {
+        let message = format!(
+            "Service {} still has a selector: the native controller publishes its own EndpointSlices beside ours; remove the selector to finish the migration",
+            service.name_any()
+        );
+        if ctx.warn_once(pm_ref, "SelectorStillPresent") {
+            warn_event(ctx, pm, pm_ref, "SelectorStillPresent", &message).await;
+        }
+        conditions.push(Desired::new(
+            ct::SELECTOR_MIGRATION,
+            true,
+            "SelectorStillPresent",
+            message,
+        ));
+    } else {
+        ctx.clear_warning(pm_ref, "SelectorStillPresent");
+    }
+    for warning in &plan.warnings {
+        let reason = warning_reason(warning);
+        if ctx.warn_once(pm_ref, reason) {
+            warn_event(ctx, pm, pm_ref, reason, &warning.to_string()).await;
+        }
+    }
+
+    record_gauges(ctx, ns, service, &plan);
+    let outcome = Outcome {
+        conditions,
+        withdrawn: false,
+        slices: Some(slice_count(&plan)),
+        plan: Some(plan),
+        requeue: ctx.settings.resync,
+    };
+    if let Some(err) = first_error {
+        // Report what we know first, then let the error policy retry.
+        write_status(pm, writer, &outcome).await?;
+        return Err(err);
+    }
+    Ok(outcome)
+}
+
+fn slice_count(plan: &Plan) -> i32 {
+    i32::try_from(plan.slices.len()).unwrap_or(i32::MAX)
+}
+
+fn has_selector(service: &Service) -> bool {
+    service
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .is_some_and(|s| !s.is_empty())
+}
+
+fn warning_reason(warning: &planner::PlanWarning) -> &'static str {
+    use planner::PlanWarning as W;
+    match warning {
+        W::ExternalName => "ExternalNameUnsupported",
+        W::TopologyModeAuto { .. } => "TopologyAwareHintsDisabled",
+        W::RejectedPodAddress { .. } => "PodAddressRejected",
+        W::ForeignSlice { .. } => "EndpointSliceNameCollision",
+        W::ForeignEndpoints => "EndpointsCollision",
+        W::LegacyEndpointsTruncated { .. } => "LegacyEndpointsTruncated",
+    }
+}
+
+fn record_gauges(ctx: &Context, ns: &str, service: &Service, plan: &Plan) {
+    let svc = service.name_any();
+    let mut per_port: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for planned in &plan.slices {
+        let port = planned
+            .slice
+            .ports
+            .as_ref()
+            .and_then(|p| p.first())
+            .map(|p| {
+                p.name
+                    .clone()
+                    .unwrap_or_else(|| p.port.unwrap_or_default().to_string())
+            })
+            .unwrap_or_default();
+        *per_port
+            .entry((port, planned.slice.address_type.clone()))
+            .or_default() += i64::try_from(planned.slice.endpoints.len()).unwrap_or(i64::MAX);
+    }
+    for ((port, address_type), n) in per_port {
+        ctx.metrics
+            .endpoints_published
+            .get_or_create(&PortLabels {
+                namespace: ns.to_string(),
+                service: svc.clone(),
+                port,
+                address_type,
+            })
+            .set(n);
+    }
+    ctx.metrics
+        .endpointslices_managed
+        .get_or_create(&ServiceLabels {
+            namespace: ns.to_string(),
+            service: svc,
+        })
+        .set(i64::from(slice_count(plan)));
+}
+
+async fn warn_event(
+    ctx: &Context,
+    pm: &PortMapping,
+    pm_ref: &ObjectRef<PortMapping>,
+    reason: &str,
+    note: &str,
+) {
+    let event = Event {
+        type_: EventType::Warning,
+        reason: reason.to_string(),
+        note: Some(truncate_note(note)),
+        action: "Reconcile".to_string(),
+        secondary: None,
+    };
+    if !ctx.leadership.is_leader() {
+        return;
+    }
+    if let Err(err) = ctx.recorder.publish(&event, &pm.object_ref(&())).await {
+        warn!(portmapping = %pm_ref, reason, error = %err, "publishing a Warning event failed");
+    } else {
+        ctx.metrics.write("create", "events");
+    }
+}
+
+fn truncate_note(note: &str) -> String {
+    if note.len() <= 1000 {
+        return note.to_string();
+    }
+    let mut end = 997;
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &note[..end])
+}
+
+async fn write_status(
+    pm: &PortMapping,
+    writer: &Writer<'_>,
+    outcome: &Outcome,
+) -> Result<(), Error> {
+    let previous = pm.status.clone().unwrap_or_default();
+    let (ports, summary) = match (&outcome.plan, outcome.withdrawn) {
+        (Some(plan), _) => (
+            plan.ports.clone(),
+            Some(plan.summary.clone()).filter(|s| !s.is_empty()),
+        ),
+        (None, true) => (Vec::new(), None),
+        (None, false) => (previous.ports.clone(), previous.summary.clone()),
+    };
+    let generation = pm.metadata.generation;
+    let status = PortMappingStatus {
+        observed_generation: generation,
+        conditions: conditions::merge(
+            &previous.conditions,
+            &outcome.conditions,
+            generation,
+            Timestamp::now(),
+        ),
+        ports,
+        summary,
+        endpoint_slices: outcome.slices.or(previous.endpoint_slices),
+    };
+    if status == previous {
+        return Ok(());
+    }
+    debug!(portmapping = %pm.name_any(), "status changed; applying");
+    writer.apply_status(pm, &status).await
+}

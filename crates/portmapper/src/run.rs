@@ -1,0 +1,117 @@
+//! `portmapper run`: connect, elect, serve health and metrics, reconcile until SIGTERM.
+
+use std::time::Duration;
+
+use kube::Client;
+use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::cli::RunArgs;
+use crate::controller::{self, Settings};
+use crate::error::Error;
+use crate::http::{self, Readiness};
+use crate::leader::{Election, Leadership};
+use crate::metrics::Metrics;
+
+/// Runs the operator until SIGINT/SIGTERM.
+pub async fn run(args: RunArgs) -> Result<(), Error> {
+    let client = client(&args).await?;
+    let metrics = Metrics::new();
+    let readiness = Readiness::default();
+    let shutdown = CancellationToken::new();
+
+    let listener = http::bind(args.http_addr).await?;
+    let server = tokio::spawn(http::serve(
+        listener,
+        metrics.clone(),
+        readiness.clone(),
+        shutdown.clone(),
+    ));
+
+    let election = if args.leader.leader_elect {
+        Some(Election::start(client.clone(), &args.leader).await?)
+    } else {
+        None
+    };
+    let leadership = election
+        .as_ref()
+        .map_or_else(Leadership::always, Election::leadership);
+    {
+        let (metrics, mut rx) = (metrics.clone(), leadership.subscribe());
+        tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                metrics.leader.set(i64::from(*rx.borrow_and_update()));
+            }
+        });
+    }
+
+    let signals = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        info!("shutting down: finishing in-flight reconciles");
+        signals.cancel();
+    });
+
+    let settings = Settings {
+        namespace: args.watch_namespace.clone(),
+        concurrency: args.concurrency,
+        resync: args.resync(),
+        node_lookups: args.node_lookups,
+        instance: args.leader.identity.clone(),
+    };
+    let result = controller::run(
+        client,
+        settings,
+        leadership,
+        metrics,
+        readiness,
+        shutdown.clone(),
+    )
+    .await;
+    shutdown.cancel();
+    if let Some(election) = election {
+        election.release(Duration::from_secs(5)).await;
+    }
+    let _ = server.await;
+    result
+}
+
+async fn client(args: &RunArgs) -> Result<Client, Error> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path).map_err(|e| {
+                Error::Config(format!("reading kubeconfig {}: {e}", path.display()))
+            })?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| Error::Config(format!("loading kubeconfig {}: {e}", path.display())))?
+        }
+        None => Config::infer()
+            .await
+            .map_err(|e| Error::Config(format!("no in-cluster config or kubeconfig: {e}")))?,
+    };
+    Client::try_from(config).map_err(|e| Error::kube("building the API client", e))
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

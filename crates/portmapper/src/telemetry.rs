@@ -1,0 +1,30 @@
+//! Structured logs with `tracing`: text for humans, JSON for log pipelines.
+
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+use crate::cli::{LogArgs, LogFormat};
+use crate::error::Error;
+
+/// Installs the global subscriber. Logs go to stderr so stdout stays clean for `portmapper crd`.
+pub fn init(args: &LogArgs) -> Result<(), Error> {
+    let filter = EnvFilter::try_new(&args.log_level)
+        .map_err(|e| Error::Config(format!("invalid --log-level {:?}: {e}", args.log_level)))?;
+    let registry = tracing_subscriber::registry().with(filter);
+    let result = match args.log_format {
+        LogFormat::Text => registry
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .try_init(),
+        LogFormat::Json => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(true)
+                    .with_writer(std::io::stderr),
+            )
+            .try_init(),
+    };
+    result.map_err(|e| Error::Config(format!("installing the log subscriber: {e}")))
+}

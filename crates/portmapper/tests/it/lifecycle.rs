@@ -1,0 +1,187 @@
+//! The canonical scenario: a,b,c → http and b,c,d → https, then pods move.
+
+use std::time::Duration;
+
+use crate::harness::*;
+
+async fn canonical() -> Harness {
+    let h = Harness::start().await;
+    h.create(service("my-service", &[("http", 8080), ("https", 8443)]))
+        .await;
+    for (name, ports, ip) in [
+        ("pod-a", "http", "10.244.0.1"),
+        ("pod-b", "http,https", "10.244.0.2"),
+        ("pod-c", "http,https", "10.244.0.3"),
+        ("pod-d", "https", "10.244.0.4"),
+    ] {
+        h.create(pod(name, "my-service", ports)).await;
+        h.set_pod_status(name, &[ip], true).await;
+    }
+    h.create(portmapping("my-service", "my-service")).await;
+    h
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_one_slice_per_port_with_per_port_members() {
+    let h = canonical().await;
+    let want = [
+        (
+            "my-service.http".to_string(),
+            vec!["pod-a", "pod-b", "pod-c"],
+        ),
+        (
+            "my-service.https".to_string(),
+            vec!["pod-b", "pod-c", "pod-d"],
+        ),
+    ];
+    let got = eventually("per-port slices", Duration::from_secs(15), || async {
+        let m = h.membership("my-service").await;
+        let ok = want.iter().all(|(n, pods)| {
+            m.get(n)
+                .map(|v| v.iter().map(String::as_str).eq(pods.iter().copied()))
+                .unwrap_or(false)
+        });
+        ok.then_some(m)
+    })
+    .await;
+    assert_eq!(got.len(), 2, "{got:?}");
+    let slices = h.slices("my-service").await;
+    for s in &slices {
+        let labels = s.metadata.labels.as_ref().unwrap();
+        assert_eq!(
+            labels["endpointslice.kubernetes.io/managed-by"],
+            "portmapper.dev"
+        );
+        assert_eq!(labels["kubernetes.io/service-name"], "my-service");
+        assert_eq!(
+            labels["app.kubernetes.io/name"], "my-service",
+            "Service labels are copied"
+        );
+        let owner = &s.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("PortMapping", Some(true))
+        );
+        assert_eq!(s.ports.as_ref().unwrap().len(), 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reports_per_port_counts_and_ready() {
+    let h = canonical().await;
+    let pm = eventually("Ready status", Duration::from_secs(15), || async {
+        let pm = h.portmapping("my-service").await;
+        let status = pm.status.clone()?;
+        let ready = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        (ready && status.ports.len() == 2).then_some(pm)
+    })
+    .await;
+    let status = pm.status.unwrap();
+    assert_eq!(status.observed_generation, pm.metadata.generation);
+    assert_eq!(status.summary.as_deref(), Some("http 3/4, https 3/4"));
+    let http = status.ports.iter().find(|p| p.name == "http").unwrap();
+    assert_eq!((http.ready, http.not_ready, http.candidates), (3, 0, 4));
+    assert_eq!(http.excluded.len(), 1);
+    assert_eq!(http.excluded[0].pod, "pod-d");
+    assert!(
+        http.excluded[0].reason.contains("portNames"),
+        "{:?}",
+        http.excluded[0]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follows_annotation_and_readiness_changes() {
+    let h = canonical().await;
+    eventually("initial slices", Duration::from_secs(15), || async {
+        (h.membership("my-service").await.len() == 2).then_some(())
+    })
+    .await;
+    h.patch_pod(
+        "pod-a",
+        serde_json::json!({"metadata": {"annotations": {"example.com/ports": "http,https"}}}),
+    )
+    .await;
+    h.set_pod_status("pod-c", &["10.244.0.3"], false).await;
+    eventually(
+        "pod-a joins https, pod-c leaves both",
+        Duration::from_secs(15),
+        || async {
+            let m = h.membership("my-service").await;
+            (m.get("my-service.http") == Some(&vec!["pod-a".into(), "pod-b".into()])
+                && m.get("my-service.https")
+                    == Some(&vec!["pod-a".into(), "pod-b".into(), "pod-d".into()]))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn converged_state_issues_no_writes() {
+    let h = canonical().await;
+    eventually("converged", Duration::from_secs(15), || async {
+        let pm = h.portmapping("my-service").await;
+        pm.status?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    // Let any in-flight pass finish, then count writes across several resyncs (2 s each).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = h.operator_writes();
+    assert!(
+        before >= 3,
+        "the counter sees our writes (2 slices + status), got {before}"
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        h.operator_writes(),
+        before,
+        "a converged PortMapping must not write"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_controller_adopts_its_slices_without_writing() {
+    let mut h = canonical().await;
+    eventually("converged", Duration::from_secs(15), || async {
+        let pm = h.portmapping("my-service").await;
+        pm.status?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    let slices_before = h.slices("my-service").await;
+    h.stop_controller().await;
+    let before = h.operator_writes();
+    h.run_controller();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let writes: Vec<String> = h
+        .emu
+        .requests()
+        .filter(|r| r.is_write() && r.field_manager == portmapper_api::MANAGER)
+        .iter()
+        .skip(before)
+        .map(|r| format!("{} {}/{} {}", r.verb, r.resource, r.name, r.subresource))
+        .collect();
+    assert_eq!(
+        h.operator_writes(),
+        before,
+        "a restart must not rewrite converged objects: {writes:?}"
+    );
+    let slices_after = h.slices("my-service").await;
+    let rv = |v: &[k8s_openapi::api::discovery::v1::EndpointSlice]| {
+        v.iter()
+            .map(|s| s.metadata.resource_version.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(rv(&slices_before), rv(&slices_after));
+}

@@ -1,0 +1,8 @@
+//! Operator integration tests: the real controller against the in-process API server emulator,
+//! through a kube Client exactly as against a cluster.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod harness;
+mod lifecycle;
