@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::target::AddrError;
 
-/// Why a probe did not get a usable answer. [`crate::classify`] decides whose fault it is.
+/// Why a probe did not get a usable answer; `classify` decides whose fault it is.
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
     /// The target has no address a probe may use.

@@ -63,7 +63,6 @@ mod outcome;
 mod prober;
 mod target;
 
-pub use error::ProbeError;
 pub use exec::webhook::{Decision, MembershipDecision, MembershipReview};
 pub use exec::{ExecutorConfig, NetworkExecutor, ProbeExecutor, ProbeFuture, TlsConfigError};
 pub use metrics::{NoMetrics, ProbeMetrics, PrometheusProbeMetrics};
