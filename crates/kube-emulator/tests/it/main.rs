@@ -9,4 +9,5 @@ mod common;
 mod faults;
 mod kube_rs;
 mod kubectl;
+mod lifecycle;
 mod rules;
