@@ -4,7 +4,22 @@
 CARGO ?= cargo
 CRD_FILE := crds/portmapper.dev_portmappings.yaml
 
-.PHONY: test fmt-check clippy unit crds crd-check bench tools
+.PHONY: test fmt-check clippy unit crds crd-check bench tools demo run install-crd
+
+## demo: the operator end to end on the embedded API server, no cluster needed.
+##   make demo                      # runs until Ctrl-C; flip pods with kubectl (KUBECONFIG is printed)
+##   make demo DURATION=20 TOUR=1   # unattended: acts out a kubectl session, then exits
+DURATION ?=
+TOUR ?=
+demo:
+	$(CARGO) run --quiet --locked -p portmapper -- demo $(if $(DURATION),--duration $(DURATION)) $(if $(TOUR),--tour)
+
+## run: the operator against the current kubeconfig (installs or updates the CRD first).
+run: install-crd
+	$(CARGO) run --quiet --locked -p portmapper -- run --leader-elect=false --http-addr 127.0.0.1:8080
+
+install-crd:
+	kubectl apply --server-side --field-manager=portmapper.dev -f $(CRD_FILE)
 
 ## test: everything CI checks — formatting, lints, every test, CRD drift.
 test: tools fmt-check clippy crd-check unit

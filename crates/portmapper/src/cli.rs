@@ -23,6 +23,25 @@ pub enum Command {
     Run(RunArgs),
     /// Print the PortMapping CRD as YAML (`portmapper crd | kubectl apply -f -`).
     Crd,
+    /// Run everything on an embedded API server (no cluster) and show membership live.
+    Demo(DemoArgs),
+}
+
+/// `portmapper demo`.
+#[derive(Debug, Args, Clone)]
+pub struct DemoArgs {
+    /// Stop after this many seconds (default: run until Ctrl-C).
+    #[arg(long, env = "PORTMAPPER_DEMO_DURATION")]
+    pub duration: Option<u64>,
+    /// Directory of manifests to apply (the built-in copy of examples/demo is used when absent).
+    #[arg(long, env = "PORTMAPPER_DEMO_MANIFESTS", default_value = "examples/demo")]
+    pub manifests: PathBuf,
+    /// Where to write the kubeconfig of the embedded API server (default: a temporary file).
+    #[arg(long, env = "PORTMAPPER_DEMO_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Act out a user's kubectl session (annotate a pod, delete a pod) and show the effect.
+    #[arg(long, env = "PORTMAPPER_DEMO_TOUR", default_value_t = false)]
+    pub tour: bool,
 }
 
 /// Logging.

@@ -4,6 +4,7 @@ pub mod apply;
 pub mod cli;
 pub mod conditions;
 pub mod controller;
+pub mod demo;
 pub mod error;
 pub mod http;
 pub mod leader;

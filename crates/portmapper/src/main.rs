@@ -20,6 +20,7 @@ fn main() -> ExitCode {
             Err(err) => Err(portmapper::error::Error::Config(err.to_string())),
         },
         Command::Run(args) => runtime().and_then(|rt| rt.block_on(portmapper::run::run(args))),
+        Command::Demo(args) => runtime().and_then(|rt| rt.block_on(portmapper::demo::run(args))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

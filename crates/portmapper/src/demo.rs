@@ -1,0 +1,293 @@
+//! `portmapper demo`: the whole product on one machine, no cluster. It starts the API server
+//! emulator in-process, installs the CRD, applies `examples/demo/`, plays kubelet for the demo
+//! pods (assigning pod IPs from 10.244.0.0/16 and marking them Ready), runs the controller, and
+//! prints the per-port membership every time it changes. Flip a pod with kubectl and watch it move.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, CustomResourceExt, ResourceExt};
+use portmapper_api::PortMapping;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::DemoArgs;
+use crate::controller::{self, MANAGED_BY_SELECTOR, Settings};
+use crate::error::Error;
+use crate::http::Readiness;
+use crate::leader::Leadership;
+use crate::metrics::Metrics;
+
+const DEMO_MANAGER: &str = "portmapper-demo";
+
+/// The manifests shipped in `examples/demo/`, used when that directory is not at hand.
+const EMBEDDED: [(&str, &str); 3] = [
+    ("00-service.yaml", include_str!("../../../examples/demo/00-service.yaml")),
+    ("10-pods.yaml", include_str!("../../../examples/demo/10-pods.yaml")),
+    ("20-portmapping.yaml", include_str!("../../../examples/demo/20-portmapping.yaml")),
+];
+
+/// Runs the demo until `--duration` passes or Ctrl-C.
+pub async fn run(args: DemoArgs) -> Result<(), Error> {
+    let started = Instant::now();
+    let mut builder = kube_emulator::Emulator::builder();
+    if let Some(path) = &args.kubeconfig {
+        builder = builder.kubeconfig(path.clone());
+    }
+    let emu = builder
+        .start()
+        .await
+        .map_err(|e| Error::Config(format!("starting the embedded API server: {e}")))?;
+    let client = emu.client().map_err(|e| Error::Config(format!("client for the embedded API server: {e}")))?;
+    let kubeconfig = emu.kubeconfig_path().display().to_string();
+    println!("portmapper demo: embedded API server on {}", emu.url());
+    println!("  export KUBECONFIG={kubeconfig}");
+    println!("  kubectl get pm,endpointslices");
+    println!("network checks: not used by this demo's PortMapping (podReady + portNames only)");
+
+    install_crd(&client).await?;
+    let manifests = load_manifests(&args.manifests)?;
+    for doc in &manifests {
+        apply(&client, doc).await?;
+    }
+    println!("applied {} objects from {}", manifests.len(), source_name(&args.manifests));
+
+    let shutdown = CancellationToken::new();
+    let kubelet = tokio::spawn(play_kubelet(client.clone(), shutdown.clone()));
+    let settings = Settings {
+        namespace: None,
+        concurrency: 2,
+        resync: Duration::from_secs(30),
+        node_lookups: true,
+        instance: Some("demo".into()),
+    };
+    let controller = tokio::spawn(controller::run(
+        client.clone(),
+        settings,
+        Leadership::always(),
+        Metrics::new(),
+        Readiness::default(),
+        shutdown.clone(),
+    ));
+    let view = Arc::new(Mutex::new(String::new()));
+    let display = tokio::spawn(show_membership(client.clone(), started, view.clone(), shutdown.clone()));
+
+    if args.tour {
+        tour(&client, &view).await?;
+    } else {
+        println!("try: kubectl annotate pod pod-a example.com/ports=http,https --overwrite");
+    }
+    let until = async {
+        match args.duration {
+            Some(secs) => tokio::time::sleep(Duration::from_secs(secs)).await,
+            None => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    };
+    until.await;
+    shutdown.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(5), controller).await;
+    display.abort();
+    kubelet.abort();
+    println!("demo finished after {:.1}s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+async fn install_crd(client: &Client) -> Result<(), Error> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.patch(
+        "portmappings.portmapper.dev",
+        &PatchParams::apply(DEMO_MANAGER).force(),
+        &Patch::Apply(PortMapping::crd()),
+    )
+    .await
+    .map_err(|e| Error::kube("installing the PortMapping CRD", e))?;
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        await_condition(crds, "portmappings.portmapper.dev", conditions::is_crd_established()),
+    )
+    .await
+    .map_err(|_| Error::Config("the PortMapping CRD did not become Established in 10s".into()))?
+    .map_err(|e| Error::Config(format!("waiting for the CRD: {e}")))?;
+    Ok(())
+}
+
+fn source_name(dir: &Path) -> String {
+    if dir.is_dir() { dir.display().to_string() } else { "the built-in copy of examples/demo".into() }
+}
+
+/// YAML documents from the directory (sorted by file name), or the embedded copies.
+fn load_manifests(dir: &Path) -> Result<Vec<Value>, Error> {
+    let mut texts: Vec<(PathBuf, String)> = Vec::new();
+    if dir.is_dir() {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| Error::Config(format!("reading {}: {e}", dir.display())))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+            .collect();
+        files.sort();
+        for f in files {
+            let text = std::fs::read_to_string(&f).map_err(|e| Error::Config(format!("reading {}: {e}", f.display())))?;
+            texts.push((f, text));
+        }
+    } else {
+        texts = EMBEDDED.iter().map(|(n, t)| (PathBuf::from(n), (*t).to_string())).collect();
+    }
+    let mut docs = Vec::new();
+    for (file, text) in texts {
+        for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+            let value = Value::deserialize(doc)
+                .map_err(|e| Error::Config(format!("{} document {}: {e}", file.display(), i + 1)))?;
+            if !value.is_null() {
+                docs.push(value);
+            }
+        }
+    }
+    Ok(docs)
+}
+
+async fn apply(client: &Client, doc: &Value) -> Result<(), Error> {
+    let kind = doc["kind"].as_str().unwrap_or_default();
+    let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let ns = doc["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+    let pp = PatchParams::apply(DEMO_MANAGER).force();
+    let action = format!("applying {kind} {ns}/{name}");
+    let result = match kind {
+        "Service" => Api::<Service>::namespaced(client.clone(), &ns).patch(&name, &pp, &Patch::Apply(doc)).await.map(drop),
+        "Pod" => Api::<Pod>::namespaced(client.clone(), &ns).patch(&name, &pp, &Patch::Apply(doc)).await.map(drop),
+        "PortMapping" => {
+            Api::<PortMapping>::namespaced(client.clone(), &ns).patch(&name, &pp, &Patch::Apply(doc)).await.map(drop)
+        }
+        other => return Err(Error::Config(format!("the demo cannot apply kind {other:?} ({ns}/{name})"))),
+    };
+    result.map_err(|e| Error::kube(action, e))
+}
+
+/// Plays kubelet: every pod without an IP gets the next 10.244.0.0/16 address and becomes Ready.
+async fn play_kubelet(client: Client, shutdown: CancellationToken) {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let mut next: u32 = 1;
+    let mut stream = std::pin::pin!(watcher(pods, watcher::Config::default()).default_backoff().applied_objects());
+    loop {
+        let pod = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            item = stream.try_next() => match item {
+                Ok(Some(pod)) => pod,
+                Ok(None) => return,
+                Err(_) => continue,
+            },
+        };
+        if pod.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some() || pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 244, 0, 0)) + next);
+        next += 1;
+        let status = json!({"status": {
+            "phase": "Running",
+            "podIP": ip.to_string(),
+            "podIPs": [{"ip": ip.to_string()}],
+            "conditions": [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}],
+            "containerStatuses": pod.spec.iter().flat_map(|s| s.containers.iter()).map(|c| json!({
+                "name": c.name, "ready": true, "restartCount": 0, "image": c.image, "imageID": "",
+                "state": {"running": {}},
+            })).collect::<Vec<_>>(),
+        }});
+        let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+        let _ = api.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await;
+    }
+}
+
+/// Renders `service port: pods` lines from the live slices.
+fn render(slices: &[EndpointSlice]) -> String {
+    let mut ports: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for s in slices {
+        let svc = s.labels().get("kubernetes.io/service-name").cloned().unwrap_or_default();
+        let port = s
+            .ports
+            .iter()
+            .flatten()
+            .map(|p| p.name.clone().unwrap_or_else(|| p.port.unwrap_or_default().to_string()))
+            .collect::<Vec<_>>()
+            .join(",");
+        let entry = ports.entry((svc, port)).or_default();
+        for e in &s.endpoints {
+            let name = e.target_ref.as_ref().and_then(|t| t.name.clone()).unwrap_or_default();
+            let ready = e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
+            entry.push(if ready { name } else { format!("{name}(not ready)") });
+        }
+    }
+    ports
+        .into_iter()
+        .map(|((svc, port), mut pods)| {
+            pods.sort();
+            format!("  {svc} {port}: {}", if pods.is_empty() { "-".to_string() } else { pods.join(", ") })
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+async fn show_membership(client: Client, started: Instant, view: Arc<Mutex<String>>, shutdown: CancellationToken) {
+    let api: Api<EndpointSlice> = Api::all(client);
+    let (store, writer) = kube::runtime::reflector::store();
+    let stream = watcher(api, watcher::Config::default().labels(MANAGED_BY_SELECTOR))
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    let mut stream = std::pin::pin!(stream);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            item = stream.next() => if item.is_none() { return },
+        }
+        let slices: Vec<EndpointSlice> = store.state().iter().map(|s| s.as_ref().clone()).collect();
+        let text = render(&slices);
+        let mut last = view.lock().await;
+        if *last != text {
+            println!("[{:>5.1}s] membership:\n{text}", started.elapsed().as_secs_f64());
+            *last = text;
+        }
+    }
+}
+
+/// A scripted walk through what a user would do with kubectl, for unattended runs.
+async fn tour(client: &Client, view: &Arc<Mutex<String>>) -> Result<(), Error> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    wait_for(view, "my-service https: pod-b, pod-c, pod-d").await;
+    println!("$ kubectl annotate pod pod-a example.com/ports=http,https --overwrite");
+    let patch = json!({"metadata": {"annotations": {"example.com/ports": "http,https"}}});
+    pods.patch("pod-a", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| Error::kube("annotating pod-a", e))?;
+    wait_for(view, "my-service https: pod-a, pod-b, pod-c, pod-d").await;
+    println!("$ kubectl delete pod pod-c   # pod-c leaves both ports");
+    pods.delete("pod-c", &DeleteParams::default())
+        .await
+        .map_err(|e| Error::kube("deleting pod-c", e))?;
+    wait_for(view, "my-service http: pod-a, pod-b\n").await;
+    println!("tour done: pod-a joined https, pod-c left http and https");
+    Ok(())
+}
+
+async fn wait_for(view: &Arc<Mutex<String>>, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if format!("{}\n", view.lock().await).contains(needle) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("(gave up waiting for {needle:?} after 30s)");
+}
