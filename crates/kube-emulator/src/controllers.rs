@@ -398,14 +398,6 @@ pub fn bootstrap(st: &mut State) {
             sub: None,
         };
         let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
-        let _ = ops::create(
-            st,
-            &t,
-            obj,
-            &ops::Writer {
-                manager: "kube-apiserver".into(),
-            },
-            false,
-        );
+        let _ = ops::create(st, &t, obj, &ops::Writer::named("kube-apiserver"), false);
     }
 }

@@ -41,7 +41,6 @@ pub mod request;
 pub mod selector;
 pub mod semantics;
 pub mod server;
-pub mod smp;
 pub mod snapshot;
 pub mod store;
 pub mod table;

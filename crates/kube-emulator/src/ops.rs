@@ -14,8 +14,8 @@ use crate::registry::{GenerationPolicy, ResourceType};
 use crate::request::{Output, PatchType, Query};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::semantics::{self, ManagerCtx};
-use crate::smp;
 use crate::store::{self, ListSnapshot, State};
+use apiserver_semantics::patch::PatchError;
 
 /// A successful answer.
 #[derive(Debug)]
@@ -351,6 +351,18 @@ fn page(rest: &[(String, Arc<Value>)], limit: Option<usize>, rv: u64, id: u64) -
 pub struct Writer {
     /// Field manager (param, else User-Agent prefix, else `unknown`).
     pub manager: String,
+    /// `fieldValidation` of the request.
+    pub field_validation: semantics::FieldValidation,
+}
+
+impl Writer {
+    /// A writer with default field validation.
+    pub fn named(manager: &str) -> Self {
+        Self {
+            manager: manager.to_string(),
+            field_validation: semantics::FieldValidation::default(),
+        }
+    }
 }
 
 fn mctx<'a>(
@@ -397,6 +409,7 @@ fn admit(
     obj: &mut Value,
     old: Option<&Value>,
     creating: bool,
+    w: &Writer,
 ) -> Result<Vec<String>, ApiError> {
     let rt = &t.rt;
     builtins::default(st, rt, obj, old, creating);
@@ -405,9 +418,9 @@ fn admit(
         .unwrap_or_default()
         .to_string();
     if rt.crd.is_some() {
-        match semantics::crd_admit(rt, obj, old) {
-            Ok(w) => warnings = w,
-            Err(c) => return Err(causes_to_invalid(rt, &name, c)),
+        match semantics::crd_admit(rt, obj, old, w.field_validation) {
+            Ok(ws) => warnings = ws,
+            Err(e) => return Err(e),
         }
     }
     let causes = builtins::validate(rt, obj, old);
@@ -508,7 +521,7 @@ pub fn create(
     {
         root.insert("status".into(), s);
     }
-    warnings.extend(admit(st, t, &mut obj, None, true)?);
+    warnings.extend(admit(st, t, &mut obj, None, true, w)?);
     namespace_lifecycle(st, t)?;
     let k = store::key(t.ns.as_deref(), &name);
     if let Some(existing) = st.get(&rt.gr(), &k) {
@@ -697,7 +710,7 @@ fn update_pipeline(
     let warnings = if sub == Some("status") || sub == Some("finalize") {
         Vec::new()
     } else {
-        admit(st, t, &mut new, Some(&old), false)?
+        admit(st, t, &mut new, Some(&old), false, w)?
     };
     meta::normalise(&mut new);
     // Generation (spec §2.7): never through /status, never on metadata-only changes.
@@ -801,36 +814,6 @@ pub fn update(
     })
 }
 
-fn json_patch(doc: &mut Value, patch_body: &[u8]) -> Result<(), ApiError> {
-    let ops: Vec<Value> = serde_json::from_slice(patch_body)
-        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-    let generic = |msg: String| {
-        ApiError::new(
-            422,
-            "Invalid",
-            format!("the server rejected our request due to an error in our request: {msg}"),
-        )
-    };
-    for op in ops {
-        // `test` of a missing path against null succeeds (evanphx/json-patch; kube's finalizer helper relies on it).
-        if op.get("op").and_then(Value::as_str) == Some("test")
-            && op.get("value").is_some_and(Value::is_null)
-        {
-            let path = op.get("path").and_then(Value::as_str).unwrap_or_default();
-            match doc.pointer(path) {
-                None | Some(Value::Null) => continue,
-                Some(_) => {
-                    return Err(generic(format!("testing value {path} failed: test failed")));
-                }
-            }
-        }
-        let p: json_patch::Patch = serde_json::from_value(Value::Array(vec![op]))
-            .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-        json_patch::patch(doc, &p).map_err(|e| generic(e.to_string()))?;
-    }
-    Ok(())
-}
-
 /// PATCH (merge, JSON, strategic, apply).
 pub fn patch(
     st: &mut State,
@@ -864,21 +847,26 @@ pub fn patch(
         return apply(st, t, body, q.flag("force"), w, output);
     }
     let old = st.get(&rt.gr(), &t.key()).ok_or_else(|| t.not_found())?;
-    let mut doc = (*old).clone();
-    match pt {
-        PatchType::Merge => {
-            let p: Value = serde_json::from_slice(body)
-                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-            json_patch::merge(&mut doc, &p);
-        }
-        PatchType::Json => json_patch(&mut doc, body)?,
+    let patch_doc: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    let patched = match pt {
+        PatchType::Merge => Ok(apiserver_semantics::patch::merge_patch(&old, &patch_doc)),
+        PatchType::Json => apiserver_semantics::patch::json_patch(&old, &patch_doc),
         PatchType::Strategic => {
-            let p: Value = serde_json::from_slice(body)
-                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-            smp::apply(&mut doc, &p).map_err(ApiError::bad_request)?;
+            apiserver_semantics::patch::strategic_merge_patch(&old, &patch_doc, &rt.group, &rt.kind)
         }
-        PatchType::Apply => {}
-    }
+        PatchType::Apply => Ok((*old).clone()),
+    };
+    let doc = patched.map_err(|e| match e {
+        PatchError::BadRequest(m) => ApiError::bad_request(m),
+        // Upstream answers failed operations with a generic message; ours adds which one failed.
+        PatchError::Invalid(m) => ApiError::new(
+            422,
+            "Invalid",
+            format!("the server rejected our request due to an error in our request: {m}"),
+        ),
+        PatchError::UnsupportedMediaType(m) => ApiError::new(415, "UnsupportedMediaType", m),
+    })?;
     if !doc.is_object() {
         return Err(ApiError::bad_request("patch result is not an object"));
     }

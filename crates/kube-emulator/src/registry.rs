@@ -43,6 +43,8 @@ pub struct CrdInfo {
     pub schema: Value,
     /// `additionalPrinterColumns` of the served version.
     pub printer_columns: Value,
+    /// Compiled schema (pruning, defaults, OpenAPI + CEL validation); None if not structural.
+    pub validator: Option<Arc<apiserver_semantics::schema::CrdValidator>>,
 }
 
 /// Everything the server needs to know about one resource type.
@@ -384,6 +386,9 @@ pub fn from_crd(crd: &Value) -> Option<ResourceType> {
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_string(),
+            validator: apiserver_semantics::schema::CrdValidator::new(&schema, "openAPIV3Schema")
+                .ok()
+                .map(Arc::new),
             schema,
             printer_columns,
         })),

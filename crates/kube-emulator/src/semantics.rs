@@ -5,7 +5,7 @@
 //! say so in `docs/emulator.md`.
 
 use apiserver_semantics::{BuiltinSchema, CrdSchema, ObjectSchema, ssa};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::error::{ApiError, Cause};
 use crate::registry::ResourceType;
@@ -72,27 +72,127 @@ pub fn apply(
     }
 }
 
+/// How unknown fields are treated (`fieldValidation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    /// Drop silently.
+    Ignore,
+    /// Drop with a `Warning` header (default).
+    #[default]
+    Warn,
+    /// 400 BadRequest.
+    Strict,
+}
+
+impl FieldValidation {
+    /// From the query parameter.
+    pub fn parse(p: Option<&str>) -> Result<Self, ApiError> {
+        match p {
+            None | Some("") | Some("Warn") => Ok(Self::Warn),
+            Some("Ignore") => Ok(Self::Ignore),
+            Some("Strict") => Ok(Self::Strict),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "fieldValidation: Unsupported value: {other:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
+            ))),
+        }
+    }
+}
+
 /// CRD schema handling on write: prune unknown fields, apply defaults, validate (OpenAPI + CEL).
-/// Returns warnings (pruned fields) or the validation causes.
+/// Returns the `Warning` texts, or the 400 (Strict) / 422 Status.
 pub fn crd_admit(
     rt: &ResourceType,
     obj: &mut Value,
     old: Option<&Value>,
-) -> Result<Vec<String>, Vec<Cause>> {
-    let _ = (rt, obj, old);
-    Ok(Vec::new())
+    fv: FieldValidation,
+) -> Result<Vec<String>, ApiError> {
+    let Some(v) = rt.crd.as_ref().and_then(|c| c.validator.clone()) else {
+        return Ok(Vec::new());
+    };
+    let pruned = v.prune(obj);
+    let warnings = match fv {
+        FieldValidation::Ignore => Vec::new(),
+        FieldValidation::Warn => pruned.warnings(),
+        FieldValidation::Strict => match pruned.strict_error() {
+            Some(msg) => return Err(ApiError::bad_request(msg)),
+            None => Vec::new(),
+        },
+    };
+    v.apply_defaults(obj);
+    let errors = v.validate(obj, old);
+    if errors.is_empty() {
+        return Ok(warnings);
+    }
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    Err(from_status(apiserver_semantics::invalid_status(
+        &rt.group, &rt.kind, name, &errors,
+    )))
 }
 
-/// `/openapi/v2` document for the served types.
-pub fn openapi_v2(types: &[&ResourceType]) -> Value {
-    let _ = types;
-    json!({"swagger":"2.0","info":{"title":"Kubernetes","version":"v1.34.0"},"paths":{},"definitions":{}})
+/// Structural-schema errors of every version of a CRD object (422 causes on the CRD).
+pub fn crd_schema_errors(crd: &Value) -> Vec<Cause> {
+    let mut out = Vec::new();
+    for (i, v) in crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let prefix = format!("spec.versions[{i}].schema.openAPIV3Schema");
+        match v.pointer("/schema/openAPIV3Schema") {
+            None => out.push(Cause::new(
+                "FieldValueRequired",
+                "Required value: schemas are required",
+                prefix,
+            )),
+            Some(schema) => {
+                if let Err(errs) = apiserver_semantics::schema::CrdValidator::new(schema, &prefix) {
+                    out.extend(
+                        errs.iter()
+                            .map(|e| Cause::new(e.kind.reason(), e.body(), e.field.clone())),
+                    );
+                }
+            }
+        }
+    }
+    out
 }
 
-/// OpenAPI v3 schema of one served type (None = permissive stand-in).
-pub fn schema_for(rt: &ResourceType) -> Option<Value> {
-    rt.crd
-        .as_ref()
-        .map(|c| c.schema.clone())
-        .filter(|s| !s.is_null())
+/// An ApiError from a Status value built by `apiserver-semantics`.
+pub fn from_status(status: Value) -> ApiError {
+    let code = status.get("code").and_then(Value::as_u64).unwrap_or(500) as u16;
+    let reason = status
+        .get("reason")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let message = status
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let mut e = ApiError::new(code, reason, message);
+    e.details = status.get("details").cloned();
+    e
+}
+
+/// `/openapi/v2` for the Established CRDs plus built-ins.
+pub fn openapi_v2(crds: &[Value]) -> Value {
+    apiserver_semantics::openapi::v2(crds)
+}
+
+/// `/openapi/v3` index (`sub` empty) or one group-version document (`api/v1`, `apis/g/v`).
+pub fn openapi_v3(crds: &[Value], sub: &str) -> Option<Value> {
+    if sub.is_empty() {
+        return Some(apiserver_semantics::openapi::v3_index(crds));
+    }
+    let (group, version) = match sub.split('/').collect::<Vec<_>>().as_slice() {
+        ["api", v] => (String::new(), (*v).to_string()),
+        ["apis", g, v] => ((*g).to_string(), (*v).to_string()),
+        _ => return None,
+    };
+    apiserver_semantics::openapi::v3_group_version(crds, &group, &version)
 }

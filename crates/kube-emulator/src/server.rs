@@ -345,16 +345,12 @@ fn non_resource(core: &Core, req: &Request<Incoming>, route: Route) -> Response<
             );
             r
         }
-        Route::OpenApiV2 => {
-            let refs: Vec<&crate::registry::ResourceType> =
-                types.iter().map(|t| t.as_ref()).collect();
-            json_response(
-                200,
-                &crate::semantics::openapi_v2(&refs),
-                "application/json",
-            )
-        }
-        Route::OpenApiV3(p) => match crate::openapi::v3(&types, &p) {
+        Route::OpenApiV2 => json_response(
+            200,
+            &crate::semantics::openapi_v2(&established_crds(core)),
+            "application/json",
+        ),
+        Route::OpenApiV3(p) => match crate::semantics::openapi_v3(&established_crds(core), &p) {
             Some(doc) => json_response(200, &doc, "application/json"),
             None => text(404, "404 page not found"),
         },
@@ -388,6 +384,28 @@ fn non_resource(core: &Core, req: &Request<Incoming>, route: Route) -> Response<
     }
 }
 
+/// The CRD objects whose types are served (OpenAPI documents describe exactly those).
+fn established_crds(core: &Core) -> Vec<Value> {
+    let st = core.lock();
+    let served: std::collections::HashSet<&str> = st
+        .types
+        .values()
+        .filter_map(|rt| rt.crd.as_ref().map(|c| c.crd_name.as_str()))
+        .collect();
+    st.objects
+        .get(&crate::registry::GroupResource::new(
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+        ))
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| served.contains(k.as_str()))
+                .map(|(_, v)| (**v).clone())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn verb_of(method: &Method, has_name: bool, watch: bool) -> Option<&'static str> {
     Some(match (method.as_str(), has_name) {
         ("GET", false) if watch => "watch",
@@ -403,7 +421,7 @@ fn verb_of(method: &Method, has_name: bool, watch: bool) -> Option<&'static str>
     })
 }
 
-fn writer(query: &Query, ua: &str) -> Writer {
+fn writer(query: &Query, ua: &str) -> Result<Writer, ApiError> {
     let manager = match query.get("fieldManager") {
         Some(m) => m.to_string(),
         None => {
@@ -415,7 +433,10 @@ fn writer(query: &Query, ua: &str) -> Writer {
             }
         }
     };
-    Writer { manager }
+    Ok(Writer {
+        manager,
+        field_validation: crate::semantics::FieldValidation::parse(query.get("fieldValidation"))?,
+    })
 }
 
 async fn resource(
@@ -522,7 +543,10 @@ async fn resource(
         Ok(t) => t,
         Err(e) => return error_response(&e),
     };
-    let w = writer(query, &entry.user_agent);
+    let w = match writer(query, &entry.user_agent) {
+        Ok(w) => w,
+        Err(e) => return error_response(&e),
+    };
     if verb == "watch" {
         return match start_watch(core, target, query, output, fired) {
             Ok(b) => {
@@ -550,9 +574,7 @@ async fn resource(
                         st,
                         &target,
                         obj,
-                        &Writer {
-                            manager: "kube-emulator-fault".into(),
-                        },
+                        &Writer::named("kube-emulator-fault"),
                         false,
                     );
                 }

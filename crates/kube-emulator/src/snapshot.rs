@@ -127,16 +127,7 @@ pub fn load_object(st: &mut State, mut obj: Value) -> Result<Value, ApiError> {
         name,
         sub: None,
     };
-    ops::create(
-        st,
-        &t,
-        obj,
-        &Writer {
-            manager: "kube-emulator-load".into(),
-        },
-        false,
-    )
-    .map(|r| r.body)
+    ops::create(st, &t, obj, &Writer::named("kube-emulator-load"), false).map(|r| r.body)
 }
 
 /// Load every `.yaml`/`.yml`/`.json` file of a path (directory entries sorted).
