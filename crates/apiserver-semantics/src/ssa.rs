@@ -5,6 +5,7 @@ use crate::fieldpath::{FieldSet, PathElement, path_string};
 use crate::managed::{self, ManagedFieldsEntry, Operation};
 use crate::semantics::{ListType, MapType, ObjectSchema};
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 use tracing::debug;
 
 /// The result of a successful apply.
@@ -180,6 +181,46 @@ fn strip_nulls(v: &Value) -> Value {
     }
 }
 
+fn has_null_member(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => m.values().any(|c| c.is_null() || has_null_member(c)),
+        Value::Array(items) => items.iter().any(has_null_member),
+        _ => false,
+    }
+}
+
+/// Equality of two objects, ignoring `metadata.managedFields`, without copying either.
+fn eq_ignoring_managed_fields(a: &Value, b: &Value) -> bool {
+    let (Value::Object(am), Value::Object(bm)) = (a, b) else {
+        return a == b;
+    };
+    let keys = |m: &Map<String, Value>| m.keys().filter(|k| *k != "metadata").count();
+    if keys(am) != keys(bm) {
+        return false;
+    }
+    let same_rest = am
+        .iter()
+        .filter(|(k, _)| *k != "metadata")
+        .all(|(k, v)| bm.get(k) == Some(v));
+    let meta = |m: &Map<String, Value>| -> Vec<(String, Value)> {
+        m.get("metadata")
+            .and_then(Value::as_object)
+            .map(|mm| {
+                mm.iter()
+                    .filter(|(k, _)| *k != "managedFields")
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    same_rest && {
+        let (mut x, mut y) = (meta(am), meta(bm));
+        x.sort_by(|p, q| p.0.cmp(&q.0));
+        y.sort_by(|p, q| p.0.cmp(&q.0));
+        x == y
+    }
+}
+
 fn without_managed_fields(v: &Value) -> Value {
     let mut v = v.clone();
     if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -222,37 +263,65 @@ pub fn apply(
         .unwrap_or_default()
         .to_owned();
 
-    // The part of the configuration this endpoint may change (reset fields dropped).
-    let mut config = strip_nulls(applied);
-    if let Value::Object(m) = &mut config {
-        match subresource {
-            Some("status") => {
-                m.retain(|k, _| {
-                    matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status")
-                });
-                if let Some(Value::Object(meta)) = m.get_mut("metadata") {
-                    meta.retain(|k, _| {
-                        matches!(k.as_str(), "name" | "namespace" | "resourceVersion")
-                    });
-                }
-            }
-            _ if has_status => {
-                m.remove("status");
-            }
-            _ => {}
+    // Nulls mean "not set, not owned"; copy the configuration only when it has some.
+    let config: Cow<'_, Value> = if has_null_member(applied) {
+        Cow::Owned(strip_nulls(applied))
+    } else {
+        Cow::Borrowed(applied)
+    };
+    // Reset fields: the main endpoint of a type with /status never touches `status`; `/status`
+    // touches nothing else.
+    let in_scope = |k: &str| match subresource {
+        Some("status") => {
+            matches!(k, "status" | "apiVersion" | "kind") || (live.is_none() && k == "metadata")
         }
-    }
+        _ => !(has_status && k == "status"),
+    };
 
     let mut entries = match live {
         Some(l) => managed::decode(l).map_err(|e| ApplyError::BadRequest(e.to_string()))?,
         None => Vec::new(),
     };
-    let live_plain = live.map(without_managed_fields);
     let empty = Value::Object(Map::new());
-    let lhs = live_plain.as_ref().unwrap_or(&empty);
+    let lhs = live.unwrap_or(&empty);
 
-    let merged = merge_values(Some(lhs), &config, &mut Vec::new(), schema);
-    let new_set = filter_set(&to_field_set(&config, schema), subresource, has_status);
+    // Merge in place into a copy of the live object (the copy becomes the result); top-level
+    // values the configuration replaces whole (scalars, atomic lists) are not copied first.
+    let replaced = |k: &str| {
+        config.get(k).is_some_and(|rv| {
+            in_scope(k)
+                && !rv.is_object()
+                && (!rv.is_array() || schema.list_type(&[k]) == ListType::Atomic)
+        })
+    };
+    let mut merged = match lhs {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| !replaced(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
+    };
+    if let Some(meta) = merged.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    if let (Value::Object(out), Value::Object(cfg)) = (&mut merged, config.as_ref()) {
+        for (k, rv) in cfg.iter().filter(|(k, _)| in_scope(k)) {
+            let mut names = vec![k.as_str()];
+            match out.get_mut(k) {
+                Some(slot) => merge_in_place(slot, rv, &mut names, schema),
+                None => {
+                    out.insert(k.clone(), rv.clone());
+                }
+            }
+        }
+    }
+    let new_set = filter_set(
+        &to_field_set(config.as_ref(), schema),
+        subresource,
+        has_status,
+    );
 
     let me = ManagedFieldsEntry {
         manager: manager.to_owned(),
@@ -319,7 +388,9 @@ pub fn apply(
         e.fields = e.fields.difference(&cmp.removed);
     }
 
-    let object_changed = &pruned != lhs || live.is_none();
+    let object_changed = live.is_none()
+        || !(cmp.added.is_empty() && cmp.modified.is_empty() && cmp.removed.is_empty())
+        || !eq_ignoring_managed_fields(&pruned, lhs);
     let time = if object_changed || last_time.is_none() {
         Some(now.to_owned())
     } else {
@@ -363,9 +434,7 @@ pub fn record_update(
             .unwrap_or_default(),
     };
     let has_status = schema.has_status_subresource();
-    let new_plain = without_managed_fields(new);
-    let old_plain = old.map(without_managed_fields);
-    let cmp = compare(old_plain.as_ref(), Some(&new_plain), schema);
+    let cmp = compare(old, Some(new), schema);
     let taken = filter_set(&cmp.modified.union(&cmp.added), subresource, has_status);
     let removed = filter_set(&cmp.removed, subresource, has_status);
     for e in &mut entries {
@@ -393,7 +462,7 @@ pub fn record_update(
             None => entries.push(me),
         }
     }
-    let mut object = new_plain;
+    let mut object = new.clone();
     managed::encode_into(&mut object, entries);
     object
 }
@@ -573,6 +642,39 @@ fn merge_values<'a>(
     }
 }
 
+/// [`merge_values`] into an owned value, so live parts the configuration does not touch are
+/// not copied (the result is the live copy).
+fn merge_in_place<'a>(
+    slot: &mut Value,
+    rhs: &'a Value,
+    names: &mut Vec<&'a str>,
+    schema: &dyn ObjectSchema,
+) {
+    match (&mut *slot, rhs) {
+        (Value::Object(l), Value::Object(r)) => {
+            if schema.map_type(names) == MapType::Atomic {
+                *slot = rhs.clone();
+                return;
+            }
+            for (k, rv) in r {
+                names.push(k);
+                match l.get_mut(k) {
+                    Some(child) => merge_in_place(child, rv, names, schema),
+                    None => {
+                        l.insert(k.clone(), rv.clone());
+                    }
+                }
+                names.pop();
+            }
+        }
+        (Value::Array(_), Value::Array(_)) => {
+            let merged = merge_values(Some(slot), rhs, names, schema);
+            *slot = merged;
+        }
+        _ => *slot = rhs.clone(),
+    }
+}
+
 /// Upstream's list merge order: shared items in the configuration's order, live-only items
 /// kept where they were.
 fn merge_list<'a>(
@@ -694,7 +796,11 @@ fn compare_walk<'a>(
                     keys.push(k);
                 }
             }
+            let in_metadata = names.len() == 1 && names[0] == "metadata";
             for k in keys {
+                if in_metadata && k == "managedFields" {
+                    continue;
+                }
                 names.push(k);
                 path.push(PathElement::Field(k.clone()));
                 compare_walk(
