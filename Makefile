@@ -36,6 +36,7 @@ clippy:
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
 unit:
+	$(CARGO) build --workspace --bins --locked
 	$(CARGO) test --workspace --locked
 
 ## crds: regenerate the CRD YAML from the Rust types.

@@ -1,0 +1,190 @@
+//! The README quick start as a user types it: install the CRD from `portmapper crd`, apply the
+//! demo manifests, run the operator, and watch kubectl show per-port membership.
+
+use std::process::Command;
+use std::time::Duration;
+
+use crate::env::{Cluster, bin, kubectl_available, repo};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Plays kubelet where there is none: pod IP and Ready through the status subresource.
+fn set_pod_status(cluster: &Cluster, pod: &str, ip: &str, ready: bool) {
+    let patch = serde_json::json!({"status": {
+        "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+        "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
+    }});
+    cluster.ok(&[
+        "patch",
+        "pod",
+        pod,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+}
+
+fn install_and_apply(cluster: &Cluster) {
+    let crd = Command::new(bin("portmapper")).arg("crd").output().unwrap();
+    assert!(crd.status.success());
+    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], &crd.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("portmappings.portmapper.dev"));
+    cluster.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/portmappings.portmapper.dev",
+        "--timeout=30s",
+    ]);
+    let demo = repo().join("examples/demo");
+    cluster.ok(&["apply", "-f", demo.to_str().unwrap()]);
+    if !cluster.real {
+        for (i, pod) in ["pod-a", "pod-b", "pod-c", "pod-d"].iter().enumerate() {
+            set_pod_status(cluster, pod, &format!("10.244.0.{}", i + 1), true);
+        }
+    }
+}
+
+#[test]
+fn kubectl_quickstart_publishes_per_port_slices() {
+    if !kubectl_available() {
+        return;
+    }
+    let cluster = Cluster::start("quickstart");
+    install_and_apply(&cluster);
+    let _operator = cluster.operator();
+
+    let waited = cluster.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pm/my-service",
+        "--timeout=30s",
+    ]);
+    assert!(
+        waited.status.success(),
+        "PortMapping never became Ready: {}\noperator log:\n{}",
+        String::from_utf8_lossy(&waited.stderr),
+        cluster.operator_log()
+    );
+    let table = cluster.eventually(&["get", "pm"], WAIT, |out| {
+        out.contains("http 3/4, https 3/4")
+    });
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "SERVICE", "PORTS", "READY", "AGE"],
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("my-service   my-service   http 3/4, https 3/4   True"),
+        "{table}"
+    );
+
+    let slices = cluster.ok(&[
+        "get",
+        "endpointslices",
+        "-l",
+        "kubernetes.io/service-name=my-service",
+    ]);
+    let rows: Vec<Vec<&str>> = slices
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{slices}");
+    assert_eq!(
+        &rows[0][..4],
+        [
+            "my-service.http",
+            "IPv4",
+            "8080",
+            "10.244.0.1,10.244.0.2,10.244.0.3"
+        ],
+        "{slices}"
+    );
+    assert_eq!(
+        &rows[1][..4],
+        [
+            "my-service.https",
+            "IPv4",
+            "8443",
+            "10.244.0.2,10.244.0.3,10.244.0.4"
+        ],
+        "{slices}"
+    );
+
+    // A user moves pod-a onto https with kubectl; only the https slice changes.
+    cluster.ok(&[
+        "annotate",
+        "pod",
+        "pod-a",
+        "example.com/ports=http,https",
+        "--overwrite",
+    ]);
+    cluster.eventually(
+        &[
+            "get",
+            "endpointslice",
+            "my-service.https",
+            "-o",
+            "jsonpath={.endpoints[*].targetRef.name}",
+        ],
+        WAIT,
+        |out| out.split_whitespace().collect::<Vec<_>>() == ["pod-a", "pod-b", "pod-c", "pod-d"],
+    );
+    cluster.eventually(
+        &[
+            "get",
+            "pm",
+            "my-service",
+            "-o",
+            "jsonpath={.status.summary}",
+        ],
+        WAIT,
+        |out| out == "http 3/4, https 4/4",
+    );
+}
+
+#[test]
+fn deleting_the_portmapping_garbage_collects_its_slices() {
+    if !kubectl_available() {
+        return;
+    }
+    let cluster = Cluster::start("gc");
+    install_and_apply(&cluster);
+    let _operator = cluster.operator();
+    cluster.eventually(
+        &[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=my-service",
+            "-o",
+            "name",
+        ],
+        WAIT,
+        |out| out.lines().count() == 2,
+    );
+    cluster.ok(&["delete", "pm", "my-service", "--wait=true"]);
+    cluster.eventually(
+        &[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=my-service",
+            "-o",
+            "name",
+        ],
+        WAIT,
+        |out| out.trim().is_empty() || out.contains("No resources found"),
+    );
+}
