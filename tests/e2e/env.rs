@@ -1,6 +1,5 @@
 //! The processes under test and a kubectl wrapper bound to their kubeconfig.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -215,21 +214,4 @@ impl Cluster {
     pub fn operator_log(&self) -> String {
         std::fs::read_to_string(self._dir.0.join("operator.log")).unwrap_or_default()
     }
-}
-
-/// Reads lines from a child's stdout until `pred` matches one or the timeout passes.
-pub fn read_until(
-    reader: &mut BufReader<std::process::ChildStdout>,
-    pred: impl Fn(&str) -> bool,
-) -> Vec<String> {
-    let mut lines = Vec::new();
-    let mut line = String::new();
-    while reader.read_line(&mut line).unwrap_or(0) > 0 {
-        let done = pred(&line);
-        lines.push(std::mem::take(&mut line));
-        if done {
-            break;
-        }
-    }
-    lines
 }
