@@ -1507,6 +1507,90 @@ mod tests {
         assert_eq!(won["spec"]["holderIdentity"], "b");
     }
 
+    #[test]
+    fn reapply_keeps_a_label_someone_else_added_and_does_not_write() {
+        let cfg = slice(json!({"app": "web"}), json!([{"addresses": ["10.0.0.1"]}]));
+        let live = stored(
+            apply(None, &cfg, "op", true, None, &slice_schema(), T1)
+                .unwrap()
+                .object,
+        );
+        let mut patched = live.clone();
+        patched["metadata"]["labels"]["team"] = json!("blue");
+        let live = record_update(
+            Some(&live),
+            &patched,
+            "kubectl-label",
+            None,
+            &slice_schema(),
+            T2,
+        );
+        let again = apply(Some(&live), &cfg, "op", true, None, &slice_schema(), T3)
+            .unwrap()
+            .object;
+        assert_eq!(
+            again, live,
+            "label kept, nothing else changes, entry times kept"
+        );
+    }
+
+    #[test]
+    fn endpoints_subsets_are_atomic_between_appliers() {
+        let schema = BuiltinSchema::for_kind("", "Endpoints");
+        let ep = |ip: &str| {
+            json!({"apiVersion": "v1", "kind": "Endpoints",
+                "metadata": {"name": "web", "namespace": "default"},
+                "subsets": [{"addresses": [{"ip": ip}], "ports": [{"name": "http", "port": 8080}]}]})
+        };
+        let live = stored(
+            apply(None, &ep("10.0.0.1"), "portmapper", true, None, &schema, T1)
+                .unwrap()
+                .object,
+        );
+        assert_eq!(
+            managed(&live)[0]["fieldsV1"],
+            json!({"f:subsets": {}}),
+            "subsets is one atomic leaf"
+        );
+        let err = apply(
+            Some(&live),
+            &ep("10.0.0.2"),
+            "other",
+            false,
+            None,
+            &schema,
+            T2,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 1 conflict: conflict with \"portmapper\": .subsets"
+        );
+        let taken = apply(
+            Some(&live),
+            &ep("10.0.0.2"),
+            "other",
+            true,
+            None,
+            &schema,
+            T2,
+        )
+        .unwrap()
+        .object;
+        assert_eq!(
+            taken["subsets"][0]["addresses"],
+            json!([{"ip": "10.0.0.2"}])
+        );
+        assert_eq!(managed(&taken).len(), 1, "portmapper lost its only field");
+        // The former owner stops applying subsets: nothing of other's is pruned.
+        let bare = json!({"apiVersion": "v1", "kind": "Endpoints",
+            "metadata": {"name": "web", "namespace": "default"}});
+        let out = apply(Some(&taken), &bare, "portmapper", false, None, &schema, T3)
+            .unwrap()
+            .object;
+        assert_eq!(out["subsets"], taken["subsets"]);
+    }
+
     /// structured-merge-diff's merge order for sets and associative lists (expectations from
     /// its `typed/merge_test.go` cases).
     #[test]
