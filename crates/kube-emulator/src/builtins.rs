@@ -204,7 +204,7 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Caus
 }
 
 fn validate_crd(obj: &Value) -> Vec<Cause> {
-    let mut c = Vec::new();
+    let mut c = crate::semantics::crd_schema_errors(obj);
     let name = meta::str_at(obj, "/metadata/name").unwrap_or_default();
     let plural = meta::str_at(obj, "/spec/names/plural").unwrap_or_default();
     let group = meta::str_at(obj, "/spec/group").unwrap_or_default();

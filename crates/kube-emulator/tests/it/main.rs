@@ -6,6 +6,7 @@
 
 mod acceptance;
 mod common;
+mod crd;
 mod faults;
 mod kube_rs;
 mod kubectl;
