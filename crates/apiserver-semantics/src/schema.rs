@@ -211,7 +211,7 @@ impl CrdValidator {
     /// with its messages. `old` is the stored object on update (for CEL transition rules).
     pub fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<FieldError> {
         let mut errors = Vec::new();
-        self.validate_node(object, &self.schema, "", true, &mut errors);
+        self.validate_node(object, &self.schema, "", &mut errors);
         list_types(object, &self.schema, "", &mut errors);
         if let Some(cel) = &self.cel {
             if errors.iter().any(|e| e.kind.blocks_cel()) {
@@ -240,14 +240,7 @@ impl CrdValidator {
         }
     }
 
-    fn validate_node(
-        &self,
-        v: &Value,
-        s: &Value,
-        path: &str,
-        root: bool,
-        errs: &mut Vec<FieldError>,
-    ) {
+    fn validate_node(&self, v: &Value, s: &Value, path: &str, errs: &mut Vec<FieldError>) {
         let in_body = |p: &str| format!("{p} in body");
         if v.is_null() {
             if is_true(s, "nullable") || s.get("type").is_none() {
@@ -302,12 +295,12 @@ impl CrdValidator {
         // Value validations of junctors (they may not add structure in a structural schema).
         if let Some(all) = s.get("allOf").and_then(Value::as_array) {
             for sub in all {
-                self.validate_node(v, sub, path, false, errs);
+                self.validate_node(v, sub, path, errs);
             }
         }
         let passes = |sub: &Value| {
             let mut e = Vec::new();
-            self.validate_node(v, sub, path, false, &mut e);
+            self.validate_node(v, sub, path, &mut e);
             e.is_empty()
         };
         if let Some(any) = s.get("anyOf").and_then(Value::as_array)
@@ -343,7 +336,7 @@ impl CrdValidator {
             Value::Array(items) => {
                 if let Some(item_schema) = s.get("items") {
                     for (i, item) in items.iter().enumerate() {
-                        self.validate_node(item, item_schema, &index(path, i), false, errs);
+                        self.validate_node(item, item_schema, &index(path, i), errs);
                     }
                 }
                 if let Some(min) = s.get("minItems").and_then(Value::as_u64)
@@ -396,21 +389,19 @@ impl CrdValidator {
                 return;
             }
             let properties = props(s);
-            let skip = |k: &str| root && matches!(k, "apiVersion" | "kind" | "metadata");
             if let Some(a) = additional(s) {
                 for (k, child) in m {
-                    if !skip(k) && properties.is_none_or(|p| !p.contains_key(k)) {
-                        self.validate_node(child, a, &join(path, k), false, errs);
+                    if properties.is_none_or(|p| !p.contains_key(k)) {
+                        self.validate_node(child, a, &join(path, k), errs);
                     }
                 }
             }
             if let Some(p) = properties {
-                // The root's apiVersion/kind/metadata are validated by the apiserver itself.
+                // As upstream, the root's apiVersion/kind/metadata are checked against the schema
+                // too (a CRD may restrict metadata.name); ObjectMeta itself is the server's.
                 for (k, ps) in p {
-                    if let Some(child) = m.get(k)
-                        && !skip(k)
-                    {
-                        self.validate_node(child, ps, &join(path, k), false, errs);
+                    if let Some(child) = m.get(k) {
+                        self.validate_node(child, ps, &join(path, k), errs);
                     }
                 }
             }
@@ -1113,7 +1104,14 @@ mod tests {
     fn metadata_schema_may_only_restrict_names() {
         let ok = json!({"type": "object", "properties": {"metadata": {"type": "object",
             "properties": {"name": {"type": "string", "maxLength": 10}}}}});
-        assert!(CrdValidator::new(&ok, "s").is_ok());
+        let v = CrdValidator::new(&ok, "s").unwrap();
+        assert_eq!(
+            msgs(&v.validate(
+                &json!({"metadata": {"name": "much-too-long", "uid": "x"}}),
+                None
+            )),
+            vec!["metadata.name: Too long: may not be more than 10 bytes"]
+        );
         let bad = json!({"type": "object", "properties": {"metadata": {"type": "object",
             "properties": {"labels": {"type": "object"}}}}});
         assert_eq!(
