@@ -582,9 +582,30 @@ async fn resource(
             _ => {}
         }
     }
+    let dry_run = match query.get("dryRun") {
+        None => false,
+        Some("All") if verb != "get" && verb != "list" => true,
+        Some(other) => {
+            return error_response(&ApiError::bad_request(format!(
+                "dryRun: Unsupported value: {other:?}: supported values: \"All\" (on create, update, patch, delete)"
+            )));
+        }
+    };
+    // DELETE carries dryRun in its DeleteOptions body (kubectl does so).
+    let dry_run = dry_run
+        || (matches!(verb, "delete" | "deletecollection")
+            && serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(|b| {
+                    b.get("dryRun")
+                        .and_then(Value::as_array)
+                        .map(|a| a.iter().any(|x| x == "All"))
+                })
+                .unwrap_or(false));
     let result = {
         let mut st = core.lock();
-        match verb {
+        st.dry_run = dry_run;
+        let r = match verb {
             "get" => ops::get(&st, &target, output),
             "list" => ops::list(&mut st, &target, query, output),
             "create" => ops::decode_body(&body).and_then(|obj| {
@@ -604,7 +625,9 @@ async fn resource(
             "delete" => ops::delete(&mut st, &target, query, &body, output),
             "deletecollection" => ops::delete_collection(&mut st, &target, query, &body),
             _ => Err(ApiError::method_not_allowed(verb)),
-        }
+        };
+        st.dry_run = false;
+        r
     };
     if verb != "get" && verb != "list" {
         core.kick.notify_one();

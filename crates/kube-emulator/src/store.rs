@@ -190,6 +190,8 @@ pub struct State {
     pub next_node_port: u32,
     /// Retention.
     pub retention: Retention,
+    /// `dryRun=All` in progress: writes compute their result but change nothing.
+    pub dry_run: bool,
 }
 
 impl State {
@@ -211,6 +213,7 @@ impl State {
             next_cluster_ip: 10,
             next_node_port: 30000,
             retention,
+            dry_run: false,
         }
     }
 
@@ -271,6 +274,10 @@ impl State {
 
     /// Persist a new object (ADDED).
     pub fn insert(&mut self, gr: &GroupResource, k: String, mut obj: Value) -> Arc<Value> {
+        if self.dry_run {
+            meta::meta_mut(&mut obj).remove("resourceVersion");
+            return Arc::new(obj);
+        }
         self.rv += 1;
         meta::set_rv(&mut obj, self.rv);
         let obj = Arc::new(obj);
@@ -292,6 +299,9 @@ impl State {
 
     /// Replace an existing object (MODIFIED).
     pub fn replace(&mut self, gr: &GroupResource, k: String, mut obj: Value) -> Arc<Value> {
+        if self.dry_run {
+            return Arc::new(obj);
+        }
         self.rv += 1;
         meta::set_rv(&mut obj, self.rv);
         let obj = Arc::new(obj);
@@ -314,6 +324,9 @@ impl State {
 
     /// Remove an object (DELETED with the deletion revision); returns the last state.
     pub fn remove(&mut self, gr: &GroupResource, k: &str) -> Option<Arc<Value>> {
+        if self.dry_run {
+            return self.get(gr, k);
+        }
         let prev = self.objects.get_mut(gr)?.remove(k)?;
         self.rv += 1;
         let mut last = (*prev).clone();

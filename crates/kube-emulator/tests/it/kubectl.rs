@@ -472,3 +472,34 @@ async fn kubectl_versions_basic_conformance() {
         );
     }
 }
+
+#[tokio::test]
+async fn kubectl_server_dry_run_changes_nothing() {
+    let Some(bin) = kubectl_bin() else { return };
+    let emu = crate::common::emu().await;
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: dry}\ndata: {a: b}\n";
+    let (ok, out, err) = kubectl_stdin(
+        &bin,
+        emu.kubeconfig_path(),
+        &["apply", "--dry-run=server", "-f", "-"],
+        cm,
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "configmap/dry created (server dry run)");
+    let (ok, _, err) = kubectl(&bin, emu.kubeconfig_path(), &["get", "configmap", "dry"]).await;
+    assert!(
+        !ok && (err.contains("NotFound") || err.contains("not found")),
+        "{err}"
+    );
+    let rv = emu.resource_version();
+    let (ok, out, err) =
+        kubectl_stdin(&bin, emu.kubeconfig_path(), &["apply", "-f", "-"], cm).await;
+    assert!(ok && out.trim() == "configmap/dry created", "{out} {err}");
+    assert!(emu.resource_version() > rv);
+    let rv = emu.resource_version();
+    let out = kc!(bin, emu, "delete", "configmap", "dry", "--dry-run=server");
+    assert_eq!(out.trim(), "configmap \"dry\" deleted (server dry run)");
+    assert_eq!(emu.resource_version(), rv, "dry-run delete wrote nothing");
+    kc!(bin, emu, "get", "configmap", "dry");
+}
