@@ -7,6 +7,9 @@
 //! number, items, enum, object) and its early exits (first string failure only; a
 //! min/maxProperties failure hides the node's children). Siblings come in schema key order,
 //! where upstream iterates a Go map (random order); tests with one error per object are exact.
+//! On update (`old` given) errors ratchet as in 1.33 (`CRDValidationRatcheting`): a node whose
+//! value equals its correlated old value (by key for list-maps, by value for sets, never for
+//! atomic list items) reports nothing, and CEL rules without `oldSelf` ratchet the same way.
 
 use crate::field_error::{BadValue, FieldError, go_quote};
 use regex::Regex;
@@ -208,19 +211,34 @@ impl CrdValidator {
     }
 
     /// OpenAPI v3 value validation, list-type invariants and CEL rules, in upstream's order and
-    /// with its messages. `old` is the stored object on update (for CEL transition rules).
+    /// with its messages. `old` is the stored object on update (CEL transition rules, ratcheting).
     pub fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<FieldError> {
         let mut errors = Vec::new();
-        self.validate_node(object, &self.schema, "", &mut errors);
+        self.validate_node(object, &self.schema, "", old, &mut errors);
         list_types(object, &self.schema, "", &mut errors);
         if let Some(cel) = &self.cel {
             if errors.iter().any(|e| e.kind.blocks_cel()) {
                 errors.push(FieldError::invalid("<nil>", Value::Null, CEL_SKIPPED));
             } else if let Err(cel_errors) = kube_cel::validate_compiled(cel, object, old) {
-                errors.extend(cel_errors.iter().map(|e| self.cel_error(e)));
+                errors.extend(
+                    cel_errors
+                        .iter()
+                        .filter(|e| !self.ratchets(e, object, old))
+                        .map(|e| self.cel_error(e)),
+                );
             }
         }
         errors
+    }
+
+    /// CEL ratcheting: a failing rule that does not use `oldSelf` is not an error when the value
+    /// it checks is unchanged from the stored object (correlated by key for list-maps).
+    fn ratchets(&self, e: &kube_cel::ValidationError, new: &Value, old: Option<&Value>) -> bool {
+        let Some(old) = old else { return false };
+        if e.rule.contains("oldSelf") {
+            return false;
+        }
+        matches!(correlate(&self.schema, new, old, &e.field_path), Some((n, o)) if n == o)
     }
 
     fn cel_error(&self, e: &kube_cel::ValidationError) -> FieldError {
@@ -240,7 +258,31 @@ impl CrdValidator {
         }
     }
 
-    fn validate_node(&self, v: &Value, s: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    /// Validation ratcheting (upstream `CRDValidationRatcheting`, on since 1.30, GA in 1.33):
+    /// errors of a node whose value equals its correlated old value are dropped.
+    fn validate_node(
+        &self,
+        v: &Value,
+        s: &Value,
+        path: &str,
+        old: Option<&Value>,
+        errs: &mut Vec<FieldError>,
+    ) {
+        let start = errs.len();
+        self.validate_value(v, s, path, old, errs);
+        if old.is_some_and(|o| o == v) {
+            errs.truncate(start);
+        }
+    }
+
+    fn validate_value(
+        &self,
+        v: &Value,
+        s: &Value,
+        path: &str,
+        old: Option<&Value>,
+        errs: &mut Vec<FieldError>,
+    ) {
         let in_body = |p: &str| format!("{p} in body");
         if v.is_null() {
             if is_true(s, "nullable") || s.get("type").is_none() {
@@ -295,12 +337,12 @@ impl CrdValidator {
         // Value validations of junctors (they may not add structure in a structural schema).
         if let Some(all) = s.get("allOf").and_then(Value::as_array) {
             for sub in all {
-                self.validate_node(v, sub, path, errs);
+                self.validate_node(v, sub, path, old, errs);
             }
         }
         let passes = |sub: &Value| {
             let mut e = Vec::new();
-            self.validate_node(v, sub, path, &mut e);
+            self.validate_node(v, sub, path, old, &mut e);
             e.is_empty()
         };
         if let Some(any) = s.get("anyOf").and_then(Value::as_array)
@@ -336,7 +378,10 @@ impl CrdValidator {
             Value::Array(items) => {
                 if let Some(item_schema) = s.get("items") {
                     for (i, item) in items.iter().enumerate() {
-                        self.validate_node(item, item_schema, &index(path, i), errs);
+                        let old_item = old
+                            .and_then(Value::as_array)
+                            .and_then(|o| correlate_item(s, item, o));
+                        self.validate_node(item, item_schema, &index(path, i), old_item, errs);
                     }
                 }
                 if let Some(min) = s.get("minItems").and_then(Value::as_u64)
@@ -392,7 +437,8 @@ impl CrdValidator {
             if let Some(a) = additional(s) {
                 for (k, child) in m {
                     if properties.is_none_or(|p| !p.contains_key(k)) {
-                        self.validate_node(child, a, &join(path, k), errs);
+                        let old_child = old.and_then(|o| o.get(k));
+                        self.validate_node(child, a, &join(path, k), old_child, errs);
                     }
                 }
             }
@@ -401,7 +447,8 @@ impl CrdValidator {
                 // too (a CRD may restrict metadata.name); ObjectMeta itself is the server's.
                 for (k, ps) in p {
                     if let Some(child) = m.get(k) {
-                        self.validate_node(child, ps, &join(path, k), errs);
+                        let old_child = old.and_then(|o| o.get(k));
+                        self.validate_node(child, ps, &join(path, k), old_child, errs);
                     }
                 }
             }
@@ -454,6 +501,54 @@ impl CrdValidator {
             ));
         }
     }
+}
+
+/// The old item an array item correlates with: by key for list-maps, by value for sets, none
+/// for atomic lists (their items are never ratcheted, as upstream).
+fn correlate_item<'o>(list_schema: &Value, item: &Value, old: &'o [Value]) -> Option<&'o Value> {
+    match str_of(list_schema, "x-kubernetes-list-type") {
+        Some("set") => old.iter().find(|o| *o == item),
+        Some("map") => {
+            let keys: Vec<&str> = list_schema
+                .get("x-kubernetes-list-map-keys")
+                .and_then(Value::as_array)
+                .map(|k| k.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            old.iter()
+                .find(|o| keys.iter().all(|k| o.get(*k) == item.get(*k)))
+        }
+        _ => None,
+    }
+}
+
+/// Resolves a rendered field path (`spec.ports[0].name`) in the new object and its correlated
+/// place in the old one.
+fn correlate<'a, 'o>(
+    schema: &Value,
+    new: &'a Value,
+    old: &'o Value,
+    path: &str,
+) -> Option<(&'a Value, &'o Value)> {
+    let (mut s, mut n, mut o) = (schema, new, old);
+    for seg in path.split('.').filter(|x| !x.is_empty()) {
+        let (name, indexes) = match seg.find('[') {
+            Some(i) => (&seg[..i], &seg[i..]),
+            None => (seg, ""),
+        };
+        if !name.is_empty() {
+            s = props(s).and_then(|p| p.get(name)).or(additional(s))?;
+            n = n.get(name)?;
+            o = o.get(name)?;
+        }
+        for idx in indexes.split(']').filter(|x| !x.is_empty()) {
+            let i: usize = idx.trim_start_matches('[').parse().ok()?;
+            let item = n.as_array()?.get(i)?;
+            o = correlate_item(s, item, o.as_array()?)?;
+            n = item;
+            s = s.get("items")?;
+        }
+    }
+    Some((n, o))
 }
 
 fn validate_number(v: &Value, s: &Value, path: &str, errs: &mut Vec<FieldError>) {
@@ -1162,6 +1257,45 @@ mod tests {
             vec![
                 "spec.a: Invalid value: 6: spec.a in body should be less than or equal to 5",
                 r#"spec: Invalid value: "object": a must not exceed b"#,
+            ]
+        );
+    }
+
+    #[test]
+    fn unchanged_invalid_values_ratchet_on_update() {
+        let s = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "replicas": {"type": "integer", "maximum": 10},
+            "name": {"type": "string"},
+            "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                "items": {"type": "object", "properties": {"name": {"type": "string"}, "port": {"type": "integer", "maximum": 100}},
+                    "x-kubernetes-validations": [{"rule": "self.port != 13", "message": "unlucky"}]}},
+            "atomic": {"type": "array", "items": {"type": "integer", "maximum": 5}}}}}});
+        let v = CrdValidator::new(&s, "").unwrap();
+        let old = json!({"spec": {"replicas": 11, "name": "a",
+            "ports": [{"name": "x", "port": 500}, {"name": "y", "port": 13}], "atomic": [9, 1]}});
+        // Create: everything is reported.
+        assert_eq!(v.validate(&old, None).len(), 4);
+        // Update touching only `name` (and reordering the list-map): all ratcheted.
+        let mut upd = old.clone();
+        upd["spec"]["name"] = json!("b");
+        upd["spec"]["ports"] = json!([{"name": "y", "port": 13}, {"name": "x", "port": 500}]);
+        assert!(
+            v.validate(&upd, Some(&old)).is_empty(),
+            "{:?}",
+            msgs(&v.validate(&upd, Some(&old)))
+        );
+        // Changed values are checked again; atomic list items are not correlated.
+        let mut worse = old.clone();
+        worse["spec"]["replicas"] = json!(12);
+        worse["spec"]["ports"][1]["port"] = json!(14);
+        worse["spec"]["ports"][0]["port"] = json!(13);
+        worse["spec"]["atomic"] = json!([9, 2]);
+        assert_eq!(
+            msgs(&v.validate(&worse, Some(&old))),
+            vec![
+                "spec.atomic[0]: Invalid value: 9: spec.atomic[0] in body should be less than or equal to 5",
+                "spec.replicas: Invalid value: 12: spec.replicas in body should be less than or equal to 10",
+                r#"spec.ports[0]: Invalid value: "object": unlucky"#,
             ]
         );
     }
