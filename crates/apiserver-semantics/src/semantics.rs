@@ -44,6 +44,12 @@ pub trait ObjectSchema {
         let _ = (path, key);
         None
     }
+    /// Top-level fields that always exist in the typed object (Go value structs such as a
+    /// Service's `spec` and `status`): a create does not "add" them, so Update entries carry no
+    /// `.` for them, as on a real server. Custom resources have none.
+    fn implicit_fields(&self) -> &'static [&'static str] {
+        &[]
+    }
 }
 
 /// ObjectMeta's markers (shared by built-ins and CRs).
@@ -193,6 +199,24 @@ impl ObjectSchema for BuiltinSchema {
     fn key_default(&self, _path: &[&str], key: &str) -> Option<Value> {
         // Service ports and container ports default `protocol` to TCP.
         (key == "protocol").then(|| Value::String("TCP".to_owned()))
+    }
+
+    fn implicit_fields(&self) -> &'static [&'static str] {
+        match (self.group.as_str(), self.kind.as_str()) {
+            (
+                "",
+                "Service"
+                | "Pod"
+                | "Namespace"
+                | "Node"
+                | "PersistentVolumeClaim"
+                | "ReplicationController",
+            )
+            | ("apps" | "batch", _)
+            | ("apiextensions.k8s.io", "CustomResourceDefinition") => &["spec", "status"],
+            ("coordination.k8s.io", "Lease") => &["spec"],
+            _ => &[],
+        }
     }
 }
 

@@ -434,7 +434,22 @@ pub fn record_update(
             .unwrap_or_default(),
     };
     let has_status = schema.has_status_subresource();
-    let cmp = compare(old, Some(new), schema);
+    // Go value structs exist even in an empty typed object; compare from a baseline that has them.
+    let implicit = schema.implicit_fields();
+    let baseline: Option<Cow<'_, Value>> = match old {
+        Some(o) if implicit.iter().all(|f| o.get(*f).is_some()) => Some(Cow::Borrowed(o)),
+        _ if implicit.is_empty() => old.map(Cow::Borrowed),
+        _ => {
+            let mut b = old.cloned().unwrap_or_else(|| Value::Object(Map::new()));
+            if let Value::Object(m) = &mut b {
+                for f in implicit {
+                    m.entry(*f).or_insert_with(|| Value::Object(Map::new()));
+                }
+            }
+            Some(Cow::Owned(b))
+        }
+    };
+    let cmp = compare(baseline.as_deref(), Some(new), schema);
     let taken = filter_set(&cmp.modified.union(&cmp.added), subresource, has_status);
     let removed = filter_set(&cmp.removed, subresource, has_status);
     for e in &mut entries {
@@ -1505,6 +1520,22 @@ mod tests {
         .unwrap()
         .object;
         assert_eq!(won["spec"]["holderIdentity"], "b");
+    }
+
+    #[test]
+    fn builtin_create_has_no_dot_for_value_structs() {
+        let schema = BuiltinSchema::for_kind("", "Service");
+        let svc = json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
+            "spec": {"type": "ClusterIP", "ports": [{"port": 80, "protocol": "TCP", "targetPort": 8080}]}});
+        let out = record_update(None, &svc, "kubectl-create", None, &schema, T1);
+        assert_eq!(
+            managed(&out)[0]["fieldsV1"],
+            json!({"f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+                "f:spec": {"f:type": {},
+                    "f:ports": {".": {}, "k:{\"port\":80,\"protocol\":\"TCP\"}": {
+                        ".": {}, "f:port": {}, "f:protocol": {}, "f:targetPort": {}}}}})
+        );
     }
 
     #[test]
