@@ -41,7 +41,10 @@ pub async fn run(core: Arc<Core>, mut shutdown: watch::Receiver<bool>) {
 pub fn pass(st: &mut State, cfg: &crate::server::Config) -> bool {
     let mut changed = crds(st, cfg);
     changed |= namespaces(st);
-    changed |= gc(st);
+    if st.gc_dirty {
+        st.gc_dirty = false;
+        changed |= gc(st);
+    }
     changed
 }
 

@@ -68,6 +68,7 @@ pub fn restore(st: &mut State, snap: &Snapshot) {
     st.types.retain(|_, rt| rt.crd.is_none());
     st.compact_now();
     st.close_all_watches();
+    st.gc_dirty = true;
 }
 
 /// Parse a YAML stream (or JSON) into objects; `List` kinds are flattened.

@@ -192,6 +192,9 @@ pub struct State {
     pub retention: Retention,
     /// `dryRun=All` in progress: writes compute their result but change nothing.
     pub dry_run: bool,
+    /// Something the garbage collector cares about changed since its last pass (a removal,
+    /// ownerReferences, a deletion mark): lets it skip full scans under plain write load.
+    pub gc_dirty: bool,
 }
 
 impl State {
@@ -214,6 +217,7 @@ impl State {
             next_node_port: 30000,
             retention,
             dry_run: false,
+            gc_dirty: true,
         }
     }
 
@@ -237,6 +241,10 @@ impl State {
     }
 
     fn push(&mut self, entry: LogEntry) {
+        let gc_relevant = |o: &Value| o.pointer("/metadata/ownerReferences").is_some() || o.pointer("/metadata/deletionTimestamp").is_some();
+        if entry.etype == EventType::Deleted || gc_relevant(&entry.obj) || entry.prev.as_deref().is_some_and(gc_relevant) {
+            self.gc_dirty = true;
+        }
         self.watchers.retain(|w| match w.translate(&entry) {
             // A watcher that cannot keep up is closed; the client re-watches (real servers do the same).
             Some(msg) => w.tx.try_send(msg).is_ok(),
