@@ -1,7 +1,7 @@
 //! Server-side `Table` output (spec §5.7): CRD `additionalPrinterColumns` (apiextensions
 //! `tableconvertor`) and the built-in printers of kube-apiserver (`pkg/printers/internalversion`)
-//! for the kinds the emulator serves, with a Name+Age fallback. Ages use apimachinery's
-//! `HumanDuration`.
+//! for the kinds the emulator serves; other kinds get the apiserver default (Name, Created At).
+//! Ages use apimachinery's `HumanDuration`.
 
 use crate::jsonpath::{JsonPath, to_text};
 use serde_json::{Map, Value, json};
@@ -77,7 +77,8 @@ impl IncludeObject {
 pub enum TableSource {
     /// A CRD version: Name, then its `additionalPrinterColumns` (or Age when it has none).
     Crd(Vec<Column>),
-    /// A built-in kind (`group` `""` for core): kubectl's columns for known kinds, else Name+Age.
+    /// A built-in kind (`group` `""` for core): kube-apiserver's printer columns for known kinds,
+    /// else the default table (Name, Created At).
     Builtin {
         /// API group.
         group: String,
@@ -246,14 +247,29 @@ fn builtin_columns(group: &str, kind: &str) -> Vec<Column> {
         ]),
         ("", "Event") | ("events.k8s.io", "Event") => {
             cols = vec![
-                c("Last Seen", "string", 0, "The time the event was last observed."),
-                c("Type", "string", 0, "Type of this event (Normal, Warning), new types could be added in the future."),
+                c("Last Seen", "string", 0, "The time at which the most recent occurrence of this event was recorded."),
+                c("Type", "string", 0, "Type of this event (Normal, Warning), new types could be added in the future"),
                 c("Reason", "string", 0, "This should be a short, machine understandable string that gives the reason for the transition into the object's current status."),
                 c("Object", "string", 0, "The object that this event is about."),
+                c("Subobject", "string", 1, "If referring to a piece of an object instead of an entire object, this string should contain a valid JSON/Go field access statement, such as desiredState.manifest.containers[2]."),
+                c("Source", "string", 1, "The component reporting this event. Should be a short machine understandable string."),
                 c("Message", "string", 0, "A human-readable description of the status of this operation."),
+                c("First Seen", "string", 1, "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)"),
+                c("Count", "string", 1, "The number of times this event has occurred."),
+                Column::builtin("Name", "string", 1, NAME_DOC),
             ];
         }
-        _ => cols.push(age_column()),
+        ("", "ConfigMap") => cols.extend([
+            c("Data", "string", 0, "Data contains the configuration data."),
+            age_column(),
+        ]),
+        ("", "Secret") => cols.extend([
+            c("Type", "string", 0, "Used to facilitate programmatic handling of secret data."),
+            c("Data", "string", 0, "Data contains the secret data."),
+            age_column(),
+        ]),
+        // Types without a printer get apiserver's default table: Name and Created At.
+        _ => cols.push(Column::builtin("Created At", "date", 0, AGE_DOC)),
     }
     cols
 }
@@ -482,37 +498,79 @@ fn pod_cells(o: &Value, now: &str) -> Vec<Value> {
     ]
 }
 
+/// kube-apiserver's `printEvent` (events.k8s.io/v1 objects are read through their core/v1 names).
 fn event_cells(o: &Value, now: &str) -> Vec<Value> {
-    let last = [
-        &o["series"]["lastObservedTime"],
-        &o["lastTimestamp"],
-        &o["deprecatedLastTimestamp"],
-        &o["eventTime"],
-        &o["metadata"]["creationTimestamp"],
-    ]
-    .into_iter()
-    .find(|v| v.as_str().is_some_and(|s| !s.is_empty()));
+    let pick = |keys: &[&str]| -> Value {
+        keys.iter()
+            .map(|k| &o[*k])
+            .find(|v| !v.is_null() && v.as_str() != Some(""))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let first_ts = pick(&["firstTimestamp", "deprecatedFirstTimestamp"]);
+    let first = if first_ts.is_null() {
+        age(o.get("eventTime").filter(|v| !v.is_null()), now)
+    } else {
+        age(Some(&first_ts), now)
+    };
+    let last_ts = pick(&["lastTimestamp", "deprecatedLastTimestamp"]);
+    let mut last = if last_ts.is_null() {
+        first.clone()
+    } else {
+        age(Some(&last_ts), now)
+    };
+    let mut count = pick(&["count", "deprecatedCount"]).as_i64().unwrap_or(0);
+    if let Some(series) = o.get("series").filter(|v| v.is_object()) {
+        last = age(series.get("lastObservedTime"), now);
+        count = series["count"].as_i64().unwrap_or(0);
+    } else if count == 0 {
+        count = 1;
+    }
     let regarding = if o.get("regarding").is_some() {
         &o["regarding"]
     } else {
         &o["involvedObject"]
     };
-    let object = format!(
-        "{}/{}",
-        s(&regarding["kind"]).to_lowercase(),
-        s(&regarding["name"])
-    );
+    let kind = s(&regarding["kind"]).to_lowercase();
+    let target = match regarding["name"].as_str().filter(|n| !n.is_empty()) {
+        Some(n) => format!("{kind}/{n}"),
+        None => kind,
+    };
+    let source = if o.get("deprecatedSource").is_some() {
+        &o["deprecatedSource"]
+    } else {
+        &o["source"]
+    };
+    let first_non_empty = |a: &Value, b: &Value| {
+        a.as_str()
+            .filter(|x| !x.is_empty())
+            .or(b.as_str())
+            .unwrap_or("")
+            .to_owned()
+    };
+    let component = first_non_empty(&source["component"], &o["reportingController"]);
+    let instance = first_non_empty(&source["host"], &o["reportingInstance"]);
+    let source_text = if instance.is_empty() {
+        component
+    } else {
+        format!("{component}, {instance}")
+    };
     let message = o
         .get("note")
         .or(o.get("message"))
         .map(s)
         .unwrap_or_default();
     vec![
-        json!(age(last, now)),
+        json!(last),
         json!(s(&o["type"])),
         json!(s(&o["reason"])),
-        json!(object),
-        json!(message),
+        json!(target),
+        json!(s(&regarding["fieldPath"])),
+        json!(source_text),
+        json!(message.trim()),
+        json!(first),
+        json!(count),
+        json!(s(&o["metadata"]["name"])),
     ]
 }
 
@@ -547,7 +605,22 @@ fn builtin_row(group: &str, kind: &str, o: &Value, now: &str) -> Vec<Value> {
         ("", "Endpoints") => vec![name, json!(endpoints_list(&o["subsets"])), age_cell],
         ("", "Namespace") => vec![name, json!(s(&o["status"]["phase"])), age_cell],
         ("", "Event") | ("events.k8s.io", "Event") => event_cells(o, now),
-        _ => vec![name, age_cell],
+        ("", "ConfigMap") => {
+            let n = o["data"].as_object().map_or(0, Map::len)
+                + o["binaryData"].as_object().map_or(0, Map::len);
+            vec![name, json!(n), age_cell]
+        }
+        ("", "Secret") => {
+            let n = o["data"].as_object().map_or(0, Map::len);
+            vec![name, json!(s(&o["type"])), json!(n), age_cell]
+        }
+        _ => {
+            let created = o["metadata"]["creationTimestamp"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            vec![name, json!(created)]
+        }
     }
 }
 
@@ -799,11 +872,47 @@ mod tests {
             builtin_row("", "Endpoints", &ep, NOW)[1],
             json!("10.0.0.1:8080,[fd00::1]:8080")
         );
-        let cm = json!({"metadata": {"name": "c"}});
+        let cm = json!({"metadata": {"name": "c"}, "data": {"a": "1", "b": "2"}});
         assert_eq!(
             builtin_row("", "ConfigMap", &cm, NOW),
-            vec![json!("c"), json!("<unknown>")]
+            vec![json!("c"), json!(2), json!("<unknown>")]
         );
-        assert_eq!(builtin_columns("", "ConfigMap").len(), 2);
+        let crd = json!({"metadata": {"name": "portmappings.portmapper.dev", "creationTimestamp": "2026-01-02T03:04:05Z"}});
+        assert_eq!(
+            builtin_row(
+                "apiextensions.k8s.io",
+                "CustomResourceDefinition",
+                &crd,
+                NOW
+            ),
+            vec![
+                json!("portmappings.portmapper.dev"),
+                json!("2026-01-02T03:04:05Z")
+            ]
+        );
+        let cols = builtin_columns("apiextensions.k8s.io", "CustomResourceDefinition");
+        assert_eq!(
+            (cols[1].name.as_str(), cols[1].type_.as_str()),
+            ("Created At", "date")
+        );
+        let ev = json!({"metadata": {"name": "web.1"}, "type": "Normal", "reason": "Published",
+            "regarding": {"kind": "PortMapping", "name": "web"}, "note": "2 slices ",
+            "reportingController": "portmapper.dev/operator", "reportingInstance": "pod-a",
+            "eventTime": "2026-01-02T03:09:00.000000Z"});
+        assert_eq!(
+            builtin_row("events.k8s.io", "Event", &ev, NOW),
+            vec![
+                json!("60s"),
+                json!("Normal"),
+                json!("Published"),
+                json!("portmapping/web"),
+                json!(""),
+                json!("portmapper.dev/operator, pod-a"),
+                json!("2 slices"),
+                json!("60s"),
+                json!(1),
+                json!("web.1")
+            ]
+        );
     }
 }
