@@ -6,3 +6,5 @@
 
 mod harness;
 mod lifecycle;
+mod probing;
+mod scenarios;

@@ -1,0 +1,354 @@
+//! The seed's reconciler scenarios, adapted to the CRD, plus ours (conflicts, missing Services,
+//! collisions, GC, leader handover).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use portmapper_api::PortMapping;
+use serde_json::json;
+
+use crate::harness::*;
+
+const T: Duration = Duration::from_secs(15);
+
+async fn ready_pods(h: &Harness, group: &str, pods: &[(&str, &str, &str)]) {
+    for (name, ports, ip) in pods {
+        h.create(pod(name, group, ports)).await;
+        h.set_pod_status(name, &[ip], true).await;
+    }
+}
+
+async fn condition(h: &Harness, pm: &str, type_: &str) -> Option<(String, String, String)> {
+    let pm = h.portmapping(pm).await;
+    pm.status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status, c.reason, c.message))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_service_reports_stalled_and_publishes_nothing() {
+    let h = Harness::start().await;
+    ready_pods(&h, "ghost", &[("pod-a", "http", "10.244.0.1")]).await;
+    h.create(portmapping("ghost", "ghost")).await;
+    let (status, reason, message) = eventually("Stalled", T, || async {
+        condition(&h, "ghost", "Stalled")
+            .await
+            .filter(|c| c.0 == "True")
+    })
+    .await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "ServiceNotFound")
+    );
+    assert!(
+        message.contains("default/ghost does not exist"),
+        "{message}"
+    );
+    assert_eq!(condition(&h, "ghost", "Ready").await.unwrap().0, "False");
+    assert!(h.slices("ghost").await.is_empty());
+
+    // Creating the Service heals it without touching the PortMapping.
+    h.create(service("ghost", &[("http", 8080)])).await;
+    eventually("Ready after the Service appears", T, || async {
+        condition(&h, "ghost", "Ready")
+            .await
+            .filter(|c| c.0 == "True")
+    })
+    .await;
+    assert_eq!(h.membership("ghost").await["ghost.http"], ["pod-a"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_service_withdraws_the_slices() {
+    let h = Harness::start().await;
+    h.create(service("web", &[("http", 8080)])).await;
+    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
+    h.create(portmapping("web", "web")).await;
+    eventually("slice", T, || async {
+        (h.slices("web").await.len() == 1).then_some(())
+    })
+    .await;
+    let services: Api<Service> = Api::namespaced(h.client.clone(), NS);
+    services
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("slices withdrawn", T, || async {
+        h.slices("web").await.is_empty().then_some(())
+    })
+    .await;
+    let (_, reason, _) = condition(&h, "web", "Stalled").await.unwrap();
+    assert_eq!(reason, "ServiceNotFound");
+    let status = h.portmapping("web").await.status.unwrap();
+    assert!(status.ports.is_empty(), "{:?}", status.ports);
+    assert_eq!(status.endpoint_slices, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_portmapping_for_a_service_reports_conflict_and_writes_nothing() {
+    let h = Harness::start().await;
+    h.create(service("web", &[("http", 8080)])).await;
+    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
+    h.create(portmapping("first", "web")).await;
+    eventually("first Ready", T, || async {
+        condition(&h, "first", "Ready")
+            .await
+            .filter(|c| c.0 == "True")
+    })
+    .await;
+    let mut second = portmapping("second", "web");
+    second["spec"]["defaultChecks"] = json!([]);
+    h.create(second).await;
+    let (status, reason, message) = eventually("Conflict", T, || async {
+        condition(&h, "second", "Conflict").await
+    })
+    .await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "ServiceClaimed")
+    );
+    assert!(
+        message.contains("PortMapping first already publishes Service web"),
+        "{message}"
+    );
+    // The loser wrote no slice: every slice is still controlled by the first PortMapping.
+    let first_uid = h.portmapping("first").await.uid().unwrap();
+    for s in h.slices("web").await {
+        assert_eq!(s.owner_references()[0].uid, first_uid);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_name_service_publishes_nothing() {
+    let h = Harness::start().await;
+    let mut svc = service("ext", &[("http", 8080)]);
+    svc["spec"] = json!({"type": "ExternalName", "externalName": "example.com", "ports": [{"name": "http", "port": 8080}]});
+    h.create(svc).await;
+    ready_pods(&h, "ext", &[("pod-a", "http", "10.244.0.1")]).await;
+    h.create(portmapping("ext", "ext")).await;
+    eventually("status", T, || async { h.portmapping("ext").await.status }).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(h.slices("ext").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dual_stack_service_gets_a_slice_set_per_family() {
+    let h = Harness::start().await;
+    let mut svc = service("ds", &[("http", 8080)]);
+    svc["spec"]["ipFamilies"] = json!(["IPv4", "IPv6"]);
+    svc["spec"]["ipFamilyPolicy"] = json!("RequireDualStack");
+    h.create(svc).await;
+    h.create(pod("pod-a", "ds", "http")).await;
+    h.set_pod_status("pod-a", &["10.244.0.1", "fd00:10:244::1"], true)
+        .await;
+    h.create(portmapping("ds", "ds")).await;
+    let slices = eventually("two families", T, || async {
+        let s = h.slices("ds").await;
+        (s.len() == 2).then_some(s)
+    })
+    .await;
+    let summary: Vec<(String, String, String)> = slices
+        .iter()
+        .map(|s| {
+            (
+                s.name_any(),
+                s.address_type.clone(),
+                s.endpoints[0].addresses[0].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (
+                "ds.http".to_string(),
+                "IPv4".to_string(),
+                "10.244.0.1".to_string()
+            ),
+            (
+                "ds.http.v6".to_string(),
+                "IPv6".to_string(),
+                "fd00:10:244::1".to_string()
+            ),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_pools_are_chunked_and_shrink_back() {
+    let h = Harness::start().await;
+    h.create(service("big", &[("http", 8080)])).await;
+    let names: Vec<String> = (1..=5).map(|i| format!("pod-{i}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        h.create(pod(name, "big", "http")).await;
+        h.set_pod_status(name, &[&format!("10.244.0.{}", i + 1)], true)
+            .await;
+    }
+    let mut pm = portmapping("big", "big");
+    pm["spec"]["maxEndpointsPerSlice"] = json!(2);
+    h.create(pm).await;
+    let slices = eventually("3 chunks", T, || async {
+        let s = h.slices("big").await;
+        (s.len() == 3 && s.iter().map(|s| s.endpoints.len()).sum::<usize>() == 5).then_some(s)
+    })
+    .await;
+    assert!(slices.iter().all(|s| s.endpoints.len() <= 2));
+    let names: Vec<String> = slices.iter().map(ResourceExt::name_any).collect();
+    assert!(names.contains(&"big.http".to_string()), "{names:?}");
+    // Two pods go unready: one chunk is retired.
+    h.set_pod_status("pod-4", &["10.244.0.4"], false).await;
+    h.set_pod_status("pod-5", &["10.244.0.5"], false).await;
+    eventually("2 chunks", T, || async {
+        let s = h.slices("big").await;
+        (s.iter().map(|s| s.endpoints.len()).sum::<usize>() == 3 && s.len() == 2).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stray_and_tampered_slices_are_repaired_but_foreign_ones_are_left_alone() {
+    let h = Harness::start().await;
+    h.create(service("web", &[("http", 8080)])).await;
+    ready_pods(
+        &h,
+        "web",
+        &[
+            ("pod-a", "http", "10.244.0.1"),
+            ("pod-b", "http", "10.244.0.2"),
+        ],
+    )
+    .await;
+    h.create(portmapping("web", "web")).await;
+    eventually("slice", T, || async {
+        (h.membership("web").await.get("web.http").map(Vec::len) == Some(2)).then_some(())
+    })
+    .await;
+    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), NS);
+    // Someone truncates our slice's endpoints.
+    slices
+        .patch(
+            "web.http",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"endpoints": []})),
+        )
+        .await
+        .unwrap();
+    // Someone else's slice for the same Service.
+    let foreign: EndpointSlice = serde_json::from_value(json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "web-handmade", "labels": {"kubernetes.io/service-name": "web", "endpointslice.kubernetes.io/managed-by": "someone-else"}},
+        "addressType": "IPv4", "endpoints": [{"addresses": ["10.244.9.9"]}], "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+    }))
+    .unwrap();
+    slices
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+    eventually("repaired", T, || async {
+        (h.membership("web").await.get("web.http").map(Vec::len) == Some(2)).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        slices.get_opt("web-handmade").await.unwrap().is_some(),
+        "foreign slice must survive"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn name_collision_with_a_foreign_slice_is_refused_and_reported() {
+    let h = Harness::start().await;
+    h.create(service("web", &[("http", 8080)])).await;
+    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
+    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), NS);
+    let squatter: EndpointSlice = serde_json::from_value(json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "web.http", "labels": {"endpointslice.kubernetes.io/managed-by": "someone-else"}},
+        "addressType": "IPv4", "endpoints": [{"addresses": ["10.244.9.9"]}],
+    }))
+    .unwrap();
+    slices
+        .create(&PostParams::default(), &squatter)
+        .await
+        .unwrap();
+    h.create(portmapping("web", "web")).await;
+    let (_, reason, message) = eventually("collision reported", T, || async {
+        condition(&h, "web", "Stalled")
+            .await
+            .filter(|c| c.0 == "True")
+    })
+    .await;
+    assert_eq!(reason, "NameCollision");
+    assert!(
+        message.contains("EndpointSlice web.http already exists (managed by someone-else)"),
+        "{message}"
+    );
+    let kept = slices.get("web.http").await.unwrap();
+    assert_eq!(
+        kept.endpoints[0].addresses,
+        ["10.244.9.9"],
+        "the squatter is untouched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminating_pods_drain_then_drop() {
+    let h = Harness::start().await;
+    h.create(service("web", &[("http", 8080)])).await;
+    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
+    // A finalizer keeps pod-a terminating after delete, as a graceful shutdown does.
+    h.patch_pod(
+        "pod-a",
+        json!({"metadata": {"finalizers": ["example.com/hold"]}}),
+    )
+    .await;
+    h.create(portmapping("web", "web")).await;
+    eventually("published", T, || async {
+        (h.membership("web").await.get("web.http")?.len() == 1).then_some(())
+    })
+    .await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(h.client.clone(), NS);
+    pods.delete("pod-a", &DeleteParams::default())
+        .await
+        .unwrap();
+    let conditions = eventually("draining", T, || async {
+        let s = h.slices("web").await.into_iter().next()?;
+        let c = s.endpoints.first()?.conditions.clone()?;
+        (c.terminating == Some(true)).then_some(c)
+    })
+    .await;
+    assert_eq!(
+        (conditions.ready, conditions.serving),
+        (Some(false), Some(true))
+    );
+
+    // With terminatingEndpoints: Drop the draining pod leaves at once.
+    let pms: Api<PortMapping> = Api::namespaced(h.client.clone(), NS);
+    pms.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"terminatingEndpoints": "Drop"}})),
+    )
+    .await
+    .unwrap();
+    eventually("dropped", T, || async {
+        h.membership("web")
+            .await
+            .get("web.http")?
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    // The new generation is observed.
+    let pm = h.portmapping("web").await;
+    eventually("observedGeneration", T, || async {
+        let pm2 = h.portmapping("web").await;
+        (pm2.status?.observed_generation == pm.metadata.generation).then_some(())
+    })
+    .await;
+}
