@@ -452,49 +452,168 @@ fn service_cells(o: &Value) -> Vec<Value> {
     ]
 }
 
-/// A simplified `printPod`: ready count, phase/reason, restarts, IP and node.
+/// kube-apiserver's `printPod` (1.33): ready/total (restartable init containers count), status
+/// reason from init and app containers, restarts with "(… ago)", IP, node, readiness gates.
 fn pod_cells(o: &Value, now: &str) -> Vec<Value> {
-    let statuses = arr(&o["status"]["containerStatuses"]);
-    let total = arr(&o["spec"]["containers"]).len();
-    let ready = statuses.iter().filter(|c| c["ready"] == true).count();
-    let restarts: i64 = statuses
-        .iter()
-        .filter_map(|c| c["restartCount"].as_i64())
-        .sum();
-    let mut reason = o["status"]["reason"]
+    let spec = &o["spec"];
+    let status = &o["status"];
+    let init_specs = arr(&spec["initContainers"]);
+    let restartable = |name: &str| {
+        init_specs
+            .iter()
+            .any(|c| c["name"] == name && c["restartPolicy"] == "Always")
+    };
+    let total = arr(&spec["containers"]).len()
+        + init_specs
+            .iter()
+            .filter(|c| c["restartPolicy"] == "Always")
+            .count();
+    let mut ready = 0usize;
+    let phase = status["phase"].as_str().unwrap_or_default();
+    let mut reason = status["reason"]
         .as_str()
-        .or_else(|| o["status"]["phase"].as_str())
-        .unwrap_or("Pending")
+        .filter(|r| !r.is_empty())
+        .unwrap_or(phase)
         .to_owned();
-    for c in statuses.iter().rev() {
-        if let Some(r) = c["state"]["waiting"]["reason"].as_str() {
-            reason = r.to_owned();
-        } else if let Some(r) = c["state"]["terminated"]["reason"].as_str() {
-            reason = r.to_owned();
+    if arr(&status["conditions"])
+        .iter()
+        .any(|c| c["type"] == "PodScheduled" && c["reason"] == "SchedulingGated")
+    {
+        reason = "SchedulingGated".into();
+    }
+    // Restart dates compare as RFC 3339 strings (same format, UTC).
+    let later = |a: &mut String, c: &Value| {
+        if let Some(t) = c["lastState"]["terminated"]["finishedAt"].as_str()
+            && t > a.as_str()
+        {
+            *a = t.to_owned();
+        }
+    };
+    let (mut restarts, mut sidecar_restarts) = (0i64, 0i64);
+    let (mut last_restart, mut sidecar_last_restart) = (String::new(), String::new());
+    let mut initializing = false;
+    let init_statuses = arr(&status["initContainerStatuses"]);
+    for (i, c) in init_statuses.iter().enumerate() {
+        let name = c["name"].as_str().unwrap_or_default();
+        restarts += c["restartCount"].as_i64().unwrap_or(0);
+        later(&mut last_restart, c);
+        if restartable(name) {
+            sidecar_restarts += c["restartCount"].as_i64().unwrap_or(0);
+            later(&mut sidecar_last_restart, c);
+        }
+        let terminated = &c["state"]["terminated"];
+        let waiting_reason = c["state"]["waiting"]["reason"].as_str().unwrap_or_default();
+        if terminated.is_object() && terminated["exitCode"].as_i64() == Some(0) {
+            continue;
+        }
+        if restartable(name) && c["started"] == true {
+            if c["ready"] == true {
+                ready += 1;
+            }
+            continue;
+        }
+        reason = if terminated.is_object() {
+            match terminated["reason"].as_str().filter(|r| !r.is_empty()) {
+                Some(r) => format!("Init:{r}"),
+                None => match terminated["signal"].as_i64().filter(|s| *s != 0) {
+                    Some(sig) => format!("Init:Signal:{sig}"),
+                    None => format!(
+                        "Init:ExitCode:{}",
+                        terminated["exitCode"].as_i64().unwrap_or(0)
+                    ),
+                },
+            }
+        } else if !waiting_reason.is_empty() && waiting_reason != "PodInitializing" {
+            format!("Init:{waiting_reason}")
+        } else {
+            format!("Init:{i}/{}", init_specs.len())
+        };
+        initializing = true;
+        break;
+    }
+    let initialized = arr(&status["conditions"])
+        .iter()
+        .any(|c| c["type"] == "Initialized" && c["status"] == "True");
+    if !initializing || initialized {
+        restarts = sidecar_restarts;
+        last_restart = sidecar_last_restart;
+        let mut has_running = false;
+        for c in arr(&status["containerStatuses"]).iter().rev() {
+            restarts += c["restartCount"].as_i64().unwrap_or(0);
+            later(&mut last_restart, c);
+            let state = &c["state"];
+            let terminated = &state["terminated"];
+            if let Some(r) = state["waiting"]["reason"]
+                .as_str()
+                .filter(|r| !r.is_empty())
+            {
+                reason = r.to_owned();
+            } else if let Some(r) = terminated["reason"].as_str().filter(|r| !r.is_empty()) {
+                reason = r.to_owned();
+            } else if terminated.is_object() {
+                reason = match terminated["signal"].as_i64().filter(|s| *s != 0) {
+                    Some(sig) => format!("Signal:{sig}"),
+                    None => format!("ExitCode:{}", terminated["exitCode"].as_i64().unwrap_or(0)),
+                };
+            } else if c["ready"] == true && state["running"].is_object() {
+                has_running = true;
+                ready += 1;
+            }
+        }
+        if reason == "Completed" && has_running {
+            let pod_ready = arr(&status["conditions"])
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            reason = if pod_ready {
+                "Running".into()
+            } else {
+                "NotReady".into()
+            };
         }
     }
-    if o["metadata"]
+    let deleting = o["metadata"]
         .get("deletionTimestamp")
-        .is_some_and(|d| !d.is_null())
-    {
+        .is_some_and(|d| !d.is_null());
+    if deleting && status["reason"] == "NodeLost" {
+        reason = "Unknown".into();
+    } else if deleting && phase != "Succeeded" && phase != "Failed" {
         reason = "Terminating".into();
     }
+    let restarts_text = if restarts != 0 && !last_restart.is_empty() {
+        format!("{restarts} ({} ago)", age(Some(&json!(last_restart)), now))
+    } else {
+        restarts.to_string()
+    };
     let or_none = |v: &Value| {
         v.as_str()
             .filter(|s| !s.is_empty())
             .unwrap_or("<none>")
             .to_owned()
     };
-    let _ = now;
+    let gates = arr(&spec["readinessGates"]);
+    let gates_text = if gates.is_empty() {
+        "<none>".to_owned()
+    } else {
+        let true_count = gates
+            .iter()
+            .filter(|g| {
+                arr(&status["conditions"])
+                    .iter()
+                    .find(|c| c["type"] == g["conditionType"])
+                    .is_some_and(|c| c["status"] == "True")
+            })
+            .count();
+        format!("{true_count}/{}", gates.len())
+    };
     vec![
         json!(format!("{ready}/{total}")),
         json!(reason),
-        json!(restarts.to_string()),
+        json!(restarts_text),
         Value::Null, // Age, filled by the caller
-        json!(or_none(&o["status"]["podIP"])),
-        json!(or_none(&o["spec"]["nodeName"])),
-        json!(or_none(&o["status"]["nominatedNodeName"])),
-        json!("<none>"),
+        json!(or_none(&status["podIPs"][0]["ip"])),
+        json!(or_none(&spec["nodeName"])),
+        json!(or_none(&status["nominatedNodeName"])),
+        json!(gates_text),
     ]
 }
 
@@ -840,6 +959,47 @@ mod tests {
         let default_cols = crd_columns(&json!({"name": "v1"}));
         assert_eq!(default_cols.len(), 1);
         assert_eq!(default_cols[0].name, "Age");
+    }
+
+    #[test]
+    fn pod_rows_follow_print_pod() {
+        let pod = |status: Value| {
+            json!({"metadata": {"name": "web-0", "creationTimestamp": "2026-01-02T03:00:00Z"},
+                "spec": {"nodeName": "node-1", "containers": [{"name": "app"}, {"name": "side"}],
+                         "readinessGates": [{"conditionType": "example.com/joined"}]},
+                "status": status})
+        };
+        let running = pod(json!({"phase": "Running", "podIPs": [{"ip": "10.0.0.7"}],
+            "conditions": [{"type": "Ready", "status": "False"}, {"type": "example.com/joined", "status": "True"}],
+            "containerStatuses": [
+                {"name": "app", "ready": true, "restartCount": 2, "state": {"running": {}},
+                 "lastState": {"terminated": {"finishedAt": "2026-01-02T03:05:00Z", "exitCode": 1}}},
+                {"name": "side", "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}));
+        assert_eq!(
+            builtin_row("", "Pod", &running, NOW),
+            vec![
+                json!("web-0"),
+                json!("1/2"),
+                json!("CrashLoopBackOff"),
+                json!("2 (5m ago)"),
+                json!("10m"),
+                json!("10.0.0.7"),
+                json!("node-1"),
+                json!("<none>"),
+                json!("1/1")
+            ]
+        );
+        let init = pod(json!({"phase": "Pending", "initContainerStatuses": [
+            {"name": "setup", "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}}}]}));
+        let mut init = init;
+        init["spec"]["initContainers"] = json!([{"name": "setup"}]);
+        assert_eq!(builtin_row("", "Pod", &init, NOW)[2], json!("Init:0/1"));
+        let mut deleting = pod(json!({"phase": "Running"}));
+        deleting["metadata"]["deletionTimestamp"] = json!("2026-01-02T03:09:00Z");
+        assert_eq!(
+            builtin_row("", "Pod", &deleting, NOW)[2],
+            json!("Terminating")
+        );
     }
 
     #[test]
