@@ -39,6 +39,23 @@
 //! # Tables and OpenAPI ([`table`], [`openapi`])
 //! `table::render(&TableSource, objects, IncludeObject, resource_version, continue, now) -> Value`;
 //! `openapi::v2(crds)`, `openapi::v3_index(crds)`, `openapi::v3_group_version(crds, group, version)`.
+//!
+//! # Where this differs from a real apiserver (for `docs/emulator.md`)
+//! - SSA: one served version per resource (no per-version field-set conversion); only the
+//!   list/map markers in [`semantics`] are known for built-ins (other built-in lists are atomic,
+//!   objects structs); `null` in an apply configuration means "not set, not owned"; unions,
+//!   managed-field count caps and the client-side-apply → server-side-apply migration
+//!   (`lastAppliedManager`) are not modelled; equality is JSON equality.
+//! - CRD validation: sibling errors come in schema order (upstream: Go map order); CEL
+//!   `Invalid value` shows the schema type (`"object"`) as 1.33 does (newer releases show the
+//!   value or omit it); CEL cost limits are not enforced; `kube-cel` gaps (`sortBy`,
+//!   `cel.bind`, two-variable comprehensions) fail closed; CEL field paths of map keys use
+//!   `.key` where upstream writes `[key]`.
+//! - Strategic merge patch: patch strategies of the served built-ins only; other lists replace.
+//! - Tables: printers for EndpointSlice, Service, Pod, Lease, Endpoints, Namespace, Event,
+//!   ConfigMap, Secret; others get the default Name/Created At table.
+//! - OpenAPI: CRD schemas in full; built-ins as open objects (`kubectl explain` of built-ins
+//!   shows no fields); `/openapi/v2` only as JSON (kubectl reads v2 as protobuf).
 
 pub mod field_error;
 pub mod fieldpath;
