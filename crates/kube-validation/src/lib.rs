@@ -15,6 +15,7 @@ pub mod ip;
 pub mod lease;
 pub mod meta;
 pub mod names;
+pub mod service;
 pub mod status;
 
 pub use endpoints::{default_endpoints, validate_endpoints, validate_endpoints_update};
@@ -25,4 +26,5 @@ pub use event::{validate_event_create, validate_event_update};
 pub use field::{BadValue, ErrorList, ErrorType, FieldError, FieldPath};
 pub use ip::IpFamily;
 pub use lease::{validate_lease, validate_lease_update};
+pub use service::{default_service, validate_service, validate_service_update};
 pub use status::{InvalidError, StatusCause, invalid_message};

@@ -2,4 +2,5 @@
 
 mod fixtures;
 mod planner;
+mod probe_targets;
 mod properties;

@@ -1,0 +1,202 @@
+//! Planner cost at scale: 10,000 pods × 4 Service ports × 2 IP families (80,000 memberships,
+//! 100 endpoints per slice → 800 slices). Three cases: a first publication (nothing live), a
+//! converged resync (everything live and equal: the steady state), and a resync after one pod
+//! went unready.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, Pod, PodCondition, PodIP, PodSpec, PodStatus, Service, ServicePort,
+    ServiceSpec,
+};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
+use portmapper_api::check::PortNamesCheck;
+use portmapper_api::{
+    Check, KeySource, PodPool, PortMapping, PortMappingSpec, PortRule, ServiceRef,
+};
+use portmapper_core::{NetworkDecisions, Plan, PlanInput, plan};
+
+const PODS: usize = 10_000;
+
+fn port_mapping() -> PortMapping {
+    let checks = vec![
+        Check {
+            port_names: Some(PortNamesCheck {
+                key: "ports".into(),
+                from: KeySource::Annotation,
+            }),
+            ..Check::default()
+        },
+        Check::pod_ready(),
+    ];
+    let mut pm = PortMapping::new(
+        "pm",
+        PortMappingSpec {
+            service_ref: ServiceRef { name: "web".into() },
+            pods: PodPool {
+                key: "group".into(),
+                from: KeySource::Label,
+                value: None,
+                selector: None,
+            },
+            ports: ["http", "https", "grpc", "metrics"]
+                .iter()
+                .map(|n| PortRule {
+                    name: (*n).into(),
+                    checks: checks.clone(),
+                })
+                .collect(),
+            default_checks: None,
+            unlisted_ports: Default::default(),
+            publish_not_ready_addresses: None,
+            terminating_endpoints: Default::default(),
+            max_endpoints_per_slice: 100,
+            legacy_endpoints: false,
+            native_cleanup: true,
+            probe: Default::default(),
+        },
+    );
+    pm.metadata.namespace = Some("bench".into());
+    pm.metadata.uid = Some("pm-uid".into());
+    pm
+}
+
+fn service() -> Service {
+    let port = |name: &str, port: i32, target: IntOrString| ServicePort {
+        name: Some(name.into()),
+        port,
+        target_port: Some(target),
+        protocol: Some("TCP".into()),
+        ..ServicePort::default()
+    };
+    Service {
+        metadata: ObjectMeta {
+            name: Some("web".into()),
+            namespace: Some("bench".into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            ip_families: Some(vec!["IPv4".into(), "IPv6".into()]),
+            ports: Some(vec![
+                port("http", 80, IntOrString::Int(8080)),
+                port("https", 443, IntOrString::Int(8443)),
+                port("grpc", 9000, IntOrString::String("grpc".into())),
+                port("metrics", 9090, IntOrString::Int(9090)),
+            ]),
+            traffic_distribution: Some("PreferClose".into()),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+fn pods() -> Vec<Pod> {
+    (0..PODS)
+        .map(|i| Pod {
+            metadata: ObjectMeta {
+                name: Some(format!("pod-{i}")),
+                namespace: Some("bench".into()),
+                uid: Some(format!("uid-{i}")),
+                labels: Some(BTreeMap::from([("group".to_owned(), "web".to_owned())])),
+                annotations: Some(BTreeMap::from([(
+                    "ports".to_owned(),
+                    "http,https,grpc,metrics".to_owned(),
+                )])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some(format!("node-{}", i % 50)),
+                containers: vec![Container {
+                    name: "app".into(),
+                    ports: Some(vec![ContainerPort {
+                        name: Some("grpc".into()),
+                        container_port: 9443,
+                        ..ContainerPort::default()
+                    }]),
+                    ..Container::default()
+                }],
+                ..PodSpec::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                pod_ips: Some(vec![
+                    PodIP {
+                        ip: format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256),
+                    },
+                    PodIP {
+                        ip: format!("fd00::{:x}", i + 1),
+                    },
+                ]),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    ..PodCondition::default()
+                }]),
+                ..PodStatus::default()
+            }),
+        })
+        .collect()
+}
+
+fn run(
+    pm: &PortMapping,
+    svc: &Service,
+    pods: &[Pod],
+    zones: &BTreeMap<String, String>,
+    live: &[EndpointSlice],
+) -> Plan {
+    plan(&PlanInput {
+        port_mapping: pm,
+        service: svc,
+        pods,
+        node_zones: zones,
+        network: &NetworkDecisions::new(),
+        live_slices: live,
+        live_endpoints: None,
+        now: Timestamp::UNIX_EPOCH,
+    })
+    .expect("plan")
+}
+
+fn bench(c: &mut Criterion) {
+    let pm = port_mapping();
+    let svc = service();
+    let mut pods = pods();
+    let zones: BTreeMap<String, String> = (0..50)
+        .map(|n| (format!("node-{n}"), format!("zone-{}", n % 3)))
+        .collect();
+    let first = run(&pm, &svc, &pods, &zones, &[]);
+    assert_eq!(first.slices.len(), 800);
+    let live: Vec<EndpointSlice> = first.slices.iter().map(|p| p.slice.clone()).collect();
+    assert!(run(&pm, &svc, &pods, &zones, &live).is_converged());
+
+    let mut group = c.benchmark_group("plan_10k_pods_4_ports_2_families");
+    group.sample_size(10);
+    group.bench_function("first_publication", |b| {
+        b.iter(|| black_box(run(&pm, &svc, &pods, &zones, &[])))
+    });
+    group.bench_function("converged_resync", |b| {
+        b.iter(|| black_box(run(&pm, &svc, &pods, &zones, &live)))
+    });
+    if let Some(c) = pods[4321]
+        .status
+        .as_mut()
+        .and_then(|s| s.conditions.as_mut())
+    {
+        c[0].status = "False".into();
+    }
+    let one = run(&pm, &svc, &pods, &zones, &live);
+    assert_eq!(one.writes(), 8, "one pod leaves 4 ports × 2 families");
+    group.bench_function("one_pod_unready", |b| {
+        b.iter(|| black_box(run(&pm, &svc, &pods, &zones, &live)))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
