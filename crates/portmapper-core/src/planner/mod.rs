@@ -227,25 +227,8 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
     let ports = port_views(service, spec);
     let labels = slice_labels(service, svc_name);
 
-    // Memberships currently published, for Abstain: (port name, family, pod UID).
-    let mut published: HashSet<(&str, IpFamily, &str)> = HashSet::new();
-    for s in &ours {
-        let Some(family) = IpFamily::parse(&s.address_type) else {
-            continue;
-        };
-        let port_name = s
-            .ports
-            .iter()
-            .flatten()
-            .next()
-            .and_then(|p| p.name.as_deref())
-            .unwrap_or_default();
-        for e in &s.endpoints {
-            if let Some(uid) = e.target_ref.as_ref().and_then(|r| r.uid.as_deref()) {
-                published.insert((port_name, family, uid));
-            }
-        }
-    }
+    // Memberships currently published, for Abstain; built on the first abstention only.
+    let mut published: Option<HashSet<(&str, IpFamily, &str)>> = None;
 
     // Evaluate every (pod, port, family).
     let mut states: Vec<Vec<Option<PodPortState>>> = vec![vec![None; pods.len()]; ports.len()];
@@ -315,7 +298,13 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
                 let mut state = match verdict.decision {
                     Decision::Include => None,
                     Decision::Exclude => Some(verdict.reason().to_owned()),
-                    Decision::Abstain if published.contains(&(port.name, family, uid)) => None,
+                    Decision::Abstain
+                        if published
+                            .get_or_insert_with(|| published_memberships(&ours))
+                            .contains(&(port.name, family, uid)) =>
+                    {
+                        None
+                    }
                     Decision::Abstain => Some(format!(
                         "{} (abstained; nothing published to keep)",
                         verdict.reason()
@@ -366,7 +355,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
                     }),
                     _ => None,
                 };
-                if family == primary {
+                if spec.legacy_endpoints && family == primary {
                     members.push(Member {
                         pod: pod_idx,
                         port: port_idx,
@@ -459,7 +448,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
     // Pack and render.
     let max = usize::try_from(spec.max_endpoints_per_slice.clamp(1, 1000)).unwrap_or(100);
     let now = input.now.to_string();
-    for (g, group) in groups.iter().enumerate() {
+    for (g, group) in groups.into_iter().enumerate() {
         let port = &ports[group.port];
         let slice_ports: Vec<EndpointPort> = match (port.service_port, group.target) {
             (Some(sp), Some(target)) => vec![EndpointPort {
@@ -486,10 +475,12 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
                     || !ports_eq(&slice_ports, s.ports.as_deref().unwrap_or_default()),
             })
             .collect();
-        let desired: Vec<Endpoint> = group.endpoints.iter().map(|(_, _, e)| e.clone()).collect();
+        let desired: Vec<Endpoint> = group.endpoints.into_iter().map(|(_, _, e)| e).collect();
         let packing = pack(&desired, &live_chunks, max, group.placeholder, &|n| {
             reserved[g].contains(&n)
         });
+        // Each desired endpoint lands in exactly one chunk: move, don't clone.
+        let mut pool: Vec<Option<Endpoint>> = desired.into_iter().map(Some).collect();
         out.deletions.extend(
             packing
                 .deleted
@@ -523,7 +514,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
                 endpoints: chunk
                     .endpoints
                     .iter()
-                    .map(|&i| desired[i].clone())
+                    .filter_map(|&i| pool[i].take())
                     .collect(),
                 ports: Some(slice_ports.clone()),
             };
@@ -586,6 +577,31 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
     out.warnings.sort();
     out.warnings.dedup();
     Ok(out)
+}
+
+/// (port name, family, pod UID) of every endpoint in the given slices.
+fn published_memberships<'s>(
+    slices: &[&'s EndpointSlice],
+) -> HashSet<(&'s str, IpFamily, &'s str)> {
+    let mut set = HashSet::new();
+    for s in slices {
+        let Some(family) = IpFamily::parse(&s.address_type) else {
+            continue;
+        };
+        let port_name = s
+            .ports
+            .iter()
+            .flatten()
+            .next()
+            .and_then(|p| p.name.as_deref())
+            .unwrap_or_default();
+        for e in &s.endpoints {
+            if let Some(uid) = e.target_ref.as_ref().and_then(|r| r.uid.as_deref()) {
+                set.insert((port_name, family, uid));
+            }
+        }
+    }
+    set
 }
 
 fn merge_state(slot: &mut Option<PodPortState>, new: PodPortState) {
