@@ -5,8 +5,13 @@ use std::collections::HashSet;
 
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointHints, EndpointPort, EndpointSlice};
 
+use std::net::IpAddr;
+
 use crate::field::{ErrorList, FieldError, FieldPath};
-use crate::ip::{validate_endpoint_ip, validate_ipv4, validate_ipv6};
+
+use crate::ip::{
+    parse_ip_sloppy, special_ip_reasons, validate_endpoint_ip, validate_ipv4, validate_ipv6,
+};
 use crate::meta::{
     validate_immutable_str, validate_labels, validate_object_meta, validate_object_meta_update,
 };
@@ -97,54 +102,54 @@ fn validate_endpoints(endpoints: &[Endpoint], address_type: &str, path: &FieldPa
     }
     let mut errs = Vec::new();
     for (i, endpoint) in endpoints.iter().enumerate() {
-        let idx = path.index(i);
-        let addr_path = idx.child("addresses");
+        // Paths are built only when something is wrong: valid slices are the hot path.
+        let idx = || path.index(i);
+        let addr_path = || idx().child("addresses");
         if endpoint.addresses.is_empty() {
             errs.push(FieldError::required(
-                &addr_path,
+                &addr_path(),
                 "must contain at least 1 address",
             ));
         } else if endpoint.addresses.len() > MAX_ADDRESSES {
             errs.push(FieldError::too_many(
-                &addr_path,
+                &addr_path(),
                 endpoint.addresses.len(),
                 MAX_ADDRESSES,
             ));
         }
         for (j, address) in endpoint.addresses.iter().enumerate() {
-            let p = addr_path.index(j);
+            let p = || addr_path().index(j);
             match address_type {
-                "IPv4" => {
-                    let family = validate_ipv4(&p, address);
-                    if family.is_empty() {
-                        errs.extend(validate_endpoint_ip(&p, address));
-                    } else {
-                        errs.extend(family);
+                "IPv4" | "IPv6" => {
+                    let parsed = parse_ip_sloppy(address);
+                    let family_ok = match (address_type, parsed) {
+                        ("IPv4", Some(IpAddr::V4(_))) | ("IPv6", Some(IpAddr::V6(_))) => true,
+                        _ => false,
+                    };
+                    if !family_ok {
+                        errs.extend(if address_type == "IPv4" {
+                            validate_ipv4(&p(), address)
+                        } else {
+                            validate_ipv6(&p(), address)
+                        });
+                    } else if parsed.is_some_and(|ip| !special_ip_reasons(ip, address).is_empty()) {
+                        errs.extend(validate_endpoint_ip(&p(), address));
                     }
                 }
-                "IPv6" => {
-                    let family = validate_ipv6(&p, address);
-                    if family.is_empty() {
-                        errs.extend(validate_endpoint_ip(&p, address));
-                    } else {
-                        errs.extend(family);
-                    }
-                }
-                "FQDN" => errs.extend(validate_fqdn(&p, address)),
+                "FQDN" => errs.extend(validate_fqdn(&p(), address)),
                 // Unknown address types were already reported; their addresses are not checked.
                 _ => {}
             }
         }
         if let Some(node) = &endpoint.node_name {
-            let p = idx.child("nodeName");
-            errs.extend(
-                name_is_dns_subdomain(node, false)
-                    .into_iter()
-                    .map(|m| FieldError::invalid(&p, node, m)),
-            );
+            let msgs = name_is_dns_subdomain(node, false);
+            if !msgs.is_empty() {
+                let p = idx().child("nodeName");
+                errs.extend(msgs.into_iter().map(|m| FieldError::invalid(&p, node, m)));
+            }
         }
-        let topo_path = idx.child("deprecatedTopology");
         if let Some(topology) = &endpoint.deprecated_topology {
+            let topo_path = idx().child("deprecatedTopology");
             if topology.len() > MAX_TOPOLOGY_LABELS {
                 errs.push(FieldError::too_many(
                     &topo_path,
@@ -155,48 +160,53 @@ fn validate_endpoints(endpoints: &[Endpoint], address_type: &str, path: &FieldPa
             errs.extend(validate_labels(topology, &topo_path));
         }
         if let Some(hostname) = &endpoint.hostname {
-            let p = idx.child("hostname");
-            errs.extend(
-                is_dns1123_label(hostname)
-                    .into_iter()
-                    .map(|m| FieldError::invalid(&p, hostname, m)),
-            );
+            let msgs = is_dns1123_label(hostname);
+            if !msgs.is_empty() {
+                let p = idx().child("hostname");
+                errs.extend(
+                    msgs.into_iter()
+                        .map(|m| FieldError::invalid(&p, hostname, m)),
+                );
+            }
         }
         if let Some(hints) = &endpoint.hints {
-            errs.extend(validate_hints(hints, &idx.child("hints")));
+            errs.extend(validate_hints(hints, &|| idx().child("hints")));
         }
     }
     errs
 }
 
-fn validate_hints(hints: &EndpointHints, path: &FieldPath) -> ErrorList {
+fn validate_hints(hints: &EndpointHints, path: &dyn Fn() -> FieldPath) -> ErrorList {
     let mut errs = Vec::new();
     let zones = hints.for_zones.as_deref().unwrap_or_default();
-    let zones_path = path.child("forZones");
+    let zones_path = || path().child("forZones");
     if zones.len() > MAX_ZONE_HINTS {
         return vec![FieldError::too_many(
-            &zones_path,
+            &zones_path(),
             zones.len(),
             MAX_ZONE_HINTS,
         )];
     }
     let mut seen = HashSet::new();
     for (i, zone) in zones.iter().enumerate() {
-        let p = zones_path.index(i).child("name");
+        let p = || zones_path().index(i).child("name");
         if !seen.insert(zone.name.as_str()) {
-            errs.push(FieldError::duplicate(&p, &zone.name));
+            errs.push(FieldError::duplicate(&p(), &zone.name));
         }
-        errs.extend(
-            is_valid_label_value(&zone.name)
-                .into_iter()
-                .map(|m| FieldError::invalid(&p, &zone.name, m)),
-        );
+        let msgs = is_valid_label_value(&zone.name);
+        if !msgs.is_empty() {
+            let p = p();
+            errs.extend(
+                msgs.into_iter()
+                    .map(|m| FieldError::invalid(&p, &zone.name, m)),
+            );
+        }
     }
     let nodes = hints.for_nodes.as_deref().unwrap_or_default();
-    let nodes_path = path.child("forNodes");
+    let nodes_path = || path().child("forNodes");
     if nodes.len() > MAX_NODE_HINTS {
         errs.push(FieldError::too_many(
-            &nodes_path,
+            &nodes_path(),
             nodes.len(),
             MAX_NODE_HINTS,
         ));
@@ -204,15 +214,18 @@ fn validate_hints(hints: &EndpointHints, path: &FieldPath) -> ErrorList {
     }
     let mut seen = HashSet::new();
     for (i, node) in nodes.iter().enumerate() {
-        let p = nodes_path.index(i).child("name");
+        let p = || nodes_path().index(i).child("name");
         if !seen.insert(node.name.as_str()) {
-            errs.push(FieldError::duplicate(&p, &node.name));
+            errs.push(FieldError::duplicate(&p(), &node.name));
         }
-        errs.extend(
-            name_is_dns_subdomain(&node.name, false)
-                .into_iter()
-                .map(|m| FieldError::invalid(&p, &node.name, m)),
-        );
+        let msgs = name_is_dns_subdomain(&node.name, false);
+        if !msgs.is_empty() {
+            let p = p();
+            errs.extend(
+                msgs.into_iter()
+                    .map(|m| FieldError::invalid(&p, &node.name, m)),
+            );
+        }
     }
     errs
 }
