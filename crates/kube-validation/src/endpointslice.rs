@@ -122,10 +122,10 @@ fn validate_endpoints(endpoints: &[Endpoint], address_type: &str, path: &FieldPa
             match address_type {
                 "IPv4" | "IPv6" => {
                     let parsed = parse_ip_sloppy(address);
-                    let family_ok = match (address_type, parsed) {
-                        ("IPv4", Some(IpAddr::V4(_))) | ("IPv6", Some(IpAddr::V6(_))) => true,
-                        _ => false,
-                    };
+                    let family_ok = matches!(
+                        (address_type, parsed),
+                        ("IPv4", Some(IpAddr::V4(_))) | ("IPv6", Some(IpAddr::V6(_)))
+                    );
                     if !family_ok {
                         errs.extend(if address_type == "IPv4" {
                             validate_ipv4(&p(), address)
