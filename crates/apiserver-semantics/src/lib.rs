@@ -54,8 +54,9 @@
 //! - Strategic merge patch: patch strategies of the served built-ins only; other lists replace.
 //! - Tables: printers for EndpointSlice, Service, Pod, Lease, Endpoints, Namespace, Event,
 //!   ConfigMap, Secret; others get the default Name/Created At table.
-//! - OpenAPI: CRD schemas in full; built-ins as open objects (`kubectl explain` of built-ins
-//!   shows no fields); `/openapi/v2` only as JSON (kubectl reads v2 as protobuf).
+//! - OpenAPI: CRD schemas in full; the served built-ins from k8s-openapi's schemas (no
+//!   `x-kubernetes-list-type` markers on them); `/openapi/v2` only as JSON (kubectl reads v2
+//!   as protobuf).
 
 pub mod field_error;
 pub mod fieldpath;

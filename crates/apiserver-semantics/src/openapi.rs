@@ -1,4 +1,5 @@
-//! `/openapi/v2` and `/openapi/v3` documents from CRD schemas plus minimal built-ins.
+//! `/openapi/v2` and `/openapi/v3` documents from the CRD schemas plus the served built-ins'
+//! schemas (generated from k8s-openapi, i.e. the Kubernetes OpenAPI with its descriptions).
 //!
 //! What kubectl 1.27–1.33 does with them:
 //! - `kubectl apply/create/replace` ask `/openapi/v3`, then the group-version document, whether
@@ -16,6 +17,7 @@
 
 use serde_json::{Map, Value, json};
 use std::hash::{Hash, Hasher};
+use std::sync::OnceLock;
 
 const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 const LIST_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";
@@ -73,23 +75,27 @@ fn builtin_package(group: &str) -> Option<&'static str> {
     })
 }
 
-/// The built-ins the emulator serves; their schemas are open objects (no client-side checks).
+/// The built-ins the emulator serves; their schemas are `$ref`s into [`builtin_definitions`].
 fn builtins() -> Vec<Resource> {
-    let r = |group: &str,
-             version: &str,
-             kind: &str,
-             plural: &str,
-             namespaced: bool,
-             status: bool| Resource {
-        group: group.into(),
-        version: version.into(),
-        kind: kind.into(),
-        plural: plural.into(),
-        namespaced,
-        status,
-        schema: json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true,
-                       "description": format!("{kind} ({}).", if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") })}),
-    };
+    let r =
+        |group: &str, version: &str, kind: &str, plural: &str, namespaced: bool, status: bool| {
+            let mut res = Resource {
+                group: group.into(),
+                version: version.into(),
+                kind: kind.into(),
+                plural: plural.into(),
+                namespaced,
+                status,
+                schema: Value::Null,
+            };
+            res.schema = builtin_definitions()
+                .get(&res.definition_name())
+                .cloned()
+                .unwrap_or_else(
+                    || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+                );
+            res
+        };
     vec![
         r("", "v1", "Namespace", "namespaces", false, true),
         r("", "v1", "Service", "services", true, true),
@@ -117,6 +123,69 @@ fn builtins() -> Vec<Resource> {
             true,
         ),
     ]
+}
+
+/// OpenAPI 3 definitions of the served built-ins and everything they reference, generated once
+/// from k8s-openapi's schemas (the Kubernetes OpenAPI, with its descriptions), keyed like the
+/// real documents (`io.k8s.api.core.v1.Service`).
+fn builtin_definitions() -> &'static Map<String, Value> {
+    static DEFS: OnceLock<Map<String, Value>> = OnceLock::new();
+    DEFS.get_or_init(|| {
+        use k8s_openapi::api::{coordination, core, discovery, events};
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+        let mut g = schemars::generate::SchemaSettings::openapi3().into_generator();
+        let _ = g.subschema_for::<core::v1::Namespace>();
+        let _ = g.subschema_for::<core::v1::Service>();
+        let _ = g.subschema_for::<core::v1::Endpoints>();
+        let _ = g.subschema_for::<core::v1::Pod>();
+        let _ = g.subschema_for::<core::v1::ConfigMap>();
+        let _ = g.subschema_for::<core::v1::Secret>();
+        let _ = g.subschema_for::<core::v1::Event>();
+        let _ = g.subschema_for::<discovery::v1::EndpointSlice>();
+        let _ = g.subschema_for::<coordination::v1::Lease>();
+        let _ = g.subschema_for::<events::v1::Event>();
+        let _ = g.subschema_for::<apiext::CustomResourceDefinition>();
+        let _ = g.subschema_for::<meta::ObjectMeta>();
+        let _ = g.subschema_for::<meta::ListMeta>();
+        g.take_definitions(true)
+    })
+}
+
+/// Every `$ref` target (definition name) inside `v`.
+fn refs_in(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, c) in m {
+                if k == "$ref"
+                    && let Some(name) = c.as_str().and_then(|r| r.rsplit('/').next())
+                {
+                    out.push(name.to_owned());
+                }
+                refs_in(c, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|c| refs_in(c, out)),
+        _ => {}
+    }
+}
+
+/// The built-in definitions reachable from `roots` (transitively).
+fn closure(roots: &[Value]) -> Map<String, Value> {
+    let defs = builtin_definitions();
+    let mut pending = Vec::new();
+    roots.iter().for_each(|r| refs_in(r, &mut pending));
+    let mut out = Map::new();
+    while let Some(name) = pending.pop() {
+        if out.contains_key(&name) {
+            continue;
+        }
+        if let Some(d) = defs.get(&name) {
+            refs_in(d, &mut pending);
+            out.insert(name, d.clone());
+        }
+    }
+    out
 }
 
 /// The served versions of the CRDs, with their schemas.
@@ -204,45 +273,6 @@ fn list_schema(r: &Resource, refs: &str) -> Value {
                       "description": format!("List of {}.", r.plural)},
             "metadata": {"allOf": [{"$ref": format!("{refs}{LIST_META}")}],
                          "description": "Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds"}}})
-}
-
-fn meta_schemas() -> Vec<(&'static str, Value)> {
-    let s = |d: &str| json!({"type": "string", "description": d});
-    vec![
-        (
-            OBJECT_META,
-            json!({"type": "object",
-                "description": "ObjectMeta is metadata that all persisted resources must have, which includes all objects users must create.",
-                "properties": {
-                    "name": s("Name must be unique within a namespace."),
-                    "generateName": s("GenerateName is an optional prefix, used by the server, to generate a unique name ONLY IF the Name field has not been provided."),
-                    "namespace": s("Namespace defines the space within which each name must be unique."),
-                    "uid": s("UID is the unique in time and space value for this object."),
-                    "resourceVersion": s("An opaque value that represents the internal version of this object."),
-                    "generation": {"type": "integer", "format": "int64", "description": "A sequence number representing a specific generation of the desired state."},
-                    "creationTimestamp": {"type": "string", "format": "date-time", "description": "CreationTimestamp is a timestamp representing the server time when this object was created."},
-                    "deletionTimestamp": {"type": "string", "format": "date-time", "description": "DeletionTimestamp is RFC 3339 date and time at which this resource will be deleted."},
-                    "deletionGracePeriodSeconds": {"type": "integer", "format": "int64", "description": "Number of seconds allowed for this object to gracefully terminate before it will be removed from the system."},
-                    "labels": {"type": "object", "additionalProperties": {"type": "string", "default": ""}, "description": "Map of string keys and values that can be used to organize and categorize (scope and select) objects."},
-                    "annotations": {"type": "object", "additionalProperties": {"type": "string", "default": ""}, "description": "Annotations is an unstructured key value map stored with a resource that may be set by external tools to store and retrieve arbitrary metadata."},
-                    "finalizers": {"type": "array", "items": {"type": "string", "default": ""}, "x-kubernetes-list-type": "set", "description": "Must be empty before the object is deleted from the registry."},
-                    "ownerReferences": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["uid"],
-                        "items": {"type": "object", "required": ["apiVersion", "kind", "name", "uid"], "properties": {
-                            "apiVersion": s("API version of the referent."), "kind": s("Kind of the referent."),
-                            "name": s("Name of the referent."), "uid": s("UID of the referent."),
-                            "controller": {"type": "boolean", "description": "If true, this reference points to the managing controller."},
-                            "blockOwnerDeletion": {"type": "boolean", "description": "If true, AND if the owner has the \"foregroundDeletion\" finalizer, then the owner cannot be deleted from the key-value store until this reference is removed."}}},
-                        "description": "List of objects depended by this object."},
-                    "managedFields": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}, "description": "ManagedFields maps workflow-id and version to the set of fields that are managed by that workflow."}}}),
-        ),
-        (
-            LIST_META,
-            json!({"type": "object", "description": "ListMeta describes metadata that synthetic resources must have, including lists and various status objects.",
-                "properties": {"resourceVersion": s("String that identifies the server's internal version of this object."),
-                               "continue": s("continue may be set if the user set a limit on the number of items returned."),
-                               "remainingItemCount": {"type": "integer", "format": "int64", "description": "remainingItemCount is the number of subsequent items in the list which are not included in this list response."}}}),
-        ),
-    ]
 }
 
 fn query_param(name: &str, description: &str, v3: bool) -> Value {
@@ -428,35 +458,44 @@ fn info() -> Value {
     json!({"title": "Kubernetes", "version": "v1.33.0"})
 }
 
-/// The `/openapi/v2` Swagger document: the CRDs' schemas (served versions) plus minimal
-/// built-in definitions.
+/// The `/openapi/v2` Swagger document: the CRDs' schemas (served versions) plus the served
+/// built-ins and what they reference.
 pub fn v2(crds: &[Value]) -> Value {
-    let refs = "#/definitions/";
-    let mut definitions = Map::new();
-    let mut path_map = Map::new();
-    for (name, s) in meta_schemas() {
-        definitions.insert(name.into(), to_v2_schema(&s));
+    let v3_refs = "#/components/schemas/";
+    let resources = all_resources(crds);
+    let roots: Vec<Value> = resources
+        .iter()
+        .map(|r| object_schema(r, v3_refs))
+        .collect();
+    let mut definitions: Map<String, Value> = closure(&roots)
+        .into_iter()
+        .map(|(name, d)| (name, to_v2_schema(&d)))
+        .collect();
+    if let Some(list_meta) = builtin_definitions().get(LIST_META) {
+        definitions.insert(LIST_META.into(), to_v2_schema(list_meta));
     }
-    for r in all_resources(crds) {
-        definitions.insert(r.definition_name(), to_v2_schema(&object_schema(&r, refs)));
+    let mut path_map = Map::new();
+    for (r, root) in resources.iter().zip(&roots) {
+        definitions.insert(r.definition_name(), to_v2_schema(root));
         definitions.insert(
             format!("{}List", r.definition_name()),
-            list_schema(&r, refs),
+            to_v2_schema(&list_schema(r, v3_refs)),
         );
-        paths(&r, refs, false, &mut path_map);
+        paths(r, "#/definitions/", false, &mut path_map);
     }
     json!({"swagger": "2.0", "info": info(), "paths": path_map, "definitions": definitions})
 }
 
 fn v3_doc(resources: &[&Resource]) -> Value {
     let refs = "#/components/schemas/";
-    let mut schemas = Map::new();
-    for (name, s) in meta_schemas() {
-        schemas.insert(name.into(), s);
+    let roots: Vec<Value> = resources.iter().map(|r| object_schema(r, refs)).collect();
+    let mut schemas = closure(&roots);
+    if let Some(list_meta) = builtin_definitions().get(LIST_META) {
+        schemas.insert(LIST_META.into(), list_meta.clone());
     }
     let mut path_map = Map::new();
-    for r in resources {
-        schemas.insert(r.definition_name(), object_schema(r, refs));
+    for (r, root) in resources.iter().zip(roots) {
+        schemas.insert(r.definition_name(), root);
         schemas.insert(format!("{}List", r.definition_name()), list_schema(r, refs));
         paths(r, refs, true, &mut path_map);
     }
@@ -569,6 +608,25 @@ mod tests {
             .get("/apis/portmapper.dev/v1alpha1/namespaces/{namespace}/portmappings/{name}/status")
             .is_some());
         let core = v3_group_version(&[], "", "v1").unwrap();
+        // Built-ins carry the real Kubernetes schemas (k8s-openapi) and everything they reference.
+        let svc = &core["components"]["schemas"]["io.k8s.api.core.v1.Service"];
+        assert_eq!(svc["x-kubernetes-group-version-kind"][0]["kind"], "Service");
+        let spec_ref = svc["properties"]["spec"]["allOf"][0]["$ref"]
+            .as_str()
+            .or(svc["properties"]["spec"]["$ref"].as_str())
+            .unwrap();
+        let spec_name = spec_ref.trim_start_matches("#/components/schemas/");
+        assert!(
+            core["components"]["schemas"][spec_name]["properties"]["ports"]["description"]
+                .as_str()
+                .is_some_and(|d| d.contains("ports")),
+            "{spec_name}"
+        );
+        assert!(
+            core["components"]["schemas"]
+                .get("io.k8s.api.core.v1.Container")
+                .is_some()
+        );
         assert!(supports_field_validation(
             &core,
             &json!({"group": "", "version": "v1", "kind": "Namespace"})
