@@ -1046,3 +1046,174 @@ fn unnamed_single_port_uses_its_number_in_the_name() {
     assert_eq!(p.slices[0].slice.ports.as_ref().unwrap()[0].port, Some(80));
     assert_eq!(p.summary, "8080 4/4");
 }
+
+#[test]
+fn host_network_pods_sharing_an_address_are_separate_endpoints() {
+    let w = World::new(
+        port_mapping(&["http"]),
+        service(vec![sport("http", 80, None)]),
+        vec![
+            PodBuilder::new("a", &["10.0.0.7"]).ports("http").build(),
+            PodBuilder::new("b", &["10.0.0.7"]).ports("http").build(),
+        ],
+    );
+    let p = w.plan();
+    assert_eq!(pod_names(&p.slices[0].slice), vec!["a", "b"]);
+    let mut w = w;
+    w.apply(&p);
+    assert!(w.plan().is_converged());
+}
+
+#[test]
+fn prefer_same_node_hints_node_and_zone_on_ready_endpoints() {
+    let mut w = seed_world();
+    w.zones = BTreeMap::from([("node-1".to_owned(), "z1".to_owned())]);
+    w.service.spec.as_mut().unwrap().traffic_distribution = Some("PreferSameNode".into());
+    let p = w.plan();
+    let hints = p.slices[0].slice.endpoints[0].hints.clone().unwrap();
+    assert_eq!(hints.for_nodes.unwrap()[0].name, "node-1");
+    assert_eq!(hints.for_zones.unwrap()[0].name, "z1");
+}
+
+#[test]
+fn headless_service_without_ports_is_dual_stack_aware() {
+    let mut svc = service(vec![]);
+    let spec = svc.spec.as_mut().unwrap();
+    spec.cluster_ip = Some("None".into());
+    spec.ip_families = Some(vec!["IPv4".into(), "IPv6".into()]);
+    let mut pm = port_mapping(&[]);
+    pm.spec.max_endpoints_per_slice = 1;
+    let w = World::new(
+        pm,
+        svc,
+        vec![
+            PodBuilder::new("a", &["10.0.0.1", "fd00::1"]).build(),
+            PodBuilder::new("b", &["10.0.0.2", "fd00::2"]).build(),
+        ],
+    );
+    let names: Vec<String> = actions(&w.plan()).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, vec!["web", "web.2", "web.v6", "web.v6.2"]);
+}
+
+#[test]
+fn legacy_endpoints_split_subsets_when_named_ports_diverge() {
+    let mut pm = port_mapping(&[]);
+    pm.spec.legacy_endpoints = true;
+    let svc = service(vec![sport(
+        "grpc",
+        9000,
+        Some(IntOrString::String("grpc".into())),
+    )]);
+    let w = World::new(
+        pm,
+        svc,
+        vec![
+            PodBuilder::new("a", &["10.0.0.1"])
+                .container_port("grpc", 9443)
+                .build(),
+            PodBuilder::new("b", &["10.0.0.2"])
+                .container_port("grpc", 8443)
+                .build(),
+        ],
+    );
+    let e = w.plan().endpoints.unwrap().endpoints;
+    let subsets = e.subsets.unwrap();
+    let shape: Vec<(i32, String)> = subsets
+        .iter()
+        .map(|s| {
+            (
+                s.ports.as_ref().unwrap()[0].port,
+                s.addresses.as_ref().unwrap()[0].ip.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        vec![(8443, "10.0.0.2".into()), (9443, "10.0.0.1".into())]
+    );
+    let owner = &e.metadata.owner_references.unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.controller),
+        ("PortMapping", Some(true))
+    );
+    assert!(
+        !e.metadata
+            .labels
+            .unwrap()
+            .contains_key("kubernetes.io/service-name")
+    );
+}
+
+#[test]
+fn legacy_endpoints_omit_draining_pods_and_headless_gets_the_marker() {
+    let mut pm = port_mapping(&["http"]);
+    pm.spec.legacy_endpoints = true;
+    pm.spec.ports[0].checks = vec![];
+    let mut svc = service(vec![sport("http", 80, None)]);
+    svc.spec.as_mut().unwrap().cluster_ip = Some("None".into());
+    let w = World::new(
+        pm,
+        svc,
+        vec![
+            PodBuilder::new("a", &["10.0.0.1"]).build(),
+            PodBuilder::new("b", &["10.0.0.2"]).terminating().build(),
+        ],
+    );
+    let p = w.plan();
+    assert_eq!(
+        pod_names(&p.slices[0].slice),
+        vec!["a", "b"],
+        "the slice drains b"
+    );
+    let e = p.endpoints.unwrap().endpoints;
+    let subsets = e.subsets.unwrap();
+    assert_eq!(
+        subsets[0].addresses.as_ref().unwrap().len(),
+        1,
+        "Endpoints drop it"
+    );
+    assert_eq!(
+        e.metadata
+            .labels
+            .unwrap()
+            .get("service.kubernetes.io/headless")
+            .map(String::as_str),
+        Some("")
+    );
+}
+
+#[test]
+fn legacy_endpoints_with_no_member_have_no_subsets() {
+    let mut pm = port_mapping(&["http"]);
+    pm.spec.legacy_endpoints = true;
+    let w = World::new(pm, service(vec![sport("http", 80, None)]), vec![]);
+    let p = w.plan();
+    assert_eq!(p.endpoints.unwrap().endpoints.subsets, None);
+}
+
+#[test]
+fn lowering_max_endpoints_per_slice_spreads_without_touching_other_slices_needlessly() {
+    let pods: Vec<_> = (1..=4)
+        .map(|i| {
+            PodBuilder::new(&format!("p{i}"), &[&format!("10.0.0.{i}")])
+                .ports("http")
+                .build()
+        })
+        .collect();
+    let mut w = World::new(
+        port_mapping(&["http"]),
+        service(vec![sport("http", 80, None)]),
+        pods,
+    );
+    w.step();
+    w.pm.spec.max_endpoints_per_slice = 3;
+    let p = w.step();
+    assert_eq!(
+        actions(&p),
+        vec![
+            ("web.http".into(), "update"),
+            ("web.http.2".into(), "create")
+        ]
+    );
+    assert!(w.plan().is_converged());
+}
