@@ -6,6 +6,15 @@
 //!
 //! Functions take typed k8s-openapi objects. Call the `default_*` function of a type first, as
 //! the apiserver defaults before it validates.
+//!
+//! Covered: ObjectMeta (create and update), EndpointSlice, Endpoints, Service (without IP and
+//! nodePort allocation), Lease, events.k8s.io/v1 Event, and the name/label/IP helpers they use.
+//! Known differences from the apiserver:
+//! - Composite bad values (owner references, service port keys, object references) are printed
+//!   readably; Go prints them with `%#v`. Strings, numbers and string slices match exactly.
+//! - IPs are parsed like `netutils.ParseIPSloppy` (leading zeros accepted, as with the
+//!   `StrictIPCIDRValidation` gate off); non-canonical forms are accepted, not warned about.
+//! - Feature-gated fields follow the 1.34 defaults (e.g. all three `trafficDistribution` values).
 
 pub mod endpoints;
 pub mod endpointslice;

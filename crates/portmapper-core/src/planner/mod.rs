@@ -1,6 +1,38 @@
 //! The pure planner: from a PortMapping, its Service, the pool pods, node zones, membership
 //! decisions and what is published now, compute the EndpointSlices (and legacy Endpoints) that
 //! must exist, what to write, and the status to report.
+//!
+//! Rendering rules (native EndpointSlice controller parity unless stated):
+//! - One slice set per Service port × IP family (`spec.ipFamilies`, primary first; else the
+//!   cluster IP's family; else IPv4) × resolved target port, chunked at
+//!   `maxEndpointsPerSlice`. Each slice carries exactly one port. A headless Service without
+//!   ports gets portless slices of every pool pod under the default checks. ExternalName:
+//!   nothing, and every owned object is deleted.
+//! - Names: `<svc>.<port>[.v6][.p<target>][.<chunk>]` ([`naming`]); `.p<target>` only for named
+//!   targetPorts, which resolve per pod (containers, then sidecar init containers; name and
+//!   protocol must match).
+//! - Candidates: pool pods that are not terminal, resolve the target port and have an address
+//!   of the family. Addresses the API rejects (loopback, link-local, unspecified, link-local
+//!   multicast) leave the pod out with a warning and an exclusion reason.
+//! - Members: candidates whose checks include them; Abstain keeps whatever the live slices
+//!   publish for that (port name, family, pod UID). Conditions: `serving=true`,
+//!   `terminating` = deletionTimestamp set, `ready` = publishNotReadyAddresses or not
+//!   terminating. `terminatingEndpoints: Drop` leaves terminating pods out.
+//! - Endpoint: one canonical address, targetRef to the pod, nodeName, zone of the node,
+//!   hostname when the pod's subdomain is the Service, hints for ready endpoints only
+//!   (`PreferClose`/`PreferSameZone` → zone, `PreferSameNode` → node and zone;
+//!   `topology-mode: Auto` → none, with a warning).
+//! - Metadata: Service labels minus reserved ones, `service.kubernetes.io/headless` for
+//!   headless Services, `kubernetes.io/service-name`, `managed-by: portmapper.dev`, a controller
+//!   owner reference to the PortMapping with `blockOwnerDeletion: true`, and
+//!   `last-change-trigger-time` = `PlanInput::now` on written slices only (unchanged slices keep
+//!   theirs).
+//! - Placeholder: a port × family without members keeps one empty slice (with its port): at the
+//!   static target, or for a named target at an already published group, else the lowest number
+//!   a candidate resolves; none when no candidate resolves the name.
+//! - Packing: [`pack()`](pack::pack). Equality: semantic ([`metadata_eq`], [`endpoint_eq`], [`ports_eq`]), so a
+//!   converged plan has zero writes.
+//! - Every slice and Endpoints object to write passes `kube-validation`, or the plan fails.
 
 mod compare;
 mod legacy;

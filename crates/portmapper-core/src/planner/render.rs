@@ -57,7 +57,7 @@ pub fn slice_labels(service: &Service, service_name: &str) -> BTreeMap<String, S
 /// The controller owner reference to the PortMapping. `blockOwnerDeletion: true` so foreground
 /// deletion of a PortMapping waits for its slices (like the native controller's reference to the
 /// Service); clusters enforcing `OwnerReferencesPermissionEnforcement` then require the operator
-/// to hold `update` on `portmappings/finalizers`, which its own RBAC grants.
+/// to hold `update` on `portmappings/finalizers`, so its RBAC must grant that.
 pub fn owner_reference(name: &str, uid: &str) -> OwnerReference {
     OwnerReference {
         api_version: format!("{}/v1alpha1", portmapper_api::GROUP),
