@@ -430,10 +430,14 @@ fn apply_tamper(w: &mut World, t: &Tamper) {
         }
         Tamper::DuplicateInto(a, b) => {
             let (from, to) = (a.index(n), b.index(n));
-            if let Some(e) = w.slices[from].endpoints.first().cloned() {
-                if w.slices[to].address_type == w.slices[from].address_type {
-                    w.slices[to].endpoints.push(e);
-                }
+            let same_family = w.slices[to].address_type == w.slices[from].address_type;
+            if let Some(e) = w.slices[from]
+                .endpoints
+                .first()
+                .cloned()
+                .filter(|_| same_family)
+            {
+                w.slices[to].endpoints.push(e);
             }
         }
         Tamper::StraySlice(s) => {
