@@ -155,6 +155,21 @@ pub fn validate_finalizers(finalizers: &[String], path: &FieldPath, builtin: boo
     errs
 }
 
+/// The `Warning` headers the apiserver returns for custom-resource finalizers that are not
+/// domain-qualified (they are accepted, unlike on built-in types).
+pub fn finalizer_warnings(finalizers: &[String], path: &FieldPath) -> Vec<String> {
+    finalizers
+        .iter()
+        .filter(|f| !f.contains('/'))
+        .map(|f| {
+            format!(
+                "{path}: {}: prefer a domain-qualified finalizer name including a path (/) to avoid accidental conflicts with other finalizer writers",
+                crate::field::go_quote(f)
+            )
+        })
+        .collect()
+}
+
 /// `ValidateObjectMeta` for an object being created or updated. `builtin` adds the rules
 /// Kubernetes applies to its own types only (standard finalizer names).
 pub fn validate_object_meta(
@@ -514,6 +529,29 @@ mod tests {
             check(&m),
             vec![
                 "metadata.finalizers[0]: Invalid value: \"mine\": name is neither a standard finalizer name nor is it fully qualified"
+            ]
+        );
+    }
+
+    #[test]
+    fn custom_resource_finalizers_without_domain_only_warn() {
+        let mut m = meta("x");
+        m.finalizers = Some(vec!["mine".into(), "example.com/ok".into()]);
+        let errs = validate_object_meta(
+            &m,
+            true,
+            name_is_dns_subdomain,
+            &FieldPath::new("metadata"),
+            false,
+        );
+        assert!(errs.is_empty());
+        assert_eq!(
+            finalizer_warnings(
+                m.finalizers.as_deref().unwrap_or_default(),
+                &FieldPath::new("metadata").child("finalizers")
+            ),
+            vec![
+                r#"metadata.finalizers: "mine": prefer a domain-qualified finalizer name including a path (/) to avoid accidental conflicts with other finalizer writers"#
             ]
         );
     }
