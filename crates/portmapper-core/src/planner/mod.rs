@@ -33,6 +33,7 @@
 //! - Packing: [`pack()`](pack::pack). Equality: semantic ([`metadata_eq`], [`endpoint_eq`], [`ports_eq`]), so a
 //!   converged plan has zero writes.
 //! - Every slice and Endpoints object to write passes `kube-validation`, or the plan fails.
+//! - While the PortMapping is being deleted, no slice is created (existing ones still update).
 
 mod compare;
 mod legacy;
@@ -573,6 +574,11 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
         .sort_by(|a, b| a.slice.metadata.name.cmp(&b.slice.metadata.name));
     out.deletions.sort();
     out.deletions.dedup();
+    if pm.metadata.deletion_timestamp.is_some() {
+        // Like the native controller while its Service is deleted: no creates that would race
+        // the garbage collector; existing slices are still kept accurate.
+        out.slices.retain(|s| s.action != Action::Create);
+    }
 
     // Legacy Endpoints.
     if spec.legacy_endpoints {

@@ -1217,3 +1217,28 @@ fn lowering_max_endpoints_per_slice_spreads_without_touching_other_slices_needle
     );
     assert!(w.plan().is_converged());
 }
+
+#[test]
+fn no_creates_while_the_portmapping_is_being_deleted() {
+    let mut w = seed_world();
+    w.step();
+    w.pm.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(w.now));
+    w.pods[0]
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(PORTS_KEY.into(), "https".into());
+    w.pm.spec.max_endpoints_per_slice = 2;
+    let p = w.plan();
+    assert!(
+        p.slices.iter().all(|s| s.action != Action::Create),
+        "{:?}",
+        actions(&p)
+    );
+    assert!(
+        p.slices.iter().any(|s| s.action.is_write()),
+        "existing slices still follow the pods"
+    );
+}
