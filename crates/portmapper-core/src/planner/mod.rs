@@ -68,7 +68,7 @@ use crate::target::{
 use naming::{chunk_name, group_base_name, parse_chunk};
 use pack::{LiveChunk, pack};
 use render::{
-    ANNOTATION_TRIGGER_TIME, EndpointFacts, HintMode, hint_mode, owner_reference, render_endpoint,
+    ANNOTATION_TRIGGER_TIME, EndpointFacts, hint_mode, owner_reference, render_endpoint,
     slice_labels,
 };
 use status::{PodPortState, port_statuses};
@@ -659,9 +659,4 @@ fn deletion(meta: &ObjectMeta) -> Deletion {
 /// The owner reference the planner puts on every object it renders for this PortMapping.
 pub fn planned_owner_reference(name: &str, uid: &str) -> OwnerReference {
     owner_reference(name, uid)
-}
-
-/// Whether a hint mode is active, for callers that report it.
-pub fn hints_enabled(service: &Service) -> bool {
-    hint_mode(service).0 != HintMode::None
 }
