@@ -49,8 +49,7 @@
 //! - CRD validation: sibling errors come in schema order (upstream: Go map order); CEL
 //!   `Invalid value` shows the schema type (`"object"`) as 1.33 does (newer releases show the
 //!   value or omit it); CEL cost limits are not enforced; `kube-cel` gaps (`sortBy`,
-//!   `cel.bind`, two-variable comprehensions) fail closed; CEL field paths of map keys use
-//!   `.key` where upstream writes `[key]`.
+//!   `cel.bind`, two-variable comprehensions) fail closed.
 //! - Strategic merge patch: patch strategies of the served built-ins only; other lists replace.
 //! - Tables: printers for EndpointSlice, Service, Pod, Lease, Endpoints, Namespace, Event,
 //!   ConfigMap, Secret; others get the default Name/Created At table.

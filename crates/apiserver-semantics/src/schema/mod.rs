@@ -434,6 +434,18 @@ mod tests {
     }
 
     #[test]
+    fn cel_errors_name_map_entries_with_brackets() {
+        let s = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "limits": {"type": "object", "additionalProperties": {"type": "integer",
+                "x-kubernetes-validations": [{"rule": "self >= 0", "message": "must not be negative"}]}}}}}});
+        let v = CrdValidator::new(&s, "").unwrap();
+        assert_eq!(
+            msgs(&v.validate(&json!({"spec": {"limits": {"cpu": -1}}}), None)),
+            vec![r#"spec.limits[cpu]: Invalid value: "integer": must not be negative"#]
+        );
+    }
+
+    #[test]
     fn bad_cel_rule_is_a_crd_error() {
         let s = json!({"type": "object", "properties": {"spec": {"type": "object",
             "x-kubernetes-validations": [{"rule": "self.a <="}]}}});

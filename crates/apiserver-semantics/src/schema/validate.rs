@@ -44,10 +44,11 @@ impl CrdValidator {
         let value = BadValue::Json(Value::String(
             self.rule_types.get(&e.rule).cloned().unwrap_or_default(),
         ));
-        let field = if e.field_path.is_empty() {
+        let rendered = cel_field_path(&self.schema, &e.field_path);
+        let field = if rendered.is_empty() {
             "<nil>"
         } else {
-            &e.field_path
+            &rendered
         };
         match e.reason.as_deref() {
             Some("FieldValueForbidden") => FieldError::forbidden(field, e.message.clone()),
@@ -300,6 +301,38 @@ impl CrdValidator {
             ));
         }
     }
+}
+
+/// Upstream CEL errors name map entries `labels[key]` (`field.Path.Key`); kube-cel writes
+/// `labels.key`. Re-render the path by walking the schema.
+fn cel_field_path(schema: &Value, path: &str) -> String {
+    let mut s = Some(schema);
+    let mut out = String::new();
+    for seg in path.split('.').filter(|x| !x.is_empty()) {
+        let (name, indexes) = match seg.find('[') {
+            Some(i) => (&seg[..i], &seg[i..]),
+            None => (seg, ""),
+        };
+        if !name.is_empty() {
+            let node = s;
+            let declared = node.and_then(|n| props(n)).and_then(|p| p.get(name));
+            match (declared, node.and_then(additional)) {
+                (None, Some(a)) => {
+                    out.push_str(&format!("[{name}]"));
+                    s = Some(a);
+                }
+                _ => {
+                    out = join(&out, name);
+                    s = declared;
+                }
+            }
+        }
+        out.push_str(indexes);
+        for _ in indexes.matches('[') {
+            s = s.and_then(|n| n.get("items"));
+        }
+    }
+    out
 }
 
 /// The old item an array item correlates with: by key for list-maps, by value for sets, none
