@@ -137,6 +137,48 @@ impl Writer<'_> {
         Ok(())
     }
 
+    /// Removes annotations an adopted Endpoints object inherited from the native controller
+    /// (SSA cannot remove fields it does not own). The resourceVersion makes it a no-op if the
+    /// object changed since we read it.
+    pub async fn strip_endpoints_annotations(
+        &self,
+        name: &str,
+        keys: &[String],
+        resource_version: Option<&str>,
+    ) -> Result<(), Error> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.guard()?;
+        let api: Api<Endpoints> = Api::namespaced(self.client.clone(), self.namespace);
+        let annotations: serde_json::Map<String, serde_json::Value> = keys
+            .iter()
+            .map(|k| (k.clone(), serde_json::Value::Null))
+            .collect();
+        let patch =
+            json!({"metadata": {"resourceVersion": resource_version, "annotations": annotations}});
+        api.patch(
+            name,
+            &PatchParams {
+                field_manager: Some(MANAGER.into()),
+                ..PatchParams::default()
+            },
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .map_err(|e| {
+            Error::kube(
+                format!(
+                    "stripping inherited annotations of Endpoints {}/{name}",
+                    self.namespace
+                ),
+                e,
+            )
+        })?;
+        self.metrics.write("patch", "endpoints");
+        Ok(())
+    }
+
     /// Deletes an Endpoints object with a UID precondition.
     pub async fn delete_endpoints(&self, name: &str, uid: &str) -> Result<(), Error> {
         self.guard()?;

@@ -34,7 +34,11 @@ pub struct DemoArgs {
     #[arg(long, env = "PORTMAPPER_DEMO_DURATION")]
     pub duration: Option<u64>,
     /// Directory of manifests to apply (the built-in copy of examples/demo is used when absent).
-    #[arg(long, env = "PORTMAPPER_DEMO_MANIFESTS", default_value = "examples/demo")]
+    #[arg(
+        long,
+        env = "PORTMAPPER_DEMO_MANIFESTS",
+        default_value = "examples/demo"
+    )]
     pub manifests: PathBuf,
     /// Where to write the kubeconfig of the embedded API server (default: a temporary file).
     #[arg(long, env = "PORTMAPPER_DEMO_KUBECONFIG")]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::channel::mpsc;
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::controller::{self, Action, Controller};
@@ -41,6 +41,8 @@ pub struct Settings {
     pub node_lookups: bool,
     /// Identity for Events.
     pub instance: Option<String>,
+    /// Network probes in flight at once, across all PortMappings.
+    pub probe_concurrency: usize,
 }
 
 /// What every reconcile reads and writes through.
@@ -51,10 +53,16 @@ pub struct Context {
     pub services: Store<Service>,
     pub slices: Store<EndpointSlice>,
     pub nodes: Option<Store<PartialObjectMeta<Node>>>,
+    /// Endpoints objects we publish (legacy mirror), found by our managed-by label.
+    pub owned_endpoints: Store<Endpoints>,
+    /// The native controllers' slices (metadata only): evidence for the selector migration.
+    pub native_slices: Store<PartialObjectMeta<EndpointSlice>>,
     pub pods: Arc<PodWatches>,
     pub leadership: Leadership,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
+    /// Probes network checks outside reconciles; reconciles read its cached results.
+    pub prober: portmapper_probe::Prober,
     /// Warning reasons already emitted per PortMapping, so each warning is sent once per
     /// occurrence and re-armed when its cause clears.
     pub warned: Mutex<HashMap<ObjectRef<PortMapping>, Vec<&'static str>>>,
@@ -155,6 +163,39 @@ pub async fn run(
     );
     tasks.spawn(task);
 
+    let (owned_endpoints, task) = reflect(
+        api::<Endpoints>(&client, &settings.namespace),
+        watcher::Config::default().labels(MANAGED_BY_SELECTOR),
+        "endpoints",
+        strip_managed_fields,
+        |ep: &Endpoints| crate::owner::portmapping_owner(ep),
+        trigger.clone(),
+    );
+    tasks.spawn(task);
+
+    let pms = portmappings.clone();
+    let (native_slices, task) = reflect(
+        api::<PartialObjectMeta<EndpointSlice>>(&client, &settings.namespace),
+        watcher::Config::default().labels(crate::migration::NATIVE_SELECTOR),
+        "native-endpointslices",
+        strip_managed_fields,
+        move |slice: &PartialObjectMeta<EndpointSlice>| {
+            let (ns, svc) = (
+                slice.namespace(),
+                slice.labels().get("kubernetes.io/service-name").cloned(),
+            );
+            pms.state()
+                .iter()
+                .filter(|pm| {
+                    pm.namespace() == ns && Some(&pm.spec.service_ref.name) == svc.as_ref()
+                })
+                .map(|pm| ObjectRef::from_obj(pm.as_ref()))
+                .collect::<Vec<_>>()
+        },
+        trigger.clone(),
+    );
+    tasks.spawn(task);
+
     let nodes = if settings.node_lookups {
         let (store, task) = node_reflector(&client, portmappings.clone(), trigger.clone());
         tasks.spawn(task);
@@ -170,18 +211,26 @@ pub async fn run(
         slices.clone(),
         trigger.clone(),
     );
+    let (prober, probe_events) = crate::probing::start(settings.probe_concurrency, &metrics)?;
+    tasks.spawn(crate::probing::forward_events(
+        probe_events,
+        trigger.clone(),
+    ));
     let reporter = Reporter {
         controller: "portmapper".into(),
         instance: settings.instance.clone(),
     };
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
+        prober,
         client,
         settings: settings.clone(),
         portmappings: portmappings.clone(),
         services: services.clone(),
         slices: slices.clone(),
         nodes: nodes.clone(),
+        owned_endpoints,
+        native_slices,
         pods: pods.clone(),
         leadership: leadership.clone(),
         metrics: metrics.clone(),
@@ -207,14 +256,21 @@ pub async fn run(
             readiness.set_ready();
         });
     }
-    // Stop pod watches that no PortMapping needs any more.
+    // Stop pod watches (and probes) that no PortMapping needs any more.
     {
-        let pods = pods.clone();
+        let (pods, ctx) = (pods.clone(), ctx.clone());
         tasks.spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(30));
             loop {
                 tick.tick().await;
                 pods.retain_needed();
+                let alive = ctx
+                    .portmappings
+                    .state()
+                    .iter()
+                    .map(|pm| crate::probing::mapping_key(pm))
+                    .collect();
+                crate::probing::retain(&ctx.prober, &alive);
             }
         });
     }
@@ -230,6 +286,7 @@ pub async fn run(
     metrics.leader.set(i64::from(leadership.is_leader()));
 
     let stop = shutdown.clone();
+    let gone_ctx = ctx.clone();
     controller
         .with_config(controller::Config::default().concurrency(settings.concurrency))
         .reconcile_on(triggers)
@@ -244,7 +301,12 @@ pub async fn run(
             match result {
                 Ok((obj, _)) => debug!(portmapping = %obj, "reconciled"),
                 Err(controller::Error::ObjectNotFound(obj)) => {
-                    debug!(portmapping = %obj, "PortMapping is gone")
+                    debug!(portmapping = %obj, "PortMapping is gone");
+                    let key = portmapper_probe::MappingKey::new(
+                        obj.namespace.clone().unwrap_or_default(),
+                        obj.name.clone(),
+                    );
+                    gone_ctx.prober.remove_mapping(&key);
                 }
                 Err(err) => warn!(error = %err, "reconcile failed"),
             }

@@ -34,9 +34,18 @@ const DEMO_MANAGER: &str = "portmapper-demo";
 
 /// The manifests shipped in `examples/demo/`, used when that directory is not at hand.
 const EMBEDDED: [(&str, &str); 3] = [
-    ("00-service.yaml", include_str!("../../../examples/demo/00-service.yaml")),
-    ("10-pods.yaml", include_str!("../../../examples/demo/10-pods.yaml")),
-    ("20-portmapping.yaml", include_str!("../../../examples/demo/20-portmapping.yaml")),
+    (
+        "00-service.yaml",
+        include_str!("../../../examples/demo/00-service.yaml"),
+    ),
+    (
+        "10-pods.yaml",
+        include_str!("../../../examples/demo/10-pods.yaml"),
+    ),
+    (
+        "20-portmapping.yaml",
+        include_str!("../../../examples/demo/20-portmapping.yaml"),
+    ),
 ];
 
 /// Runs the demo until `--duration` passes or Ctrl-C.
@@ -50,7 +59,9 @@ pub async fn run(args: DemoArgs) -> Result<(), Error> {
         .start()
         .await
         .map_err(|e| Error::Config(format!("starting the embedded API server: {e}")))?;
-    let client = emu.client().map_err(|e| Error::Config(format!("client for the embedded API server: {e}")))?;
+    let client = emu
+        .client()
+        .map_err(|e| Error::Config(format!("client for the embedded API server: {e}")))?;
     let kubeconfig = emu.kubeconfig_path().display().to_string();
     println!("portmapper demo: embedded API server on {}", emu.url());
     println!("  export KUBECONFIG={kubeconfig}");
@@ -62,7 +73,11 @@ pub async fn run(args: DemoArgs) -> Result<(), Error> {
     for doc in &manifests {
         apply(&client, doc).await?;
     }
-    println!("applied {} objects from {}", manifests.len(), source_name(&args.manifests));
+    println!(
+        "applied {} objects from {}",
+        manifests.len(),
+        source_name(&args.manifests)
+    );
 
     let shutdown = CancellationToken::new();
     let kubelet = tokio::spawn(play_kubelet(client.clone(), shutdown.clone()));
@@ -72,6 +87,7 @@ pub async fn run(args: DemoArgs) -> Result<(), Error> {
         resync: Duration::from_secs(30),
         node_lookups: true,
         instance: Some("demo".into()),
+        probe_concurrency: portmapper_probe::DEFAULT_CONCURRENCY,
     };
     let controller = tokio::spawn(controller::run(
         client.clone(),
@@ -82,7 +98,12 @@ pub async fn run(args: DemoArgs) -> Result<(), Error> {
         shutdown.clone(),
     ));
     let view = Arc::new(Mutex::new(String::new()));
-    let display = tokio::spawn(show_membership(client.clone(), started, view.clone(), shutdown.clone()));
+    let display = tokio::spawn(show_membership(
+        client.clone(),
+        started,
+        view.clone(),
+        shutdown.clone(),
+    ));
 
     if args.tour {
         tour(&client, &view).await?;
@@ -102,7 +123,10 @@ pub async fn run(args: DemoArgs) -> Result<(), Error> {
     let _ = tokio::time::timeout(Duration::from_secs(5), controller).await;
     display.abort();
     kubelet.abort();
-    println!("demo finished after {:.1}s", started.elapsed().as_secs_f64());
+    println!(
+        "demo finished after {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -117,7 +141,11 @@ async fn install_crd(client: &Client) -> Result<(), Error> {
     .map_err(|e| Error::kube("installing the PortMapping CRD", e))?;
     tokio::time::timeout(
         Duration::from_secs(10),
-        await_condition(crds, "portmappings.portmapper.dev", conditions::is_crd_established()),
+        await_condition(
+            crds,
+            "portmappings.portmapper.dev",
+            conditions::is_crd_established(),
+        ),
     )
     .await
     .map_err(|_| Error::Config("the PortMapping CRD did not become Established in 10s".into()))?
@@ -126,7 +154,11 @@ async fn install_crd(client: &Client) -> Result<(), Error> {
 }
 
 fn source_name(dir: &Path) -> String {
-    if dir.is_dir() { dir.display().to_string() } else { "the built-in copy of examples/demo".into() }
+    if dir.is_dir() {
+        dir.display().to_string()
+    } else {
+        "the built-in copy of examples/demo".into()
+    }
 }
 
 /// YAML documents from the directory (sorted by file name), or the embedded copies.
@@ -140,17 +172,22 @@ fn load_manifests(dir: &Path) -> Result<Vec<Value>, Error> {
             .collect();
         files.sort();
         for f in files {
-            let text = std::fs::read_to_string(&f).map_err(|e| Error::Config(format!("reading {}: {e}", f.display())))?;
+            let text = std::fs::read_to_string(&f)
+                .map_err(|e| Error::Config(format!("reading {}: {e}", f.display())))?;
             texts.push((f, text));
         }
     } else {
-        texts = EMBEDDED.iter().map(|(n, t)| (PathBuf::from(n), (*t).to_string())).collect();
+        texts = EMBEDDED
+            .iter()
+            .map(|(n, t)| (PathBuf::from(n), (*t).to_string()))
+            .collect();
     }
     let mut docs = Vec::new();
     for (file, text) in texts {
         for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-            let value = Value::deserialize(doc)
-                .map_err(|e| Error::Config(format!("{} document {}: {e}", file.display(), i + 1)))?;
+            let value = Value::deserialize(doc).map_err(|e| {
+                Error::Config(format!("{} document {}: {e}", file.display(), i + 1))
+            })?;
             if !value.is_null() {
                 docs.push(value);
             }
@@ -161,17 +198,34 @@ fn load_manifests(dir: &Path) -> Result<Vec<Value>, Error> {
 
 async fn apply(client: &Client, doc: &Value) -> Result<(), Error> {
     let kind = doc["kind"].as_str().unwrap_or_default();
-    let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
-    let ns = doc["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+    let name = doc["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let ns = doc["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("default")
+        .to_string();
     let pp = PatchParams::apply(DEMO_MANAGER).force();
     let action = format!("applying {kind} {ns}/{name}");
     let result = match kind {
-        "Service" => Api::<Service>::namespaced(client.clone(), &ns).patch(&name, &pp, &Patch::Apply(doc)).await.map(drop),
-        "Pod" => Api::<Pod>::namespaced(client.clone(), &ns).patch(&name, &pp, &Patch::Apply(doc)).await.map(drop),
-        "PortMapping" => {
-            Api::<PortMapping>::namespaced(client.clone(), &ns).patch(&name, &pp, &Patch::Apply(doc)).await.map(drop)
+        "Service" => Api::<Service>::namespaced(client.clone(), &ns)
+            .patch(&name, &pp, &Patch::Apply(doc))
+            .await
+            .map(drop),
+        "Pod" => Api::<Pod>::namespaced(client.clone(), &ns)
+            .patch(&name, &pp, &Patch::Apply(doc))
+            .await
+            .map(drop),
+        "PortMapping" => Api::<PortMapping>::namespaced(client.clone(), &ns)
+            .patch(&name, &pp, &Patch::Apply(doc))
+            .await
+            .map(drop),
+        other => {
+            return Err(Error::Config(format!(
+                "the demo cannot apply kind {other:?} ({ns}/{name})"
+            )));
         }
-        other => return Err(Error::Config(format!("the demo cannot apply kind {other:?} ({ns}/{name})"))),
     };
     result.map_err(|e| Error::kube(action, e))
 }
@@ -180,7 +234,11 @@ async fn apply(client: &Client, doc: &Value) -> Result<(), Error> {
 async fn play_kubelet(client: Client, shutdown: CancellationToken) {
     let pods: Api<Pod> = Api::all(client.clone());
     let mut next: u32 = 1;
-    let mut stream = std::pin::pin!(watcher(pods, watcher::Config::default()).default_backoff().applied_objects());
+    let mut stream = std::pin::pin!(
+        watcher(pods, watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+    );
     loop {
         let pod = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -190,7 +248,13 @@ async fn play_kubelet(client: Client, shutdown: CancellationToken) {
                 Err(_) => continue,
             },
         };
-        if pod.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some() || pod.metadata.deletion_timestamp.is_some() {
+        if pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.as_ref())
+            .is_some()
+            || pod.metadata.deletion_timestamp.is_some()
+        {
             continue;
         }
         let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 244, 0, 0)) + next);
@@ -206,7 +270,13 @@ async fn play_kubelet(client: Client, shutdown: CancellationToken) {
             })).collect::<Vec<_>>(),
         }});
         let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
-        let _ = api.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await;
+        let _ = api
+            .patch_status(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&status),
+            )
+            .await;
     }
 }
 
@@ -214,32 +284,60 @@ async fn play_kubelet(client: Client, shutdown: CancellationToken) {
 fn render(slices: &[EndpointSlice]) -> String {
     let mut ports: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     for s in slices {
-        let svc = s.labels().get("kubernetes.io/service-name").cloned().unwrap_or_default();
+        let svc = s
+            .labels()
+            .get("kubernetes.io/service-name")
+            .cloned()
+            .unwrap_or_default();
         let port = s
             .ports
             .iter()
             .flatten()
-            .map(|p| p.name.clone().unwrap_or_else(|| p.port.unwrap_or_default().to_string()))
+            .map(|p| {
+                p.name
+                    .clone()
+                    .unwrap_or_else(|| p.port.unwrap_or_default().to_string())
+            })
             .collect::<Vec<_>>()
             .join(",");
         let entry = ports.entry((svc, port)).or_default();
         for e in &s.endpoints {
-            let name = e.target_ref.as_ref().and_then(|t| t.name.clone()).unwrap_or_default();
+            let name = e
+                .target_ref
+                .as_ref()
+                .and_then(|t| t.name.clone())
+                .unwrap_or_default();
             let ready = e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
-            entry.push(if ready { name } else { format!("{name}(not ready)") });
+            entry.push(if ready {
+                name
+            } else {
+                format!("{name}(not ready)")
+            });
         }
     }
     ports
         .into_iter()
         .map(|((svc, port), mut pods)| {
             pods.sort();
-            format!("  {svc} {port}: {}", if pods.is_empty() { "-".to_string() } else { pods.join(", ") })
+            format!(
+                "  {svc} {port}: {}",
+                if pods.is_empty() {
+                    "-".to_string()
+                } else {
+                    pods.join(", ")
+                }
+            )
         })
         .collect::<Vec<_>>()
         .join("\n")
 }
 
-async fn show_membership(client: Client, started: Instant, view: Arc<Mutex<String>>, shutdown: CancellationToken) {
+async fn show_membership(
+    client: Client,
+    started: Instant,
+    view: Arc<Mutex<String>>,
+    shutdown: CancellationToken,
+) {
     let api: Api<EndpointSlice> = Api::all(client);
     let (store, writer) = kube::runtime::reflector::store();
     let stream = watcher(api, watcher::Config::default().labels(MANAGED_BY_SELECTOR))
@@ -256,7 +354,10 @@ async fn show_membership(client: Client, started: Instant, view: Arc<Mutex<Strin
         let text = render(&slices);
         let mut last = view.lock().await;
         if *last != text {
-            println!("[{:>5.1}s] membership:\n{text}", started.elapsed().as_secs_f64());
+            println!(
+                "[{:>5.1}s] membership:\n{text}",
+                started.elapsed().as_secs_f64()
+            );
             *last = text;
         }
     }

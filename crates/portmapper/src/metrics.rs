@@ -76,6 +76,8 @@ pub struct Metrics {
     pub reconcile_duration: Histogram,
     pub api_writes: Family<WriteLabels, Counter>,
     pub leader: Gauge,
+    /// Network-check probes (`portmapper_probe_*`), fed by the prober.
+    pub probe: portmapper_probe::PrometheusProbeMetrics,
 }
 
 impl Metrics {
@@ -93,6 +95,8 @@ impl Metrics {
         let reconcile_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 15));
         let api_writes = Family::<WriteLabels, Counter>::default();
         let leader = Gauge::default();
+        let probe = portmapper_probe::PrometheusProbeMetrics::default();
+        probe.register(&mut registry);
 
         registry.register(
             "endpoints_published",
@@ -165,6 +169,7 @@ impl Metrics {
             reconcile_duration,
             api_writes,
             leader,
+            probe,
         })
     }
 

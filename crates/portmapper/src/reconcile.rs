@@ -14,7 +14,6 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use portmapper_api::status::condition_types as ct;
 use portmapper_api::{PortMapping, PortMappingStatus};
-use portmapper_core::NetworkDecisions;
 use portmapper_core::planner::{self, Action as SliceAction, Plan, PlanInput};
 use tracing::{Instrument, debug, info, info_span, warn};
 
@@ -87,10 +86,13 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
     let uid = pm.uid().ok_or(Error::MissingMetadata("uid"))?;
     if pm.meta().deletion_timestamp.is_some() {
         // Our objects carry an ownerReference to the PortMapping: the garbage collector removes them.
+        crate::probing::forget(&ctx.prober, pm);
         return Ok(Action::await_change());
     }
     if !ctx.leadership.is_leader() {
-        // Followers keep caches warm and write nothing; a new leader re-reconciles everything.
+        // Followers keep caches warm and write nothing; a new leader re-reconciles everything
+        // and seeds its probes from the live slices.
+        crate::probing::forget(&ctx.prober, pm);
         return Ok(Action::await_change());
     }
     let pm_ref = ObjectRef::from_obj(pm);
@@ -104,8 +106,12 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
 
     let outcome = match decide(pm, ctx, &ns, &pm_ref) {
         Decided::Wait => return Ok(Action::requeue(PENDING_RETRY)),
-        Decided::Stop(outcome) => outcome,
+        Decided::Stop(outcome) => {
+            crate::probing::forget(&ctx.prober, pm);
+            outcome
+        }
         Decided::Withdraw(mut outcome) => {
+            crate::probing::forget(&ctx.prober, pm);
             outcome.withdrawn = true;
             outcome.slices = Some(0);
             // The Service is gone or unmanageable: take our slices back, as the seed does.
@@ -224,7 +230,18 @@ async fn plan_and_apply(
     owned: &[EndpointSlice],
 ) -> Result<Outcome, Error> {
     let zones = ctx.node_zones();
-    let network = NetworkDecisions::new();
+    // Cached probe results only: a reconcile never waits on the network.
+    let probed = crate::probing::probe(&ctx.prober, pm, service, pods, owned);
+    let network = probed.decisions;
+    let native = crate::migration_exec::native_slices(ctx, ns, &service.name_any());
+    let live_endpoints = crate::migration_exec::live_endpoints(
+        ctx,
+        writer,
+        pm,
+        &service.name_any(),
+        !native.is_empty(),
+    )
+    .await?;
     let input = PlanInput {
         port_mapping: pm,
         service,
@@ -232,7 +249,7 @@ async fn plan_and_apply(
         node_zones: &zones,
         network: &network,
         live_slices: owned,
-        live_endpoints: None,
+        live_endpoints: live_endpoints.as_ref(),
         now: Timestamp::now(),
     };
     let plan = match planner::plan(&input) {
@@ -277,6 +294,21 @@ async fn plan_and_apply(
     }
     if plan.writes() > 0 {
         info!(writes = plan.writes(), summary = %plan.summary, "published changes");
+    }
+    // Legacy Endpoints and the selector migration, after the slices are in place.
+    if let Err(err) = crate::migration_exec::converge(
+        ctx,
+        writer,
+        pm,
+        pm_ref,
+        service,
+        &plan,
+        live_endpoints.as_ref(),
+        &native,
+    )
+    .await
+    {
+        first_error.get_or_insert(err);
     }
 
     let svc_labels = ServiceLabels {
@@ -363,7 +395,13 @@ async fn plan_and_apply(
         withdrawn: false,
         slices: Some(slice_count(&plan)),
         plan: Some(plan),
-        requeue: ctx.settings.resync,
+        // Look again soon while probe targets still lack a first result; afterwards damped
+        // flips arrive as events and reasons refresh with the resync.
+        requeue: if probed.awaiting_first_result > 0 {
+            PENDING_RETRY.min(ctx.settings.resync)
+        } else {
+            ctx.settings.resync
+        },
     };
     if let Some(err) = first_error {
         // Report what we know first, then let the error policy retry.
@@ -436,7 +474,7 @@ fn record_gauges(ctx: &Context, ns: &str, service: &Service, plan: &Plan) {
         .set(i64::from(slice_count(plan)));
 }
 
-async fn warn_event(
+pub(crate) async fn warn_event(
     ctx: &Context,
     pm: &PortMapping,
     pm_ref: &ObjectRef<PortMapping>,

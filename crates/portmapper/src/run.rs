@@ -59,6 +59,8 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         resync: args.resync(),
         node_lookups: args.node_lookups,
         instance: args.leader.identity.clone(),
+        probe_concurrency: usize::try_from(args.probe_concurrency)
+            .unwrap_or(portmapper_probe::DEFAULT_CONCURRENCY),
     };
     let result = controller::run(
         client,

@@ -75,6 +75,7 @@ impl Harness {
             resync: Duration::from_secs(2),
             node_lookups: true,
             instance: Some("test".into()),
+            probe_concurrency: 16,
         };
         let (client, metrics, shutdown) = (
             self.client.clone(),

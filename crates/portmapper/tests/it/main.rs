@@ -5,6 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod harness;
+mod leader;
 mod lifecycle;
+mod migration;
 mod probing;
 mod scenarios;

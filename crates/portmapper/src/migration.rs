@@ -1,0 +1,507 @@
+//! Selector migration and legacy Endpoints, as the seed does them: decide (pure, here) which
+//! steps are due from evidence in the API, so the logic is stateless and restart-safe, then the
+//! reconcile executes them through the apply layer.
+//!
+//! - While the Service still has a selector, the native controllers own its Endpoints: we never
+//!   write it, and hand back one we own (selector re-added).
+//! - Once the selector is gone, the native leftovers (the Endpoints object, the native
+//!   controller's slices, the mirroring controller's slices) are deleted, but only while we
+//!   publish at least one endpoint (blackout guard) and `nativeCleanup` is on. The Endpoints
+//!   object goes first; a failed step leaves the evidence for the next pass.
+//! - With `legacyEndpoints`, an abandoned Endpoints object (no controller owner, not ours) is
+//!   adopted in place instead of deleted, unless that would replace ready addresses with none.
+
+use k8s_openapi::api::core::v1::Endpoints;
+use kube::ResourceExt;
+use portmapper_api::MANAGER;
+use portmapper_core::planner::{Deletion, PlannedEndpoints};
+
+/// `endpointslice.kubernetes.io/managed-by` of the native EndpointSlice controller.
+pub const NATIVE_MANAGER: &str = "endpointslice-controller.k8s.io";
+/// `endpointslice.kubernetes.io/managed-by` of the EndpointSlice mirroring controller.
+pub const MIRROR_MANAGER: &str = "endpointslicemirroring-controller.k8s.io";
+/// Label selector for the native controllers' slices.
+pub const NATIVE_SELECTOR: &str = "endpointslice.kubernetes.io/managed-by in (endpointslice-controller.k8s.io,endpointslicemirroring-controller.k8s.io)";
+
+/// What we know of a native controller's slice (metadata only).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NativeSlice {
+    pub name: String,
+    pub uid: String,
+    pub manager: String,
+}
+
+/// Evidence and settings for one pass.
+pub struct Input<'a> {
+    pub selector_present: bool,
+    pub legacy_endpoints: bool,
+    pub native_cleanup: bool,
+    /// We publish at least one ready endpoint (any family).
+    pub publishing: bool,
+    /// We publish at least one ready endpoint in the primary family (what Endpoints can carry).
+    pub publishing_primary: bool,
+    /// The Endpoints object named after the Service, as read from the API.
+    pub live_endpoints: Option<&'a Endpoints>,
+    /// The planner's Endpoints (when `legacyEndpoints` is on and the object is not foreign).
+    pub planned_endpoints: Option<&'a PlannedEndpoints>,
+    /// The planner's deletion of our Endpoints object (`legacyEndpoints` off).
+    pub endpoints_deletion: Option<&'a Deletion>,
+    /// Native and mirror slices labelled with this Service's name.
+    pub native_slices: &'a [NativeSlice],
+}
+
+/// One thing to do, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Apply our Endpoints (create or update).
+    ApplyEndpoints(Endpoints),
+    /// Take over an abandoned Endpoints object: strip inherited annotations with an optimistic
+    /// lock on `resource_version`, then apply ours.
+    AdoptEndpoints {
+        endpoints: Endpoints,
+        strip_annotations: Vec<String>,
+        resource_version: Option<String>,
+    },
+    /// Delete an Endpoints object (UID precondition).
+    DeleteEndpoints {
+        name: String,
+        uid: String,
+        native: bool,
+    },
+    /// Delete a native or mirror slice (UID precondition).
+    DeleteNativeSlice { name: String, uid: String },
+    /// Say something, once per occurrence.
+    Warn { reason: &'static str, note: String },
+    /// Report a normal transition.
+    Normal { reason: &'static str, note: String },
+}
+
+/// Who an Endpoints object belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ownership {
+    /// Labelled managed-by us (or, label stripped, controlled by a PortMapping — the planner
+    /// checks the UID).
+    Ours,
+    /// No managed-by of ours and no controller owner: the native controller's leftover.
+    Abandoned,
+    /// Controlled by something else, or managed by someone else.
+    Foreign,
+}
+
+/// Classifies the live Endpoints object.
+pub fn ownership(endpoints: &Endpoints) -> Ownership {
+    let managed_by = endpoints
+        .labels()
+        .get("endpointslice.kubernetes.io/managed-by")
+        .cloned();
+    let controller = endpoints
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true));
+    match (managed_by.as_deref(), controller) {
+        (Some(MANAGER), None) => Ownership::Ours,
+        (Some(MANAGER), Some(o)) if o.kind == "PortMapping" => Ownership::Ours,
+        (None, Some(o)) if o.kind == "PortMapping" => Ownership::Ours,
+        (None, None) => Ownership::Abandoned,
+        _ => Ownership::Foreign,
+    }
+}
+
+fn has_ready_addresses(endpoints: &Endpoints) -> bool {
+    endpoints
+        .subsets
+        .iter()
+        .flatten()
+        .any(|s| s.addresses.as_ref().is_some_and(|a| !a.is_empty()))
+}
+
+/// The steps due now.
+pub fn steps(input: &Input<'_>) -> Vec<Step> {
+    let mut out = Vec::new();
+    let live = input.live_endpoints;
+    let live_owner = live.map(ownership);
+
+    if input.selector_present {
+        // The native endpoints controller writes this object while a selector exists.
+        if let (Some(e), Some(Ownership::Ours)) = (live, live_owner)
+            && let Some(uid) = e.uid()
+        {
+            out.push(Step::DeleteEndpoints {
+                name: e.name_any(),
+                uid,
+                native: false,
+            });
+            out.push(Step::Normal {
+                reason: "LegacyEndpointsRelinquished",
+                note: "the Service has a selector again; its Endpoints object is handed back to the native controller".into(),
+            });
+        }
+        return out;
+    }
+
+    let mut endpoints_cleared = false;
+    if input.legacy_endpoints {
+        match (live_owner, input.planned_endpoints) {
+            (Some(Ownership::Foreign), _) => out.push(Step::Warn {
+                reason: "EndpointsCollision",
+                note:
+                    "the Service's Endpoints object belongs to another controller; it is left alone"
+                        .into(),
+            }),
+            (Some(Ownership::Abandoned), Some(planned)) => {
+                let Some(e) = live else { return out };
+                if !input.native_cleanup {
+                    out.push(Step::Warn {
+                        reason: "LegacyEndpointsNotAdopted",
+                        note: "an abandoned Endpoints object exists and nativeCleanup is off; it is not adopted".into(),
+                    });
+                } else if !input.publishing_primary && has_ready_addresses(e) {
+                    out.push(Step::Warn {
+                        reason: "LegacyEndpointsAdoptionDeferred",
+                        note: "not adopting the abandoned Endpoints object while it has ready addresses and we publish none".into(),
+                    });
+                } else {
+                    let strip = [
+                        "endpoints.kubernetes.io/last-change-trigger-time",
+                        "endpoints.kubernetes.io/over-capacity",
+                    ]
+                    .into_iter()
+                    .filter(|k| e.annotations().contains_key(*k))
+                    .map(String::from)
+                    .collect();
+                    out.push(Step::AdoptEndpoints {
+                        endpoints: planned.endpoints.clone(),
+                        strip_annotations: strip,
+                        resource_version: e.resource_version(),
+                    });
+                    out.push(Step::Normal {
+                        reason: "LegacyEndpointsAdopted",
+                        note: "took over the native controller's abandoned Endpoints object".into(),
+                    });
+                    endpoints_cleared = true;
+                }
+            }
+            (_, Some(planned)) if planned.action.is_write() => {
+                out.push(Step::ApplyEndpoints(planned.endpoints.clone()))
+            }
+            _ => {}
+        }
+    } else if let Some(d) = input.endpoints_deletion
+        && let Some(uid) = &d.uid
+    {
+        out.push(Step::DeleteEndpoints {
+            name: d.name.clone(),
+            uid: uid.clone(),
+            native: false,
+        });
+    }
+
+    // Native leftovers: evidence = native or mirror slices for this Service.
+    if !input.native_cleanup || input.native_slices.is_empty() {
+        return out;
+    }
+    if !input.publishing {
+        out.push(Step::Warn {
+            reason: "NativeCleanupDeferred",
+            note: "native EndpointSlices remain but this PortMapping publishes no endpoint yet; cleanup waits".into(),
+        });
+        return out;
+    }
+    if !endpoints_cleared
+        && !input.legacy_endpoints
+        && let (Some(e), Some(Ownership::Abandoned)) = (live, live_owner)
+        && let Some(uid) = e.uid()
+    {
+        out.push(Step::DeleteEndpoints {
+            name: e.name_any(),
+            uid,
+            native: true,
+        });
+        endpoints_cleared = true;
+    }
+    let endpoints_gone = endpoints_cleared || live.is_none() || live_owner == Some(Ownership::Ours);
+    for s in input.native_slices {
+        // Mirror slices are owned by the Endpoints object: when we deleted it, GC takes them;
+        // after an adoption GC would not fire, so they are deleted here.
+        let mirror = s.manager == MIRROR_MANAGER;
+        if mirror && !endpoints_gone {
+            continue;
+        }
+        if mirror && !input.legacy_endpoints && endpoints_cleared {
+            continue;
+        }
+        out.push(Step::DeleteNativeSlice {
+            name: s.name.clone(),
+            uid: s.uid.clone(),
+        });
+    }
+    if out.iter().any(|s| {
+        matches!(
+            s,
+            Step::DeleteNativeSlice { .. } | Step::DeleteEndpoints { native: true, .. }
+        )
+    }) {
+        out.push(Step::Normal {
+            reason: "NativeEndpointsCleanedUp",
+            note: "deleted the native controllers' leftovers after the selector was removed".into(),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{EndpointAddress, EndpointSubset};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+    use portmapper_core::planner::Action;
+
+    use super::*;
+
+    fn endpoints(labels: &[(&str, &str)], owner: Option<&str>, ready: bool) -> Endpoints {
+        Endpoints {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                uid: Some("ep-uid".into()),
+                resource_version: Some("7".into()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                annotations: Some(
+                    [(
+                        "endpoints.kubernetes.io/last-change-trigger-time".to_string(),
+                        "x".to_string(),
+                    )]
+                    .into(),
+                ),
+                owner_references: owner.map(|kind| {
+                    vec![OwnerReference {
+                        kind: kind.into(),
+                        name: "web".into(),
+                        uid: "o".into(),
+                        controller: Some(true),
+                        ..Default::default()
+                    }]
+                }),
+                ..Default::default()
+            },
+            subsets: ready.then(|| {
+                vec![EndpointSubset {
+                    addresses: Some(vec![EndpointAddress {
+                        ip: "10.0.0.1".into(),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }]
+            }),
+        }
+    }
+
+    fn planned() -> PlannedEndpoints {
+        PlannedEndpoints {
+            endpoints: Endpoints::default(),
+            action: Action::Create,
+        }
+    }
+
+    fn native(manager: &str, name: &str) -> NativeSlice {
+        NativeSlice {
+            name: name.into(),
+            uid: format!("{name}-uid"),
+            manager: manager.into(),
+        }
+    }
+
+    fn base<'a>(native_slices: &'a [NativeSlice]) -> Input<'a> {
+        Input {
+            selector_present: false,
+            legacy_endpoints: false,
+            native_cleanup: true,
+            publishing: true,
+            publishing_primary: true,
+            live_endpoints: None,
+            planned_endpoints: None,
+            endpoints_deletion: None,
+            native_slices,
+        }
+    }
+
+    fn names(steps: &[Step]) -> Vec<String> {
+        steps
+            .iter()
+            .map(|s| match s {
+                Step::ApplyEndpoints(_) => "apply-endpoints".into(),
+                Step::AdoptEndpoints { .. } => "adopt-endpoints".into(),
+                Step::DeleteEndpoints { name, .. } => format!("delete-endpoints {name}"),
+                Step::DeleteNativeSlice { name, .. } => format!("delete-slice {name}"),
+                Step::Warn { reason, .. } => format!("warn {reason}"),
+                Step::Normal { reason, .. } => format!("normal {reason}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn no_evidence_means_no_steps() {
+        assert!(steps(&base(&[])).is_empty());
+    }
+
+    #[test]
+    fn selector_present_blocks_every_cleanup() {
+        let slices = [native(NATIVE_MANAGER, "web-abc")];
+        let abandoned = endpoints(&[], None, true);
+        let mut input = base(&slices);
+        input.selector_present = true;
+        input.live_endpoints = Some(&abandoned);
+        assert!(steps(&input).is_empty());
+    }
+
+    #[test]
+    fn takeover_deletes_endpoints_first_then_native_slices_and_leaves_mirrors_to_gc() {
+        let slices = [
+            native(NATIVE_MANAGER, "web-abc"),
+            native(MIRROR_MANAGER, "web-mirror"),
+        ];
+        let abandoned = endpoints(&[], None, true);
+        let mut input = base(&slices);
+        input.live_endpoints = Some(&abandoned);
+        assert_eq!(
+            names(&steps(&input)),
+            [
+                "delete-endpoints web",
+                "delete-slice web-abc",
+                "normal NativeEndpointsCleanedUp"
+            ]
+        );
+    }
+
+    #[test]
+    fn blackout_defers_cleanup() {
+        let slices = [native(NATIVE_MANAGER, "web-abc")];
+        let mut input = base(&slices);
+        input.publishing = false;
+        assert_eq!(names(&steps(&input)), ["warn NativeCleanupDeferred"]);
+    }
+
+    #[test]
+    fn a_lone_endpoints_object_without_native_slices_is_left_alone() {
+        let abandoned = endpoints(&[], None, true);
+        let mut input = base(&[]);
+        input.live_endpoints = Some(&abandoned);
+        assert!(steps(&input).is_empty());
+    }
+
+    #[test]
+    fn cleanup_off_touches_nothing() {
+        let slices = [native(NATIVE_MANAGER, "web-abc")];
+        let abandoned = endpoints(&[], None, true);
+        let mut input = base(&slices);
+        input.native_cleanup = false;
+        input.live_endpoints = Some(&abandoned);
+        assert!(steps(&input).is_empty());
+    }
+
+    #[test]
+    fn legacy_adopts_abandoned_endpoints_and_deletes_mirror_slices() {
+        let slices = [
+            native(NATIVE_MANAGER, "web-abc"),
+            native(MIRROR_MANAGER, "web-mirror"),
+        ];
+        let abandoned = endpoints(&[], None, true);
+        let plan = planned();
+        let mut input = base(&slices);
+        input.legacy_endpoints = true;
+        input.live_endpoints = Some(&abandoned);
+        input.planned_endpoints = Some(&plan);
+        let steps = steps(&input);
+        assert_eq!(
+            names(&steps),
+            [
+                "adopt-endpoints",
+                "normal LegacyEndpointsAdopted",
+                "delete-slice web-abc",
+                "delete-slice web-mirror",
+                "normal NativeEndpointsCleanedUp"
+            ]
+        );
+        match &steps[0] {
+            Step::AdoptEndpoints {
+                strip_annotations,
+                resource_version,
+                ..
+            } => {
+                assert_eq!(
+                    strip_annotations,
+                    &["endpoints.kubernetes.io/last-change-trigger-time"]
+                );
+                assert_eq!(resource_version.as_deref(), Some("7"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn adoption_waits_while_it_would_replace_ready_addresses_with_none() {
+        let abandoned = endpoints(&[], None, true);
+        let plan = planned();
+        let mut input = base(&[]);
+        input.legacy_endpoints = true;
+        input.publishing_primary = false;
+        input.live_endpoints = Some(&abandoned);
+        input.planned_endpoints = Some(&plan);
+        assert_eq!(
+            names(&steps(&input)),
+            ["warn LegacyEndpointsAdoptionDeferred"]
+        );
+        // An empty abandoned object is adopted at once.
+        let empty = endpoints(&[], None, false);
+        input.live_endpoints = Some(&empty);
+        assert_eq!(
+            names(&steps(&input)),
+            ["adopt-endpoints", "normal LegacyEndpointsAdopted"]
+        );
+    }
+
+    #[test]
+    fn foreign_endpoints_are_never_written() {
+        let foreign = endpoints(
+            &[("endpointslice.kubernetes.io/managed-by", "someone")],
+            None,
+            true,
+        );
+        let plan = planned();
+        let mut input = base(&[]);
+        input.legacy_endpoints = true;
+        input.live_endpoints = Some(&foreign);
+        input.planned_endpoints = Some(&plan);
+        assert_eq!(names(&steps(&input)), ["warn EndpointsCollision"]);
+    }
+
+    #[test]
+    fn our_endpoints_are_handed_back_when_the_selector_returns() {
+        let ours = endpoints(
+            &[("endpointslice.kubernetes.io/managed-by", MANAGER)],
+            Some("PortMapping"),
+            true,
+        );
+        let mut input = base(&[]);
+        input.selector_present = true;
+        input.live_endpoints = Some(&ours);
+        assert_eq!(
+            names(&steps(&input)),
+            ["delete-endpoints web", "normal LegacyEndpointsRelinquished"]
+        );
+    }
+
+    #[test]
+    fn turning_legacy_off_deletes_our_object() {
+        let d = Deletion {
+            name: "web".into(),
+            uid: Some("ep-uid".into()),
+        };
+        let mut input = base(&[]);
+        input.endpoints_deletion = Some(&d);
+        assert_eq!(names(&steps(&input)), ["delete-endpoints web"]);
+    }
+}

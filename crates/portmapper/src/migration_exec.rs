@@ -1,0 +1,212 @@
+//! Executes the migration steps decided in [`crate::migration`] through the apply layer, and
+//! gathers their evidence (live Endpoints, native slices) from caches or, when needed, one GET.
+
+use k8s_openapi::api::core::v1::{Endpoints, Service};
+use kube::api::Api;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use portmapper_api::PortMapping;
+use portmapper_core::planner::Plan;
+use tracing::{info, warn};
+
+use crate::apply::Writer;
+use crate::controller::Context;
+use crate::error::Error;
+use crate::metrics::ResourceLabels;
+use crate::migration::{self, Input, NativeSlice, Step};
+
+/// The native controllers' slices labelled with this Service's name, from the metadata cache.
+pub fn native_slices(ctx: &Context, ns: &str, service: &str) -> Vec<NativeSlice> {
+    ctx.native_slices
+        .state()
+        .iter()
+        .filter(|s| s.namespace().as_deref() == Some(ns))
+        .filter(|s| {
+            s.labels()
+                .get("kubernetes.io/service-name")
+                .map(String::as_str)
+                == Some(service)
+        })
+        .filter_map(|s| {
+            Some(NativeSlice {
+                name: s.name_any(),
+                uid: s.uid()?,
+                manager: s
+                    .labels()
+                    .get("endpointslice.kubernetes.io/managed-by")?
+                    .clone(),
+            })
+        })
+        .collect()
+}
+
+/// The Endpoints object named after the Service: ours from the cache; otherwise one GET, only
+/// when the legacy mirror is on or native leftovers make it relevant.
+pub async fn live_endpoints(
+    ctx: &Context,
+    writer: &Writer<'_>,
+    pm: &PortMapping,
+    service: &str,
+    native_evidence: bool,
+) -> Result<Option<Endpoints>, Error> {
+    let ns = writer.namespace;
+    if let Some(ours) = ctx.owned_endpoints.get(&ObjectRef::new(service).within(ns)) {
+        return Ok(Some(ours.as_ref().clone()));
+    }
+    if !(pm.spec.legacy_endpoints || native_evidence) {
+        return Ok(None);
+    }
+    let api: Api<Endpoints> = Api::namespaced(writer.client.clone(), ns);
+    api.get_opt(service)
+        .await
+        .map_err(|e| Error::kube(format!("reading Endpoints {ns}/{service}"), e))
+}
+
+/// Whether the plan publishes a ready endpoint, in any family and in the primary one.
+fn publishing(plan: &Plan, service: &Service) -> (bool, bool) {
+    let primary = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ip_families.as_ref())
+        .and_then(|f| f.first().cloned())
+        .unwrap_or_else(|| "IPv4".to_string());
+    let ready = |s: &k8s_openapi::api::discovery::v1::EndpointSlice| {
+        s.endpoints
+            .iter()
+            .any(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+    };
+    let any = plan.slices.iter().any(|p| ready(&p.slice));
+    let primary = plan
+        .slices
+        .iter()
+        .any(|p| p.slice.address_type == primary && ready(&p.slice));
+    (any, primary)
+}
+
+/// Decides and runs the migration steps; the first error is returned after every step ran.
+#[allow(clippy::too_many_arguments)]
+pub async fn converge(
+    ctx: &Context,
+    writer: &Writer<'_>,
+    pm: &PortMapping,
+    pm_ref: &ObjectRef<PortMapping>,
+    service: &Service,
+    plan: &Plan,
+    live: Option<&Endpoints>,
+    native: &[NativeSlice],
+) -> Result<(), Error> {
+    let (any, primary) = publishing(plan, service);
+    let selector_present = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .is_some_and(|s| !s.is_empty());
+    let input = Input {
+        selector_present,
+        legacy_endpoints: pm.spec.legacy_endpoints,
+        native_cleanup: pm.spec.native_cleanup,
+        publishing: any,
+        publishing_primary: primary,
+        live_endpoints: live,
+        planned_endpoints: plan.endpoints.as_ref(),
+        endpoints_deletion: plan.endpoints_deletion.as_ref(),
+        native_slices: native,
+    };
+    let steps = migration::steps(&input);
+    let mut first_error = None;
+    let mut warned = Vec::new();
+    for step in steps {
+        let result = match step {
+            Step::ApplyEndpoints(endpoints) => writer.apply_endpoints(&endpoints).await,
+            Step::AdoptEndpoints {
+                endpoints,
+                strip_annotations,
+                resource_version,
+            } => {
+                match writer
+                    .strip_endpoints_annotations(
+                        &endpoints.name_any(),
+                        &strip_annotations,
+                        resource_version.as_deref(),
+                    )
+                    .await
+                {
+                    Ok(()) => writer.apply_endpoints(&endpoints).await,
+                    Err(err) => Err(err),
+                }
+            }
+            Step::DeleteEndpoints { name, uid, native } => {
+                let r = writer.delete_endpoints(&name, &uid).await;
+                if native && r.is_ok() {
+                    ctx.metrics
+                        .native_cleanup_deletions
+                        .get_or_create(&ResourceLabels {
+                            resource: "endpoints",
+                        })
+                        .inc();
+                }
+                r
+            }
+            Step::DeleteNativeSlice { name, uid } => {
+                let r = writer.delete_slice(&name, &uid).await;
+                if r.is_ok() {
+                    ctx.metrics
+                        .native_cleanup_deletions
+                        .get_or_create(&ResourceLabels {
+                            resource: "endpointslice",
+                        })
+                        .inc();
+                }
+                r
+            }
+            Step::Warn { reason, note } => {
+                warned.push(reason);
+                if ctx.warn_once(pm_ref, reason) {
+                    crate::reconcile::warn_event(ctx, pm, pm_ref, reason, &note).await;
+                }
+                Ok(())
+            }
+            Step::Normal { reason, note } => {
+                info!(portmapping = %pm_ref, reason, "{note}");
+                normal_event(ctx, pm, reason, &note).await;
+                Ok(())
+            }
+        };
+        if let Err(err) = result {
+            warn!(portmapping = %pm_ref, error = %err, "migration step failed; the evidence stays for the next pass");
+            first_error.get_or_insert(err);
+        }
+    }
+    // Warnings whose cause cleared are re-armed.
+    for reason in [
+        "EndpointsCollision",
+        "LegacyEndpointsNotAdopted",
+        "LegacyEndpointsAdoptionDeferred",
+        "NativeCleanupDeferred",
+    ] {
+        if !warned.contains(&reason) {
+            ctx.clear_warning(pm_ref, reason);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+async fn normal_event(ctx: &Context, pm: &PortMapping, reason: &str, note: &str) {
+    let event = Event {
+        type_: EventType::Normal,
+        reason: reason.to_string(),
+        note: Some(note.to_string()),
+        action: "Reconcile".to_string(),
+        secondary: None,
+    };
+    if ctx.leadership.is_leader()
+        && ctx
+            .recorder
+            .publish(&event, &pm.object_ref(&()))
+            .await
+            .is_ok()
+    {
+        ctx.metrics.write("create", "events");
+    }
+}

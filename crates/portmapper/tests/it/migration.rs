@@ -1,0 +1,239 @@
+//! Selector migration and legacy Endpoints against the emulator. There is no
+//! kube-controller-manager here, so each test plays the native controllers by writing what
+//! they leave behind: their EndpointSlice, the Endpoints object, and the mirroring
+//! controller's slice owned by that Endpoints object.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Endpoints, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use portmapper_api::PortMapping;
+use serde_json::json;
+
+use crate::harness::*;
+
+const T: Duration = Duration::from_secs(20);
+
+/// A Service with a selector, its native slice, Endpoints, and a mirror slice of that Endpoints.
+async fn native_world(h: &Harness) {
+    let mut svc = service("web", &[("http", 8080)]);
+    svc["spec"]["selector"] = json!({"app": "web"});
+    h.create(svc).await;
+    for (name, ip) in [("pod-a", "10.244.0.1"), ("pod-x", "10.244.0.9")] {
+        let mut p = pod(name, "web", if name == "pod-x" { "" } else { "http" });
+        p["metadata"]["labels"]["app"] = json!("web");
+        h.create(p).await;
+        h.set_pod_status(name, &[ip], true).await;
+    }
+    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), NS);
+    let ep: Endpoints = serde_json::from_value(json!({
+        "metadata": {"name": "web", "annotations": {"endpoints.kubernetes.io/last-change-trigger-time": "2026-01-01T00:00:00Z"}},
+        "subsets": [{"addresses": [{"ip": "10.244.0.1"}, {"ip": "10.244.0.9"}], "ports": [{"name": "http", "port": 8080}]}],
+    }))
+    .unwrap();
+    let ep = eps.create(&PostParams::default(), &ep).await.unwrap();
+    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), NS);
+    let native: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": "web-abcde", "labels": {
+            "kubernetes.io/service-name": "web",
+            "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.244.0.1"]}, {"addresses": ["10.244.0.9"]}],
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+    }))
+    .unwrap();
+    slices
+        .create(&PostParams::default(), &native)
+        .await
+        .unwrap();
+    let mirror: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": "web-mirror", "labels": {
+            "kubernetes.io/service-name": "web",
+            "endpointslice.kubernetes.io/managed-by": "endpointslicemirroring-controller.k8s.io"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Endpoints", "name": "web", "uid": ep.uid().unwrap(), "controller": true}]},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.244.0.1"]}],
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+    }))
+    .unwrap();
+    slices
+        .create(&PostParams::default(), &mirror)
+        .await
+        .unwrap();
+}
+
+async fn slice_names(h: &Harness) -> Vec<String> {
+    h.slices("web")
+        .await
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect()
+}
+
+async fn drop_selector(h: &Harness) {
+    let services: Api<Service> = Api::namespaced(h.client.clone(), NS);
+    services
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"selector": null}})),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selector_migration_publishes_alongside_then_cleans_native_leftovers() {
+    let h = Harness::start().await;
+    native_world(&h).await;
+    h.create(portmapping("web", "web")).await;
+    // With the selector present, ours is published beside the native slices, which stay.
+    eventually("SelectorMigration condition", T, || async {
+        let pm = h.portmapping("web").await;
+        pm.status?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "SelectorMigration" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        slice_names(&h).await,
+        ["web-abcde", "web-mirror", "web.http"]
+    );
+    assert_eq!(
+        h.membership("web").await["web.http"],
+        ["pod-a"],
+        "pod-x does not list http"
+    );
+
+    drop_selector(&h).await;
+    eventually("only our slice remains", T, || async {
+        (slice_names(&h).await == ["web.http"]).then_some(())
+    })
+    .await;
+    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), NS);
+    assert!(
+        eps.get_opt("web").await.unwrap().is_none(),
+        "the abandoned Endpoints object is deleted"
+    );
+    eventually("SelectorMigration condition cleared", T, || async {
+        let pm = h.portmapping("web").await;
+        (!pm.status?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "SelectorMigration"))
+        .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selector_migration_with_legacy_endpoints_adopts_the_abandoned_object() {
+    let h = Harness::start().await;
+    native_world(&h).await;
+    let mut pm = portmapping("web", "web");
+    pm["spec"]["legacyEndpoints"] = json!(true);
+    h.create(pm).await;
+    eventually("our slice", T, || async {
+        h.membership("web").await.get("web.http").cloned()
+    })
+    .await;
+    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), NS);
+    let before = eps.get("web").await.unwrap();
+    assert!(
+        before
+            .labels()
+            .get("endpointslice.kubernetes.io/managed-by")
+            .is_none(),
+        "not adopted while the selector exists"
+    );
+
+    drop_selector(&h).await;
+    let adopted = eventually("adopted", T, || async {
+        let e = eps.get("web").await.ok()?;
+        (e.labels()
+            .get("endpointslice.kubernetes.io/managed-by")
+            .map(String::as_str)
+            == Some("portmapper.dev"))
+        .then_some(e)
+    })
+    .await;
+    assert_eq!(
+        adopted.uid(),
+        before.uid(),
+        "adopted in place, not recreated"
+    );
+    assert_eq!(
+        adopted.labels()["endpointslice.kubernetes.io/skip-mirror"],
+        "true"
+    );
+    assert_ne!(
+        adopted
+            .annotations()
+            .get("endpoints.kubernetes.io/last-change-trigger-time")
+            .map(String::as_str),
+        Some("2026-01-01T00:00:00Z"),
+        "the inherited trigger time is not kept"
+    );
+    let ips: Vec<String> = adopted
+        .subsets
+        .iter()
+        .flatten()
+        .flat_map(|s| s.addresses.iter().flatten().map(|a| a.ip.clone()))
+        .collect();
+    assert_eq!(
+        ips,
+        ["10.244.0.1"],
+        "stale pod-x address replaced by our membership"
+    );
+    eventually("native and mirror slices deleted", T, || async {
+        (slice_names(&h).await == ["web.http"]).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_endpoints_follow_the_flag() {
+    let h = Harness::start().await;
+    h.create(service("web", &[("http", 8080)])).await;
+    h.create(pod("pod-a", "web", "http")).await;
+    h.set_pod_status("pod-a", &["10.244.0.1"], true).await;
+    let mut pm = portmapping("web", "web");
+    pm["spec"]["legacyEndpoints"] = json!(true);
+    h.create(pm).await;
+    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), NS);
+    let ep = eventually("Endpoints published", T, || async {
+        eps.get_opt("web").await.ok().flatten()
+    })
+    .await;
+    assert_eq!(
+        ep.labels()["endpointslice.kubernetes.io/skip-mirror"],
+        "true"
+    );
+    assert_eq!(ep.owner_references()[0].kind, "PortMapping");
+    // Converged: no further writes.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = h.operator_writes();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        h.operator_writes(),
+        before,
+        "legacy Endpoints must be write-quiet"
+    );
+    // Turning the option off removes it.
+    let pms: Api<PortMapping> = Api::namespaced(h.client.clone(), NS);
+    pms.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"legacyEndpoints": false}})),
+    )
+    .await
+    .unwrap();
+    eventually("Endpoints removed", T, || async {
+        eps.get_opt("web").await.unwrap().is_none().then_some(())
+    })
+    .await;
+}

@@ -1,0 +1,557 @@
+//! Network checks end to end through the operator: real servers on pod IPs, the emulator, the
+//! controller and its prober.
+//!
+//! EndpointSlice validation rejects loopback addresses, so pods need real-looking IPs. The outer
+//! test re-runs this test binary under `unshare -n`, brings up `lo` and routes 10.244.0.0/16
+//! locally; the inner tests then run there: the emulator listens on 127.0.0.1 and the pod
+//! servers on 10.244.x.y, all inside the namespace, which has no other interface, so no probe
+//! can leave it. Each inner test uses its own 10.244.N.0/24 so they can run side by side.
+
+use std::net::{IpAddr, SocketAddr};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::service::TowerToHyperService;
+use portmapper_probe::MembershipReview;
+use portmapper_probe::metrics::OutcomeLabels;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{JoinHandle, JoinSet};
+use tonic_health::ServingStatus;
+
+use crate::harness::*;
+
+const ENV: &str = "PORTMAPPER_IT_IN_NETNS";
+const SETUP: &str = "ip link set lo up && ip route add local 10.244.0.0/16 dev lo";
+const INNER: &str = "probing::inner_";
+/// Inner tests below; the outer test checks that every one of them ran and passed.
+const INNER_TESTS: usize = 6;
+
+#[test]
+fn network_checks_through_the_operator_in_own_network_namespace() {
+    // The namespace setup alone, as a permission check: `unshare` and `ip` must both work.
+    let permitted = Command::new("unshare")
+        .args(["-n", "sh", "-c", SETUP])
+        .output();
+    match permitted {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => {
+            eprintln!(
+                "SKIPPED operator network-check tests: cannot set up a network namespace (`unshare -n`, `ip`): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return;
+        }
+        Err(err) => {
+            eprintln!("SKIPPED operator network-check tests: cannot run unshare: {err}");
+            return;
+        }
+    }
+    let exe = std::env::current_exe().unwrap();
+    let script = format!("{SETUP} && exec \"$0\" {INNER} --ignored --nocapture --test-threads 2");
+    let out = Command::new("unshare")
+        .args(["-n", "sh", "-c", &script])
+        .arg(&exe)
+        .env(ENV, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "inner tests failed:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains(&format!("{INNER_TESTS} passed")),
+        "not every inner test ran:\n{stdout}\n{stderr}"
+    );
+}
+
+/// Whether this is the re-run inside the outer test's namespace.
+fn in_netns() -> bool {
+    let inside = std::env::var_os(ENV).is_some();
+    if !inside {
+        eprintln!("not inside the test's network namespace; nothing to do");
+    }
+    inside
+}
+
+fn ip(subnet: u8, host: u8) -> IpAddr {
+    IpAddr::from([10, 244, subnet, host])
+}
+
+// ---- servers standing in for pods -------------------------------------------------------
+
+/// A server task; dropping it closes the listener and every connection (the pod's port goes
+/// down: connects are refused).
+struct Server(JoinHandle<()>);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// What an HTTP server answers: (status, body) for a request's path and body.
+type Handler = Arc<dyn Fn(&str, &[u8]) -> (u16, String) + Send + Sync>;
+
+/// A minimal HTTP/1.1 server: one request per connection, then close.
+async fn http_server(addr: SocketAddr, handler: Handler) -> Server {
+    let listener = TcpListener::bind(addr).await.unwrap();
+    Server(tokio::spawn(async move {
+        let mut connections = JoinSet::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            let handler = handler.clone();
+            connections.spawn(answer(stream, handler));
+        }
+    }))
+}
+
+async fn answer(mut stream: TcpStream, handler: Handler) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        let Ok(n) = stream.read(&mut chunk).await else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    while buf.len() < head_end + length {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let (status, body) = handler(&path, &buf[head_end..head_end + length]);
+    let response = format!(
+        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(response.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+fn status(code: u16) -> Handler {
+    Arc::new(move |_, _| (code, String::new()))
+}
+
+/// Accepts connections and never answers.
+async fn hanging_server(addr: SocketAddr) -> Server {
+    let listener = TcpListener::bind(addr).await.unwrap();
+    Server(tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    }))
+}
+
+/// Accepts TCP connections and closes them.
+async fn tcp_server(addr: SocketAddr) -> Server {
+    let listener = TcpListener::bind(addr).await.unwrap();
+    Server(tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            drop(stream);
+        }
+    }))
+}
+
+/// The standard gRPC health service answering `status` for the empty service name.
+async fn grpc_server(addr: SocketAddr, status: ServingStatus) -> Server {
+    let (reporter, service) = tonic_health::server::health_reporter();
+    reporter.set_service_status("", status).await;
+    let listener = TcpListener::bind(addr).await.unwrap();
+    Server(tokio::spawn(async move {
+        let _reporter = reporter;
+        let mut connections = JoinSet::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            let service = TowerToHyperService::new(service.clone());
+            connections.spawn(async move {
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    }))
+}
+
+// ---- cluster objects and waits ----------------------------------------------------------
+
+/// Service `name` with `ports`, two-or-more pool pods listing every port, running at `ips`.
+async fn pool(h: &Harness, name: &str, ports: &[(&str, i32)], pods: &[(&str, IpAddr)]) {
+    h.create(service(name, ports)).await;
+    let listed = ports.iter().map(|(p, _)| *p).collect::<Vec<_>>().join(",");
+    for (pod_name, ip) in pods {
+        h.create(pod(pod_name, name, &listed)).await;
+        h.set_pod_status(pod_name, &[&ip.to_string()], true).await;
+    }
+}
+
+/// A PortMapping whose listed ports require `portNames` and then their own checks, probing
+/// every second and flipping after one result.
+fn probed_portmapping(name: &str, ports: &[(&str, Value)]) -> Value {
+    json!({
+        "apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "serviceRef": {"name": name},
+            "pods": {"key": "example.com/group"},
+            "ports": ports.iter().map(|(port, check)| json!({
+                "name": port,
+                "checks": [{"portNames": {"key": "example.com/ports"}}, check],
+            })).collect::<Vec<_>>(),
+            "defaultChecks": [{"portNames": {"key": "example.com/ports"}}],
+            "probe": {"periodSeconds": 1, "timeoutSeconds": 1, "successThreshold": 1, "failureThreshold": 1},
+        },
+    })
+}
+
+/// Waits until slice `<service>.<port>` holds exactly `want`.
+async fn wait_members(h: &Harness, service: &str, port: &str, want: &[&str]) {
+    let slice = format!("{service}.{port}");
+    eventually(
+        &format!("{slice} = {want:?}"),
+        Duration::from_secs(20),
+        || async {
+            let m = h.membership(service).await;
+            m.get(&slice)
+                .is_some_and(|pods| pods.iter().map(String::as_str).eq(want.iter().copied()))
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// The status reason of `pod` being out of `port`, once status lists it (and `matches` it).
+async fn excluded_reason(
+    h: &Harness,
+    pm: &str,
+    port: &str,
+    pod: &str,
+    matches: impl Fn(&str) -> bool,
+) -> String {
+    eventually(
+        &format!("status reason for {pod} on {port}"),
+        Duration::from_secs(20),
+        || async {
+            let status = h.portmapping(pm).await.status?;
+            let port = status.ports.iter().find(|p| p.name == port)?;
+            let excluded = port.excluded.iter().find(|e| e.pod == pod)?;
+            matches(&excluded.reason).then(|| excluded.reason.clone())
+        },
+    )
+    .await
+}
+
+fn probe_count(
+    h: &Harness,
+    check: &'static str,
+    outcome: &'static str,
+    cause: &'static str,
+) -> u64 {
+    h.metrics.probe.count(&OutcomeLabels {
+        check,
+        outcome,
+        cause,
+    })
+}
+
+// ---- the tests (inside the namespace) ---------------------------------------------------
+
+/// The issue's end-to-end test: a pod's broker port goes down; the pod leaves the broker slice
+/// and stays in the admin slice, status says why, and it returns when the port is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs only inside the network namespace made by network_checks_through_the_operator_in_own_network_namespace"]
+async fn inner_server_going_down_moves_pod_out_of_one_port_only() {
+    if !in_netns() {
+        return;
+    }
+    let (a, b) = (ip(1, 1), ip(1, 2));
+    let h = Harness::start().await;
+    pool(
+        &h,
+        "kafka",
+        &[("broker", 9092), ("admin", 8080)],
+        &[("kafka-0", a), ("kafka-1", b)],
+    )
+    .await;
+    let _a_broker = tcp_server((a, 9092).into()).await;
+    let b_broker = tcp_server((b, 9092).into()).await;
+    let _a_admin = http_server((a, 8080).into(), status(200)).await;
+    let _b_admin = http_server((b, 8080).into(), status(200)).await;
+    h.create(probed_portmapping(
+        "kafka",
+        &[
+            ("broker", json!({"tcpSocket": {}})),
+            ("admin", json!({"httpGet": {"path": "/healthz"}})),
+        ],
+    ))
+    .await;
+    wait_members(&h, "kafka", "broker", &["kafka-0", "kafka-1"]).await;
+    wait_members(&h, "kafka", "admin", &["kafka-0", "kafka-1"]).await;
+
+    drop(b_broker);
+    wait_members(&h, "kafka", "broker", &["kafka-0"]).await;
+    let reason = excluded_reason(&h, "kafka", "broker", "kafka-1", |_| true).await;
+    assert!(
+        reason.starts_with("tcpSocket: ") && reason.contains("10.244.1.2:9092"),
+        "{reason}"
+    );
+    assert!(reason.contains("refused"), "{reason}");
+    let m = h.membership("kafka").await;
+    assert_eq!(
+        m["kafka.admin"],
+        ["kafka-0", "kafka-1"],
+        "the other port keeps the pod"
+    );
+    assert!(probe_count(&h, "tcpSocket", "exclude", "refused") >= 1);
+    let exposed = h.metrics.encode().unwrap();
+    assert!(
+        exposed.contains(
+            r#"portmapper_probe_results_total{check="httpGet",outcome="include",cause="healthy"}"#
+        ),
+        "{exposed}"
+    );
+
+    let _b_broker = tcp_server((b, 9092).into()).await;
+    wait_members(&h, "kafka", "broker", &["kafka-0", "kafka-1"]).await;
+}
+
+/// Probes that hang for their whole 30 s timeout hold no reconcile: a pod change on another
+/// port reaches its slice while every probe is still in flight, and every reconcile is quick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs only inside the network namespace made by network_checks_through_the_operator_in_own_network_namespace"]
+async fn inner_hanging_probes_do_not_delay_reconciles() {
+    if !in_netns() {
+        return;
+    }
+    let h = Harness::start().await;
+    let pods: Vec<(String, IpAddr)> = (0..6u8)
+        .map(|i| (format!("slow-{i}"), ip(2, i + 1)))
+        .collect();
+    let pod_refs: Vec<(&str, IpAddr)> = pods.iter().map(|(n, a)| (n.as_str(), *a)).collect();
+    pool(&h, "slow", &[("web", 8080), ("metrics", 9100)], &pod_refs).await;
+    let mut hanging = Vec::new();
+    for (_, addr) in &pods {
+        hanging.push(hanging_server((*addr, 8080).into()).await);
+    }
+    h.create(probed_portmapping(
+        "slow",
+        &[(
+            "web",
+            json!({"httpGet": {"path": "/", "timeoutSeconds": 30}}),
+        )],
+    ))
+    .await;
+    let names: Vec<&str> = pods.iter().map(|(n, _)| n.as_str()).collect();
+    wait_members(&h, "slow", "metrics", &names).await;
+    // Status shows the web probes are running without a result.
+    let reason = excluded_reason(&h, "slow", "web", "slow-0", |_| true).await;
+    assert!(reason.contains("httpGet: no result yet"), "{reason}");
+
+    let started = Instant::now();
+    h.patch_pod(
+        "slow-0",
+        json!({"metadata": {"annotations": {"example.com/ports": "web"}}}),
+    )
+    .await;
+    wait_members(&h, "slow", "metrics", &names[1..]).await;
+    let latency = started.elapsed();
+    assert!(
+        latency < Duration::from_secs(5),
+        "slice update took {latency:?} while probes hang"
+    );
+    let finished: u64 = ["timeout", "connection", "refused"]
+        .iter()
+        .map(|cause| probe_count(&h, "httpGet", "exclude", cause))
+        .sum();
+    assert_eq!(finished, 0, "the hanging probes were still in flight");
+
+    // Every reconcile so far finished within about a second.
+    let exposed = h.metrics.encode().unwrap();
+    let count = metric_value(&exposed, "portmapper_reconcile_duration_seconds_count");
+    let within = exposed
+        .lines()
+        .filter(|l| l.starts_with("portmapper_reconcile_duration_seconds_bucket{le=\""))
+        .filter_map(|l| {
+            let le: f64 = l.split('"').nth(1)?.parse().ok()?;
+            (le <= 1.1).then(|| l.rsplit(' ').next()?.parse::<f64>().ok())?
+        })
+        .fold(0.0, f64::max);
+    assert!(count >= 2.0, "{exposed}");
+    assert_eq!(within, count, "a reconcile took over a second:\n{exposed}");
+    drop(hanging);
+}
+
+fn metric_value(exposed: &str, name: &str) -> f64 {
+    exposed
+        .lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{name} not exposed:\n{exposed}"))
+}
+
+/// One port with one network check, one pod that passes it and one that fails it.
+async fn one_check(h: &Harness, name: &str, port: i32, check: Value, pods: [(&str, IpAddr); 2]) {
+    pool(h, name, &[("p", port)], &pods).await;
+    h.create(probed_portmapping(name, &[("p", check)])).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs only inside the network namespace made by network_checks_through_the_operator_in_own_network_namespace"]
+async fn inner_http_get_check() {
+    if !in_netns() {
+        return;
+    }
+    let (ok, bad) = (ip(3, 1), ip(3, 2));
+    let _ok = http_server(
+        (ok, 8080).into(),
+        Arc::new(|path, _| (if path == "/ready" { 200 } else { 404 }, String::new())),
+    )
+    .await;
+    let _bad = http_server((bad, 8080).into(), status(503)).await;
+    let h = Harness::start().await;
+    one_check(
+        &h,
+        "web",
+        8080,
+        json!({"httpGet": {"path": "/ready"}}),
+        [("web-ok", ok), ("web-bad", bad)],
+    )
+    .await;
+    wait_members(&h, "web", "p", &["web-ok"]).await;
+    let reason = excluded_reason(&h, "web", "p", "web-bad", |r| r.contains("503")).await;
+    assert!(
+        reason.starts_with("httpGet: GET /ready answered HTTP 503"),
+        "{reason}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs only inside the network namespace made by network_checks_through_the_operator_in_own_network_namespace"]
+async fn inner_tcp_socket_check() {
+    if !in_netns() {
+        return;
+    }
+    let (ok, bad) = (ip(4, 1), ip(4, 2));
+    let _ok = tcp_server((ok, 5432).into()).await;
+    let h = Harness::start().await;
+    one_check(
+        &h,
+        "db",
+        5432,
+        json!({"tcpSocket": {}}),
+        [("db-ok", ok), ("db-bad", bad)],
+    )
+    .await;
+    wait_members(&h, "db", "p", &["db-ok"]).await;
+    let reason = excluded_reason(&h, "db", "p", "db-bad", |r| r.contains("refused")).await;
+    assert!(
+        reason.starts_with("tcpSocket: ") && reason.contains("10.244.4.2:5432"),
+        "{reason}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs only inside the network namespace made by network_checks_through_the_operator_in_own_network_namespace"]
+async fn inner_grpc_check() {
+    if !in_netns() {
+        return;
+    }
+    let (ok, bad) = (ip(5, 1), ip(5, 2));
+    let _ok = grpc_server((ok, 50051).into(), ServingStatus::Serving).await;
+    let _bad = grpc_server((bad, 50051).into(), ServingStatus::NotServing).await;
+    let h = Harness::start().await;
+    one_check(
+        &h,
+        "rpc",
+        50051,
+        json!({"grpc": {}}),
+        [("rpc-ok", ok), ("rpc-bad", bad)],
+    )
+    .await;
+    wait_members(&h, "rpc", "p", &["rpc-ok"]).await;
+    let reason = excluded_reason(&h, "rpc", "p", "rpc-bad", |r| r.contains("NOT_SERVING")).await;
+    assert!(reason.starts_with("grpc: "), "{reason}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs only inside the network namespace made by network_checks_through_the_operator_in_own_network_namespace"]
+async fn inner_webhook_check() {
+    if !in_netns() {
+        return;
+    }
+    let (ok, bad, hook) = (ip(6, 1), ip(6, 2), ip(6, 100));
+    // The decider excludes pods in `drained`, and records what it was asked.
+    let drained = Arc::new(Mutex::new(vec!["hook-bad".to_string()]));
+    let reviews: Arc<Mutex<Vec<MembershipReview>>> = Arc::default();
+    let handler: Handler = {
+        let (drained, reviews) = (drained.clone(), reviews.clone());
+        Arc::new(move |_, body| {
+            let Ok(review) = serde_json::from_slice::<MembershipReview>(body) else {
+                return (400, String::new());
+            };
+            let out = drained.lock().unwrap().contains(&review.pod.name);
+            reviews.lock().unwrap().push(review);
+            let answer = if out {
+                json!({"decision": "Exclude", "reason": "drained by test"})
+            } else {
+                json!({"decision": "Include"})
+            };
+            (200, answer.to_string())
+        })
+    };
+    let _hook = http_server((hook, 7000).into(), handler).await;
+    let h = Harness::start().await;
+    one_check(
+        &h,
+        "app",
+        8080,
+        json!({"webhook": {"url": format!("http://{hook}:7000/decide")}}),
+        [("hook-ok", ok), ("hook-bad", bad)],
+    )
+    .await;
+    wait_members(&h, "app", "p", &["hook-ok"]).await;
+    let reason = excluded_reason(&h, "app", "p", "hook-bad", |_| true).await;
+    assert_eq!(reason, "webhook: drained by test");
+    {
+        let reviews = reviews.lock().unwrap();
+        let review = reviews
+            .iter()
+            .find(|r| r.pod.name == "hook-bad")
+            .expect("the webhook was asked about hook-bad");
+        assert_eq!(
+            (
+                review.namespace.as_str(),
+                review.port_mapping.as_str(),
+                review.service.as_str()
+            ),
+            (NS, "app", "app")
+        );
+        assert_eq!((review.port.name.as_str(), review.port.number), ("p", 8080));
+        assert_eq!(review.address, bad);
+    }
+
+    // The decider changes its mind: the pod joins.
+    drained.lock().unwrap().clear();
+    wait_members(&h, "app", "p", &["hook-bad", "hook-ok"]).await;
+}
