@@ -1,0 +1,165 @@
+//! Phase 2 of a plan: match live slices to groups by name, pack each group's endpoints into
+//! chunks ([`pack`](super::pack::pack)), and render the slice objects with their actions.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::compare::{metadata_eq, ports_eq};
+use super::evaluate::Group;
+use super::naming::{chunk_name, parse_chunk};
+use super::pack::{LiveChunk, pack};
+use super::render::{ANNOTATION_TRIGGER_TIME, slice_labels};
+use super::types::{Action, Deletion, Plan, PlanError, PlannedSlice};
+use super::{Context, deletion};
+
+/// Live slices per group, and chunk numbers each group may not create.
+pub(crate) struct Assignment<'a> {
+    live: Vec<Vec<(u32, &'a EndpointSlice)>>,
+    reserved: Vec<HashSet<u32>>,
+}
+
+/// Matches live slices to groups by name. Our slices that match no group are deleted; one whose
+/// addressType differs from its group's family is deleted too (the field is immutable) and its
+/// name is not reused in this pass; names of foreign slices are never created.
+pub(crate) fn assign_live<'a>(
+    groups: &[Group<'_>],
+    ours: &[&'a EndpointSlice],
+    foreign_names: &HashSet<&str>,
+    deletions: &mut Vec<Deletion>,
+) -> Assignment<'a> {
+    let base_index: HashMap<&str, usize> = groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (g.base.as_str(), i))
+        .collect();
+    let mut a = Assignment {
+        live: vec![Vec::new(); groups.len()],
+        reserved: vec![HashSet::new(); groups.len()],
+    };
+    for name in foreign_names {
+        if let Some((base, chunk)) = parse_chunk(name, |b| base_index.contains_key(b)) {
+            a.reserved[base_index[base]].insert(chunk);
+        }
+    }
+    for s in ours {
+        let name = s.metadata.name.as_deref().unwrap_or_default();
+        match parse_chunk(name, |b| base_index.contains_key(b)) {
+            Some((base, chunk)) => {
+                let g = base_index[base];
+                if s.address_type == groups[g].family.as_str() {
+                    a.live[g].push((chunk, s));
+                } else {
+                    a.reserved[g].insert(chunk);
+                    deletions.push(deletion(&s.metadata));
+                }
+            }
+            None => deletions.push(deletion(&s.metadata)),
+        }
+    }
+    a
+}
+
+/// Packs and renders every group into `out.slices` (and `out.deletions`); every slice to write
+/// is validated.
+pub(crate) fn emit_slices(
+    ctx: &Context<'_>,
+    groups: Vec<Group<'_>>,
+    assignment: &Assignment<'_>,
+    out: &mut Plan,
+) -> Result<(), PlanError> {
+    let max = usize::try_from(ctx.spec.max_endpoints_per_slice.clamp(1, 1000)).unwrap_or(100);
+    let template = ObjectMeta {
+        namespace: Some(ctx.namespace.to_owned()),
+        labels: Some(slice_labels(ctx.service, ctx.svc_name)),
+        owner_references: Some(vec![ctx.owner.clone()]),
+        ..ObjectMeta::default()
+    };
+    for (g, group) in groups.into_iter().enumerate() {
+        let port = &ctx.ports[group.port];
+        let slice_ports: Vec<EndpointPort> = match (port.service_port, group.target) {
+            (Some(sp), Some(target)) => vec![EndpointPort {
+                name: Some(port.name.to_owned()),
+                port: Some(target),
+                protocol: Some(port.protocol.to_owned()),
+                app_protocol: sp.app_protocol.clone(),
+            }],
+            _ => Vec::new(),
+        };
+        let live = &assignment.live[g];
+        let live_chunks: Vec<LiveChunk<'_>> = live
+            .iter()
+            .map(|(chunk, s)| LiveChunk {
+                chunk: *chunk,
+                endpoints: &s.endpoints,
+                drift: !metadata_eq(&template, &s.metadata)
+                    || !ports_eq(&slice_ports, s.ports.as_deref().unwrap_or_default()),
+            })
+            .collect();
+        let desired: Vec<Endpoint> = group.endpoints.into_iter().map(|(_, _, e)| e).collect();
+        let reserved = &assignment.reserved[g];
+        let packing = pack(&desired, &live_chunks, max, group.placeholder, &|n| {
+            reserved.contains(&n)
+        });
+        out.deletions.extend(
+            packing
+                .deleted
+                .iter()
+                .map(|&i| deletion(&live[i].1.metadata)),
+        );
+        // Each desired endpoint lands in exactly one chunk: move, don't clone.
+        let mut pool: Vec<Option<Endpoint>> = desired.into_iter().map(Some).collect();
+        for chunk in packing.chunks {
+            let live_slice = chunk.live.map(|i| live[i].1);
+            let action = match (live_slice, chunk.changed) {
+                (None, _) => Action::Create,
+                (Some(l), true) => Action::Update {
+                    resource_version: l.metadata.resource_version.clone(),
+                },
+                (Some(_), false) => Action::Unchanged,
+            };
+            // The trigger time moves with content only; an unchanged slice keeps its own.
+            let trigger = if action.is_write() {
+                Some(ctx.now.to_owned())
+            } else {
+                live_slice
+                    .and_then(|l| l.metadata.annotations.as_ref())
+                    .and_then(|a| a.get(ANNOTATION_TRIGGER_TIME))
+                    .cloned()
+            };
+            let mut metadata = template.clone();
+            metadata.name = Some(chunk_name(&group.base, chunk.chunk));
+            metadata.annotations =
+                trigger.map(|t| BTreeMap::from([(ANNOTATION_TRIGGER_TIME.to_owned(), t)]));
+            let slice = EndpointSlice {
+                metadata,
+                address_type: group.family.as_str().to_owned(),
+                endpoints: chunk
+                    .endpoints
+                    .iter()
+                    .filter_map(|&i| pool[i].take())
+                    .collect(),
+                ports: Some(slice_ports.clone()),
+            };
+            if action.is_write() {
+                let errors = kube_validation::validate_endpoint_slice(&slice);
+                if !errors.is_empty() {
+                    let name = slice.metadata.name.clone().unwrap_or_default();
+                    return Err(PlanError::InvalidRender {
+                        kind: "EndpointSlice",
+                        message: kube_validation::invalid_message(
+                            "EndpointSlice",
+                            "discovery.k8s.io",
+                            &name,
+                            &errors,
+                        ),
+                        name,
+                    });
+                }
+            }
+            out.slices.push(PlannedSlice { slice, action });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,325 @@
+//! Phase 1 of a plan: evaluate every (pool pod, Service port, IP family) and group the members
+//! by slice set (port × family × target port), recording each pod's per-port state for status.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::net::IpAddr;
+
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
+use kube_validation::IpFamily;
+use portmapper_api::TerminatingEndpoints;
+
+use super::naming::{group_base_name, parse_chunk};
+use super::render::{EndpointFacts, render_endpoint};
+use super::status::PodPortState;
+use super::types::PlanWarning;
+use super::{Context, Member, static_target};
+use crate::decision::Decision;
+use crate::membership::{Evaluation, evaluate_port};
+use crate::target::{
+    PodAddress, ResolvedPort, ResolvedTarget, is_terminal, is_terminating, pod_address,
+    resolve_target_port,
+};
+
+/// One slice set: a Service port × IP family × target port, with its desired endpoints sorted
+/// by (address, pod UID).
+pub(crate) struct Group<'a> {
+    pub port: usize,
+    pub family: IpFamily,
+    pub target: Option<i32>,
+    pub base: String,
+    pub placeholder: bool,
+    pub endpoints: Vec<(IpAddr, &'a str, Endpoint)>,
+}
+
+/// What phase 1 produces.
+pub(crate) struct Evaluated<'a> {
+    pub groups: Vec<Group<'a>>,
+    /// `[port][pod]`: published (ready or not) or excluded with a reason; `None` = not a candidate.
+    pub states: Vec<Vec<Option<PodPortState>>>,
+    /// Members in the primary family, for the legacy Endpoints (only when enabled).
+    pub members: Vec<Member>,
+}
+
+struct Evaluator<'c, 'a> {
+    ctx: &'c Context<'a>,
+    ours: &'c [&'a EndpointSlice],
+    warnings: &'c mut Vec<PlanWarning>,
+    /// Memberships currently published, for Abstain; built on the first abstention only.
+    published: Option<HashSet<(&'a str, IpFamily, &'a str)>>,
+    rejected_warned: HashSet<(usize, String)>,
+    out: Evaluated<'a>,
+}
+
+/// Evaluates every membership and builds the groups.
+pub(crate) fn evaluate<'a>(
+    ctx: &Context<'a>,
+    ours: &[&'a EndpointSlice],
+    warnings: &mut Vec<PlanWarning>,
+) -> Evaluated<'a> {
+    let mut e = Evaluator {
+        ctx,
+        ours,
+        warnings,
+        published: None,
+        rejected_warned: HashSet::new(),
+        out: Evaluated {
+            groups: Vec::new(),
+            states: vec![vec![None; ctx.pods.len()]; ctx.ports.len()],
+            members: Vec::new(),
+        },
+    };
+    for port in 0..ctx.ports.len() {
+        for &family in ctx.families {
+            e.port_family(port, family);
+        }
+    }
+    e.out
+}
+
+impl<'a> Evaluator<'_, 'a> {
+    fn port_family(&mut self, port_idx: usize, family: IpFamily) {
+        let ctx = self.ctx;
+        let port = &ctx.ports[port_idx];
+        let mut by_target: BTreeMap<Option<i32>, Vec<(IpAddr, &'a str, Endpoint)>> =
+            BTreeMap::new();
+        let mut candidate_targets: BTreeSet<i32> = BTreeSet::new();
+        for pod_idx in 0..ctx.pods.len() {
+            let pod = ctx.pods[pod_idx];
+            if is_terminal(pod) {
+                continue;
+            }
+            let target = match port.service_port {
+                None => None,
+                Some(sp) => match resolve_target_port(pod, sp) {
+                    Some(t) => Some(t),
+                    None => continue,
+                },
+            };
+            let address = match pod_address(pod, family) {
+                PodAddress::Usable(a) => a,
+                PodAddress::Missing => continue,
+                PodAddress::Rejected { ip, reason } => {
+                    self.reject(port_idx, pod_idx, ip, reason);
+                    continue;
+                }
+            };
+            if let Some(t) = target {
+                candidate_targets.insert(t.number);
+            }
+            let Some(endpoint) = self.member(port_idx, pod_idx, family, target, address) else {
+                continue;
+            };
+            let group_target = match (port.service_port, target) {
+                (Some(sp), Some(t)) => Some(if port.named_target {
+                    t.number
+                } else {
+                    static_target(sp)
+                }),
+                _ => None,
+            };
+            let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+            by_target
+                .entry(group_target)
+                .or_default()
+                .push((address, uid, endpoint));
+        }
+        self.close_groups(port_idx, family, by_target, &candidate_targets);
+    }
+
+    /// A pod whose address the API would reject: left out, warned about once.
+    fn reject(&mut self, port_idx: usize, pod_idx: usize, ip: String, reason: String) {
+        let pod = self.ctx.pods[pod_idx];
+        if self.rejected_warned.insert((pod_idx, ip.clone())) {
+            self.warnings.push(PlanWarning::RejectedPodAddress {
+                pod: pod.metadata.name.clone().unwrap_or_default(),
+                ip: ip.clone(),
+                reason: reason.clone(),
+            });
+        }
+        merge_state(
+            &mut self.out.states[port_idx][pod_idx],
+            PodPortState::Excluded(format!("address {ip} cannot be published: {reason}")),
+        );
+    }
+
+    /// Decides one candidate; renders its endpoint when it is a member.
+    fn member(
+        &mut self,
+        port_idx: usize,
+        pod_idx: usize,
+        family: IpFamily,
+        target: Option<ResolvedTarget<'a>>,
+        address: IpAddr,
+    ) -> Option<Endpoint> {
+        let ctx = self.ctx;
+        let port = &ctx.ports[port_idx];
+        let pod = ctx.pods[pod_idx];
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let resolved = ResolvedPort {
+            name: port.name,
+            port: port.number,
+            protocol: port.protocol,
+            target,
+            address,
+            family,
+        };
+        let verdict = evaluate_port(
+            port.rules,
+            &Evaluation {
+                service: ctx.service,
+                pod,
+                port: &resolved,
+                network: ctx.network,
+                publish_not_ready: ctx.pnr,
+            },
+        );
+        let terminating = is_terminating(pod);
+        let ours = self.ours;
+        let mut excluded = match verdict.decision {
+            Decision::Include => None,
+            Decision::Exclude => Some(verdict.reason().to_owned()),
+            Decision::Abstain
+                if self
+                    .published
+                    .get_or_insert_with(|| published_memberships(ours))
+                    .contains(&(port.name, family, uid)) =>
+            {
+                None
+            }
+            Decision::Abstain => Some(format!(
+                "{} (abstained; nothing published to keep)",
+                verdict.reason()
+            )),
+        };
+        if excluded.is_none()
+            && terminating
+            && ctx.spec.terminating_endpoints == TerminatingEndpoints::Drop
+        {
+            excluded = Some("pod is terminating and spec.terminatingEndpoints is Drop".to_owned());
+        }
+        let slot = &mut self.out.states[port_idx][pod_idx];
+        if let Some(reason) = excluded {
+            merge_state(slot, PodPortState::Excluded(reason));
+            return None;
+        }
+        let ready = ctx.pnr || !terminating;
+        merge_state(slot, PodPortState::Published { ready });
+        let zone = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .and_then(|n| ctx.node_zones.get(n))
+            .map(String::as_str);
+        let endpoint = render_endpoint(
+            &EndpointFacts {
+                pod,
+                address,
+                ready,
+                terminating,
+                zone,
+            },
+            ctx.svc_name,
+            ctx.namespace,
+            ctx.hints,
+        );
+        if ctx.spec.legacy_endpoints && family == ctx.families[0] {
+            self.out.members.push(Member {
+                pod: pod_idx,
+                port: port_idx,
+                target: target.map(|t| t.number),
+                ready,
+                endpoint: endpoint.clone(),
+            });
+        }
+        Some(endpoint)
+    }
+
+    /// Turns one port × family's members into groups: the static target, or every target a
+    /// candidate resolves; marks the placeholder when nobody is a member.
+    fn close_groups(
+        &mut self,
+        port_idx: usize,
+        family: IpFamily,
+        mut by_target: BTreeMap<Option<i32>, Vec<(IpAddr, &'a str, Endpoint)>>,
+        candidate_targets: &BTreeSet<i32>,
+    ) {
+        let ctx = self.ctx;
+        let port = &ctx.ports[port_idx];
+        let static_key = port
+            .service_port
+            .filter(|_| !port.named_target)
+            .map(static_target);
+        let targets: Vec<Option<i32>> = if port.named_target {
+            candidate_targets.iter().map(|t| Some(*t)).collect()
+        } else {
+            vec![static_key]
+        };
+        let base = |t: Option<i32>| {
+            group_base_name(
+                ctx.svc_name,
+                port.key.as_deref(),
+                family,
+                t.filter(|_| port.named_target),
+            )
+        };
+        let placeholder = if by_target.values().any(|v| !v.is_empty()) {
+            None
+        } else if port.named_target {
+            // Prefer a group that is already published so an emptied port rewrites one slice.
+            let live_first = targets.iter().copied().find(|t| {
+                let b = base(*t);
+                self.ours.iter().any(|s| {
+                    parse_chunk(s.metadata.name.as_deref().unwrap_or_default(), |x| x == b)
+                        .is_some()
+                })
+            });
+            live_first.or_else(|| targets.first().copied())
+        } else {
+            Some(static_key)
+        };
+        for target in targets {
+            let mut endpoints = by_target.remove(&target).unwrap_or_default();
+            endpoints.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+            self.out.groups.push(Group {
+                port: port_idx,
+                family,
+                target,
+                base: base(target),
+                placeholder: placeholder == Some(target),
+                endpoints,
+            });
+        }
+    }
+}
+
+/// (port name, family, pod UID) of every endpoint in the given slices.
+fn published_memberships<'s>(
+    slices: &[&'s EndpointSlice],
+) -> HashSet<(&'s str, IpFamily, &'s str)> {
+    let mut set = HashSet::new();
+    for s in slices {
+        let Some(family) = IpFamily::parse(&s.address_type) else {
+            continue;
+        };
+        let port_name = s
+            .ports
+            .iter()
+            .flatten()
+            .next()
+            .and_then(|p| p.name.as_deref())
+            .unwrap_or_default();
+        for e in &s.endpoints {
+            if let Some(uid) = e.target_ref.as_ref().and_then(|r| r.uid.as_deref()) {
+                set.insert((port_name, family, uid));
+            }
+        }
+    }
+    set
+}
+
+fn merge_state(slot: &mut Option<PodPortState>, new: PodPortState) {
+    *slot = Some(match slot.take() {
+        None => new,
+        Some(old) => old.merge(new),
+    });
+}
