@@ -72,15 +72,17 @@ impl Default for PrometheusProbeMetrics {
 }
 
 impl PrometheusProbeMetrics {
-    /// Registers `portmapper_probe_results` and `portmapper_probe_duration_seconds`.
+    /// Registers `probe_results` and `probe_duration_seconds` on a registry whose prefix
+    /// names the program: the operator's `portmapper` prefix exports them as
+    /// `portmapper_probe_results_total` and `portmapper_probe_duration_seconds`.
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
-            "portmapper_probe_results",
+            "probe_results",
             "Finished network-check probes by check type, outcome and cause",
             self.outcomes.clone(),
         );
         registry.register(
-            "portmapper_probe_duration_seconds",
+            "probe_duration_seconds",
             "Duration of network-check probes by check type and outcome",
             self.durations.clone(),
         );
@@ -120,7 +122,7 @@ mod tests {
     #[test]
     fn observations_are_exposed_with_bounded_labels() {
         let metrics = PrometheusProbeMetrics::default();
-        let mut registry = Registry::default();
+        let mut registry = Registry::with_prefix("portmapper");
         metrics.register(&mut registry);
         let result = ProbeResult::exclude(Cause::Refused, "connect to 10.244.1.5:80: refused");
         metrics.observe(CheckType::HttpGet, &result, Duration::from_millis(3));

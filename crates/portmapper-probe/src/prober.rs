@@ -251,6 +251,11 @@ impl Prober {
             .unwrap_or_default()
     }
 
+    /// The PortMappings that have targets.
+    pub fn mapping_keys(&self) -> Vec<MappingKey> {
+        self.inner.read().keys().cloned().collect()
+    }
+
     /// Targets scheduled, over all PortMappings.
     pub fn target_count(&self) -> usize {
         self.inner.read().values().map(HashMap::len).sum()
