@@ -3,8 +3,11 @@
 
 CARGO ?= cargo
 CRD_FILE := crds/portmapper.dev_portmappings.yaml
+PYTHON ?= python3
+VENV := .venv
+HELM_SDK_VERSION := 0.2.2
 
-.PHONY: test fmt-check clippy unit crds crd-check bench tools demo run install-crd
+.PHONY: test fmt-check clippy unit crds crd-check bench tools demo run install-crd helm-venv chart-test image
 
 ## demo: the operator end to end on the embedded API server, no cluster needed.
 ##   make demo                      # runs until Ctrl-C; flip pods with kubectl (KUBECONFIG is printed)
@@ -21,8 +24,10 @@ run: install-crd
 install-crd:
 	kubectl apply --server-side --field-manager=portmapper.dev -f $(CRD_FILE)
 
-## test: everything CI checks — formatting, lints, every test, CRD drift.
-test: tools fmt-check clippy crd-check unit
+## test: everything CI checks — formatting, lints, every test, CRD drift, the Helm chart.
+test: tools fmt-check clippy crd-check helm-venv unit chart-test
+# With this set, the chart tests in tests/e2e (apply to the emulator, RBAC usage) must run.
+test: export PORTMAPPER_CHART_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
 ## tools: toolchain components the checks need (idempotent).
 tools:
@@ -39,9 +44,10 @@ unit:
 	$(CARGO) build --workspace --bins --locked
 	$(CARGO) test --workspace --locked
 
-## crds: regenerate the CRD YAML from the Rust types.
+## crds: regenerate the CRD YAML from the Rust types (and the Helm chart's copy).
 crds:
 	$(CARGO) run --quiet --locked -p portmapper-api --bin crdgen > $(CRD_FILE)
+	cp $(CRD_FILE) charts/portmapper/crds/
 
 ## crd-check: fail when the committed CRD differs from what the types generate.
 crd-check:
@@ -53,3 +59,21 @@ crd-check:
 ## bench: the criterion benchmarks (figures go in docs/benchmarks.md).
 bench:
 	$(CARGO) bench --workspace --locked
+
+## helm-venv: the real Helm engine (PyPI helm-python-sdk, Helm's Go SDK) in a virtualenv (idempotent).
+helm-venv: $(VENV)/.helm-python-sdk-$(HELM_SDK_VERSION)
+
+$(VENV)/.helm-python-sdk-$(HELM_SDK_VERSION):
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check helm-python-sdk==$(HELM_SDK_VERSION)
+	touch $@
+
+## chart-test: render and lint the chart (defaults, every option), invalid values rejected, CRD copy.
+chart-test: helm-venv
+	$(VENV)/bin/python charts/tests/chart_test.py check
+
+## image: build the container image; needs a Docker engine (docs/install.md: load it into kind/k3d).
+IMAGE ?= ghcr.io/portmapper/portmapper:0.1.0
+image:
+	@docker info >/dev/null 2>&1 || { echo "make image: no Docker engine is reachable (docker info failed); build where one runs, see docs/install.md" >&2; exit 2; }
+	docker build -t $(IMAGE) .
