@@ -171,5 +171,22 @@ fn bench_table(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench_ssa, bench_admission, bench_table);
+fn bench_openapi(c: &mut Criterion) {
+    let crds = vec![crd()];
+    c.bench_function(
+        "OpenAPI v3 index (hashes every group-version document)",
+        |b| b.iter(|| apiserver_semantics::openapi::v3_index(black_box(&crds))),
+    );
+    c.bench_function("OpenAPI v3 api/v1 document", |b| {
+        b.iter(|| apiserver_semantics::openapi::v3_group_version(black_box(&crds), "", "v1"))
+    });
+}
+
+criterion_group!(
+    benches,
+    bench_ssa,
+    bench_admission,
+    bench_table,
+    bench_openapi
+);
 criterion_main!(benches);

@@ -508,26 +508,56 @@ fn hash_hex(v: &Value) -> String {
     format!("{:016X}", h.finish())
 }
 
-/// The `/openapi/v3` index: `{"paths": {"apis/<g>/<v>": {"serverRelativeURL": ...}}}`; the
-/// `hash` changes whenever the document does (clients cache by URL).
-pub fn v3_index(crds: &[Value]) -> Value {
-    let all = all_resources(crds);
-    let mut gvs: Vec<(String, String, String)> = all
+/// A group-version document with the hash clients cache it by.
+struct GvDoc {
+    path: String,
+    group: String,
+    version: String,
+    doc: Value,
+    hash: String,
+}
+
+fn gv_docs(resources: &[Resource]) -> Vec<GvDoc> {
+    let mut gvs: Vec<(String, String, String)> = resources
         .iter()
         .map(|r| (r.gv_path(), r.group.clone(), r.version.clone()))
         .collect();
     gvs.sort();
     gvs.dedup();
+    gvs.into_iter()
+        .map(|(path, group, version)| {
+            let members: Vec<&Resource> = resources
+                .iter()
+                .filter(|r| r.group == group && r.version == version)
+                .collect();
+            let doc = v3_doc(&members);
+            let hash = hash_hex(&doc);
+            GvDoc {
+                path,
+                group,
+                version,
+                doc,
+                hash,
+            }
+        })
+        .collect()
+}
+
+/// The built-in group-version documents never change: built once.
+fn builtin_gv_docs() -> &'static [GvDoc] {
+    static DOCS: OnceLock<Vec<GvDoc>> = OnceLock::new();
+    DOCS.get_or_init(|| gv_docs(&builtins()))
+}
+
+/// The `/openapi/v3` index: `{"paths": {"apis/<g>/<v>": {"serverRelativeURL": ...}}}`; the
+/// `hash` changes whenever the document does (clients cache by URL).
+pub fn v3_index(crds: &[Value]) -> Value {
+    let crd_docs = gv_docs(&crd_resources(crds));
     let mut out = Map::new();
-    for (path, group, version) in gvs {
-        let members: Vec<&Resource> = all
-            .iter()
-            .filter(|r| r.group == group && r.version == version)
-            .collect();
-        let doc = v3_doc(&members);
+    for d in builtin_gv_docs().iter().chain(&crd_docs) {
         out.insert(
-            path.clone(),
-            json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={}", hash_hex(&doc))}),
+            d.path.clone(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{}?hash={}", d.path, d.hash)}),
         );
     }
     json!({"paths": out})
@@ -536,8 +566,14 @@ pub fn v3_index(crds: &[Value]) -> Value {
 /// One `/openapi/v3/apis/<group>/<version>` (or `api/v1`, group `""`) document; `None` if no
 /// served resource has that group-version.
 pub fn v3_group_version(crds: &[Value], group: &str, version: &str) -> Option<Value> {
-    let all = all_resources(crds);
-    let members: Vec<&Resource> = all
+    if let Some(d) = builtin_gv_docs()
+        .iter()
+        .find(|d| d.group == group && d.version == version)
+    {
+        return Some(d.doc.clone());
+    }
+    let crd = crd_resources(crds);
+    let members: Vec<&Resource> = crd
         .iter()
         .filter(|r| r.group == group && r.version == version)
         .collect();
