@@ -102,6 +102,12 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
         leadership: &ctx.leadership,
         metrics: &ctx.metrics,
     };
+    if !crate::watches::is_ready(&ctx.slices) || !crate::watches::is_ready(&ctx.services) {
+        // Before their first list these caches read as "nothing published" / "no Service": a
+        // plan would rewrite every slice and probes would be seeded excluded (a restart flap).
+        debug!(portmapping = %pm_ref, "slice or Service cache not synced yet; writing nothing");
+        return Ok(Action::requeue(PENDING_RETRY));
+    }
     let owned = owned_slices(ctx, &ns, &uid);
 
     let outcome = match decide(pm, ctx, &ns, &pm_ref) {
