@@ -241,8 +241,14 @@ impl State {
     }
 
     fn push(&mut self, entry: LogEntry) {
-        let gc_relevant = |o: &Value| o.pointer("/metadata/ownerReferences").is_some() || o.pointer("/metadata/deletionTimestamp").is_some();
-        if entry.etype == EventType::Deleted || gc_relevant(&entry.obj) || entry.prev.as_deref().is_some_and(gc_relevant) {
+        let gc_relevant = |o: &Value| {
+            o.pointer("/metadata/ownerReferences").is_some()
+                || o.pointer("/metadata/deletionTimestamp").is_some()
+        };
+        if entry.etype == EventType::Deleted
+            || gc_relevant(&entry.obj)
+            || entry.prev.as_deref().is_some_and(gc_relevant)
+        {
             self.gc_dirty = true;
         }
         self.watchers.retain(|w| match w.translate(&entry) {

@@ -446,3 +446,59 @@ async fn serve_binary_writes_kubeconfig_loads_manifests_and_stops_on_sigterm() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn kube_event_recorder_create_then_series_patch() {
+    use k8s_openapi::api::events::v1::Event as KEvent;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let emu = emu().await;
+    let client = emu.client().unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let c = cms
+        .create(&PostParams::default(), &cm("subject", json!([])))
+        .await
+        .unwrap();
+    let reference = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("ConfigMap".into()),
+        name: c.metadata.name.clone(),
+        namespace: c.metadata.namespace.clone(),
+        uid: c.metadata.uid.clone(),
+        ..Default::default()
+    };
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "portmapper".into(),
+            instance: Some("pod-1".into()),
+        },
+    );
+    let ev = Event {
+        type_: EventType::Normal,
+        reason: "Published".into(),
+        note: Some("slices written".into()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    recorder
+        .publish(&ev, &reference)
+        .await
+        .expect("create accepted by events.k8s.io validation");
+    recorder
+        .publish(&ev, &reference)
+        .await
+        .expect("series merge patch accepted (immutable fields unchanged)");
+    let events: Api<KEvent> = Api::namespaced(client, "default");
+    let list = events.list(&Default::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    let e = &list.items[0];
+    assert_eq!(e.series.as_ref().map(|s| s.count), Some(2));
+    assert_eq!(e.reporting_controller.as_deref(), Some("portmapper"));
+    let writes: Vec<String> = emu
+        .requests()
+        .filter(|r| r.resource == "events" && r.is_write())
+        .iter()
+        .map(|r| r.verb.clone())
+        .collect();
+    assert_eq!(writes, vec!["create", "patch"]);
+}
