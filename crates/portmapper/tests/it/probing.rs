@@ -28,7 +28,7 @@ const ENV: &str = "PORTMAPPER_IT_IN_NETNS";
 const SETUP: &str = "ip link set lo up && ip route add local 10.244.0.0/16 dev lo";
 const INNER: &str = "probing::inner_";
 /// Inner tests below; the outer test checks that every one of them ran and passed.
-const INNER_TESTS: usize = 6;
+const INNER_TESTS: usize = 7;
 
 #[test]
 fn network_checks_through_the_operator_in_own_network_namespace() {
@@ -334,6 +334,63 @@ async fn inner_server_going_down_moves_pod_out_of_one_port_only() {
 
     let _b_broker = tcp_server((b, 9092).into()).await;
     wait_members(&h, "kafka", "broker", &["kafka-0", "kafka-1"]).await;
+}
+
+/// A restarted controller seeds its probes from the live slices: nothing flaps, nothing is
+/// rewritten, even though its prober starts with no results at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs only inside the network namespace made by network_checks_through_the_operator_in_own_network_namespace"]
+async fn inner_restart_keeps_probed_memberships_without_writes() {
+    if !in_netns() {
+        return;
+    }
+    let (a, b) = (ip(7, 1), ip(7, 2));
+    let mut h = Harness::start().await;
+    pool(&h, "api", &[("web", 8080)], &[("api-0", a), ("api-1", b)]).await;
+    let _a = http_server((a, 8080).into(), status(200)).await;
+    let _b = http_server((b, 8080).into(), status(200)).await;
+    h.create(probed_portmapping(
+        "api",
+        &[("web", json!({"httpGet": {"path": "/"}}))],
+    ))
+    .await;
+    wait_members(&h, "api", "web", &["api-0", "api-1"]).await;
+    // Converged: Ready, and the status no longer waits on first results.
+    eventually("Ready", Duration::from_secs(20), || async {
+        let status = h.portmapping("api").await.status?;
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    let slices_before = h.slices("api").await;
+    h.stop_controller().await;
+    let before = h.operator_writes();
+    let probed_before = probe_count(&h, "httpGet", "include", "healthy");
+    h.run_controller();
+    // Several probe periods and pending-result requeues.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let writes: Vec<String> = h
+        .emu
+        .requests()
+        .filter(|r| r.is_write() && r.field_manager == portmapper_api::MANAGER)
+        .iter()
+        .skip(before)
+        .map(|r| format!("{} {}/{} {}", r.verb, r.resource, r.name, r.subresource))
+        .collect();
+    assert!(writes.is_empty(), "a restart rewrote: {writes:?}");
+    let rv = |v: &[k8s_openapi::api::discovery::v1::EndpointSlice]| {
+        v.iter()
+            .map(|s| s.metadata.resource_version.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(rv(&slices_before), rv(&h.slices("api").await));
+    assert!(
+        probe_count(&h, "httpGet", "include", "healthy") >= probed_before + 2,
+        "the restarted prober probed both pods"
+    );
 }
 
 /// Probes that hang for their whole 30 s timeout hold no reconcile: a pod change on another
