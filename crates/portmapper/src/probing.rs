@@ -3,10 +3,11 @@
 //!
 //! A reconcile never waits on a probe: it hands the prober the targets it wants watched
 //! ([`Prober::set_targets`], which keeps known targets' schedules and streaks) and reads the
-//! results cached so far ([`Prober::results`]). A target without a counted result yet has no
-//! entry, which the planner reads as Abstain: whatever is published for that (pod, port,
-//! family) stays, so a restart neither flaps nor empties a slice. A damped flip arrives on
-//! [`ProbeEvents`] and reconciles that PortMapping.
+//! results cached so far ([`Prober::results`]). A target whose first probe has not finished
+//! has no entry, and one with only abstaining results abstains; the planner reads both as
+//! Abstain: whatever is published for that (pod, port, family) stays, so a restart neither
+//! flaps nor empties a slice. A damped flip arrives on [`ProbeEvents`] and reconciles that
+//! PortMapping.
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
@@ -84,7 +85,7 @@ pub fn retain(prober: &Prober, alive: &HashSet<MappingKey>) {
 /// What the network checks say for one reconcile.
 #[derive(Debug, Default)]
 pub struct Probed {
-    /// Results for the planner; targets without a counted result have no entry (Abstain).
+    /// Results for the planner; targets not probed yet have no entry (Abstain).
     pub decisions: NetworkDecisions,
     /// Targets the prober watches for this PortMapping.
     pub targets: usize,
