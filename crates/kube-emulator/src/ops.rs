@@ -427,7 +427,7 @@ fn admit(
     if !causes.is_empty() {
         return Err(causes_to_invalid(rt, &name, causes));
     }
-    crate::validation::validate(rt, obj, old)?;
+    warnings.extend(crate::validation::validate(rt, obj, old)?);
     Ok(warnings)
 }
 

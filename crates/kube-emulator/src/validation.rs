@@ -41,8 +41,13 @@ fn name_fn(rt: &ResourceType) -> vmeta::NameFn {
 }
 
 /// Validate a built-in object on create (`old` None) or update. Custom resources get ObjectMeta
-/// rules with `builtin = false`.
-pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+/// rules with `builtin = false`. Returns the `Warning` texts (custom-resource finalizers that are
+/// not domain-qualified).
+pub fn validate(
+    rt: &ResourceType,
+    obj: &Value,
+    old: Option<&Value>,
+) -> Result<Vec<String>, ApiError> {
     let name = obj
         .pointer("/metadata/name")
         .and_then(Value::as_str)
@@ -73,6 +78,14 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
                 Some(o) => kube_validation::validate_lease_update(&new, &typed(rt, o)?),
             }
         }
+        ("", "services") => {
+            use k8s_openapi::api::core::v1::Service;
+            let new: Service = typed(rt, obj)?;
+            match old {
+                None => kube_validation::validate_service(&new),
+                Some(o) => kube_validation::validate_service_update(&new, &typed(rt, o)?),
+            }
+        }
         ("events.k8s.io", "events") => {
             use k8s_openapi::api::events::v1::Event;
             let new: Event = typed(rt, obj)?;
@@ -92,9 +105,23 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(
             errs
         }
     };
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(invalid(rt, &name, &errors))
+    if !errors.is_empty() {
+        return Err(invalid(rt, &name, &errors));
     }
+    if rt.builtin {
+        return Ok(Vec::new());
+    }
+    let finalizers: Vec<String> = obj
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(vmeta::finalizer_warnings(
+        &finalizers,
+        &FieldPath::new("metadata").child("finalizers"),
+    ))
 }

@@ -329,3 +329,59 @@ async fn deletion_with_finalizers_and_optimistic_concurrency() {
     let list = api.list(&ListParams::default()).await.unwrap();
     assert!(list.items.is_empty());
 }
+
+#[tokio::test]
+async fn service_defaults_allocation_and_validation() {
+    use k8s_openapi::api::core::v1::Service;
+    let emu = emu().await;
+    let api: Api<Service> = Api::namespaced(emu.client().unwrap(), "default");
+    let svc: Service = serde_json::from_value(json!({"apiVersion":"v1","kind":"Service","metadata":{"name":"web"},
+        "spec":{"ports":[{"name":"http","port":80},{"name":"https","port":443,"targetPort":"tls"}]}}))
+    .unwrap();
+    let s = api.create(&PostParams::default(), &svc).await.unwrap();
+    let spec = s.spec.unwrap();
+    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+    assert!(spec.cluster_ip.as_deref().unwrap().starts_with("10.96."));
+    assert_eq!(spec.cluster_ips.as_ref().unwrap().len(), 1);
+    assert_eq!(
+        spec.ports.as_ref().unwrap()[0].protocol.as_deref(),
+        Some("TCP")
+    );
+    assert_eq!(
+        serde_json::to_value(&spec.ports.as_ref().unwrap()[0].target_port).unwrap(),
+        json!(80)
+    );
+    // A PUT without clusterIP keeps the allocated one.
+    let mut again = api.get("web").await.unwrap();
+    let ip = again.spec.as_ref().unwrap().cluster_ip.clone();
+    again.spec.as_mut().unwrap().cluster_ip = None;
+    again.spec.as_mut().unwrap().cluster_ips = None;
+    let after = api
+        .replace("web", &PostParams::default(), &again)
+        .await
+        .unwrap();
+    assert_eq!(after.spec.unwrap().cluster_ip, ip);
+    // Two unnamed ports: rejected by kube-validation's Service rules.
+    let bad: Service = serde_json::from_value(
+        json!({"apiVersion":"v1","kind":"Service","metadata":{"name":"bad"},
+        "spec":{"ports":[{"port":80},{"port":81}]}}),
+    )
+    .unwrap();
+    let err = api.create(&PostParams::default(), &bad).await.unwrap_err();
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 422);
+            assert!(
+                s.message.starts_with("Service \"bad\" is invalid: "),
+                "{}",
+                s.message
+            );
+            assert!(
+                s.message.contains("spec.ports[0].name: Required value"),
+                "{}",
+                s.message
+            );
+        }
+        e => panic!("{e:?}"),
+    }
+}
