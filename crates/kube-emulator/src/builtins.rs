@@ -269,3 +269,104 @@ fn validate_crd(obj: &Value) -> Vec<Cause> {
     }
     c
 }
+
+/// How a built-in timestamp field is serialised (spec §2.2).
+#[derive(Clone, Copy)]
+enum TimeKind {
+    /// `metav1.Time`: RFC 3339, seconds.
+    Seconds,
+    /// `metav1.MicroTime`: RFC 3339 with exactly 6 fractional digits.
+    Micros,
+}
+
+fn time_fields(rt: &ResourceType) -> &'static [(&'static str, TimeKind)] {
+    use TimeKind::{Micros, Seconds};
+    match (rt.group.as_str(), rt.plural.as_str()) {
+        ("coordination.k8s.io", "leases") => {
+            &[("/spec/acquireTime", Micros), ("/spec/renewTime", Micros)]
+        }
+        ("events.k8s.io", "events") => &[
+            ("/eventTime", Micros),
+            ("/series/lastObservedTime", Micros),
+            ("/deprecatedFirstTimestamp", Seconds),
+            ("/deprecatedLastTimestamp", Seconds),
+        ],
+        ("", "events") => &[
+            ("/eventTime", Micros),
+            ("/series/lastObservedTime", Micros),
+            ("/firstTimestamp", Seconds),
+            ("/lastTimestamp", Seconds),
+        ],
+        _ => &[],
+    }
+}
+
+fn render_time(ts: jiff::Timestamp, kind: TimeKind) -> String {
+    let base = ts.strftime("%Y-%m-%dT%H:%M:%S").to_string();
+    match kind {
+        TimeKind::Seconds => format!("{base}Z"),
+        TimeKind::Micros => format!("{base}.{:06}Z", ts.subsec_microsecond()),
+    }
+}
+
+/// Normalise built-in time fields like the apiserver's typed round trip: `Time` truncated to
+/// seconds, `MicroTime` with 6 fractional digits, `status.conditions[*]` times as `Time`.
+/// Unparsable values are left alone (validation reports them).
+pub fn normalise_times(rt: &ResourceType, obj: &mut Value) {
+    if !rt.builtin {
+        return;
+    }
+    for (ptr, kind) in time_fields(rt) {
+        if let Some(v) = obj.pointer_mut(ptr)
+            && let Some(ts) = v.as_str().and_then(|s| s.parse::<jiff::Timestamp>().ok())
+        {
+            *v = json!(render_time(ts, *kind));
+        }
+    }
+    if let Some(conds) = obj
+        .pointer_mut("/status/conditions")
+        .and_then(Value::as_array_mut)
+    {
+        for c in conds {
+            for k in [
+                "lastTransitionTime",
+                "lastProbeTime",
+                "lastHeartbeatTime",
+                "lastUpdateTime",
+            ] {
+                if let Some(v) = c.get_mut(k)
+                    && let Some(ts) = v.as_str().and_then(|s| s.parse::<jiff::Timestamp>().ok())
+                {
+                    *v = json!(render_time(ts, TimeKind::Seconds));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn micro_and_second_times() {
+        let rt = crate::registry::builtins()
+            .into_iter()
+            .find(|r| r.plural == "leases")
+            .unwrap();
+        let mut l = json!({"spec": {"renewTime": "2026-01-02T03:04:05.123456789Z", "acquireTime": "2026-01-02T03:04:05Z"}});
+        normalise_times(&rt, &mut l);
+        assert_eq!(l["spec"]["renewTime"], "2026-01-02T03:04:05.123456Z");
+        assert_eq!(l["spec"]["acquireTime"], "2026-01-02T03:04:05.000000Z");
+        let rt = crate::registry::builtins()
+            .into_iter()
+            .find(|r| r.plural == "pods")
+            .unwrap();
+        let mut p = json!({"status": {"conditions": [{"type": "Ready", "lastTransitionTime": "2026-01-02T03:04:05.9Z"}]}});
+        normalise_times(&rt, &mut p);
+        assert_eq!(
+            p["status"]["conditions"][0]["lastTransitionTime"],
+            "2026-01-02T03:04:05Z"
+        );
+    }
+}

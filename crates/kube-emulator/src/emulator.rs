@@ -70,6 +70,11 @@ impl EmulatorBuilder {
         self.config.crd_establish_delay = d;
         self
     }
+    /// First global resourceVersion.
+    pub fn initial_resource_version(mut self, rv: u64) -> Self {
+        self.config.initial_resource_version = rv;
+        self
+    }
     /// Seed of the fault RNG.
     pub fn seed(mut self, seed: u64) -> Self {
         self.config.seed = seed;

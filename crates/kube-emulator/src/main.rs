@@ -64,7 +64,14 @@ async fn main() -> std::process::ExitCode {
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
+    // Revisions keep increasing across restarts of the binary: clients resuming a watch with a
+    // revision from the previous process get a clean 410 + relist instead of "too large".
+    let clock_rv = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(1);
     let mut b = kube_emulator::Emulator::builder()
+        .initial_resource_version(clock_rv)
         .listen(listen)
         .kubeconfig(&kubeconfig)
         .bookmark_interval(Duration::from_secs(bookmark_seconds))

@@ -413,6 +413,7 @@ fn admit(
 ) -> Result<Vec<String>, ApiError> {
     let rt = &t.rt;
     builtins::default(st, rt, obj, old, creating);
+    builtins::normalise_times(rt, obj);
     let mut warnings = Vec::new();
     let name = str_at(obj, "/metadata/name")
         .unwrap_or_default()
@@ -707,7 +708,8 @@ fn update_pipeline(
             ));
         }
     }
-    let warnings = if sub == Some("status") || sub == Some("finalize") {
+    // /status writes are pruned, defaulted and validated like any write (CR status schemas, CEL).
+    let warnings = if sub == Some("finalize") {
         Vec::new()
     } else {
         admit(st, t, &mut new, Some(&old), false, w)?

@@ -62,6 +62,8 @@ pub struct Config {
     pub seed: u64,
     /// Max request-log entries kept.
     pub request_log_cap: usize,
+    /// First global resourceVersion (1 in tests; the binary uses microseconds since the epoch).
+    pub initial_resource_version: u64,
 }
 
 impl Default for Config {
@@ -75,6 +77,7 @@ impl Default for Config {
             retention: Retention::default(),
             seed: 0,
             request_log_cap: 200_000,
+            initial_resource_version: 1,
         }
     }
 }
@@ -118,7 +121,11 @@ impl Core {
         addr: SocketAddr,
         listener: mpsc::UnboundedSender<ListenerCmd>,
     ) -> Self {
-        let state = State::new(config.retention.clone());
+        let mut state = State::new(config.retention.clone());
+        // Start the revision counter where asked (the binary seeds it from the clock so a
+        // restarted emulator never hands out revisions older than its predecessor's).
+        state.rv = config.initial_resource_version.max(1);
+        state.compacted_rv = state.rv;
         Self {
             state: Mutex::new(state),
             faults: Faults::new(config.seed),

@@ -181,3 +181,54 @@ async fn non_structural_crd_is_rejected_and_deleted_crd_stops_serving() {
     }
     panic!("custom resources still served after CRD deletion");
 }
+
+#[tokio::test]
+async fn status_subresource_writes_are_schema_checked() {
+    let emu = emu().await;
+    let mut c: Value = serde_json::from_str(&crd(json!([]))).unwrap();
+    c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"] = json!({"type":"object","properties":{"phase":{"type":"string","enum":["Ready","Pending"]}}});
+    let (code, v, _) = post(
+        &emu,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &c.to_string(),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    established(&emu).await;
+    let (code, _, _) = post(
+        &emu,
+        "/apis/example.com/v1/namespaces/default/gadgets",
+        r#"{"apiVersion":"example.com/v1","kind":"Gadget","metadata":{"name":"g"},"spec":{}}"#,
+    )
+    .await;
+    assert_eq!(code, 201);
+    let status = "/apis/example.com/v1/namespaces/default/gadgets/g/status";
+    let (code, body) = raw(
+        &emu,
+        "PATCH",
+        status,
+        &[("Content-Type", "application/merge-patch+json")],
+        r#"{"status":{"phase":"Bogus"}}"#,
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        body.contains("status.phase: Unsupported value: \\\"Bogus\\\""),
+        "{body}"
+    );
+    let (code, body) = raw(
+        &emu,
+        "PATCH",
+        status,
+        &[("Content-Type", "application/merge-patch+json")],
+        r#"{"status":{"phase":"Ready","extra":1}}"#,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v["status"],
+        json!({"phase":"Ready"}),
+        "unknown status field pruned"
+    );
+}
