@@ -311,7 +311,7 @@ async fn inner_server_going_down_moves_pod_out_of_one_port_only() {
 
     drop(b_broker);
     wait_members(&h, "kafka", "broker", &["kafka-0"]).await;
-    let reason = excluded_reason(&h, "kafka", "broker", "kafka-1", |_| true).await;
+    let reason = excluded_reason(&h, "kafka", "broker", "kafka-1", |r| r.contains("refused")).await;
     assert!(
         reason.starts_with("tcpSocket: ") && reason.contains("10.244.1.2:9092"),
         "{reason}"
@@ -433,8 +433,9 @@ async fn inner_hanging_probes_do_not_delay_reconciles() {
     .await;
     wait_members(&h, "slow", "metrics", &names[1..]).await;
     let latency = started.elapsed();
+    // A reconcile waiting on a probe would take the 30 s timeout; leave room for a loaded CI.
     assert!(
-        latency < Duration::from_secs(5),
+        latency < Duration::from_secs(10),
         "slice update took {latency:?} while probes hang"
     );
     let finished: u64 = ["timeout", "connection", "refused"]
@@ -443,7 +444,7 @@ async fn inner_hanging_probes_do_not_delay_reconciles() {
         .sum();
     assert_eq!(finished, 0, "the hanging probes were still in flight");
 
-    // Every reconcile so far finished within about a second.
+    // Every reconcile so far finished well within the probes' 30 s timeout (8.192 s bucket).
     let exposed = h.metrics.encode().unwrap();
     let count = metric_value(&exposed, "portmapper_reconcile_duration_seconds_count");
     let within = exposed
@@ -451,11 +452,11 @@ async fn inner_hanging_probes_do_not_delay_reconciles() {
         .filter(|l| l.starts_with("portmapper_reconcile_duration_seconds_bucket{le=\""))
         .filter_map(|l| {
             let le: f64 = l.split('"').nth(1)?.parse().ok()?;
-            (le <= 1.1).then(|| l.rsplit(' ').next()?.parse::<f64>().ok())?
+            (le <= 8.2).then(|| l.rsplit(' ').next()?.parse::<f64>().ok())?
         })
         .fold(0.0, f64::max);
     assert!(count >= 2.0, "{exposed}");
-    assert_eq!(within, count, "a reconcile took over a second:\n{exposed}");
+    assert_eq!(within, count, "a reconcile took over 8 s:\n{exposed}");
     drop(hanging);
 }
 
@@ -588,7 +589,8 @@ async fn inner_webhook_check() {
     )
     .await;
     wait_members(&h, "app", "p", &["hook-ok"]).await;
-    let reason = excluded_reason(&h, "app", "p", "hook-bad", |_| true).await;
+    // Before its first answer the pod reads "no result yet"; wait for the decider's reason.
+    let reason = excluded_reason(&h, "app", "p", "hook-bad", |r| r.contains("drained")).await;
     assert_eq!(reason, "webhook: drained by test");
     {
         let reviews = reviews.lock().unwrap();
