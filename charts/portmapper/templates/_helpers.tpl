@@ -90,15 +90,16 @@ portmappings/finalizers (see the comment there).
 - apiGroups: [""]
   resources: ["services", "pods"]
   verbs: ["list", "watch"]
-# EndpointSlices: watches, a GET before claiming a name, server-side apply (patch; apply creates
-# too), UID-preconditioned deletes (stray slices, native leftovers of a selector migration).
+# EndpointSlices: watches, a GET before claiming a name, server-side apply (patch, and create:
+# an apply that creates the object is authorized as create too), UID-preconditioned deletes
+# (stray slices, native leftovers of a selector migration).
 - apiGroups: ["discovery.k8s.io"]
   resources: ["endpointslices"]
-  verbs: ["get", "list", "watch", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Legacy Endpoints (legacyEndpoints: true) and selector migration: same verbs as slices.
 - apiGroups: [""]
   resources: ["endpoints"]
-  verbs: ["get", "list", "watch", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Events: kube's Recorder creates, then aggregates repeats with a PATCH.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
