@@ -68,7 +68,6 @@ pub struct Metrics {
     pub endpoints_published: Family<PortLabels, Gauge>,
     pub endpointslices_managed: Family<ServiceLabels, Gauge>,
     pub membership_checks: Family<DecisionLabels, Counter>,
-    pub membership_check_duration: Histogram,
     pub native_cleanup_deletions: Family<ResourceLabels, Counter>,
     pub name_collisions: Family<ServiceLabels, Counter>,
     pub reconciles: Family<ResultLabels, Counter>,
@@ -87,7 +86,6 @@ impl Metrics {
         let endpoints_published = Family::<PortLabels, Gauge>::default();
         let endpointslices_managed = Family::<ServiceLabels, Gauge>::default();
         let membership_checks = Family::<DecisionLabels, Counter>::default();
-        let membership_check_duration = Histogram::new(exponential_buckets(0.001, 2.0, 13));
         let native_cleanup_deletions = Family::<ResourceLabels, Counter>::default();
         let name_collisions = Family::<ServiceLabels, Counter>::default();
         let reconciles = Family::<ResultLabels, Counter>::default();
@@ -112,12 +110,6 @@ impl Metrics {
             "membership_checks",
             "Membership decisions per Service by outcome (include, exclude, abstain)",
             membership_checks.clone(),
-        );
-        registry.register_with_unit(
-            "membership_check_duration",
-            "Time to evaluate one pod's membership for one port",
-            Unit::Seconds,
-            membership_check_duration.clone(),
         );
         registry.register(
             "native_cleanup_deletions",
@@ -161,7 +153,6 @@ impl Metrics {
             endpoints_published,
             endpointslices_managed,
             membership_checks,
-            membership_check_duration,
             native_cleanup_deletions,
             name_collisions,
             reconciles,

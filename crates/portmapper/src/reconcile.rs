@@ -23,6 +23,7 @@ use crate::controller::{self, Context};
 use crate::error::Error;
 use crate::metrics::{PortLabels, ServiceLabels};
 use crate::pods::PodSource;
+use crate::report;
 
 /// How soon to look again while something we wait for (a cache, probe results) is pending.
 const PENDING_RETRY: Duration = Duration::from_secs(2);
@@ -68,11 +69,7 @@ struct Outcome {
 impl Outcome {
     fn stalled(ctx: &Context, reason: &str, message: String) -> Self {
         Self {
-            conditions: vec![
-                Desired::new(ct::READY, false, reason, message.clone()),
-                Desired::new(ct::RECONCILING, false, reason, "waiting for a change"),
-                Desired::new(ct::STALLED, true, reason, message),
-            ],
+            conditions: report::stalled(reason, message),
             withdrawn: false,
             plan: None,
             slices: None,
@@ -152,33 +149,20 @@ enum Decided {
 
 fn decide(pm: &PortMapping, ctx: &Context, ns: &str, pm_ref: &ObjectRef<PortMapping>) -> Decided {
     let errors = portmapper_api::validate::validate_spec(&pm.spec);
-    if !errors.is_empty() {
-        let message = errors
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ");
+    if let Some(message) = report::invalid_spec_message(&errors) {
         return Decided::Stop(Outcome::stalled(ctx, "InvalidSpec", message));
     }
-    if let Some(winner) = conflict_winner(ctx, pm, ns) {
-        let message = format!(
-            "PortMapping {winner} already publishes Service {}; this one writes nothing until it is removed",
-            pm.spec.service_ref.name
-        );
-        let mut outcome = Outcome::stalled(ctx, "ServiceClaimed", message.clone());
-        outcome
-            .conditions
-            .push(Desired::new(ct::CONFLICT, true, "ServiceClaimed", message));
+    let portmappings = ctx.portmappings.state();
+    if let Some(winner) = report::conflict_winner(pm, portmappings.iter().map(AsRef::as_ref)) {
+        let mut outcome = Outcome::stalled(ctx, "ServiceClaimed", String::new());
+        outcome.conditions = report::conflict(&winner, &pm.spec.service_ref.name);
         // Writes nothing at all: slices it published before losing stay until it is deleted
         // (GC) or wins again, so a conflict can never empty a port.
         return Decided::Stop(outcome);
     }
     let service_ref = ObjectRef::<Service>::new(&pm.spec.service_ref.name).within(ns);
     let Some(service) = ctx.services.get(&service_ref) else {
-        let message = format!(
-            "Service {ns}/{} does not exist; no endpoints are published",
-            pm.spec.service_ref.name
-        );
+        let message = report::service_not_found_message(ns, &pm.spec.service_ref.name);
         return Decided::Withdraw(Outcome::stalled(ctx, "ServiceNotFound", message));
     };
     let pods = match ctx.pods.store_for(&PodSource::of(pm)) {
@@ -195,21 +179,6 @@ fn decide(pm: &PortMapping, ctx: &Context, ns: &str, pm_ref: &ObjectRef<PortMapp
         }
     };
     Decided::Plan { service, pods }
-}
-
-/// The oldest PortMapping naming the same Service wins; `Some(winner)` when it is not `pm`.
-fn conflict_winner(ctx: &Context, pm: &PortMapping, ns: &str) -> Option<String> {
-    let key = |p: &PortMapping| (p.creation_timestamp().map(|t| t.0), p.name_any());
-    ctx.portmappings
-        .state()
-        .iter()
-        .filter(|p| {
-            p.namespace().as_deref() == Some(ns) && p.spec.service_ref == pm.spec.service_ref
-        })
-        .filter(|p| p.meta().deletion_timestamp.is_none())
-        .min_by_key(|p| key(p))
-        .filter(|winner| winner.uid() != pm.uid())
-        .map(|winner| winner.name_any())
 }
 
 /// Slices in our cache controlled by this PortMapping.
@@ -354,48 +323,38 @@ async fn plan_and_apply(
         conditions.push(Desired::new(ct::STALLED, false, "ApplyFailed", "retrying"));
     } else {
         ctx.clear_warning(pm_ref, "EndpointSliceNameCollision");
-        let message = format!(
-            "published {}",
-            if plan.summary.is_empty() {
-                "no ports"
-            } else {
-                &plan.summary
-            }
-        );
-        conditions.push(Desired::new(ct::READY, true, "Published", message));
-        conditions.push(Desired::new(
-            ct::RECONCILING,
-            false,
-            "Published",
-            "up to date",
-        ));
-        conditions.push(Desired::new(ct::STALLED, false, "Published", "up to date"));
+        conditions.extend(report::published(&plan.summary));
     }
-    if has_selector(service) {
-        let message = format!(
-            "Service {} still has a selector: the native controller publishes its own EndpointSlices beside ours; remove the selector to finish the migration",
-            service.name_any()
-        );
+    if let Some(migration) = report::selector_migration(service) {
         if ctx.warn_once(pm_ref, "SelectorStillPresent") {
-            warn_event(ctx, pm, pm_ref, "SelectorStillPresent", &message).await;
+            warn_event(ctx, pm, pm_ref, "SelectorStillPresent", &migration.message).await;
         }
-        conditions.push(Desired::new(
-            ct::SELECTOR_MIGRATION,
-            true,
-            "SelectorStillPresent",
-            message,
-        ));
+        conditions.push(migration);
     } else {
         ctx.clear_warning(pm_ref, "SelectorStillPresent");
     }
     for warning in &plan.warnings {
-        let reason = warning_reason(warning);
+        let reason = report::warning_reason(warning);
         if ctx.warn_once(pm_ref, reason) {
             warn_event(ctx, pm, pm_ref, reason, &warning.to_string()).await;
         }
     }
 
     record_gauges(ctx, ns, service, &plan);
+    for (decision, n) in [
+        ("include", plan.decisions.include),
+        ("exclude", plan.decisions.exclude),
+        ("abstain", plan.decisions.abstain),
+    ] {
+        ctx.metrics
+            .membership_checks
+            .get_or_create(&crate::metrics::DecisionLabels {
+                namespace: ns.to_string(),
+                service: service.name_any(),
+                decision,
+            })
+            .inc_by(n);
+    }
     let outcome = Outcome {
         conditions,
         withdrawn: false,
@@ -419,26 +378,6 @@ async fn plan_and_apply(
 
 fn slice_count(plan: &Plan) -> i32 {
     i32::try_from(plan.slices.len()).unwrap_or(i32::MAX)
-}
-
-fn has_selector(service: &Service) -> bool {
-    service
-        .spec
-        .as_ref()
-        .and_then(|s| s.selector.as_ref())
-        .is_some_and(|s| !s.is_empty())
-}
-
-fn warning_reason(warning: &planner::PlanWarning) -> &'static str {
-    use planner::PlanWarning as W;
-    match warning {
-        W::ExternalName => "ExternalNameUnsupported",
-        W::TopologyModeAuto { .. } => "TopologyAwareHintsDisabled",
-        W::RejectedPodAddress { .. } => "PodAddressRejected",
-        W::ForeignSlice { .. } => "EndpointSliceNameCollision",
-        W::ForeignEndpoints => "EndpointsCollision",
-        W::LegacyEndpointsTruncated { .. } => "LegacyEndpointsTruncated",
-    }
 }
 
 fn record_gauges(ctx: &Context, ns: &str, service: &Service, plan: &Plan) {

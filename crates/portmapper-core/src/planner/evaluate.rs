@@ -11,7 +11,7 @@ use portmapper_api::TerminatingEndpoints;
 use super::naming::{group_base_name, parse_chunk};
 use super::render::{EndpointFacts, render_endpoint};
 use super::status::PodPortState;
-use super::types::PlanWarning;
+use super::types::{DecisionCounts, PlanWarning};
 use super::{Context, Member, static_target};
 use crate::decision::Decision;
 use crate::membership::{Evaluation, evaluate_port};
@@ -38,6 +38,8 @@ pub(crate) struct Evaluated<'a> {
     pub states: Vec<Vec<Option<PodPortState>>>,
     /// Members in the primary family, for the legacy Endpoints (only when enabled).
     pub members: Vec<Member>,
+    /// Every decision made, by outcome.
+    pub decisions: DecisionCounts,
 }
 
 struct Evaluator<'c, 'a> {
@@ -66,6 +68,7 @@ pub(crate) fn evaluate<'a>(
             groups: Vec::new(),
             states: vec![vec![None; ctx.pods.len()]; ctx.ports.len()],
             members: Vec::new(),
+            decisions: DecisionCounts::default(),
         },
     };
     for port in 0..ctx.ports.len() {
@@ -173,6 +176,11 @@ impl<'a> Evaluator<'_, 'a> {
                 publish_not_ready: ctx.pnr,
             },
         );
+        match verdict.decision {
+            Decision::Include => self.out.decisions.include += 1,
+            Decision::Exclude => self.out.decisions.exclude += 1,
+            Decision::Abstain => self.out.decisions.abstain += 1,
+        }
         let terminating = is_terminating(pod);
         let ours = self.ours;
         let mut excluded = match verdict.decision {

@@ -56,7 +56,8 @@ use portmapper_api::PortMappingSpec;
 
 pub use compare::{endpoint_eq, metadata_eq, ports_eq};
 pub use types::{
-    Action, Deletion, Plan, PlanError, PlanInput, PlanWarning, PlannedEndpoints, PlannedSlice,
+    Action, DecisionCounts, Deletion, Plan, PlanError, PlanInput, PlanWarning, PlannedEndpoints,
+    PlannedSlice,
 };
 
 use crate::membership::{PortRules, port_rules, publish_not_ready};
@@ -285,6 +286,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
     };
 
     let evaluated = evaluate::evaluate(&ctx, &ours, &mut out.warnings);
+    out.decisions = evaluated.decisions;
     let assignment = emit::assign_live(&evaluated.groups, &ours, &foreign, &mut out.deletions);
     emit::emit_slices(&ctx, evaluated.groups, &assignment, &mut out)?;
     out.slices

@@ -167,6 +167,19 @@ pub struct Plan {
     pub summary: String,
     /// Things to tell the user.
     pub warnings: Vec<PlanWarning>,
+    /// How every (pod, port, family) membership was decided, for metrics.
+    pub decisions: DecisionCounts,
+}
+
+/// Membership decisions of one plan, by outcome (before Abstain falls back to the live state).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecisionCounts {
+    /// Decisions that included the pod.
+    pub include: u64,
+    /// Decisions that excluded the pod.
+    pub exclude: u64,
+    /// Decisions that abstained (a check could not tell).
+    pub abstain: u64,
 }
 
 impl Plan {

@@ -185,3 +185,37 @@ async fn restarted_controller_adopts_its_slices_without_writing() {
     };
     assert_eq!(rv(&slices_before), rv(&slices_after));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_report_published_endpoints_and_decisions() {
+    let h = canonical().await;
+    eventually("converged", Duration::from_secs(15), || async {
+        let pm = h.portmapping("my-service").await;
+        pm.status?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    let text = h.metrics.encode().unwrap();
+    let value = |series: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no series {series} in:\n{text}"))
+    };
+    let http = r#"portmapper_endpoints_published{namespace="default",service="my-service",port="http",address_type="IPv4"}"#;
+    assert_eq!(value(http), 3.0);
+    let slices = r#"portmapper_endpointslices_managed{namespace="default",service="my-service"}"#;
+    assert_eq!(value(slices), 2.0);
+    let include = r#"portmapper_membership_checks_total{namespace="default",service="my-service",decision="include"}"#;
+    let exclude = r#"portmapper_membership_checks_total{namespace="default",service="my-service",decision="exclude"}"#;
+    assert!(value(include) >= 6.0, "{text}");
+    assert!(value(exclude) >= 2.0, "{text}");
+    assert!(value("portmapper_reconcile_total{result=\"success\"}") >= 1.0);
+    assert!(
+        text.contains("portmapper_api_writes_total{verb=\"apply\",resource=\"endpointslices\"}")
+    );
+}
