@@ -113,10 +113,29 @@ fn crds(st: &mut State, cfg: &crate::server::Config) -> bool {
             if let Some(rt) = registry::from_crd(&stored) {
                 served.insert(rt.gr(), Arc::new(rt));
             }
-        } else if is_established(crd)
-            && let Some(rt) = registry::from_crd(crd)
-        {
-            served.insert(rt.gr(), Arc::new(rt));
+        } else if is_established(crd) {
+            // Reuse the registered type while the CRD is unchanged: building one compiles the
+            // schema's patterns and CEL rules.
+            let rv = meta::str_at(crd, "/metadata/resourceVersion").unwrap_or_default();
+            let cached = st
+                .types
+                .values()
+                .find(|t| {
+                    t.crd
+                        .as_ref()
+                        .is_some_and(|c| c.crd_name == *k && c.crd_rv == rv)
+                })
+                .cloned();
+            match cached {
+                Some(rt) => {
+                    served.insert(rt.gr(), rt);
+                }
+                None => {
+                    if let Some(rt) = registry::from_crd(crd) {
+                        served.insert(rt.gr(), Arc::new(rt));
+                    }
+                }
+            }
         }
         if terminating {
             // CRD deletion: remove every CR, then the CRD (customresourcecleanup finalizer).

@@ -39,6 +39,8 @@ pub enum GenerationPolicy {
 pub struct CrdInfo {
     /// Name of the CRD object.
     pub crd_name: String,
+    /// resourceVersion of the CRD this was built from.
+    pub crd_rv: String,
     /// `openAPIV3Schema` of the served version (may be `Null`).
     pub schema: Value,
     /// `additionalPrinterColumns` of the served version.
@@ -381,6 +383,11 @@ pub fn from_crd(crd: &Value) -> Option<ResourceType> {
         unconditional_update: false,
         builtin: false,
         crd: Some(Arc::new(CrdInfo {
+            crd_rv: crd
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
             crd_name: crd
                 .pointer("/metadata/name")
                 .and_then(Value::as_str)

@@ -513,23 +513,73 @@ async fn kubectl_portmapping_crd_demo_manifests_columns_and_explain() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let crd = root.join("crds/portmapper.dev_portmappings.yaml");
     let demo = root.join("examples/demo");
-    let out = kc!(bin, emu, "apply", "--server-side", "-f", crd.to_str().unwrap());
-    assert_eq!(out.trim(), "customresourcedefinition.apiextensions.k8s.io/portmappings.portmapper.dev serverside-applied");
-    kc!(bin, emu, "wait", "--for=condition=Established", "crd/portmappings.portmapper.dev", "--timeout=10s");
+    let out = kc!(
+        bin,
+        emu,
+        "apply",
+        "--server-side",
+        "-f",
+        crd.to_str().unwrap()
+    );
+    assert_eq!(
+        out.trim(),
+        "customresourcedefinition.apiextensions.k8s.io/portmappings.portmapper.dev serverside-applied"
+    );
+    kc!(
+        bin,
+        emu,
+        "wait",
+        "--for=condition=Established",
+        "crd/portmappings.portmapper.dev",
+        "--timeout=10s"
+    );
     let out = kc!(bin, emu, "apply", "-f", demo.to_str().unwrap());
-    assert!(out.contains("service/my-service created") && out.contains("portmapping.portmapper.dev/my-service created"), "{out}");
+    assert!(
+        out.contains("service/my-service created")
+            && out.contains("portmapping.portmapper.dev/my-service created"),
+        "{out}"
+    );
     let out = kc!(bin, emu, "get", "portmappings");
     let rows = table_rows(&out);
-    assert_eq!(&rows[0][..4], &["NAME", "SERVICE", "PORTS", "READY"], "{out}");
+    assert_eq!(
+        &rows[0][..4],
+        &["NAME", "SERVICE", "PORTS", "READY"],
+        "{out}"
+    );
     assert_eq!(&rows[1][..2], &["my-service", "my-service"], "{out}");
     let out = kc!(bin, emu, "explain", "portmapping.spec");
-    assert!(out.contains("KIND:       PortMapping") || out.contains("KIND:     PortMapping"), "{out}");
+    assert!(
+        out.contains("KIND:       PortMapping") || out.contains("KIND:     PortMapping"),
+        "{out}"
+    );
     assert!(out.contains("serviceRef") && out.contains("ports"), "{out}");
-    let out = kc!(bin, emu, "get", "pods", "-l", "example.com/group=my-service", "-o", "name");
+    let out = kc!(
+        bin,
+        emu,
+        "get",
+        "pods",
+        "-l",
+        "example.com/group=my-service",
+        "-o",
+        "name"
+    );
     assert_eq!(out.lines().count(), 4, "{out}");
     // Status written the way the operator does (server-side apply on /status) shows in the columns.
     let status = r#"{"apiVersion":"portmapper.dev/v1alpha1","kind":"PortMapping","metadata":{"name":"my-service"},"status":{"summary":"http 3/3, https 3/3","conditions":[{"type":"Ready","status":"True","reason":"Published","message":"ok","lastTransitionTime":"2026-01-02T03:04:05Z"}]}}"#;
-    let (ok, _, err) = kubectl_stdin(&bin, emu.kubeconfig_path(), &["apply", "--server-side", "--subresource=status", "--field-manager=portmapper.dev", "-f", "-"], status).await;
+    let (ok, _, err) = kubectl_stdin(
+        &bin,
+        emu.kubeconfig_path(),
+        &[
+            "apply",
+            "--server-side",
+            "--subresource=status",
+            "--field-manager=portmapper.dev",
+            "-f",
+            "-",
+        ],
+        status,
+    )
+    .await;
     if ok {
         let out = kc!(bin, emu, "get", "portmapping", "my-service");
         let row = &table_rows(&out)[1];
