@@ -142,6 +142,7 @@ fn causes_to_invalid(rt: &ResourceType, name: &str, causes: Vec<Cause>) -> ApiEr
 
 /// GET one object.
 pub fn get(st: &State, t: &Target, output: Output) -> Result<Reply, ApiError> {
+    check_sub(t)?;
     let obj = st.get(&t.rt.gr(), &t.key()).ok_or_else(|| t.not_found())?;
     if output == Output::Table {
         return Ok(Reply::ok(crate::table::render(

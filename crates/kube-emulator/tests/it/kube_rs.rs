@@ -385,3 +385,108 @@ async fn service_defaults_allocation_and_validation() {
         e => panic!("{e:?}"),
     }
 }
+
+#[tokio::test]
+async fn discovery_legacy_and_aggregated_follow_crds() {
+    use kube::discovery::{Discovery, verbs};
+    let emu = emu().await;
+    let client = emu.client().unwrap();
+    for aggregated in [false, true] {
+        let d = Discovery::new(client.clone());
+        let d = if aggregated {
+            d.run_aggregated().await.unwrap()
+        } else {
+            d.run().await.unwrap()
+        };
+        assert!(
+            d.has_group("discovery.k8s.io") && d.has_group("coordination.k8s.io"),
+            "aggregated={aggregated}"
+        );
+        assert!(!d.has_group("example.com"));
+        let gvk = kube::api::GroupVersionKind::gvk("discovery.k8s.io", "v1", "EndpointSlice");
+        let (ar, caps) = d.resolve_gvk(&gvk).expect("EndpointSlice discovered");
+        assert_eq!(ar.plural, "endpointslices");
+        assert!(caps.supports_operation(verbs::WATCH) && caps.supports_operation(verbs::PATCH));
+        let core = d
+            .resolve_gvk(&kube::api::GroupVersionKind::gvk("", "v1", "Service"))
+            .expect("core group");
+        assert!(
+            core.1
+                .subresources
+                .iter()
+                .any(|(r, _)| r.plural == "services/status" || r.plural == "status"),
+            "{:?}",
+            core.1.subresources
+        );
+    }
+    crate::common::install_widget_crd(&client).await;
+    let d = Discovery::new(client.clone())
+        .run_aggregated()
+        .await
+        .unwrap();
+    let (ar, _) = d
+        .resolve_gvk(&kube::api::GroupVersionKind::gvk(
+            "example.com",
+            "v1",
+            "Widget",
+        ))
+        .expect("CRD in discovery once Established");
+    assert_eq!(ar.plural, "widgets");
+}
+
+#[tokio::test]
+async fn status_on_types_without_it_is_404() {
+    let emu = emu().await;
+    let (code, body) = crate::common::raw(
+        &emu,
+        "GET",
+        "/api/v1/namespaces/default/configmaps/x/status",
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(code, 404, "{body}");
+    let (code, _) =
+        crate::common::raw(&emu, "GET", "/api/v1/namespaces/default/nope", &[], "").await;
+    assert_eq!(code, 404);
+    let (code, body) = crate::common::raw(&emu, "GET", "/nonsense", &[], "").await;
+    assert_eq!((code, body.as_str()), (404, "404 page not found"));
+    let (code, _) = crate::common::raw(
+        &emu,
+        "POST",
+        "/api/v1/namespaces/default/configmaps/x",
+        &[],
+        "{}",
+    )
+    .await;
+    assert_eq!(code, 405);
+    let (code, body) = crate::common::raw(
+        &emu,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        &[("Content-Type", "application/vnd.kubernetes.protobuf")],
+        "x",
+    )
+    .await;
+    assert_eq!(code, 415);
+    assert!(body.contains("not emulated"), "{body}");
+    let (code, _) = crate::common::raw(
+        &emu,
+        "GET",
+        "/api/v1/namespaces/default/configmaps",
+        &[("Accept", "application/vnd.kubernetes.protobuf")],
+        "",
+    )
+    .await;
+    assert_eq!(code, 406);
+    let (code, body) = crate::common::raw(
+        &emu,
+        "GET",
+        "/api/v1/namespaces/default/pods/p/log",
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(code, 404);
+    assert!(body.contains("not emulated"), "{body}");
+}
