@@ -9,3 +9,4 @@ mod chart;
 mod demo;
 mod env;
 mod quickstart;
+mod rbac;
