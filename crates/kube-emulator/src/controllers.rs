@@ -214,6 +214,9 @@ fn namespaces(st: &mut State) -> bool {
             .cloned()
             .collect();
         let mut remaining = 0usize;
+        // Per resource: instances left; per finalizer: instances holding it (for the conditions).
+        let mut left: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+        let mut held: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
         for rt in types {
             let prefix = format!("{name}/");
             let keys: Vec<(String, bool)> = st
@@ -236,14 +239,122 @@ fn namespaces(st: &mut State) -> bool {
                     let _ = ops::delete_one(st, &rt, &k, &DeleteOpts::default());
                     changed = true;
                 }
+                if let Some(o) = st.get(&rt.gr(), &k) {
+                    *left.entry(rt.qualified()).or_default() += 1;
+                    for f in meta::finalizers(&o) {
+                        *held.entry(f).or_default() += 1;
+                    }
+                }
             }
         }
         if remaining == 0 {
             st.remove(&ns_gr, &name);
             changed = true;
+        } else {
+            changed |= namespace_conditions(st, &ns_gr, &name, &left, &held);
         }
     }
     changed
+}
+
+/// The namespace controller's status conditions while content remains (written only on change).
+fn namespace_conditions(
+    st: &mut State,
+    ns_gr: &GroupResource,
+    name: &str,
+    left: &std::collections::BTreeMap<String, usize>,
+    held: &std::collections::BTreeMap<String, usize>,
+) -> bool {
+    let Some(ns) = st.get(ns_gr, name) else {
+        return false;
+    };
+    let cond = |t: &str, status: bool, reason: &str, message: String| {
+        let old = ns
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .and_then(|cs| {
+                cs.iter()
+                    .find(|c| c.get("type") == Some(&json!(t)))
+                    .cloned()
+            });
+        let status = if status { "True" } else { "False" };
+        let since = match &old {
+            Some(o) if o.get("status") == Some(&json!(status)) => o
+                .get("lastTransitionTime")
+                .cloned()
+                .unwrap_or(json!(meta::now_rfc3339())),
+            _ => json!(meta::now_rfc3339()),
+        };
+        json!({"type": t, "status": status, "lastTransitionTime": since, "reason": reason, "message": message})
+    };
+    let resources: Vec<String> = left
+        .iter()
+        .map(|(r, n)| format!("{r} has {n} resource instances"))
+        .collect();
+    let finalizers: Vec<String> = held
+        .iter()
+        .map(|(f, n)| format!("{f} in {n} resource instances"))
+        .collect();
+    let conditions = json!([
+        cond(
+            "NamespaceDeletionDiscoveryFailure",
+            false,
+            "ResourcesDiscovered",
+            "All resources successfully discovered".into()
+        ),
+        cond(
+            "NamespaceDeletionGroupVersionParsingFailure",
+            false,
+            "ParsedGroupVersions",
+            "All legacy kube types successfully parsed".into()
+        ),
+        cond(
+            "NamespaceDeletionContentFailure",
+            false,
+            "ContentDeleted",
+            "All content successfully deleted, may be waiting on finalization".into()
+        ),
+        if resources.is_empty() {
+            cond(
+                "NamespaceContentRemaining",
+                false,
+                "ContentRemoved",
+                "All content successfully removed".into(),
+            )
+        } else {
+            cond(
+                "NamespaceContentRemaining",
+                true,
+                "SomeResourcesRemain",
+                format!("Some resources are remaining: {}", resources.join(", ")),
+            )
+        },
+        if finalizers.is_empty() {
+            cond(
+                "NamespaceFinalizersRemaining",
+                false,
+                "ContentHasNoFinalizers",
+                "All content-preserving finalizers finished".into(),
+            )
+        } else {
+            cond(
+                "NamespaceFinalizersRemaining",
+                true,
+                "SomeFinalizersRemain",
+                format!(
+                    "Some content in the namespace has finalizers remaining: {}",
+                    finalizers.join(", ")
+                ),
+            )
+        },
+    ]);
+    if ns.pointer("/status/conditions") == Some(&conditions) {
+        return false;
+    }
+    let mut o = (*ns).clone();
+    o["status"]["conditions"] = conditions;
+    st.replace(ns_gr, name.to_string(), o);
+    true
 }
 
 struct Node {

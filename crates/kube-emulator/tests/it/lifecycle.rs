@@ -248,6 +248,16 @@ async fn namespaces_lifecycle() {
         nss.get_opt("t").await.unwrap().is_some(),
         "stuck on the held object"
     );
+    eventually("namespace conditions", async || {
+        nss.get("t").await.unwrap().status.and_then(|s| s.conditions).is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == "NamespaceFinalizersRemaining"
+                    && c.status == "True"
+                    && c.message.as_deref() == Some("Some content in the namespace has finalizers remaining: example.com/hold in 1 resource instances")
+            }) && cs.iter().any(|c| c.type_ == "NamespaceContentRemaining" && c.message.as_deref() == Some("Some resources are remaining: configmaps has 1 resource instances"))
+        })
+    })
+    .await;
     t.patch(
         "held",
         &PatchParams::default(),
