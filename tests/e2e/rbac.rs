@@ -69,6 +69,38 @@ fn granted(objects: &[Value]) -> BTreeMap<Access, Vec<String>> {
     out
 }
 
+/// Whether some rule grants `key` for a request in `namespace` (empty: cluster-wide, e.g. an
+/// all-namespaces watch): a ClusterRole rule anywhere, a Role rule only in its own namespace.
+fn in_scope(objects: &[Value], key: &Access, namespace: &str) -> bool {
+    objects.iter().any(|o| {
+        let scope_ok = match o["kind"].as_str() {
+            Some("ClusterRole") => true,
+            Some("Role") => o["metadata"]["namespace"] == namespace,
+            _ => false,
+        };
+        scope_ok
+            && o["rules"].as_array().unwrap().iter().any(|rule| {
+                let has = |field: &str, want: &str| {
+                    rule[field].as_array().unwrap().iter().any(|v| v == want)
+                };
+                has("apiGroups", &key.1) && has("resources", &key.2) && has("verbs", &key.0)
+            })
+    })
+}
+
+/// Every request's accesses are granted where it was made (namespace scoping of Roles).
+fn assert_scoped(objects: &[Value], requests: &[Value]) {
+    for r in requests {
+        let ns = r["namespace"].as_str().unwrap_or_default();
+        for key in needs(r) {
+            assert!(
+                in_scope(objects, &key, ns),
+                "{key:?} in namespace {ns:?} is not granted there: {r}"
+            );
+        }
+    }
+}
+
 /// The operator's requests in the emulator's log (kubectl's are the test's own).
 fn operator_requests(cluster: &Cluster) -> Vec<Value> {
     let log: Value =
@@ -433,6 +465,7 @@ fn chart_rbac_grants_exactly_what_the_operator_uses() {
         );
     }
 
+    assert_scoped(&chart, &requests);
     // Name-limited rules: every request under them named an allowed object, and the Lease
     // requests stayed in the release namespace the Role is bound in.
     for r in &requests {
@@ -495,4 +528,55 @@ fn without_node_lookups_and_leader_election_no_node_or_lease_access() {
         used.iter().all(|a| reduced.contains_key(a)),
         "{used:?} vs {reduced:?}"
     );
+}
+
+#[test]
+fn with_watch_namespace_every_request_fits_the_namespaced_roles() {
+    if !kubectl_available() || std::env::var("PORTMAPPER_E2E_KUBECONFIG").is_ok() {
+        return;
+    }
+    let values = json!({"watchNamespace": "default"});
+    let Some(chart) = crate::chart::render("portmapper", LEASE_NS, &values) else {
+        return;
+    };
+    assert!(
+        !chart
+            .iter()
+            .any(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "portmapper"),
+        "watchNamespace renders Roles"
+    );
+    let cluster = Cluster::start("rbac-scoped");
+    let dir = TempDir::new("rbac-scoped-operator");
+    let log = || std::fs::read_to_string(dir.0.join("operator.log")).unwrap_or_default();
+    native_world(&cluster);
+    let mut op = operator(
+        &cluster,
+        &dir,
+        &[
+            "--watch-namespace",
+            "default",
+            "--lease-namespace",
+            LEASE_NS,
+            "--lease-name",
+            LEASE,
+        ],
+    );
+    wait_condition(&cluster, "SelectorMigration", "True", &log);
+    cluster.ok(&[
+        "patch",
+        "svc",
+        "web",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/spec/selector"}]"#,
+    ]);
+    wait_for("Endpoints adopted", &log, || {
+        endpoints_manager(&cluster) == "portmapper.dev"
+    });
+    terminate(&mut op);
+    let requests = operator_requests(&cluster);
+    assert!(!requests.is_empty());
+    // Namespaced resources only in `default` (Role), Nodes cluster-wide (ClusterRole), the Lease
+    // in the release namespace (Role).
+    assert_scoped(&chart, &requests);
 }
