@@ -12,6 +12,7 @@
 //! | `POST /__emu/restart` `{"downMs":N,"history":"keep|drop"}` | refuse connections for N ms |
 //! | `GET /__emu/snapshot` / `POST /__emu/restore` | whole-store snapshot |
 //! | `POST /__emu/load` (YAML/JSON manifests) | create objects |
+//! | `POST /__emu/ready` `{"ready":false}` | `/readyz` answers 500 until set back |
 //! | `POST /__emu/reset` | clear faults and the request log |
 
 use std::sync::Arc;
@@ -177,6 +178,14 @@ pub async fn handle(
                 Err(e) => err(ApiError::bad_request(e)),
             }
         }
+        ("POST", "ready") => match parse() {
+            Ok(v) => {
+                let ready = v.get("ready").and_then(Value::as_bool).unwrap_or(true);
+                core.ready.store(ready, std::sync::atomic::Ordering::SeqCst);
+                ok(json!({"ready": ready}))
+            }
+            Err(e) => err(e),
+        },
         ("POST", "reset") => {
             core.faults.clear();
             core.log.clear();

@@ -272,6 +272,13 @@ impl Emulator {
         .map(|o| (*o).clone())
     }
 
+    /// Readiness fault: `/readyz` answers 500 while `false`.
+    pub fn set_ready(&self, ready: bool) {
+        self.core
+            .ready
+            .store(ready, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Number of open watches.
     pub fn watch_count(&self) -> usize {
         self.core.lock().watchers.len()

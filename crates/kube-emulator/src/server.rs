@@ -107,6 +107,8 @@ pub struct Core {
     pub close_conns: watch::Sender<u64>,
     /// Listener control.
     pub listener: mpsc::UnboundedSender<ListenerCmd>,
+    /// `/readyz` answers 200 while true, 500 otherwise (readiness fault).
+    pub ready: std::sync::atomic::AtomicBool,
 }
 
 impl Core {
@@ -135,6 +137,7 @@ impl Core {
             close_conns: watch::channel(0).0,
             listener,
             config,
+            ready: std::sync::atomic::AtomicBool::new(true),
         }
     }
 }
@@ -309,6 +312,14 @@ fn non_resource(core: &Core, req: &Request<Incoming>, route: Route) -> Response<
     let types: Vec<_> = core.lock().types.values().cloned().collect();
     match route {
         Route::Version => json_response(200, &version_doc(), "application/json"),
+        Route::Health(kind)
+            if kind == "readyz" && !core.ready.load(std::sync::atomic::Ordering::SeqCst) =>
+        {
+            text(
+                500,
+                "[+]ping ok\n[+]log ok\n[-]etcd failed: reason withheld (kube-emulator marked not ready)\nreadyz check failed\n",
+            )
+        }
         Route::Health(kind) => {
             if req.uri().query().unwrap_or_default().contains("verbose") {
                 text(

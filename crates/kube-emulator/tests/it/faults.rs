@@ -475,3 +475,31 @@ async fn admin_http_api_rules_counts_snapshot() {
     );
     assert!(emu.resource_version() > rv_before, "RV never goes back");
 }
+
+#[tokio::test]
+async fn readiness_fault() {
+    let emu = emu().await;
+    assert_eq!(
+        raw(&emu, "GET", "/readyz", &[], "").await,
+        (200, "ok".to_string())
+    );
+    let (code, _) = raw(
+        &emu,
+        "POST",
+        "/__emu/ready",
+        &[("Content-Type", "application/json")],
+        r#"{"ready":false}"#,
+    )
+    .await;
+    assert_eq!(code, 200);
+    let (code, body) = raw(&emu, "GET", "/readyz", &[], "").await;
+    assert_eq!(code, 500);
+    assert!(body.ends_with("readyz check failed\n"), "{body}");
+    assert_eq!(
+        raw(&emu, "GET", "/healthz", &[], "").await.0,
+        200,
+        "liveness unaffected"
+    );
+    emu.set_ready(true);
+    assert_eq!(raw(&emu, "GET", "/readyz", &[], "").await.0, 200);
+}
