@@ -6,6 +6,7 @@ CRD_FILE := crds/portmapper.dev_portmappings.yaml
 PYTHON ?= python3
 VENV := .venv
 HELM_SDK_VERSION := 0.2.2
+LUPA_VERSION := 2.8
 
 .PHONY: test fmt-check clippy unit crds crd-check bench tools demo run install-crd helm-venv chart-test image
 
@@ -60,12 +61,13 @@ crd-check:
 bench:
 	$(CARGO) bench --workspace --locked
 
-## helm-venv: the real Helm engine (PyPI helm-python-sdk, Helm's Go SDK) in a virtualenv (idempotent).
-helm-venv: $(VENV)/.helm-python-sdk-$(HELM_SDK_VERSION)
+## helm-venv: the real Helm engine (PyPI helm-python-sdk, Helm's Go SDK) and Lua (lupa, for the
+## documented Argo CD health check) in a virtualenv (idempotent).
+helm-venv: $(VENV)/.chart-tools-$(HELM_SDK_VERSION)-$(LUPA_VERSION)
 
-$(VENV)/.helm-python-sdk-$(HELM_SDK_VERSION):
+$(VENV)/.chart-tools-$(HELM_SDK_VERSION)-$(LUPA_VERSION):
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check helm-python-sdk==$(HELM_SDK_VERSION)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check helm-python-sdk==$(HELM_SDK_VERSION) lupa==$(LUPA_VERSION)
 	touch $@
 
 ## chart-test: render and lint the chart (defaults, every option), invalid values rejected, CRD copy.

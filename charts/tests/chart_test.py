@@ -10,7 +10,8 @@
 asserts what each option does to the manifests, and asserts that invalid values are rejected
 (by values.schema.json or by the chart's own cross-field checks). It also keeps the chart's
 crds/ identical to the repository's crds/ and every values key documented in docs/install.md.
-Only the standard library and helm_python are used, so the virtualenv needs one package.
+It also runs the Argo CD health check Lua from docs/install.md in Lua 5.1 (PyPI `lupa`).
+Only the standard library, helm_python and lupa are used (the Makefile installs both).
 """
 
 from __future__ import annotations
@@ -584,6 +585,82 @@ def check_invalid(values: Obj, expected: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# The Argo CD health check documented in docs/install.md, run in Lua 5.1 (Argo CD's gopher-lua
+# dialect) on PortMappings as the operator writes them.
+
+ARGO_KEY = "resource.customizations.health.portmapper.dev_PortMapping: |"
+
+
+def argo_health_script() -> str:
+    doc = (ROOT / "docs" / "install.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(doc) if line.strip() == ARGO_KEY)
+    indent = len(doc[start]) - len(doc[start].lstrip()) + 2
+    body = []
+    for line in doc[start + 1 :]:
+        if line.strip() == "```":
+            break
+        body.append(line[indent:])
+    return "\n".join(body)
+
+
+def argo_health(obj: Obj) -> tuple[str, str]:
+    import lupa.lua51 as lua51  # only this check needs Lua
+
+    lua = lua51.LuaRuntime(unpack_returned_tuples=True)
+    check = lua.eval(f"function(obj)\n{argo_health_script()}\nend")
+    hs = check(lua.table_from(obj, recursive=True))
+    return hs["status"], hs["message"]
+
+
+def _pm(generation: int, observed: int | None, *conditions: tuple[str, str, str]) -> Obj:
+    obj: Obj = {"metadata": {"name": "web", "generation": generation}}
+    if observed is not None:
+        obj["status"] = {
+            "observedGeneration": observed,
+            "summary": "http 3/4",
+            "conditions": [
+                {"type": t, "status": st, "reason": reason, "message": f"{reason} message"}
+                for t, st, reason in conditions
+            ],
+        }
+    return obj
+
+
+ARGO_CASES: list[tuple[str, Obj, str, str]] = [
+    ("no status yet", _pm(1, None), "Progressing", "waiting for the operator"),
+    (
+        "Ready=True",
+        _pm(2, 2, ("Ready", "True", "Published"), ("Stalled", "False", "Published")),
+        "Healthy",
+        "http 3/4",
+    ),
+    (
+        "Stalled=True",
+        _pm(1, 1, ("Ready", "False", "ServiceNotFound"), ("Stalled", "True", "ServiceNotFound")),
+        "Degraded",
+        "ServiceNotFound: ServiceNotFound message",
+    ),
+    (
+        "Ready=False while retrying",
+        _pm(1, 1, ("Ready", "False", "ApplyFailed"), ("Reconciling", "True", "ApplyFailed")),
+        "Progressing",
+        "ApplyFailed: ApplyFailed message",
+    ),
+    (
+        "status of an older generation",
+        _pm(3, 2, ("Ready", "True", "Published")),
+        "Progressing",
+        "the operator has not observed the latest spec yet",
+    ),
+]
+
+
+def check_argo(obj: Obj, status: str, message: str) -> None:
+    got = argo_health(obj)
+    assert got == (status, message), f"got {got}, want {(status, message)}"
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def run_checks() -> int:
@@ -610,6 +687,8 @@ def run_checks() -> int:
         test(f"option lints clean: {name}", lambda v=values: _no_findings(copy.deepcopy(v)))
     for values, expected in INVALID:
         test(f"rejects {json.dumps(values)}", lambda v=values, e=expected: check_invalid(v, e))
+    for name, obj, status, message in ARGO_CASES:
+        test(f"Argo CD health (docs/install.md): {name} → {status}", lambda o=obj, st=status, m=message: check_argo(o, st, m))
 
     failed = [r for r in results if r[1] is not None]
     status = "PASS" if not failed else "FAIL"
