@@ -503,3 +503,34 @@ async fn readiness_fault() {
     emu.set_ready(true);
     assert_eq!(raw(&emu, "GET", "/readyz", &[], "").await.0, 200);
 }
+
+/// Spec §7.4 recipe 5: a permanent 500 on list must not turn into a hot loop.
+#[tokio::test]
+async fn permanent_list_failure_backs_off() {
+    let emu = emu().await;
+    let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
+    emu.inject(
+        Rule::new(status(500, None))
+            .verbs(&["list"])
+            .resource("", "configmaps"),
+    );
+    let s =
+        kube::runtime::WatchStreamExt::default_backoff(watcher(api, watcher::Config::default()));
+    let task = tokio::spawn(async move {
+        let mut s = s.boxed();
+        while s.next().await.is_some() {}
+    });
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    task.abort();
+    let at = |r: &kube_emulator::reqlog::LoggedRequest| r.since_start.as_secs_f64();
+    let all = emu
+        .requests()
+        .filter(|r| r.verb == "list" && r.status == 500);
+    let start = at(&all[0]);
+    let late = all.iter().filter(|r| at(r) - start >= 3.0).count();
+    assert!(all.len() >= 3, "it keeps retrying: {}", all.len());
+    assert!(
+        late <= 6,
+        "≤ 2 lists/s after the first seconds, got {late} in the last 3 s"
+    );
+}
