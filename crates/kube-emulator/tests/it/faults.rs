@@ -403,9 +403,9 @@ async fn restart_keep_history_resumes_drop_history_relists() {
     api.create(&PostParams::default(), &cm("a")).await.unwrap();
     assert_eq!(next_apply(&mut s).await, "a");
     // Keep history: a network blip. Connections are refused while down.
-    let restart = emu.restart(Duration::from_millis(500), History::Keep);
+    let restart = emu.restart(Duration::from_millis(1500), History::Keep);
     let probe = async {
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
         tokio::net::TcpStream::connect(emu.addr()).await.is_err()
     };
     let ((), refused) = tokio::join!(restart, probe);
