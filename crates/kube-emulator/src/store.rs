@@ -50,13 +50,18 @@ pub struct LogEntry {
     pub prev: Option<Arc<Value>>,
     /// When committed (age-based retention).
     pub at: Instant,
+    /// `obj` serialised once, shared by every watcher that receives it (fan-out cost).
+    pub json: JsonCache,
 }
+
+/// Lazily serialised JSON of one event object.
+pub type JsonCache = Arc<std::sync::OnceLock<bytes::Bytes>>;
 
 /// What a watch stream receives from the store.
 #[derive(Debug, Clone)]
 pub enum WatchMsg {
-    /// An event for the client.
-    Event(EventType, Arc<Value>),
+    /// An event for the client (with the shared serialisation of the object).
+    Event(EventType, Arc<Value>, JsonCache),
     /// Bookmark at this revision.
     Bookmark(u64),
     /// Initial-events-end bookmark (sendInitialEvents).
@@ -98,16 +103,24 @@ impl Subscriber {
         match e.etype {
             EventType::Added => self
                 .matches(&e.obj)
-                .then(|| WatchMsg::Event(EventType::Added, e.obj.clone())),
+                .then(|| WatchMsg::Event(EventType::Added, e.obj.clone(), e.json.clone())),
             EventType::Deleted => self
                 .matches(&e.obj)
-                .then(|| WatchMsg::Event(EventType::Deleted, e.obj.clone())),
+                .then(|| WatchMsg::Event(EventType::Deleted, e.obj.clone(), e.json.clone())),
             EventType::Modified => {
                 let now = self.matches(&e.obj);
                 let before = e.prev.as_ref().is_some_and(|p| self.matches(p));
                 match (before, now) {
-                    (true, true) => Some(WatchMsg::Event(EventType::Modified, e.obj.clone())),
-                    (false, true) => Some(WatchMsg::Event(EventType::Added, e.obj.clone())),
+                    (true, true) => Some(WatchMsg::Event(
+                        EventType::Modified,
+                        e.obj.clone(),
+                        e.json.clone(),
+                    )),
+                    (false, true) => Some(WatchMsg::Event(
+                        EventType::Added,
+                        e.obj.clone(),
+                        e.json.clone(),
+                    )),
                     (true, false) => {
                         // Leaving the selection: previous state with the event's revision.
                         let mut p = e
@@ -116,7 +129,11 @@ impl Subscriber {
                             .map(|p| (**p).clone())
                             .unwrap_or(Value::Null);
                         meta::set_rv(&mut p, e.rv);
-                        Some(WatchMsg::Event(EventType::Deleted, Arc::new(p)))
+                        Some(WatchMsg::Event(
+                            EventType::Deleted,
+                            Arc::new(p),
+                            JsonCache::default(),
+                        ))
                     }
                     (false, false) => None,
                 }
@@ -306,6 +323,7 @@ impl State {
             obj: obj.clone(),
             prev: None,
             at: Instant::now(),
+            json: JsonCache::default(),
         };
         self.push(e);
         obj
@@ -331,6 +349,7 @@ impl State {
             obj: obj.clone(),
             prev,
             at: Instant::now(),
+            json: JsonCache::default(),
         };
         self.push(e);
         obj
@@ -353,6 +372,7 @@ impl State {
             obj: last.clone(),
             prev: None,
             at: Instant::now(),
+            json: JsonCache::default(),
         };
         self.push(e);
         Some(last)

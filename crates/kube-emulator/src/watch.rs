@@ -18,7 +18,7 @@ use crate::ops::Target;
 use crate::request::Output;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::server::{Body, Core};
-use crate::store::{EventType, Subscriber, WatchMsg};
+use crate::store::{EventType, JsonCache, Subscriber, WatchMsg};
 
 /// A parsed watch request.
 #[derive(Debug)]
@@ -109,7 +109,7 @@ pub fn start(core: &Arc<Core>, w: WatchReq) -> Result<Body, ApiError> {
         match rv {
             None | Some("0") => {
                 for (_, o) in st.select(&gr, w.target.ns.as_deref(), &w.labels, &w.fields) {
-                    initial.push(WatchMsg::Event(EventType::Added, o));
+                    initial.push(WatchMsg::Event(EventType::Added, o, JsonCache::default()));
                 }
                 if w.send_initial {
                     initial.push(WatchMsg::InitialEnd(st.rv));
@@ -121,7 +121,7 @@ pub fn start(core: &Arc<Core>, w: WatchReq) -> Result<Body, ApiError> {
                     .map_err(|_| ApiError::bad_request(format!("invalid resource version: {n}")))?;
                 if w.send_initial {
                     for (_, o) in st.select(&gr, w.target.ns.as_deref(), &w.labels, &w.fields) {
-                        initial.push(WatchMsg::Event(EventType::Added, o));
+                        initial.push(WatchMsg::Event(EventType::Added, o, JsonCache::default()));
                     }
                     initial.push(WatchMsg::InitialEnd(st.rv.max(n)));
                 } else if n < st.compacted_rv {
@@ -337,12 +337,29 @@ async fn emit(
 ) -> Option<Stop> {
     let _ = core;
     let bytes = match m {
-        WatchMsg::Event(et, obj) => {
+        WatchMsg::Event(et, obj, cache) => {
             if let Some(d) = f.event_delay {
                 tokio::time::sleep(d).await;
             }
             *sent += 1;
-            line(et.as_str(), &obj, w.output, &w.target)
+            match w.output {
+                // Plain JSON: serialise the object once for every watcher of this event.
+                Output::Json => {
+                    let json = cache.get_or_init(|| {
+                        Bytes::from(
+                            serde_json::to_vec(obj.as_ref()).unwrap_or_else(|_| b"null".to_vec()),
+                        )
+                    });
+                    let mut buf = Vec::with_capacity(json.len() + 32);
+                    buf.extend_from_slice(b"{\"type\":\"");
+                    buf.extend_from_slice(et.as_str().as_bytes());
+                    buf.extend_from_slice(b"\",\"object\":");
+                    buf.extend_from_slice(json);
+                    buf.extend_from_slice(b"}\n");
+                    Bytes::from(buf)
+                }
+                _ => line(et.as_str(), &obj, w.output, &w.target),
+            }
         }
         WatchMsg::Bookmark(rv) => {
             if !w.bookmarks {
