@@ -3,6 +3,7 @@
 
 CARGO ?= cargo
 CRD_FILE := crds/portmapper.dev_portmappings.yaml
+REFERENCE_FILE := docs/reference.md
 PYTHON ?= python3
 VENV := .venv
 HELM_SDK_VERSION := 0.2.2
@@ -48,6 +49,7 @@ unit:
 ## crds: regenerate the CRD YAML from the Rust types (and the Helm chart's copy).
 crds:
 	$(CARGO) run --quiet --locked -p portmapper-api --bin crdgen > $(CRD_FILE)
+	$(CARGO) run --quiet --locked -p portmapper-api --bin crdgen -- --markdown > $(REFERENCE_FILE)
 	cp $(CRD_FILE) charts/portmapper/crds/
 
 ## crd-check: fail when the committed CRD differs from what the types generate.
@@ -56,6 +58,10 @@ crd-check:
 	if ! diff -u $(CRD_FILE) $$tmp; then \
 	  echo "error: $(CRD_FILE) is out of date; run 'make crds' and commit the result" >&2; rm -f $$tmp; exit 1; \
 	fi; rm -f $$tmp; echo "crd-check: $(CRD_FILE) is up to date"
+	@tmp=$$(mktemp); $(CARGO) run --quiet --locked -p portmapper-api --bin crdgen -- --markdown > $$tmp; \
+	if ! diff -u $(REFERENCE_FILE) $$tmp; then \
+	  echo "error: $(REFERENCE_FILE) is out of date; run 'make crds' and commit the result" >&2; rm -f $$tmp; exit 1; \
+	fi; rm -f $$tmp; echo "crd-check: $(REFERENCE_FILE) is up to date"
 
 ## bench: the criterion benchmarks (figures go in docs/benchmarks.md).
 bench:

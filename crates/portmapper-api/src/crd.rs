@@ -10,6 +10,9 @@ pub enum CrdError {
     /// The generated definition could not be serialised.
     #[error("serialising the PortMapping CRD to YAML: {0}")]
     Yaml(#[from] serde_yaml::Error),
+    /// The generated definition could not be turned into JSON (for the reference page).
+    #[error("serialising the PortMapping CRD to JSON: {0}")]
+    Json(#[from] serde_json::Error),
 }
 
 /// The PortMapping CRD as a YAML document.

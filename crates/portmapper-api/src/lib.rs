@@ -5,6 +5,7 @@
 
 pub mod check;
 pub mod crd;
+pub mod reference;
 pub mod spec;
 pub mod status;
 pub mod validate;

@@ -25,6 +25,8 @@ pub enum Command {
     Crd,
     /// Run everything on an embedded API server (no cluster) and show membership live.
     Demo(DemoArgs),
+    /// Preview offline what the operator would publish for manifests (no cluster needed).
+    Render(crate::render::RenderArgs),
 }
 
 /// `portmapper demo`.

@@ -15,6 +15,8 @@ pub mod owner;
 pub mod pods;
 pub mod probing;
 pub mod reconcile;
+pub mod render;
+pub mod report;
 pub mod run;
 pub mod telemetry;
 pub mod watches;

@@ -21,6 +21,7 @@ fn main() -> ExitCode {
         },
         Command::Run(args) => runtime().and_then(|rt| rt.block_on(portmapper::run::run(args))),
         Command::Demo(args) => runtime().and_then(|rt| rt.block_on(portmapper::demo::run(args))),
+        Command::Render(args) => return portmapper::render::main(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,438 @@
+//! `portmapper render`: an offline preview for reviews. Reads PortMapping, Service, Pod and Node
+//! manifests, evaluates every check that needs only API objects, takes network check results from
+//! `--assume`, runs the real planner as for a first publish (no live slices) and prints what the
+//! operator would publish and the status it would report.
+//!
+//! Exit codes: 0 the preview was printed; 1 the input is invalid (unreadable, not YAML, a kind
+//! render does not read, a PortMapping that fails validation or names a Service that is not in
+//! the input, an object defined twice); 2 usage (bad flags, from clap); 3 the output could not be
+//! written.
+
+pub mod input;
+pub mod output;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use portmapper_api::{PortMapping, PortMappingStatus};
+use portmapper_core::planner::render::ANNOTATION_TRIGGER_TIME;
+use portmapper_core::target::{PodAddress, is_terminal, pod_address};
+use portmapper_core::{NetworkDecisions, PlanInput, Verdict, planner, pod_in_pool};
+
+use crate::conditions::{self, Desired};
+use crate::report;
+pub use input::{InputError, Loaded, Object, Source};
+
+/// `portmapper render`.
+#[derive(Debug, Args, Clone)]
+pub struct RenderArgs {
+    /// Manifest files or directories (read recursively: *.yaml, *.yml, *.json); `-` is stdin.
+    #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
+    pub filenames: Vec<PathBuf>,
+    /// The result every network check (httpGet, tcpSocket, grpc, webhook) is assumed to give:
+    /// render never probes.
+    #[arg(long, value_enum, default_value_t = Assume::Abstain)]
+    pub assume: Assume,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Yaml)]
+    pub output: Format,
+    /// Namespace of objects that name none (as kubectl's current namespace would).
+    #[arg(short = 'n', long, default_value = "default")]
+    pub namespace: String,
+}
+
+/// The assumed outcome of network checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Assume {
+    /// Every network check includes the pod.
+    Include,
+    /// Every network check excludes the pod.
+    Exclude,
+    /// Every network check abstains: on a first publish, such pods stay out.
+    Abstain,
+}
+
+impl Assume {
+    /// The flag value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Include => "include",
+            Self::Exclude => "exclude",
+            Self::Abstain => "abstain",
+        }
+    }
+
+    fn verdict(self) -> Verdict {
+        let reason = format!(
+            "assumed {} (portmapper render --assume {}: network checks are not run offline)",
+            self.as_str(),
+            self.as_str()
+        );
+        match self {
+            Self::Include => Verdict::INCLUDE,
+            Self::Exclude => Verdict::exclude(reason),
+            Self::Abstain => Verdict::abstain(reason),
+        }
+    }
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Multi-document YAML: the objects, then the PortMapping with its status.
+    Yaml,
+    /// A summary table per PortMapping.
+    Table,
+}
+
+/// Why render failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// The input is invalid; every problem found is listed.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Input(Vec<InputError>),
+    /// An object could not be serialised.
+    #[error("serialising {what}: {source}")]
+    Serialize {
+        /// Which object.
+        what: String,
+        /// Why.
+        source: serde_yaml::Error,
+    },
+    /// The output could not be written.
+    #[error("writing the output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+impl RenderError {
+    /// The documented exit code.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Input(_) => 1,
+            Self::Serialize { .. } | Self::Output(_) => 3,
+        }
+    }
+}
+
+/// What render computed for one PortMapping.
+#[derive(Clone, Debug)]
+pub struct Preview {
+    /// Where the PortMapping was read.
+    pub source: Source,
+    /// The PortMapping as given (namespace filled in), with the status it would get.
+    pub port_mapping: PortMapping,
+    /// EndpointSlices it would publish, by name.
+    pub slices: Vec<EndpointSlice>,
+    /// The legacy Endpoints object, with `legacyEndpoints: true`.
+    pub endpoints: Option<Endpoints>,
+    /// Warnings the operator would emit as Events (`Reason: note`) and notes on the input.
+    pub notes: Vec<String>,
+    /// Network check results that were assumed rather than probed.
+    pub assumed: usize,
+}
+
+/// The whole preview.
+#[derive(Clone, Debug)]
+pub struct Rendered {
+    /// One per PortMapping, by namespace and name.
+    pub previews: Vec<Preview>,
+    /// The `--assume` in force.
+    pub assume: Assume,
+}
+
+/// The binary's entry point: prints the preview to stdout, errors to stderr.
+pub fn main(args: &RenderArgs) -> ExitCode {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match run(args, &mut out) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            let mut stderr = std::io::stderr();
+            // Nothing better to do if stderr is gone too.
+            let _ = writeln!(stderr, "portmapper render: {err}");
+            ExitCode::from(err.exit_code())
+        }
+    }
+}
+
+/// Reads the manifests, renders and writes the chosen format.
+pub fn run(args: &RenderArgs, out: &mut dyn Write) -> Result<(), RenderError> {
+    let loaded = input::load(&args.filenames).map_err(RenderError::Input)?;
+    let rendered = render(loaded, args.assume, &args.namespace).map_err(RenderError::Input)?;
+    let text = match args.output {
+        Format::Yaml => output::yaml(&rendered)?,
+        Format::Table => output::table(&rendered),
+    };
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// A placeholder uid, stable for a given object, for manifests that carry none: the planner
+/// keys network results and owner references by uid.
+fn placeholder_uid(kind: &str, namespace: &str, name: &str) -> String {
+    uuid::Uuid::new_v5(
+        &uuid::Uuid::NAMESPACE_URL,
+        format!("https://portmapper.dev/render/{kind}/{namespace}/{name}").as_bytes(),
+    )
+    .to_string()
+}
+
+fn fill_meta(meta: &mut ObjectMeta, kind: &str, namespace: Option<&str>) {
+    if let Some(ns) = namespace
+        && meta.namespace.as_deref().is_none_or(str::is_empty)
+    {
+        meta.namespace = Some(ns.to_owned());
+    }
+    if meta.uid.as_deref().is_none_or(str::is_empty) {
+        meta.uid = Some(placeholder_uid(
+            kind,
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
+        ));
+    }
+}
+
+/// The inputs, sorted by kind and indexed.
+#[derive(Default)]
+struct Inputs {
+    port_mappings: Vec<(Source, PortMapping, PortMapping)>,
+    services: HashMap<(String, String), Service>,
+    pods: BTreeMap<String, Vec<Pod>>,
+    zones: BTreeMap<String, String>,
+}
+
+fn index(loaded: Vec<Loaded>, default_ns: &str) -> Result<Inputs, Vec<InputError>> {
+    let mut inputs = Inputs::default();
+    let mut errors = Vec::new();
+    let mut seen: HashMap<(&'static str, String, String), Source> = HashMap::new();
+    for Loaded { source, object } in loaded {
+        let (kind, meta) = match &object {
+            Object::PortMapping(o) => ("PortMapping", &o.metadata),
+            Object::Service(o) => ("Service", &o.metadata),
+            Object::Pod(o) => ("Pod", &o.metadata),
+            Object::Node(o) => ("Node", &o.metadata),
+        };
+        let name = meta.name.clone().unwrap_or_default();
+        if name.is_empty() {
+            errors.push(InputError::Invalid {
+                at: source,
+                message: format!("the {kind} has no metadata.name"),
+            });
+            continue;
+        }
+        let ns = match object {
+            Object::Node(_) => String::new(),
+            _ => meta
+                .namespace
+                .clone()
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| default_ns.to_owned()),
+        };
+        if let Some(first) = seen.insert((kind, ns.clone(), name.clone()), source.clone()) {
+            errors.push(InputError::Invalid {
+                at: source,
+                message: format!("{kind} {ns}/{name} is already defined at {first}"),
+            });
+            continue;
+        }
+        match object {
+            Object::PortMapping(pm) => {
+                let mut given = *pm;
+                given.metadata.namespace = Some(ns.clone());
+                given.status = None;
+                let mut planned = given.clone();
+                fill_meta(&mut planned.metadata, "PortMapping", None);
+                inputs.port_mappings.push((source, given, planned));
+            }
+            Object::Service(mut svc) => {
+                fill_meta(&mut svc.metadata, "Service", Some(&ns));
+                inputs.services.insert((ns, name), *svc);
+            }
+            Object::Pod(mut pod) => {
+                fill_meta(&mut pod.metadata, "Pod", Some(&ns));
+                inputs.pods.entry(ns).or_default().push(*pod);
+            }
+            Object::Node(node) => {
+                if let Some(zone) = node.labels().get("topology.kubernetes.io/zone") {
+                    inputs.zones.insert(name, zone.clone());
+                }
+            }
+        }
+    }
+    inputs
+        .port_mappings
+        .sort_by_key(|(_, pm, _)| (pm.metadata.namespace.clone(), pm.metadata.name.clone()));
+    if errors.is_empty() {
+        Ok(inputs)
+    } else {
+        Err(errors)
+    }
+}
+
+/// Computes the preview of every PortMapping in the input.
+pub fn render(
+    loaded: Vec<Loaded>,
+    assume: Assume,
+    default_ns: &str,
+) -> Result<Rendered, Vec<InputError>> {
+    let inputs = index(loaded, default_ns)?;
+    let mut errors = Vec::new();
+    for (source, pm, _) in &inputs.port_mappings {
+        let ns = pm.namespace().unwrap_or_default();
+        let at = || source.clone();
+        let name = pm.name_any();
+        let field_errors = portmapper_api::validate::validate_spec(&pm.spec);
+        if let Some(message) = report::invalid_spec_message(&field_errors) {
+            errors.push(InputError::Invalid {
+                at: at(),
+                message: format!("PortMapping {ns}/{name} is invalid: {message}"),
+            });
+            continue;
+        }
+        let svc = &pm.spec.service_ref.name;
+        if !inputs.services.contains_key(&(ns.clone(), svc.clone())) {
+            errors.push(InputError::Invalid {
+                at: at(),
+                message: format!(
+                    "PortMapping {ns}/{name} names Service {ns}/{svc}, which is not in the input (add its manifest with -f)"
+                ),
+            });
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let planned: Vec<&PortMapping> = inputs.port_mappings.iter().map(|(_, _, p)| p).collect();
+    let previews = inputs
+        .port_mappings
+        .iter()
+        .map(|(source, given, pm)| preview(&inputs, &planned, source, given, pm, assume))
+        .collect();
+    Ok(Rendered { previews, assume })
+}
+
+fn preview(
+    inputs: &Inputs,
+    all: &[&PortMapping],
+    source: &Source,
+    given: &PortMapping,
+    pm: &PortMapping,
+    assume: Assume,
+) -> Preview {
+    let ns = pm.namespace().unwrap_or_default();
+    let mut out = Preview {
+        source: source.clone(),
+        port_mapping: given.clone(),
+        slices: Vec::new(),
+        endpoints: None,
+        notes: Vec::new(),
+        assumed: 0,
+    };
+    let mut desired: Vec<Desired>;
+    let mut status = PortMappingStatus::default();
+    let service_key = (ns.clone(), pm.spec.service_ref.name.clone());
+    let (Some(service), None) = (
+        inputs.services.get(&service_key),
+        report::conflict_winner(pm, all.iter().copied()),
+    ) else {
+        // Checked by `render` before: the Service is there, so this is a conflict.
+        let winner = report::conflict_winner(pm, all.iter().copied()).unwrap_or_default();
+        desired = report::conflict(&winner, &pm.spec.service_ref.name);
+        status.conditions =
+            conditions::merge(&[], &desired, pm.metadata.generation, Timestamp::UNIX_EPOCH);
+        out.port_mapping.status = Some(status);
+        return out;
+    };
+    let empty = Vec::new();
+    let pods = inputs.pods.get(&ns).unwrap_or(&empty);
+    for pod in pods {
+        let in_pool = pod_in_pool(&pm.spec, &ns, pod).unwrap_or(false);
+        let no_ip = [kube_validation::IpFamily::V4, kube_validation::IpFamily::V6]
+            .into_iter()
+            .all(|f| matches!(pod_address(pod, f), PodAddress::Missing));
+        if in_pool && !is_terminal(pod) && no_ip {
+            out.notes.push(format!(
+                "pod {} has no status.podIPs, so it is not a candidate: render reads pod status as `kubectl get pod -o yaml` prints it",
+                pod.name_any()
+            ));
+        }
+    }
+    // Every network check the planner will consult gets the assumed result.
+    let mut network = NetworkDecisions::new();
+    if let Ok(targets) = portmapper_core::probe_targets(pm, service, pods) {
+        out.assumed = targets.len();
+        for target in targets {
+            network.insert(target.key, assume.verdict());
+        }
+    }
+    let input = PlanInput {
+        port_mapping: pm,
+        service,
+        pods,
+        node_zones: &inputs.zones,
+        network: &network,
+        live_slices: &[],
+        live_endpoints: None,
+        now: Timestamp::UNIX_EPOCH,
+    };
+    match planner::plan(&input) {
+        Ok(plan) => {
+            desired = report::published(&plan.summary);
+            status.ports = plan.ports.clone();
+            status.summary = Some(plan.summary.clone()).filter(|s| !s.is_empty());
+            status.endpoint_slices = Some(i32::try_from(plan.slices.len()).unwrap_or(i32::MAX));
+            out.slices = plan
+                .slices
+                .into_iter()
+                .map(|p| {
+                    let mut slice = p.slice;
+                    strip_trigger_time(&mut slice.metadata);
+                    slice
+                })
+                .collect();
+            out.endpoints = plan.endpoints.map(|p| {
+                let mut endpoints = p.endpoints;
+                strip_trigger_time(&mut endpoints.metadata);
+                endpoints
+            });
+            for warning in &plan.warnings {
+                out.notes.push(format!(
+                    "Warning Event {}: {warning}",
+                    report::warning_reason(warning)
+                ));
+            }
+        }
+        Err(err) => desired = report::stalled("PlanFailed", err.to_string()),
+    }
+    if let Some(migration) = report::selector_migration(service) {
+        out.notes.push(format!(
+            "Warning Event SelectorStillPresent: {}",
+            migration.message
+        ));
+        desired.push(migration);
+    }
+    status.conditions =
+        conditions::merge(&[], &desired, pm.metadata.generation, Timestamp::UNIX_EPOCH);
+    status.observed_generation = pm.metadata.generation;
+    out.port_mapping.status = Some(status);
+    out
+}
+
+/// The trigger time is stamped when the operator writes; a preview has none.
+fn strip_trigger_time(meta: &mut ObjectMeta) {
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(ANNOTATION_TRIGGER_TIME);
+        if annotations.is_empty() {
+            meta.annotations = None;
+        }
+    }
+}

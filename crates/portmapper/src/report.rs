@@ -1,0 +1,179 @@
+//! What a PortMapping reports for each outcome: its conditions, conflict resolution and the
+//! Event reason of each planner warning. Pure, so the live reconcile and the offline
+//! `portmapper render` preview report exactly the same status.
+
+use k8s_openapi::api::core::v1::Service;
+use kube::{Resource, ResourceExt};
+use kube_validation::field::FieldError;
+use portmapper_api::PortMapping;
+use portmapper_api::status::condition_types as ct;
+use portmapper_core::planner::PlanWarning;
+
+use crate::conditions::Desired;
+
+/// Ready=False, Reconciling=False, Stalled=True: a user must change something.
+pub fn stalled(reason: &str, message: String) -> Vec<Desired> {
+    vec![
+        Desired::new(ct::READY, false, reason, message.clone()),
+        Desired::new(ct::RECONCILING, false, reason, "waiting for a change"),
+        Desired::new(ct::STALLED, true, reason, message),
+    ]
+}
+
+/// The `InvalidSpec` message for these validation errors, `None` when there are none.
+pub fn invalid_spec_message(errors: &[FieldError]) -> Option<String> {
+    (!errors.is_empty()).then(|| {
+        errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    })
+}
+
+/// The conditions of a PortMapping that lost its Service to an older one.
+pub fn conflict(winner: &str, service: &str) -> Vec<Desired> {
+    let message = format!(
+        "PortMapping {winner} already publishes Service {service}; this one writes nothing until it is removed"
+    );
+    let mut conditions = stalled("ServiceClaimed", message.clone());
+    conditions.push(Desired::new(ct::CONFLICT, true, "ServiceClaimed", message));
+    conditions
+}
+
+/// Among the PortMappings of `pm`'s namespace naming the same Service, the oldest (creation
+/// time, then name; being deleted ones never win) publishes it. `Some(winner)` when that is not
+/// `pm`.
+pub fn conflict_winner<'a>(
+    pm: &PortMapping,
+    all: impl IntoIterator<Item = &'a PortMapping>,
+) -> Option<String> {
+    let ns = pm.namespace();
+    let key = |p: &PortMapping| (p.creation_timestamp().map(|t| t.0), p.name_any());
+    all.into_iter()
+        .filter(|p| p.namespace() == ns && p.spec.service_ref == pm.spec.service_ref)
+        .filter(|p| p.meta().deletion_timestamp.is_none())
+        .min_by_key(|p| key(p))
+        .filter(|winner| winner.uid() != pm.uid() || winner.name_any() != pm.name_any())
+        .map(|winner| winner.name_any())
+}
+
+/// The `ServiceNotFound` message.
+pub fn service_not_found_message(namespace: &str, service: &str) -> String {
+    format!("Service {namespace}/{service} does not exist; no endpoints are published")
+}
+
+/// Ready=True, Reconciling=False, Stalled=False after every write succeeded.
+pub fn published(summary: &str) -> Vec<Desired> {
+    let message = format!(
+        "published {}",
+        if summary.is_empty() {
+            "no ports"
+        } else {
+            summary
+        }
+    );
+    vec![
+        Desired::new(ct::READY, true, "Published", message),
+        Desired::new(ct::RECONCILING, false, "Published", "up to date"),
+        Desired::new(ct::STALLED, false, "Published", "up to date"),
+    ]
+}
+
+/// Whether the Service still has a (non-empty) selector.
+pub fn has_selector(service: &Service) -> bool {
+    service
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .is_some_and(|s| !s.is_empty())
+}
+
+/// The `SelectorMigration` condition while the Service still has a selector (its message is
+/// also the `SelectorStillPresent` Warning Event's note).
+pub fn selector_migration(service: &Service) -> Option<Desired> {
+    has_selector(service).then(|| {
+        let message = format!(
+            "Service {} still has a selector: the native controller publishes its own EndpointSlices beside ours; remove the selector to finish the migration",
+            service.name_any()
+        );
+        Desired::new(
+            ct::SELECTOR_MIGRATION,
+            true,
+            "SelectorStillPresent",
+            message,
+        )
+    })
+}
+
+/// The Warning Event reason of a planner warning.
+pub fn warning_reason(warning: &PlanWarning) -> &'static str {
+    use PlanWarning as W;
+    match warning {
+        W::ExternalName => "ExternalNameUnsupported",
+        W::TopologyModeAuto { .. } => "TopologyAwareHintsDisabled",
+        W::RejectedPodAddress { .. } => "PodAddressRejected",
+        W::ForeignSlice { .. } => "EndpointSliceNameCollision",
+        W::ForeignEndpoints => "EndpointsCollision",
+        W::LegacyEndpointsTruncated { .. } => "LegacyEndpointsTruncated",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+    use portmapper_api::{PodPool, PortMappingSpec, ServiceRef};
+
+    fn pm(name: &str, service: &str, created: Option<i64>) -> PortMapping {
+        let mut pm = PortMapping::new(
+            name,
+            PortMappingSpec {
+                service_ref: ServiceRef {
+                    name: service.into(),
+                },
+                pods: PodPool {
+                    key: "g".into(),
+                    ..PodPool::default()
+                },
+                ports: vec![],
+                default_checks: None,
+                unlisted_ports: Default::default(),
+                publish_not_ready_addresses: None,
+                terminating_endpoints: Default::default(),
+                max_endpoints_per_slice: 100,
+                legacy_endpoints: false,
+                native_cleanup: true,
+                probe: Default::default(),
+            },
+        );
+        pm.metadata.namespace = Some("ns".into());
+        pm.metadata.creation_timestamp = created.map(|s| Time(Timestamp::from_second(s).unwrap()));
+        pm
+    }
+
+    #[test]
+    fn oldest_then_name_wins_the_service() {
+        let a = pm("a", "svc", Some(20));
+        let b = pm("b", "svc", Some(10));
+        let c = pm("c", "other", Some(1));
+        let all = [a.clone(), b.clone(), c.clone()];
+        assert_eq!(conflict_winner(&a, &all), Some("b".into()));
+        assert_eq!(conflict_winner(&b, &all), None);
+        assert_eq!(conflict_winner(&c, &all), None);
+        // Without creation times (offline manifests) the name decides.
+        let (x, y) = (pm("x", "svc", None), pm("y", "svc", None));
+        let all = [y.clone(), x.clone()];
+        assert_eq!(conflict_winner(&y, &all), Some("x".into()));
+        assert_eq!(conflict_winner(&x, &all), None);
+    }
+
+    #[test]
+    fn published_names_the_summary() {
+        let c = published("http 1/2");
+        assert_eq!(c[0].message, "published http 1/2");
+        assert!(c[0].status);
+        assert_eq!(published("")[0].message, "published no ports");
+    }
+}
