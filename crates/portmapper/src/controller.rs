@@ -136,6 +136,23 @@ pub async fn run(
     readiness: Readiness,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
+    run_probing_with(
+        client, settings, None, leadership, metrics, readiness, shutdown,
+    )
+    .await
+}
+
+/// [`run`], probing with `probe_executor` instead of over the host network (the demo probes
+/// inside its own pod network namespace).
+pub async fn run_probing_with(
+    client: Client,
+    settings: Settings,
+    probe_executor: Option<crate::probing::CustomExecutor>,
+    leadership: Leadership,
+    metrics: Arc<Metrics>,
+    readiness: Readiness,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
     let (trigger, triggers) = mpsc::unbounded();
     let pm_api: Api<PortMapping> = api(&client, &settings.namespace);
     let controller = Controller::new(pm_api, watcher::Config::default());
@@ -211,7 +228,8 @@ pub async fn run(
         slices.clone(),
         trigger.clone(),
     );
-    let (prober, probe_events) = crate::probing::start(settings.probe_concurrency, &metrics)?;
+    let (prober, probe_events) =
+        crate::probing::start(settings.probe_concurrency, probe_executor, &metrics)?;
     tasks.spawn(crate::probing::forward_events(
         probe_events,
         trigger.clone(),

@@ -4,7 +4,7 @@
 //! prints the per-port membership every time it changes. Flip a pod with kubectl and watch it move.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,12 +25,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::DemoArgs;
 use crate::controller::{self, MANAGED_BY_SELECTOR, Settings};
+use crate::demo_pods::PodNetwork;
 use crate::error::Error;
 use crate::http::Readiness;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
+use crate::probing::CustomExecutor;
 
 const DEMO_MANAGER: &str = "portmapper-demo";
+
+/// Ports the demo pods' servers listen on (the demo Service's target ports).
+const DEMO_APP_PORTS: [u16; 2] = [8080, 8443];
 
 /// The manifests shipped in `examples/demo/`, used when that directory is not at hand.
 const EMBEDDED: [(&str, &str); 3] = [
@@ -66,12 +71,28 @@ pub async fn run(args: DemoArgs) -> Result<(), Error> {
     println!("portmapper demo: embedded API server on {}", emu.url());
     println!("  export KUBECONFIG={kubeconfig}");
     println!("  kubectl get pm,endpointslices");
-    println!("network checks: not used by this demo's PortMapping (podReady + portNames only)");
+    let pod_network = match PodNetwork::create() {
+        Ok(network) => {
+            println!(
+                "network checks: every port also needs httpGet on the pod's own server; pods listen on their IPs inside a private network namespace"
+            );
+            Some(Arc::new(network))
+        }
+        Err(why) => {
+            println!(
+                "network checks: not used; the demo runs metadata-only (podReady + portNames): {why}"
+            );
+            None
+        }
+    };
 
     install_crd(&client).await?;
     let manifests = load_manifests(&args.manifests)?;
     for doc in &manifests {
-        apply(&client, doc).await?;
+        match &pod_network {
+            Some(_) => apply(&client, &with_http_checks(doc)).await?,
+            None => apply(&client, doc).await?,
+        }
     }
     println!(
         "applied {} objects from {}",
@@ -80,7 +101,15 @@ pub async fn run(args: DemoArgs) -> Result<(), Error> {
     );
 
     let shutdown = CancellationToken::new();
-    let kubelet = tokio::spawn(play_kubelet(client.clone(), shutdown.clone()));
+    let kubelet = tokio::spawn(play_kubelet(
+        client.clone(),
+        shutdown.clone(),
+        pod_network.clone(),
+    ));
+    let probe_executor = match &pod_network {
+        Some(network) => Some(CustomExecutor(network.executor().map_err(Error::Config)?)),
+        None => None,
+    };
     let settings = Settings {
         namespace: None,
         concurrency: 2,
@@ -89,9 +118,10 @@ pub async fn run(args: DemoArgs) -> Result<(), Error> {
         instance: Some("demo".into()),
         probe_concurrency: portmapper_probe::DEFAULT_CONCURRENCY,
     };
-    let controller = tokio::spawn(controller::run(
+    let controller = tokio::spawn(controller::run_probing_with(
         client.clone(),
         settings,
+        probe_executor,
         Leadership::always(),
         Metrics::new(),
         Readiness::default(),
@@ -106,7 +136,7 @@ pub async fn run(args: DemoArgs) -> Result<(), Error> {
     ));
 
     if args.tour {
-        tour(&client, &view).await?;
+        tour(&client, &view, pod_network.as_deref()).await?;
     } else {
         println!("try: kubectl annotate pod pod-a example.com/ports=http,https --overwrite");
     }
@@ -230,8 +260,31 @@ async fn apply(client: &Client, doc: &Value) -> Result<(), Error> {
     result.map_err(|e| Error::kube(action, e))
 }
 
-/// Plays kubelet: every pod without an IP gets the next 10.244.0.0/16 address and becomes Ready.
-async fn play_kubelet(client: Client, shutdown: CancellationToken) {
+/// With a pod network, every port of the demo's PortMapping also needs its pod's server to
+/// answer (`httpGet` on the target port), probed every second.
+fn with_http_checks(doc: &Value) -> Value {
+    let mut doc = doc.clone();
+    if doc["kind"] != "PortMapping" {
+        return doc;
+    }
+    if let Some(ports) = doc["spec"]["ports"].as_array_mut() {
+        for port in ports {
+            if let Some(checks) = port["checks"].as_array_mut() {
+                checks.push(json!({"httpGet": {"path": "/healthz"}}));
+            }
+        }
+    }
+    doc["spec"]["probe"] = json!({"periodSeconds": 1, "failureThreshold": 1});
+    doc
+}
+
+/// Plays kubelet: every pod without an IP gets the next 10.244.0.0/16 address and becomes Ready;
+/// with a pod network, it also gets servers on that address.
+async fn play_kubelet(
+    client: Client,
+    shutdown: CancellationToken,
+    network: Option<Arc<PodNetwork>>,
+) {
     let pods: Api<Pod> = Api::all(client.clone());
     let mut next: u32 = 1;
     let mut stream = std::pin::pin!(
@@ -269,6 +322,13 @@ async fn play_kubelet(client: Client, shutdown: CancellationToken) {
                 "state": {"running": {}},
             })).collect::<Vec<_>>(),
         }});
+        if let Some(network) = &network {
+            // Every demo pod runs the same app on both ports; which ports it backs is up to
+            // its annotation and, with a pod network, to whether that server answers.
+            for port in DEMO_APP_PORTS {
+                network.start_server(&pod.name_any(), IpAddr::V4(ip), port);
+            }
+        }
         let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
         let _ = api
             .patch_status(
@@ -364,7 +424,11 @@ async fn show_membership(
 }
 
 /// A scripted walk through what a user would do with kubectl, for unattended runs.
-async fn tour(client: &Client, view: &Arc<Mutex<String>>) -> Result<(), Error> {
+async fn tour(
+    client: &Client,
+    view: &Arc<Mutex<String>>,
+    network: Option<&PodNetwork>,
+) -> Result<(), Error> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     wait_for(view, "my-service https: pod-b, pod-c, pod-d").await;
     println!("$ kubectl annotate pod pod-a example.com/ports=http,https --overwrite");
@@ -378,6 +442,12 @@ async fn tour(client: &Client, view: &Arc<Mutex<String>>) -> Result<(), Error> {
         .await
         .map_err(|e| Error::kube("deleting pod-c", e))?;
     wait_for(view, "my-service http: pod-a, pod-b\n").await;
+    if let Some(network) = network {
+        println!("$ (pod-b's https server on 8443 stops; its http server keeps answering)");
+        network.stop_server("pod-b", 8443);
+        wait_for(view, "my-service https: pod-a, pod-d\n").await;
+        println!("pod-b left https (httpGet refused) and still serves http");
+    }
     println!("tour done: pod-a joined https, pod-c left http and https");
     Ok(())
 }

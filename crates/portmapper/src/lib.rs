@@ -5,6 +5,7 @@ pub mod cli;
 pub mod conditions;
 pub mod controller;
 pub mod demo;
+pub mod demo_pods;
 pub mod error;
 pub mod http;
 pub mod leader;

@@ -26,8 +26,8 @@ use portmapper_core::{
 };
 use portmapper_probe::{
     CheckPosition, ContainerPort, ExecutorConfig, Family, MappingKey, Membership, NetworkCheck,
-    Outcome, PoolPod, ProbeEvents, Prober, ProberConfig, ServicePort, Target, TargetKey,
-    TargetResult,
+    Outcome, PoolPod, ProbeEvents, ProbeExecutor, Prober, ProberConfig, ServicePort, Target,
+    TargetKey, TargetResult,
 };
 use tracing::debug;
 
@@ -40,18 +40,33 @@ pub fn mapping_key(pm: &PortMapping) -> MappingKey {
     MappingKey::new(pm.namespace().unwrap_or_default(), pm.name_any())
 }
 
-/// Starts the operator's prober: probes over the network, `concurrency` in flight at most,
-/// reporting to the operator's `/metrics`.
-pub fn start(concurrency: usize, metrics: &Metrics) -> Result<(Prober, ProbeEvents), Error> {
+/// A probe executor to use instead of the network one (the demo probes inside its own
+/// network namespace).
+#[derive(Clone)]
+pub struct CustomExecutor(pub Arc<dyn ProbeExecutor>);
+
+impl std::fmt::Debug for CustomExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CustomExecutor")
+    }
+}
+
+/// Starts the operator's prober: probes over the network (or with `executor`), `concurrency`
+/// in flight at most, reporting to the operator's `/metrics`.
+pub fn start(
+    concurrency: usize,
+    executor: Option<CustomExecutor>,
+    metrics: &Metrics,
+) -> Result<(Prober, ProbeEvents), Error> {
     let config = ProberConfig {
         concurrency,
         ..ProberConfig::default()
     };
-    Prober::network(
-        config,
-        ExecutorConfig::default(),
-        Arc::new(metrics.probe.clone()),
-    )
+    let metrics = Arc::new(metrics.probe.clone());
+    match executor {
+        Some(CustomExecutor(executor)) => Prober::new(config, executor, metrics),
+        None => Prober::network(config, ExecutorConfig::default(), metrics),
+    }
     .map_err(|e| Error::Config(format!("starting the prober: {e}")))
 }
 
