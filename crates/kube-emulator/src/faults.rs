@@ -100,6 +100,16 @@ pub enum Action {
         #[serde(default)]
         after_events: u64,
     },
+    /// ERROR event with another code (e.g. 500) after `afterEvents` events, then close: kube
+    /// reports the error and re-watches from its last resourceVersion (no relist).
+    #[serde(rename_all = "camelCase")]
+    WatchError {
+        /// Status code of the ERROR event.
+        code: u16,
+        /// Events delivered first.
+        #[serde(default)]
+        after_events: u64,
+    },
     /// Keep the watch open and send nothing (no events, no bookmarks).
     WatchStall,
     /// Deliver each watch event `ms` late.

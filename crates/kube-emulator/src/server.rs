@@ -691,7 +691,8 @@ fn slow(resp: Response<Body>, d: Duration) -> Response<Body> {
     Response::from_parts(parts, boxed_stream(StreamBody::new(stream)))
 }
 
-fn injected_status(code: u16, reason: Option<&str>, message: Option<&str>) -> ApiError {
+/// The Status of an injected error (reason and message default by code).
+pub fn injected_status(code: u16, reason: Option<&str>, message: Option<&str>) -> ApiError {
     let default_reason = match code {
         400 => "BadRequest",
         401 => "Unauthorized",

@@ -171,7 +171,8 @@ pub fn start(core: &Arc<Core>, w: WatchReq) -> Result<Body, ApiError> {
 struct WatchFaults {
     drop_after_events: Option<(u64, DropMode)>,
     drop_after: Option<(Duration, DropMode)>,
-    gone_after: Option<u64>,
+    /// ERROR event (code) after N events, then close.
+    gone_after: Option<(u64, u16)>,
     stall: bool,
     event_delay: Option<Duration>,
     bookmarks_disabled: bool,
@@ -199,7 +200,10 @@ impl WatchFaults {
                         f.drop_after_events = Some((0, *mode));
                     }
                 }
-                Action::WatchGone { after_events } => f.gone_after = Some(*after_events),
+                Action::WatchGone { after_events } => f.gone_after = Some((*after_events, 410)),
+                Action::WatchError { code, after_events } => {
+                    f.gone_after = Some((*after_events, *code))
+                }
                 Action::WatchStall => f.stall = true,
                 Action::EventDelay { ms } => f.event_delay = Some(Duration::from_millis(*ms)),
                 Action::Bookmarks {
@@ -267,8 +271,10 @@ async fn run(
         drop_stream(&tx, mode).await;
         return;
     }
-    if f.gone_after == Some(0) {
-        let _ = tx.send(Ok(Frame::data(error_line(&gone(&core))))).await;
+    if let Some((0, code)) = f.gone_after {
+        let _ = tx
+            .send(Ok(Frame::data(error_line(&gone(&core, code)))))
+            .await;
         return;
     }
     let mut sent = 0u64;
@@ -278,7 +284,10 @@ async fn run(
             Some(Stop::Clean) => return,
             Some(Stop::Drop(mode)) => return drop_stream(&tx, mode).await,
             Some(Stop::Gone) => {
-                let _ = tx.send(Ok(Frame::data(error_line(&gone(&core))))).await;
+                let code = f.gone_after.map(|g| g.1).unwrap_or(410);
+                let _ = tx
+                    .send(Ok(Frame::data(error_line(&gone(&core, code)))))
+                    .await;
                 return;
             }
         }
@@ -312,14 +321,20 @@ async fn run(
             Some(Stop::Clean) => return,
             Some(Stop::Drop(mode)) => return drop_stream(&tx, mode).await,
             Some(Stop::Gone) => {
-                let _ = tx.send(Ok(Frame::data(error_line(&gone(&core))))).await;
+                let code = f.gone_after.map(|g| g.1).unwrap_or(410);
+                let _ = tx
+                    .send(Ok(Frame::data(error_line(&gone(&core, code)))))
+                    .await;
                 return;
             }
         }
     }
 }
 
-fn gone(core: &Core) -> ApiError {
+fn gone(core: &Core, code: u16) -> ApiError {
+    if code != 410 {
+        return crate::server::injected_status(code, None, None);
+    }
     let st = core.lock();
     ApiError::expired(format!(
         "too old resource version: {} ({})",
@@ -392,7 +407,7 @@ async fn emit(
     {
         return Some(Stop::Drop(mode));
     }
-    if let Some(n) = f.gone_after
+    if let Some((n, _)) = f.gone_after
         && *sent >= n
     {
         return Some(Stop::Gone);

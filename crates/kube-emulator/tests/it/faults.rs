@@ -534,3 +534,45 @@ async fn permanent_list_failure_backs_off() {
         "≤ 2 lists/s after the first seconds, got {late} in the last 3 s"
     );
 }
+
+#[tokio::test]
+async fn watch_error_event_other_than_410_rewatches_without_relist() {
+    let emu = emu().await;
+    let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
+    emu.inject(
+        Rule::new(Action::WatchError {
+            code: 500,
+            after_events: 0,
+        })
+        .watch(true)
+        .times(1),
+    );
+    let mut s = watcher(api.clone(), watcher::Config::default()).boxed();
+    let mut saw_500 = false;
+    let creator = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            api.create(&PostParams::default(), &cm("after"))
+                .await
+                .unwrap();
+        })
+    };
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), s.next())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            Err(watcher::Error::WatchError(st)) => {
+                assert_eq!(st.code, 500);
+                saw_500 = true;
+            }
+            Ok(watcher::Event::Apply(o)) if o.metadata.name.as_deref() == Some("after") => break,
+            _ => {}
+        }
+    }
+    creator.await.unwrap();
+    assert!(saw_500);
+    assert_eq!(lists(&emu), 1, "an ERROR other than 410 does not relist");
+}
