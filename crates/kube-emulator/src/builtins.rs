@@ -106,16 +106,13 @@ pub fn default(
 }
 
 /// Initial status of built-ins with a status subresource (client status is reset on create).
-pub fn initial_status(rt: &ResourceType, obj: &Value) -> Option<Value> {
+pub fn initial_status(rt: &ResourceType) -> Option<Value> {
     match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "services") => Some(json!({"loadBalancer": {}})),
         ("", "namespaces") => Some(json!({"phase": "Active"})),
-        // Pods keep client status (kubectl users seed podIP this way in tests) but default the phase.
-        ("", "pods") => {
-            let mut s = obj.get("status").cloned().unwrap_or_else(|| json!({}));
-            set_default(&mut s, "phase", json!("Pending"));
-            Some(s)
-        }
+        // As upstream: a created Pod starts Pending whatever status the client sent; tests (there
+        // is no kubelet) set podIP/conditions through /status.
+        ("", "pods") => Some(json!({"phase": "Pending"})),
         ("apiextensions.k8s.io", "customresourcedefinitions") => Some(json!({})),
         _ => None,
     }

@@ -518,7 +518,7 @@ pub fn create(
             m.insert("generation".into(), json!(1));
         }
     }
-    if let Some(s) = builtins::initial_status(&rt, &obj)
+    if let Some(s) = builtins::initial_status(&rt)
         && let Value::Object(root) = &mut obj
     {
         root.insert("status".into(), s);
