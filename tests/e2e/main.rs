@@ -8,5 +8,6 @@
 mod chart;
 mod demo;
 mod env;
+mod examples;
 mod quickstart;
 mod rbac;

@@ -219,19 +219,40 @@ fn split_documents(text: &str) -> Vec<Chunk> {
     chunks
 }
 
-/// serde_yaml's message without its (document-relative) location, and the absolute line.
+/// serde_yaml's message with its document-relative lines made file-relative (the primary
+/// location dropped: it is returned as the line), and the absolute line.
 fn yaml_error(err: &serde_yaml::Error, chunk: &Chunk) -> (usize, String) {
     let mut message = err.to_string();
-    match err.location() {
-        Some(loc) => {
-            let suffix = format!(" at line {} column {}", loc.line(), loc.column());
-            if let Some(stripped) = message.strip_suffix(&suffix) {
-                message = stripped.to_owned();
-            }
-            (chunk.first_line + loc.line() - 1, message)
-        }
-        None => (chunk.content_line, message),
+    let Some(loc) = err.location() else {
+        return (chunk.content_line, message);
+    };
+    let primary = format!(" at line {} column {}", loc.line(), loc.column());
+    if let Some(at) = message.find(&primary) {
+        message.replace_range(at..at + primary.len(), "");
     }
+    (
+        chunk.first_line + loc.line() - 1,
+        shift_lines(&message, chunk.first_line - 1),
+    )
+}
+
+/// Adds `offset` to every `line N` in a parser message.
+fn shift_lines(message: &str, offset: usize) -> String {
+    const MARK: &str = "line ";
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find(MARK) {
+        let (before, after) = rest.split_at(at + MARK.len());
+        out.push_str(before);
+        let digits = after.chars().take_while(char::is_ascii_digit).count();
+        match after[..digits].parse::<usize>() {
+            Ok(n) => out.push_str(&(n + offset).to_string()),
+            Err(_) => out.push_str(&after[..digits]),
+        }
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A document's text, or a `List` item already parsed.

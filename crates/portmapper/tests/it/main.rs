@@ -9,4 +9,5 @@ mod leader;
 mod lifecycle;
 mod migration;
 mod probing;
+mod render;
 mod scenarios;
