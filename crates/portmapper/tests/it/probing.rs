@@ -28,7 +28,7 @@ const ENV: &str = "PORTMAPPER_IT_IN_NETNS";
 const SETUP: &str = "ip link set lo up && ip route add local 10.244.0.0/16 dev lo";
 const INNER: &str = "probing::inner_";
 /// Inner tests below; the outer test checks that every one of them ran and passed.
-const INNER_TESTS: usize = 7;
+const INNER_TESTS: usize = 9;
 
 #[test]
 fn network_checks_through_the_operator_in_own_network_namespace() {
@@ -613,4 +613,104 @@ async fn inner_webhook_check() {
     // The decider changes its mind: the pod joins.
     drained.lock().unwrap().clear();
     wait_members(&h, "app", "p", &["hook-bad", "hook-ok"]).await;
+}
+
+/// `anyOf` entries are probed at their own positions: one passing entry includes the pod; when
+/// none passes, status lists every entry's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs only inside the network namespace made by network_checks_through_the_operator_in_own_network_namespace"]
+async fn inner_any_of_network_checks() {
+    if !in_netns() {
+        return;
+    }
+    let (http_ok, tcp_ok, none) = (ip(8, 1), ip(8, 2), ip(8, 3));
+    let _http = http_server((http_ok, 8080).into(), status(200)).await;
+    let _half = http_server((tcp_ok, 8080).into(), status(500)).await;
+    let _tcp = tcp_server((tcp_ok, 9999).into()).await;
+    let _down = http_server((none, 8080).into(), status(500)).await;
+    let h = Harness::start().await;
+    pool(
+        &h,
+        "either",
+        &[("p", 8080)],
+        &[
+            ("either-http", http_ok),
+            ("either-tcp", tcp_ok),
+            ("either-none", none),
+        ],
+    )
+    .await;
+    h.create(probed_portmapping(
+        "either",
+        &[(
+            "p",
+            json!({"anyOf": [{"httpGet": {"path": "/"}}, {"tcpSocket": {"port": 9999}}]}),
+        )],
+    ))
+    .await;
+    wait_members(&h, "either", "p", &["either-http", "either-tcp"]).await;
+    let reason = excluded_reason(&h, "either", "p", "either-none", |r| {
+        r.contains("none included")
+    })
+    .await;
+    assert!(
+        reason.starts_with("anyOf: none included (httpGet: GET / answered HTTP 500"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("tcpSocket: ") && reason.contains("10.244.8.3:9999"),
+        "{reason}"
+    );
+}
+
+/// A webhook that goes down abstains: what is published stays published (an operator-side
+/// outage freezes memberships), and a pod that was out stays out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs only inside the network namespace made by network_checks_through_the_operator_in_own_network_namespace"]
+async fn inner_webhook_outage_freezes_memberships() {
+    if !in_netns() {
+        return;
+    }
+    let (a, b, hook) = (ip(9, 1), ip(9, 2), ip(9, 100));
+    let decider: Handler = Arc::new(|_, body| {
+        let Ok(review) = serde_json::from_slice::<MembershipReview>(body) else {
+            return (400, String::new());
+        };
+        let decision = if review.pod.name == "frozen-a" {
+            "Include"
+        } else {
+            "Exclude"
+        };
+        (
+            200,
+            json!({"decision": decision, "reason": "decided"}).to_string(),
+        )
+    });
+    let webhook = http_server((hook, 7000).into(), decider).await;
+    let h = Harness::start().await;
+    one_check(
+        &h,
+        "frozen",
+        8080,
+        json!({"webhook": {"url": format!("http://{hook}:7000/")}}),
+        [("frozen-a", a), ("frozen-b", b)],
+    )
+    .await;
+    wait_members(&h, "frozen", "p", &["frozen-a"]).await;
+    let abstained_before = probe_count(&h, "webhook", "abstain", "webhookUnavailable");
+
+    drop(webhook);
+    eventually(
+        "webhook calls abstaining",
+        Duration::from_secs(20),
+        || async {
+            (probe_count(&h, "webhook", "abstain", "webhookUnavailable") >= abstained_before + 4)
+                .then_some(())
+        },
+    )
+    .await;
+    let m = h.membership("frozen").await;
+    assert_eq!(m["frozen.p"], ["frozen-a"], "memberships stay as they were");
+    let reason = excluded_reason(&h, "frozen", "p", "frozen-b", |_| true).await;
+    assert!(reason.starts_with("webhook: decided"), "{reason}");
 }
