@@ -2,9 +2,9 @@
 //! inside a private network namespace the demo creates, so network checks probe real servers
 //! at addresses EndpointSlices accept without any packet reaching a real network.
 //!
-//! Only one thread of the demo enters the namespace: a helper process (`unshare -n`) creates
-//! it, brings `lo` up and routes 10.244.0.0/16 to it; a dedicated thread joins it (`setns`)
-//! and runs a single-threaded tokio runtime. Pod listeners and probes run there; the API
+//! Only one thread of the demo enters the namespace: a short-lived helper process
+//! (`unshare -n`) creates it, brings `lo` up and routes 10.244.0.0/16 to it; a dedicated thread
+//! joins it (`setns`) and runs a single-threaded tokio runtime. Pod listeners and probes run there; the API
 //! server, the controller and the user's kubectl stay on the host's loopback.
 
 use std::collections::HashMap;
@@ -12,7 +12,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use portmapper_probe::{
@@ -30,7 +30,6 @@ const SETUP: &str = "ip link set lo up && ip route add local 10.244.0.0/16 dev l
 
 /// The demo's private pod network.
 pub struct PodNetwork {
-    holder: Child,
     handle: Handle,
     stop: Option<oneshot::Sender<()>>,
     servers: Mutex<HashMap<(String, u16), AbortHandle>>,
@@ -101,8 +100,11 @@ impl PodNetwork {
                 return Err(format!("pod network thread: {e}"));
             }
         };
+        // The namespace lives on while our thread is in it: the helper is no longer needed, and
+        // ending it now leaves nothing behind even if the demo is killed.
+        let _ = holder.kill();
+        let _ = holder.wait();
         Ok(Self {
-            holder,
             handle,
             stop: Some(stop),
             servers: Mutex::new(HashMap::new()),
@@ -157,8 +159,6 @@ impl Drop for PodNetwork {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let _ = self.holder.kill();
-        let _ = self.holder.wait();
     }
 }
 
