@@ -98,31 +98,8 @@ impl Writer<'_> {
     /// Deletes a slice, only if it is still the object we saw (UID precondition), so a stale
     /// cache can never delete a newer object of the same name.
     pub async fn delete_slice(&self, name: &str, uid: &str) -> Result<(), Error> {
-        self.guard()?;
-        let api: Api<EndpointSlice> = Api::namespaced(self.client.clone(), self.namespace);
-        let dp = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(uid.to_string()),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match api.delete(name, &dp).await {
-            Ok(_) => {
-                self.metrics.write("delete", "endpointslices");
-                info!(
-                    namespace = self.namespace,
-                    slice = name,
-                    "deleted EndpointSlice"
-                );
-                Ok(())
-            }
-            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
-            Err(e) => Err(Error::kube(
-                format!("deleting EndpointSlice {}/{name}", self.namespace),
-                e,
-            )),
-        }
+        self.delete::<EndpointSlice>(name, uid, "EndpointSlice", "endpointslices")
+            .await
     }
 
     /// Server-side applies the legacy Endpoints object.
@@ -181,8 +158,26 @@ impl Writer<'_> {
 
     /// Deletes an Endpoints object with a UID precondition.
     pub async fn delete_endpoints(&self, name: &str, uid: &str) -> Result<(), Error> {
+        self.delete::<Endpoints>(name, uid, "Endpoints", "endpoints")
+            .await
+    }
+
+    /// Deletes `name` only while it is the object with `uid`; an object already gone is fine.
+    async fn delete<K>(
+        &self,
+        name: &str,
+        uid: &str,
+        kind: &str,
+        resource: &'static str,
+    ) -> Result<(), Error>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned,
+    {
         self.guard()?;
-        let api: Api<Endpoints> = Api::namespaced(self.client.clone(), self.namespace);
+        let api: Api<K> = Api::namespaced(self.client.clone(), self.namespace);
         let dp = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: Some(uid.to_string()),
@@ -192,12 +187,13 @@ impl Writer<'_> {
         };
         match api.delete(name, &dp).await {
             Ok(_) => {
-                self.metrics.write("delete", "endpoints");
+                self.metrics.write("delete", resource);
+                info!(namespace = self.namespace, kind, name, "deleted");
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
             Err(e) => Err(Error::kube(
-                format!("deleting Endpoints {}/{name}", self.namespace),
+                format!("deleting {kind} {}/{name}", self.namespace),
                 e,
             )),
         }
