@@ -23,7 +23,12 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 const NS: &str = "default";
-const PORTS: [(&str, i32); 4] = [("http", 8080), ("https", 8443), ("admin", 9000), ("metrics", 9100)];
+const PORTS: [(&str, i32); 4] = [
+    ("http", 8080),
+    ("https", 8443),
+    ("admin", 9000),
+    ("metrics", 9100),
+];
 
 fn ip(i: usize) -> String {
     format!("10.244.{}.{}", i / 250, i % 250 + 1)
@@ -37,7 +42,12 @@ async fn ready_count(client: &Client, port: &str) -> usize {
         .unwrap()
         .items
         .iter()
-        .filter(|s| s.ports.iter().flatten().any(|p| p.name.as_deref() == Some(port)))
+        .filter(|s| {
+            s.ports
+                .iter()
+                .flatten()
+                .any(|p| p.name.as_deref() == Some(port))
+        })
         .map(|s| s.endpoints.len())
         .sum()
 }
@@ -47,7 +57,13 @@ async fn set_ready(pods: &Api<Pod>, i: usize, ready: bool) {
         "phase": "Running", "podIP": ip(i), "podIPs": [{"ip": ip(i)}],
         "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
     }});
-    pods.patch_status(&format!("pod-{i}"), &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    pods.patch_status(
+        &format!("pod-{i}"),
+        &PatchParams::default(),
+        &Patch::Merge(&status),
+    )
+    .await
+    .unwrap();
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -57,15 +73,26 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(1000);
     let flips: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(30);
 
     let emu = kube_emulator::Emulator::start().await.unwrap();
     let client = emu.client().unwrap();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &PortMapping::crd()).await.unwrap();
-    await_condition(crds, "portmappings.portmapper.dev", conditions::is_crd_established()).await.unwrap();
+    crds.create(&PostParams::default(), &PortMapping::crd())
+        .await
+        .unwrap();
+    await_condition(
+        crds,
+        "portmappings.portmapper.dev",
+        conditions::is_crd_established(),
+    )
+    .await
+    .unwrap();
 
     let services: Api<Service> = Api::namespaced(client.clone(), NS);
     let svc: Service = serde_json::from_value(json!({
@@ -113,7 +140,9 @@ async fn main() {
     .unwrap();
     let started = Instant::now();
     pms.create(&PostParams::default(), &pm).await.unwrap();
-    while ready_count(&client, "http").await < n || ready_count(&client, "https").await < n.div_ceil(2) {
+    while ready_count(&client, "http").await < n
+        || ready_count(&client, "https").await < n.div_ceil(2)
+    {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let converge = started.elapsed();
@@ -142,8 +171,14 @@ async fn main() {
     shutdown.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
 
-    println!("operator bench: {n} pods x {} ports, 1 PortMapping, emulator in-process", PORTS.len());
-    println!("  converge from PortMapping create: {:.2}s", converge.as_secs_f64());
+    println!(
+        "operator bench: {n} pods x {} ports, 1 PortMapping, emulator in-process",
+        PORTS.len()
+    );
+    println!(
+        "  converge from PortMapping create: {:.2}s",
+        converge.as_secs_f64()
+    );
     println!("  writes while converged over 3 resyncs (6s): {converged_writes}");
     println!(
         "  pod flip -> slice latency over {} flips: p50 {:.1}ms, p95 {:.1}ms, max {:.1}ms",
