@@ -282,3 +282,24 @@ fn unreadable_paths_exit_1() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("examples/does-not-exist: cannot read"));
 }
+
+#[test]
+fn nodes_give_zones_and_hints() {
+    let pm = port_mapping("web", "web");
+    let service = "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec:\n  trafficDistribution: PreferClose\n  ports: [{name: http, port: 80}]\n";
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {example.com/pool: web}}\nspec:\n  nodeName: n1\n  containers: [{name: c, image: x}]\nstatus:\n  podIPs: [{ip: 10.0.0.1}]\n  conditions: [{type: Ready, status: \"True\"}]\n";
+    let node = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Node\n  metadata: {name: n1, labels: {topology.kubernetes.io/zone: zone-a}}\n";
+    let s = Scratch::new(
+        "zones",
+        &[(
+            "x.yaml",
+            &format!("{service}---\n{pm}---\n{pod}---\n{node}"),
+        )],
+    );
+    let out = render(&["-f", &s.path("x.yaml")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("nodeName: n1"), "{text}");
+    assert!(text.contains("zone: zone-a"), "{text}");
+    assert!(text.contains("forZones:\n    - name: zone-a"), "{text}");
+}
