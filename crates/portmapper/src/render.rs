@@ -4,9 +4,9 @@
 //! operator would publish and the status it would report.
 //!
 //! Exit codes: 0 the preview was printed; 1 the input is invalid (unreadable, not YAML, a kind
-//! render does not read, a PortMapping that fails validation or names a Service that is not in
-//! the input, an object defined twice); 2 usage (bad flags, from clap); 3 the output could not be
-//! written.
+//! render does not read, an object defined twice, a PortMapping with unknown spec fields, that
+//! fails validation or names a Service that is not in the input); 2 usage (bad flags, from
+//! clap); 3 the output could not be written.
 
 pub mod input;
 pub mod output;

@@ -306,17 +306,80 @@ fn parse_file(file: &Path, text: &str, loaded: &mut Vec<Loaded>, errors: &mut Ve
                     ..at.clone()
                 };
                 let (api_version, kind) = type_of(item);
-                match object_from(&api_version, &kind, &Doc::Value(item)) {
+                match object_from(&api_version, &kind, &Doc::Value(item))
+                    .and_then(|o| check_unknown_fields(o, item))
+                {
                     Ok(object) => loaded.push(Loaded { source: at, object }),
                     Err(err) => errors.push(invalid(&at, err)),
                 }
             }
             continue;
         }
-        match object_from(&api_version, &kind, &Doc::Text(chunk)) {
+        match object_from(&api_version, &kind, &Doc::Text(chunk))
+            .and_then(|o| check_unknown_fields(o, &value))
+        {
             Ok(object) => loaded.push(Loaded { source: at, object }),
             Err(err) => errors.push(invalid(&at, err)),
         }
+    }
+}
+
+/// A PortMapping spec field the types do not know is an error, as the API server's strict field
+/// validation (kubectl's default) makes it: a typo such as `legacyEndpoint` must not pass a
+/// review silently.
+fn check_unknown_fields(object: Object, given: &serde_yaml::Value) -> Result<Object, DocError> {
+    let Object::PortMapping(pm) = &object else {
+        return Ok(object);
+    };
+    let known = serde_yaml::to_value(&pm.spec).map_err(|e| (None, e.to_string()))?;
+    let mut unknown = Vec::new();
+    if let Some(spec) = given.get("spec") {
+        unknown_fields(spec, &known, "spec", &mut unknown);
+    }
+    if unknown.is_empty() {
+        Ok(object)
+    } else {
+        Err((
+            None,
+            format!(
+                "PortMapping has unknown fields (the API server rejects them): {}",
+                unknown.join(", ")
+            ),
+        ))
+    }
+}
+
+/// Paths of `given` that the typed round trip `known` dropped (nulls and empty lists aside: the
+/// types skip serialising absent options and empty lists).
+fn unknown_fields(
+    given: &serde_yaml::Value,
+    known: &serde_yaml::Value,
+    path: &str,
+    out: &mut Vec<String>,
+) {
+    use serde_yaml::Value;
+    let empty = |v: &Value| match v {
+        Value::Null => true,
+        Value::Sequence(s) => s.is_empty(),
+        _ => false,
+    };
+    match (given, known) {
+        (Value::Mapping(g), Value::Mapping(k)) => {
+            for (key, value) in g {
+                let name = key.as_str().unwrap_or_default();
+                match k.get(key) {
+                    Some(kv) => unknown_fields(value, kv, &format!("{path}.{name}"), out),
+                    None if !empty(value) => out.push(format!("{path}.{name}")),
+                    None => {}
+                }
+            }
+        }
+        (Value::Sequence(g), Value::Sequence(k)) => {
+            for (i, (gv, kv)) in g.iter().zip(k).enumerate() {
+                unknown_fields(gv, kv, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -387,6 +450,18 @@ mod tests {
         assert!(
             msg.starts_with("x.yaml:8: document 2: not valid YAML"),
             "{msg}"
+        );
+    }
+
+    #[test]
+    fn unknown_port_mapping_fields_are_named() {
+        let text = "apiVersion: portmapper.dev/v1alpha1\nkind: PortMapping\nmetadata: {name: a}\nspec:\n  serviceRef: {name: web}\n  pods: {key: k, selector: {}}\n  legacyEndpoint: true\n  ports: [{name: http, checks: [{podReady: {}, podReadyy: {}}]}]\n  defaultChecks: []\n";
+        let (mut loaded, mut errors) = (Vec::new(), Vec::new());
+        parse_file(Path::new("x.yaml"), text, &mut loaded, &mut errors);
+        assert!(loaded.is_empty());
+        assert_eq!(
+            errors[0].to_string(),
+            "x.yaml:1: document 1: PortMapping has unknown fields (the API server rejects them): spec.legacyEndpoint, spec.ports[0].checks[0].podReadyy"
         );
     }
 
