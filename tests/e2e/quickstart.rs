@@ -188,3 +188,36 @@ fn deleting_the_portmapping_garbage_collects_its_slices() {
         |out| out.trim().is_empty() || out.contains("No resources found"),
     );
 }
+
+#[test]
+fn kubectl_apply_of_a_changed_portmapping_updates_it() {
+    if !kubectl_available() {
+        return;
+    }
+    let cluster = Cluster::start("reapply");
+    install_and_apply(&cluster);
+    let path = repo().join("examples/demo/20-portmapping.yaml");
+    let changed = std::fs::read_to_string(&path).unwrap().replace(
+        "  serviceRef: {name: my-service}\n",
+        "  serviceRef: {name: my-service}\n  maxEndpointsPerSlice: 50\n",
+    );
+    assert!(changed.contains("maxEndpointsPerSlice: 50"));
+    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], changed.as_bytes());
+    assert!(
+        out.status.success(),
+        "client-side apply of a changed PortMapping failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("portmapping.portmapper.dev/my-service configured")
+    );
+    let value = cluster.ok(&[
+        "get",
+        "pm",
+        "my-service",
+        "-o",
+        "jsonpath={.spec.maxEndpointsPerSlice}",
+    ]);
+    assert_eq!(value, "50");
+}

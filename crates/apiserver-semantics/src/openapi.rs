@@ -39,6 +39,11 @@ struct Resource {
 }
 
 impl Resource {
+    /// Built-in types accept strategic merge patches; custom resources do not (415).
+    fn is_builtin(&self) -> bool {
+        self.group.is_empty() || builtin_package(&self.group).is_some()
+    }
+
     fn gvk(&self) -> Value {
         json!({"group": self.group, "version": self.version, "kind": self.kind})
     }
@@ -333,12 +338,20 @@ fn operation(
     if write.is_some() {
         let body_schema = json!({"$ref": format!("{refs}{}", r.definition_name())});
         if v3 {
-            let types: &[&str] = if action == "patch" {
+            // Offering strategic merge for a custom resource makes kubectl's client-side
+            // apply use it, which the server then refuses with 415.
+            let types: &[&str] = if action == "patch" && r.is_builtin() {
                 &[
                     "application/apply-patch+yaml",
                     "application/json-patch+json",
                     "application/merge-patch+json",
                     "application/strategic-merge-patch+json",
+                ]
+            } else if action == "patch" {
+                &[
+                    "application/apply-patch+yaml",
+                    "application/json-patch+json",
+                    "application/merge-patch+json",
                 ]
             } else {
                 &["application/json"]
