@@ -270,16 +270,8 @@ fn http_get(addr: &str, path: &str) -> (u16, String) {
 fn check_probes_and_alert_metrics(log: &str) {
     let addr = http_addr(log);
     assert_eq!(http_get(&addr, "/healthz"), (200, "ok\n".to_string()));
-    // /readyz is served on the probe port too. It is not asserted to be 200 yet: the operator's
-    // readiness task awaits the PortMapping store's wait_until_ready() while kube-runtime's
-    // Controller awaits the same store, and kube-runtime 5.0's DelayedInit (a futures oneshot,
-    // one waker slot) wakes only the last waiter, so "caches synced" is never reached (reported
-    // to the operator's owner). Once fixed, assert 200 here.
-    let (code, body) = http_get(&addr, "/readyz");
-    assert!(
-        code == 200 || (code == 503 && body.contains("not synced")),
-        "{code} {body}"
-    );
+    // The readinessProbe: ready once the caches have synced (the scenario ran, so they have).
+    assert_eq!(http_get(&addr, "/readyz"), (200, "ok\n".to_string()));
     let (status, metrics) = http_get(&addr, "/metrics");
     assert_eq!(status, 200);
     let families: BTreeSet<&str> = metrics

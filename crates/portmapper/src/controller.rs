@@ -23,7 +23,7 @@ use crate::http::Readiness;
 use crate::leader::Leadership;
 use crate::metrics::{CategoryLabels, Metrics, ResultLabels};
 use crate::pods::PodWatches;
-use crate::watches::{Trigger, reflect, strip_managed_fields};
+use crate::watches::{Trigger, is_ready, reflect, strip_managed_fields};
 
 /// Label every object we publish carries; our watches select on it.
 pub const MANAGED_BY_SELECTOR: &str = "endpointslice.kubernetes.io/managed-by=portmapper.dev";
@@ -264,11 +264,19 @@ pub async fn run_probing_with(
             nodes.clone(),
         );
         tasks.spawn(async move {
-            let _ = pms.wait_until_ready().await;
-            let _ = svcs.wait_until_ready().await;
-            let _ = sls.wait_until_ready().await;
-            if let Some(nodes) = nodes {
-                let _ = nodes.wait_until_ready().await;
+            // Polled, not awaited: a store's wait_until_ready() (kube-runtime 5.0) wakes only its
+            // latest waiter, and the Controller (PortMappings) and reconciles (is_ready on slices
+            // and Services) poll the same stores, so an await here was never woken.
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                tick.tick().await;
+                if is_ready(&pms)
+                    && is_ready(&svcs)
+                    && is_ready(&sls)
+                    && nodes.as_ref().is_none_or(is_ready)
+                {
+                    break;
+                }
             }
             info!("caches synced");
             readiness.set_ready();
