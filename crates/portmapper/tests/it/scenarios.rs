@@ -352,3 +352,105 @@ async fn terminating_pods_drain_then_drop() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zones_and_same_zone_hints_come_from_nodes() {
+    let h = Harness::start().await;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(h.client.clone());
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
+        "metadata": {"name": "node-1", "labels": {"topology.kubernetes.io/zone": "zone-a"}},
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let mut svc = service("web", &[("http", 8080)]);
+    svc["spec"]["trafficDistribution"] = json!("PreferClose");
+    h.create(svc).await;
+    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
+    h.create(portmapping("web", "web")).await;
+    let endpoint = eventually("zone and hints", T, || async {
+        let s = h.slices("web").await.into_iter().next()?;
+        let e = s.endpoints.first()?.clone();
+        e.hints.is_some().then_some(e)
+    })
+    .await;
+    assert_eq!(endpoint.zone.as_deref(), Some("zone-a"));
+    assert_eq!(endpoint.node_name.as_deref(), Some("node-1"));
+    let zones: Vec<String> = endpoint
+        .hints
+        .unwrap()
+        .for_zones
+        .unwrap()
+        .into_iter()
+        .map(|z| z.name)
+        .collect();
+    assert_eq!(zones, ["zone-a"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_value_and_selector_pick_the_pods() {
+    let h = Harness::start().await;
+    h.create(service("web", &[("http", 8080)])).await;
+    // The pool is example.com/group=brokers (not the Service name), and tier=hot.
+    for (name, group, tier, ip) in [
+        ("pod-a", "brokers", "hot", "10.244.0.1"),
+        ("pod-b", "brokers", "cold", "10.244.0.2"),
+        ("pod-c", "web", "hot", "10.244.0.3"),
+    ] {
+        let mut p = pod(name, group, "http");
+        p["metadata"]["labels"]["tier"] = json!(tier);
+        h.create(p).await;
+        h.set_pod_status(name, &[ip], true).await;
+    }
+    let mut pm = portmapping("web", "web");
+    pm["spec"]["pods"]["value"] = json!("brokers");
+    pm["spec"]["pods"]["selector"] =
+        json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["hot"]}]});
+    h.create(pm).await;
+    eventually("only pod-a", T, || async {
+        (h.membership("web").await.get("web.http")? == &vec!["pod-a".to_string()]).then_some(())
+    })
+    .await;
+    // Relabelling pod-b into the selector adds it; the Service-named pod never joins.
+    h.patch_pod("pod-b", json!({"metadata": {"labels": {"tier": "hot"}}}))
+        .await;
+    eventually("pod-a and pod-b", T, || async {
+        (h.membership("web").await.get("web.http")?
+            == &vec!["pod-a".to_string(), "pod-b".to_string()])
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_target_ports_resolve_per_pod_including_sidecars() {
+    let h = Harness::start().await;
+    let mut svc = service("web", &[("http", 80)]);
+    svc["spec"]["ports"][0]["targetPort"] = json!("web");
+    h.create(svc).await;
+    // pod-a serves "web" on 8080 in its app container; pod-b on 9090 in a sidecar (restartable
+    // init container); pod-c does not expose "web" at all.
+    let mut a = pod("pod-a", "web", "http");
+    a["spec"]["containers"][0]["ports"] = json!([{"name": "web", "containerPort": 8080}]);
+    let mut b = pod("pod-b", "web", "http");
+    b["spec"]["initContainers"] = json!([{"name": "proxy", "image": "proxy", "restartPolicy": "Always", "ports": [{"name": "web", "containerPort": 9090}]}]);
+    let c = pod("pod-c", "web", "http");
+    for (p, ip) in [(a, "10.244.0.1"), (b, "10.244.0.2"), (c, "10.244.0.3")] {
+        let name = p["metadata"]["name"].as_str().unwrap().to_string();
+        h.create(p).await;
+        h.set_pod_status(&name, &[ip], true).await;
+    }
+    h.create(portmapping("web", "web")).await;
+    let m = eventually("one slice per resolved target", T, || async {
+        let m = h.membership("web").await;
+        (m.len() == 2).then_some(m)
+    })
+    .await;
+    assert_eq!(m["web.http.p8080"], ["pod-a"]);
+    assert_eq!(m["web.http.p9090"], ["pod-b"]);
+    let slices = h.slices("web").await;
+    let ports: Vec<i32> = slices
+        .iter()
+        .map(|s| s.ports.as_ref().unwrap()[0].port.unwrap())
+        .collect();
+    assert_eq!(ports, [8080, 9090]);
+}
