@@ -454,3 +454,47 @@ async fn named_target_ports_resolve_per_pod_including_sidecars() {
         .collect();
     assert_eq!(ports, [8080, 9090]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topology_mode_auto_is_refused_with_one_warning_event() {
+    let h = Harness::start().await;
+    let mut svc = service("web", &[("http", 8080)]);
+    svc["metadata"]["annotations"] = json!({"service.kubernetes.io/topology-mode": "Auto"});
+    svc["spec"]["trafficDistribution"] = json!("PreferClose");
+    h.create(svc).await;
+    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
+    h.create(portmapping("web", "web")).await;
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(h.client.clone(), NS);
+    let warnings = eventually("TopologyAwareHintsDisabled event", T, || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        let hits: Vec<_> = list
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("TopologyAwareHintsDisabled"))
+            .collect();
+        (!hits.is_empty()).then_some(hits)
+    })
+    .await;
+    assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        warnings[0]
+            .regarding
+            .as_ref()
+            .and_then(|r| r.name.as_deref()),
+        Some("web")
+    );
+    let slices = h.slices("web").await;
+    assert!(
+        slices[0].endpoints.iter().all(|e| e.hints.is_none()),
+        "no hints under Auto"
+    );
+    // Several resyncs later there is still one event (warn once), not one per reconcile.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let list = events.list(&Default::default()).await.unwrap();
+    let n = list
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("TopologyAwareHintsDisabled"))
+        .count();
+    assert_eq!(n, 1);
+}
