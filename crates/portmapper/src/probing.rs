@@ -259,35 +259,18 @@ fn not_excluded_without_probes(
     verdict.decision != Decision::Exclude
 }
 
-/// (port name, family, pod UID) published now in our slices: the seeds of new targets, read
-/// exactly as the planner reads what Abstain keeps.
+/// (port name, family, pod UID) published now in our slices: the seeds of new targets, read by
+/// the planner's own rule for what Abstain keeps.
 fn published<'a>(
     pm: &PortMapping,
     live_slices: &'a [EndpointSlice],
 ) -> HashSet<(&'a str, IpFamily, &'a str)> {
     let uid = pm.metadata.uid.as_deref().unwrap_or_default();
-    let mut out = HashSet::new();
-    for slice in live_slices {
-        if !crate::owner::controlled_by(slice, uid) {
-            continue;
-        }
-        let Some(family) = IpFamily::parse(&slice.address_type) else {
-            continue;
-        };
-        let port_name = slice
-            .ports
-            .iter()
-            .flatten()
-            .next()
-            .and_then(|p| p.name.as_deref())
-            .unwrap_or_default();
-        for endpoint in &slice.endpoints {
-            if let Some(pod_uid) = endpoint.target_ref.as_ref().and_then(|r| r.uid.as_deref()) {
-                out.insert((port_name, family, pod_uid));
-            }
-        }
-    }
-    out
+    let ours: Vec<&EndpointSlice> = live_slices
+        .iter()
+        .filter(|s| crate::owner::controlled_by(*s, uid))
+        .collect();
+    portmapper_core::planner::published_memberships(&ours)
 }
 
 /// What a probe may know about a pod: its identity, metadata for webhooks, the one address of

@@ -300,8 +300,9 @@ impl<'a> Evaluator<'_, 'a> {
     }
 }
 
-/// (port name, family, pod UID) of every endpoint in the given slices.
-fn published_memberships<'s>(
+/// (port name, family, pod UID) of every endpoint in the given slices: what Abstain keeps, and
+/// what the prober seeds as included.
+pub fn published_memberships<'s>(
     slices: &[&'s EndpointSlice],
 ) -> HashSet<(&'s str, IpFamily, &'s str)> {
     let mut set = HashSet::new();

@@ -55,6 +55,7 @@ use kube_validation::IpFamily;
 use portmapper_api::PortMappingSpec;
 
 pub use compare::{endpoint_eq, metadata_eq, ports_eq};
+pub use evaluate::published_memberships;
 pub use types::{
     Action, DecisionCounts, Deletion, Plan, PlanError, PlanInput, PlanWarning, PlannedEndpoints,
     PlannedSlice,
