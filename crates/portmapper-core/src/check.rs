@@ -69,6 +69,16 @@ impl MembershipCheck for CheckKind<'_> {
             CheckKind::ContainerReady(c) => container_ready(c, ctx),
             CheckKind::PodCondition(c) => pod_condition(c, ctx.pod),
             CheckKind::PortNames(c) => port_names(c, ctx),
+            CheckKind::HttpGet(_) | CheckKind::TcpSocket(_) | CheckKind::Grpc(_)
+                if crate::probe_targets::dials_non_tcp_target(self, ctx.port.protocol) =>
+            {
+                Verdict::exclude(format!(
+                    "{}: Service port {} is {}; a probe without its own port would dial it over TCP (set the check's port)",
+                    self.name(),
+                    port_label(ctx),
+                    ctx.port.protocol
+                ))
+            }
             CheckKind::HttpGet(_)
             | CheckKind::TcpSocket(_)
             | CheckKind::Grpc(_)
@@ -184,6 +194,15 @@ fn port_names(check: &PortNamesCheck, ctx: &CheckContext<'_>) -> Verdict {
             "portNames: {source} {} does not list {:?}",
             check.key, ctx.port.name
         )),
+    }
+}
+
+/// The Service port as users name it: its name, else its number.
+fn port_label(ctx: &CheckContext<'_>) -> String {
+    if ctx.port.name.is_empty() {
+        ctx.port.port.map(|p| p.to_string()).unwrap_or_default()
+    } else {
+        ctx.port.name.to_owned()
     }
 }
 

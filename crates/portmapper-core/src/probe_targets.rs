@@ -43,6 +43,17 @@ fn check_port<'a>(check: &CheckKind<'a>) -> Option<&'a IntOrString> {
     }
 }
 
+/// Whether `check` would dial the target port of a UDP or SCTP Service port over TCP: a probe
+/// without its own `port` on a non-TCP port has nothing to test, so it is never run and the
+/// planner excludes the pod with a reason that says so.
+pub(crate) fn dials_non_tcp_target(check: &CheckKind<'_>, protocol: &str) -> bool {
+    matches!(
+        check,
+        CheckKind::HttpGet(_) | CheckKind::TcpSocket(_) | CheckKind::Grpc(_)
+    ) && check_port(check).is_none()
+        && protocol != "TCP"
+}
+
 /// Every network check the planner may consult for this PortMapping. Nothing is listed while
 /// `publishNotReadyAddresses` is in force (network checks are health checks, bypassed then),
 /// for ExternalName Services, or for pods the planner never evaluates (outside the pool,
@@ -84,6 +95,7 @@ pub fn probe_targets<'a>(
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         for sp in &views {
             let name = sp.and_then(|p| p.name.as_deref()).unwrap_or_default();
+            let protocol = sp.map_or("TCP", |p| crate::target::service_port_protocol(p));
             let rules = port_rules(spec, name);
             let PortRules::Checks(checks) = rules else {
                 continue;
@@ -102,7 +114,7 @@ pub fn probe_targets<'a>(
                 for (index, check) in checks.iter().enumerate() {
                     let Some(kind) = check.kind() else { continue };
                     let mut push = |kind: CheckKind<'a>, any_of: Option<usize>| {
-                        if !kind.is_network() {
+                        if !kind.is_network() || dials_non_tcp_target(&kind, protocol) {
                             return;
                         }
                         let probe_port = match (&kind, check_port(&kind)) {

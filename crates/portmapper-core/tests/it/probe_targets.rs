@@ -175,3 +175,57 @@ fn nothing_to_probe_under_publish_not_ready_addresses() {
             .is_empty()
     );
 }
+
+#[test]
+fn probes_without_their_own_port_are_not_run_on_udp_ports_and_exclude_with_a_reason() {
+    let mut pm = port_mapping(&[]);
+    let check = |c: Check| vec![c];
+    pm.spec.ports = vec![
+        PortRule {
+            name: "dns".into(),
+            checks: check(Check {
+                tcp_socket: Some(TcpSocketCheck::default()),
+                ..Check::default()
+            }),
+        },
+        PortRule {
+            name: "dns-health".into(),
+            checks: check(Check {
+                http_get: Some(HttpGetCheck {
+                    port: Some(IntOrString::Int(8080)),
+                    ..HttpGetCheck::default()
+                }),
+                ..Check::default()
+            }),
+        },
+    ];
+    let mut dns = sport("dns", 53, Some(IntOrString::Int(53)));
+    dns.protocol = Some("UDP".into());
+    let mut dns_health = sport("dns-health", 54, Some(IntOrString::Int(54)));
+    dns_health.protocol = Some("UDP".into());
+    let mut w = World::new(
+        pm,
+        service(vec![dns, dns_health]),
+        vec![PodBuilder::new("a", &["10.0.0.1"]).build()],
+    );
+    let targets = probe_targets(&w.pm, &w.service, &w.pods).unwrap();
+    let listed: Vec<(&str, &str, Option<i32>)> = targets
+        .iter()
+        .map(|t| (t.key.port_name.as_str(), t.check.name(), t.probe_port))
+        .collect();
+    // A check with its own port probes that TCP port whatever the Service port's protocol.
+    assert_eq!(listed, vec![("dns-health", "httpGet", Some(8080))]);
+    w.network = targets
+        .into_iter()
+        .map(|t| (t.key, Verdict::INCLUDE))
+        .collect();
+    let p = w.plan();
+    let dns_status = p.ports.iter().find(|s| s.name == "dns").unwrap();
+    assert_eq!(dns_status.ready, 0);
+    assert_eq!(
+        dns_status.excluded[0].reason,
+        "tcpSocket: Service port dns is UDP; a probe without its own port would dial it over TCP (set the check's port)"
+    );
+    let health = p.ports.iter().find(|s| s.name == "dns-health").unwrap();
+    assert_eq!(health.ready, 1);
+}
