@@ -257,11 +257,13 @@ pub async fn run_probing_with(
 
     // Readiness = every shared store has listed once; pod watches start lazily per pool.
     {
-        let (pms, svcs, sls, nodes) = (
+        let (pms, svcs, sls, nodes, eps, natives) = (
             portmappings.clone(),
             services.clone(),
             slices.clone(),
             nodes.clone(),
+            ctx.owned_endpoints.clone(),
+            ctx.native_slices.clone(),
         );
         tasks.spawn(async move {
             // Polled, not awaited: a store's wait_until_ready() (kube-runtime 5.0) wakes only its
@@ -273,6 +275,8 @@ pub async fn run_probing_with(
                 if is_ready(&pms)
                     && is_ready(&svcs)
                     && is_ready(&sls)
+                    && is_ready(&eps)
+                    && is_ready(&natives)
                     && nodes.as_ref().is_none_or(is_ready)
                 {
                     break;
@@ -333,6 +337,9 @@ pub async fn run_probing_with(
                         obj.name.clone(),
                     );
                     gone_ctx.prober.remove_mapping(&key);
+                    gone_ctx
+                        .metrics
+                        .forget((obj.namespace.as_deref().unwrap_or_default(), &obj.name));
                 }
                 Err(err) => warn!(error = %err, "reconcile failed"),
             }

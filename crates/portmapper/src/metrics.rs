@@ -1,10 +1,12 @@
 //! Prometheus metrics (OpenMetrics text on `/metrics`).
 //!
 //! Labels are bounded: per-object series carry only namespace, service and port (as many as the
-//! PortMappings we manage, removed when a PortMapping goes away); error series carry a fixed
-//! category, never an error string.
+//! PortMappings we manage: a port's series goes when the port does, a Service's series go when
+//! its PortMapping withdraws or is deleted); error series carry a fixed category, never an error
+//! string.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -14,14 +16,14 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
 /// Labels of per-Service series.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct ServiceLabels {
     pub namespace: String,
     pub service: String,
 }
 
 /// Labels of per-port series.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct PortLabels {
     pub namespace: String,
     pub service: String,
@@ -77,7 +79,19 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Network-check probes (`portmapper_probe_*`), fed by the prober.
     pub probe: portmapper_probe::PrometheusProbeMetrics,
+    /// The per-Service series each PortMapping (namespace, name) feeds, so they can be removed:
+    /// prometheus-client families cannot be searched by a partial label set.
+    fed: Mutex<HashMap<(String, String), FedSeries>>,
 }
+
+/// Series one PortMapping has set.
+#[derive(Default)]
+struct FedSeries {
+    service: Option<ServiceLabels>,
+    ports: BTreeSet<PortLabels>,
+}
+
+const DECISIONS: [&str; 3] = ["include", "exclude", "abstain"];
 
 impl Metrics {
     /// Registers every metric under the `portmapper_` prefix.
@@ -161,7 +175,83 @@ impl Metrics {
             api_writes,
             leader,
             probe,
+            fed: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Sets the published gauges of one PortMapping's Service: endpoints per (port, address
+    /// type) and the slice count. Series of ports (or a Service) it no longer publishes go.
+    pub fn set_published(
+        &self,
+        portmapping: (&str, &str),
+        service: ServiceLabels,
+        per_port: &BTreeMap<(String, String), i64>,
+        slices: i64,
+    ) {
+        let mut fed = self.fed.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (portmapping.0.to_string(), portmapping.1.to_string());
+        let entry = fed.entry(key).or_default();
+        if entry.service.as_ref().is_some_and(|s| *s != service) {
+            // serviceRef moved: the old Service's series are not ours any more.
+            self.remove_series(entry);
+        }
+        let mut ports = BTreeSet::new();
+        for ((port, address_type), n) in per_port {
+            let labels = PortLabels {
+                namespace: service.namespace.clone(),
+                service: service.service.clone(),
+                port: port.clone(),
+                address_type: address_type.clone(),
+            };
+            self.endpoints_published.get_or_create(&labels).set(*n);
+            ports.insert(labels);
+        }
+        for gone in entry.ports.difference(&ports) {
+            self.endpoints_published.remove(gone);
+        }
+        self.endpointslices_managed
+            .get_or_create(&service)
+            .set(slices);
+        entry.ports = ports;
+        entry.service = Some(service);
+    }
+
+    /// Removes every per-Service series a PortMapping fed (it withdrew or was deleted).
+    pub fn forget(&self, portmapping: (&str, &str)) {
+        let mut fed = self.fed.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(mut entry) = fed.remove(&(portmapping.0.to_string(), portmapping.1.to_string()))
+        {
+            self.remove_series(&mut entry);
+        }
+    }
+
+    /// Records that a PortMapping feeds counters of `service` (before any gauge is set).
+    pub fn feeds(&self, portmapping: (&str, &str), service: &ServiceLabels) {
+        let mut fed = self.fed.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = fed
+            .entry((portmapping.0.to_string(), portmapping.1.to_string()))
+            .or_default();
+        if entry.service.as_ref().is_some_and(|s| s != service) {
+            self.remove_series(entry);
+        }
+        entry.service = Some(service.clone());
+    }
+
+    fn remove_series(&self, entry: &mut FedSeries) {
+        for labels in std::mem::take(&mut entry.ports) {
+            self.endpoints_published.remove(&labels);
+        }
+        if let Some(service) = entry.service.take() {
+            self.endpointslices_managed.remove(&service);
+            self.name_collisions.remove(&service);
+            for decision in DECISIONS {
+                self.membership_checks.remove(&DecisionLabels {
+                    namespace: service.namespace.clone(),
+                    service: service.service.clone(),
+                    decision,
+                });
+            }
+        }
     }
 
     /// Encodes every metric as OpenMetrics text.

@@ -44,7 +44,8 @@ pub struct Input<'a> {
     pub live_endpoints: Option<&'a Endpoints>,
     /// The planner's Endpoints (when `legacyEndpoints` is on and the object is not foreign).
     pub planned_endpoints: Option<&'a PlannedEndpoints>,
-    /// The planner's deletion of our Endpoints object (`legacyEndpoints` off).
+    /// The planner's deletion of our Endpoints object (`legacyEndpoints` off, or an
+    /// ExternalName Service).
     pub endpoints_deletion: Option<&'a Deletion>,
     /// Native and mirror slices labelled with this Service's name.
     pub native_slices: &'a [NativeSlice],
@@ -68,7 +69,9 @@ pub enum Step {
         uid: String,
         native: bool,
     },
-    /// Delete a native or mirror slice (UID precondition).
+    /// Delete a native or mirror slice (UID precondition). Not run once an Endpoints step of
+    /// the same pass failed: the native slices are the evidence that brings the next pass back
+    /// to the Endpoints object.
     DeleteNativeSlice { name: String, uid: String },
     /// Say something, once per occurrence.
     Warn { reason: &'static str, note: String },
@@ -140,7 +143,16 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
     }
 
     let mut endpoints_cleared = false;
-    if input.legacy_endpoints {
+    if let Some(d) = input.endpoints_deletion
+        && let Some(uid) = &d.uid
+    {
+        // legacyEndpoints off, or nothing to publish at all (ExternalName): ours goes.
+        out.push(Step::DeleteEndpoints {
+            name: d.name.clone(),
+            uid: uid.clone(),
+            native: false,
+        });
+    } else if input.legacy_endpoints {
         match (live_owner, input.planned_endpoints) {
             (Some(Ownership::Foreign), _) => out.push(Step::Warn {
                 reason: "EndpointsCollision",
@@ -186,14 +198,6 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
             }
             _ => {}
         }
-    } else if let Some(d) = input.endpoints_deletion
-        && let Some(uid) = &d.uid
-    {
-        out.push(Step::DeleteEndpoints {
-            name: d.name.clone(),
-            uid: uid.clone(),
-            native: false,
-        });
     }
 
     // Native leftovers: evidence = native or mirror slices for this Service.
@@ -247,6 +251,31 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
         });
     }
     out
+}
+
+/// Deletions of Endpoints objects this PortMapping controls but no longer publishes: every one
+/// when its Service is gone (`service` None), else those named after another Service (its
+/// `serviceRef` moved). Orphans and other owners' objects are never listed.
+pub fn stray_endpoints<'a>(
+    owned: impl IntoIterator<Item = &'a Endpoints>,
+    pm_uid: &str,
+    service: Option<&str>,
+) -> Vec<Step> {
+    let mut stray: Vec<(String, String)> = owned
+        .into_iter()
+        .filter(|e| crate::owner::controlled_by(*e, pm_uid))
+        .filter(|e| service.is_none_or(|svc| e.name_any() != svc))
+        .filter_map(|e| Some((e.name_any(), e.uid()?)))
+        .collect();
+    stray.sort();
+    stray
+        .into_iter()
+        .map(|(name, uid)| Step::DeleteEndpoints {
+            name,
+            uid,
+            native: false,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -503,5 +532,61 @@ mod tests {
         let mut input = base(&[]);
         input.endpoints_deletion = Some(&d);
         assert_eq!(names(&steps(&input)), ["delete-endpoints web"]);
+    }
+
+    #[test]
+    fn an_external_name_service_drops_our_endpoints_even_with_legacy_on() {
+        let ours = endpoints(
+            &[("endpointslice.kubernetes.io/managed-by", MANAGER)],
+            None,
+            true,
+        );
+        let deletion = Deletion {
+            name: "web".into(),
+            uid: Some("ep-uid".into()),
+        };
+        let mut input = base(&[]);
+        input.legacy_endpoints = true;
+        input.live_endpoints = Some(&ours);
+        input.planned_endpoints = None;
+        input.endpoints_deletion = Some(&deletion);
+        assert_eq!(names(&steps(&input)), ["delete-endpoints web"]);
+    }
+
+    #[test]
+    fn stray_endpoints_are_ours_named_after_another_service_or_all_when_withdrawn() {
+        let with = |name: &str, controller: Option<&str>| {
+            let mut e = endpoints(
+                &[("endpointslice.kubernetes.io/managed-by", MANAGER)],
+                None,
+                true,
+            );
+            e.metadata.name = Some(name.into());
+            e.metadata.uid = Some(format!("{name}-uid"));
+            e.metadata.owner_references = controller.map(|c| {
+                vec![OwnerReference {
+                    kind: "PortMapping".into(),
+                    name: "pm".into(),
+                    uid: c.into(),
+                    controller: Some(true),
+                    ..Default::default()
+                }]
+            });
+            e
+        };
+        let all = [
+            with("web", Some("pm-uid")),
+            with("old", Some("pm-uid")),
+            with("other", Some("someone-else")),
+            with("orphan", None),
+        ];
+        assert_eq!(
+            names(&stray_endpoints(&all, "pm-uid", Some("web"))),
+            ["delete-endpoints old"]
+        );
+        assert_eq!(
+            names(&stray_endpoints(&all, "pm-uid", None)),
+            ["delete-endpoints old", "delete-endpoints web"]
+        );
     }
 }

@@ -63,6 +63,27 @@ pub async fn live_endpoints(
         .map_err(|e| Error::kube(format!("reading Endpoints {ns}/{service}"), e))
 }
 
+/// Deletes the Endpoints objects this PortMapping controls other than `keep` (all of them when
+/// its Service is gone), from the cache; each with a UID precondition.
+pub async fn delete_stray_endpoints(
+    ctx: &Context,
+    writer: &Writer<'_>,
+    pm_uid: &str,
+    keep: Option<&str>,
+) -> Result<(), Error> {
+    let state = ctx.owned_endpoints.state();
+    let in_ns = state
+        .iter()
+        .filter(|e| e.namespace().as_deref() == Some(writer.namespace))
+        .map(AsRef::as_ref);
+    for step in migration::stray_endpoints(in_ns, pm_uid, keep) {
+        if let Step::DeleteEndpoints { name, uid, .. } = step {
+            writer.delete_endpoints(&name, &uid).await?;
+        }
+    }
+    Ok(())
+}
+
 /// Whether the plan publishes a ready endpoint, in any family and in the primary one.
 fn publishing(plan: &Plan, service: &Service) -> (bool, bool) {
     let primary = service
@@ -84,7 +105,8 @@ fn publishing(plan: &Plan, service: &Service) -> (bool, bool) {
     (any, primary)
 }
 
-/// Decides and runs the migration steps; the first error is returned after every step ran.
+/// Decides and runs the migration steps; the first error is returned after every step ran
+/// (except native slice deletions after a failed Endpoints step).
 #[allow(clippy::too_many_arguments)]
 pub async fn converge(
     ctx: &Context,
@@ -113,10 +135,21 @@ pub async fn converge(
         endpoints_deletion: plan.endpoints_deletion.as_ref(),
         native_slices: native,
     };
-    let steps = migration::steps(&input);
+    let mut steps = migration::steps(&input);
+    let pm_uid = pm.uid().unwrap_or_default();
+    steps.extend(migration::stray_endpoints(
+        ctx.owned_endpoints.state().iter().map(AsRef::as_ref),
+        &pm_uid,
+        Some(&service.name_any()),
+    ));
     let mut first_error = None;
+    let mut endpoints_step_failed = false;
     let mut warned = Vec::new();
     for step in steps {
+        let endpoints_step = matches!(
+            step,
+            Step::ApplyEndpoints(_) | Step::AdoptEndpoints { .. } | Step::DeleteEndpoints { .. }
+        );
         let result = match step {
             Step::ApplyEndpoints(endpoints) => writer.apply_endpoints(&endpoints).await,
             Step::AdoptEndpoints {
@@ -148,6 +181,10 @@ pub async fn converge(
                 }
                 r
             }
+            Step::DeleteNativeSlice { .. } if endpoints_step_failed => {
+                info!(portmapping = %pm_ref, "an Endpoints step failed; native slices stay as evidence for the next pass");
+                Ok(())
+            }
             Step::DeleteNativeSlice { name, uid } => {
                 let r = writer.delete_slice(&name, &uid).await;
                 if r.is_ok() {
@@ -175,6 +212,7 @@ pub async fn converge(
         };
         if let Err(err) = result {
             warn!(portmapping = %pm_ref, error = %err, "migration step failed; the evidence stays for the next pass");
+            endpoints_step_failed |= endpoints_step;
             first_error.get_or_insert(err);
         }
     }

@@ -25,3 +25,19 @@ pub fn controlled_by<K: Resource>(obj: &K, uid: &str) -> bool {
         .iter()
         .any(|o| o.controller == Some(true) && o.uid == uid)
 }
+
+/// Whether `obj` is an orphan of Service `service`: labelled as ours for that Service, with no
+/// controller at all (its PortMapping was deleted with `--cascade=orphan`).
+pub fn orphan_of<K: Resource>(obj: &K, service: &str) -> bool {
+    let labels = obj.labels();
+    labels
+        .get("endpointslice.kubernetes.io/managed-by")
+        .is_some_and(|m| m == portmapper_api::MANAGER)
+        && labels
+            .get("kubernetes.io/service-name")
+            .is_some_and(|s| s == service)
+        && !obj
+            .owner_references()
+            .iter()
+            .any(|o| o.controller == Some(true))
+}

@@ -21,12 +21,15 @@ use crate::apply::{Claim, Writer};
 use crate::conditions::{self, Desired};
 use crate::controller::{self, Context};
 use crate::error::Error;
-use crate::metrics::{PortLabels, ServiceLabels};
+use crate::metrics::ServiceLabels;
 use crate::pods::PodSource;
 use crate::report;
 
 /// How soon to look again while something we wait for (a cache, probe results) is pending.
 const PENDING_RETRY: Duration = Duration::from_secs(2);
+/// How soon to look again at a name someone else holds: its release reaches no watch of ours
+/// (foreign slices are outside our label-selected cache).
+const COLLISION_RETRY: Duration = Duration::from_secs(15);
 
 /// Entry point for the Controller.
 pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -81,11 +84,9 @@ impl Outcome {
 async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Error> {
     let ns = pm.namespace().ok_or(Error::MissingMetadata("namespace"))?;
     let uid = pm.uid().ok_or(Error::MissingMetadata("uid"))?;
-    if pm.meta().deletion_timestamp.is_some() {
-        // Our objects carry an ownerReference to the PortMapping: the garbage collector removes them.
-        crate::probing::forget(&ctx.prober, pm);
-        return Ok(Action::await_change());
-    }
+    // A PortMapping held by a finalizer or a foreground deletion is still reconciled, like the
+    // native controller's terminating Services: its slices stay accurate until they are
+    // collected, and the planner creates nothing new that would race the garbage collector.
     if !ctx.leadership.is_leader() {
         // Followers keep caches warm and write nothing; a new leader re-reconciles everything
         // and seeds its probes from the live slices.
@@ -99,13 +100,13 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
         leadership: &ctx.leadership,
         metrics: &ctx.metrics,
     };
-    if !crate::watches::is_ready(&ctx.slices) || !crate::watches::is_ready(&ctx.services) {
+    if !caches_synced(ctx) {
         // Before their first list these caches read as "nothing published" / "no Service": a
-        // plan would rewrite every slice and probes would be seeded excluded (a restart flap).
-        debug!(portmapping = %pm_ref, "slice or Service cache not synced yet; writing nothing");
+        // plan would rewrite every slice and probes would be seeded excluded (a restart flap),
+        // and leftovers (our Endpoints, native slices) would go unseen.
+        debug!(portmapping = %pm_ref, "caches not synced yet; writing nothing");
         return Ok(Action::requeue(PENDING_RETRY));
     }
-    let owned = owned_slices(ctx, &ns, &uid);
 
     let outcome = match decide(pm, ctx, &ns, &pm_ref) {
         Decided::Wait => return Ok(Action::requeue(PENDING_RETRY)),
@@ -115,17 +116,20 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
         }
         Decided::Withdraw(mut outcome) => {
             crate::probing::forget(&ctx.prober, pm);
+            ctx.metrics.forget((&ns, &pm_ref.name));
             outcome.withdrawn = true;
             outcome.slices = Some(0);
-            // The Service is gone or unmanageable: take our slices back, as the seed does.
-            for slice in &owned {
+            // The Service is gone: take our slices and Endpoints back, as the seed does.
+            for slice in owned_slices(ctx, &ns, &uid, None) {
                 if let Some(uid) = slice.uid() {
                     writer.delete_slice(&slice.name_any(), &uid).await?;
                 }
             }
+            crate::migration_exec::delete_stray_endpoints(ctx, &writer, &uid, None).await?;
             outcome
         }
         Decided::Plan { service, pods } => {
+            let owned = owned_slices(ctx, &ns, &uid, Some(&service.name_any()));
             plan_and_apply(pm, ctx, &ns, &pm_ref, &writer, &service, &pods, &owned).await?
         }
     };
@@ -181,13 +185,27 @@ fn decide(pm: &PortMapping, ctx: &Context, ns: &str, pm_ref: &ObjectRef<PortMapp
     Decided::Plan { service, pods }
 }
 
-/// Slices in our cache controlled by this PortMapping.
-fn owned_slices(ctx: &Context, ns: &str, uid: &str) -> Vec<EndpointSlice> {
+/// Whether every cache a plan reads from has listed once.
+fn caches_synced(ctx: &Context) -> bool {
+    use crate::watches::is_ready;
+    is_ready(&ctx.slices)
+        && is_ready(&ctx.services)
+        && is_ready(&ctx.owned_endpoints)
+        && is_ready(&ctx.native_slices)
+}
+
+/// Slices in our cache controlled by this PortMapping, plus, with `adopt_for`, orphans of that
+/// Service: labelled managed-by us but without any controller (left by `kubectl delete
+/// --cascade=orphan` of a PortMapping). The planner treats them as ours, so they are adopted
+/// (the apply sets our ownerReference) or deleted, as a ReplicaSet adopts orphaned pods.
+fn owned_slices(ctx: &Context, ns: &str, uid: &str, adopt_for: Option<&str>) -> Vec<EndpointSlice> {
     ctx.slices
         .state()
         .iter()
+        .filter(|s| s.namespace().as_deref() == Some(ns))
         .filter(|s| {
-            s.namespace().as_deref() == Some(ns) && crate::owner::controlled_by(s.as_ref(), uid)
+            crate::owner::controlled_by(s.as_ref(), uid)
+                || adopt_for.is_some_and(|svc| crate::owner::orphan_of(s.as_ref(), svc))
         })
         .map(|s| s.as_ref().clone())
         .collect()
@@ -290,6 +308,7 @@ async fn plan_and_apply(
         namespace: ns.to_string(),
         service: service.name_any(),
     };
+    ctx.metrics.feeds((ns, &pm_ref.name), &svc_labels);
     if !collisions.is_empty() {
         ctx.metrics.name_collisions.get_or_create(&svc_labels).inc();
         let message = collisions.join("; ");
@@ -340,7 +359,7 @@ async fn plan_and_apply(
         }
     }
 
-    record_gauges(ctx, ns, service, &plan);
+    record_gauges(ctx, pm_ref, ns, service, &plan);
     for (decision, n) in [
         ("include", plan.decisions.include),
         ("exclude", plan.decisions.exclude),
@@ -364,6 +383,8 @@ async fn plan_and_apply(
         // flips arrive as events and reasons refresh with the resync.
         requeue: if probed.awaiting_first_result > 0 {
             PENDING_RETRY.min(ctx.settings.resync)
+        } else if !collisions.is_empty() {
+            COLLISION_RETRY.min(ctx.settings.resync)
         } else {
             ctx.settings.resync
         },
@@ -380,8 +401,13 @@ fn slice_count(plan: &Plan) -> i32 {
     i32::try_from(plan.slices.len()).unwrap_or(i32::MAX)
 }
 
-fn record_gauges(ctx: &Context, ns: &str, service: &Service, plan: &Plan) {
-    let svc = service.name_any();
+fn record_gauges(
+    ctx: &Context,
+    pm_ref: &ObjectRef<PortMapping>,
+    ns: &str,
+    service: &Service,
+    plan: &Plan,
+) {
     let mut per_port: BTreeMap<(String, String), i64> = BTreeMap::new();
     for planned in &plan.slices {
         let port = planned
@@ -399,24 +425,15 @@ fn record_gauges(ctx: &Context, ns: &str, service: &Service, plan: &Plan) {
             .entry((port, planned.slice.address_type.clone()))
             .or_default() += i64::try_from(planned.slice.endpoints.len()).unwrap_or(i64::MAX);
     }
-    for ((port, address_type), n) in per_port {
-        ctx.metrics
-            .endpoints_published
-            .get_or_create(&PortLabels {
-                namespace: ns.to_string(),
-                service: svc.clone(),
-                port,
-                address_type,
-            })
-            .set(n);
-    }
-    ctx.metrics
-        .endpointslices_managed
-        .get_or_create(&ServiceLabels {
+    ctx.metrics.set_published(
+        (ns, &pm_ref.name),
+        ServiceLabels {
             namespace: ns.to_string(),
-            service: svc,
-        })
-        .set(i64::from(slice_count(plan)));
+            service: service.name_any(),
+        },
+        &per_port,
+        i64::from(slice_count(plan)),
+    );
 }
 
 pub(crate) async fn warn_event(

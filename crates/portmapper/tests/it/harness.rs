@@ -68,8 +68,20 @@ impl Harness {
         h
     }
 
+    /// Emulator + CRD + a controller with adjusted settings (e.g. a long resync, so a test
+    /// proves a watch event, not the periodic requeue, made the change).
+    pub async fn start_with(adjust: impl FnOnce(&mut Settings)) -> Self {
+        let mut h = Self::new().await;
+        h.run_controller_with(adjust);
+        h
+    }
+
     pub fn run_controller(&mut self) {
-        let settings = Settings {
+        self.run_controller_with(|_| {});
+    }
+
+    pub fn run_controller_with(&mut self, adjust: impl FnOnce(&mut Settings)) {
+        let mut settings = Settings {
             namespace: None,
             concurrency: 4,
             resync: Duration::from_secs(2),
@@ -77,6 +89,7 @@ impl Harness {
             instance: Some("test".into()),
             probe_concurrency: 16,
         };
+        adjust(&mut settings);
         let (client, metrics, shutdown) = (
             self.client.clone(),
             self.metrics.clone(),
@@ -190,6 +203,24 @@ impl Harness {
     pub async fn portmapping(&self, name: &str) -> PortMapping {
         let api: Api<PortMapping> = Api::namespaced(self.client.clone(), NS);
         api.get(name).await.unwrap()
+    }
+
+    /// events.k8s.io Events with `reason`, oldest first.
+    pub async fn events(&self, reason: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
+        let api: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.client.clone(), NS);
+        api.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .collect()
+    }
+
+    /// The operator's /metrics text.
+    pub fn metrics_text(&self) -> String {
+        self.metrics.encode().unwrap()
     }
 
     /// Writes issued by the operator's field manager so far.

@@ -8,6 +8,7 @@ mod harness;
 mod leader;
 mod lifecycle;
 mod migration;
+mod ownership;
 mod probing;
 mod render;
 mod scenarios;

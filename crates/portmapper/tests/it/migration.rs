@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube_emulator::faults::{Action, Rule};
 use portmapper_api::PortMapping;
 use serde_json::json;
 
@@ -236,4 +237,135 @@ async fn legacy_endpoints_follow_the_flag() {
         eps.get_opt("web").await.unwrap().is_none().then_some(())
     })
     .await;
+}
+
+async fn legacy_world(h: &Harness) -> Api<Endpoints> {
+    h.create(service("web", &[("http", 8080)])).await;
+    h.create(pod("pod-a", "web", "http")).await;
+    h.set_pod_status("pod-a", &["10.244.0.1"], true).await;
+    let mut pm = portmapping("web", "web");
+    pm["spec"]["legacyEndpoints"] = json!(true);
+    h.create(pm).await;
+    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), NS);
+    eventually("Endpoints published", T, || async {
+        eps.get_opt("web").await.ok().flatten()
+    })
+    .await;
+    eps
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_name_service_takes_back_slices_and_the_legacy_mirror() {
+    let h = Harness::start().await;
+    let eps = legacy_world(&h).await;
+    let services: Api<Service> = Api::namespaced(h.client.clone(), NS);
+    services
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {
+                "type": "ExternalName", "externalName": "example.com",
+                "clusterIP": null, "clusterIPs": null, "ipFamilies": null, "ipFamilyPolicy": null,
+            }})),
+        )
+        .await
+        .unwrap();
+    eventually("slices and Endpoints withdrawn", T, || async {
+        (h.slices("web").await.is_empty() && eps.get_opt("web").await.unwrap().is_none())
+            .then_some(())
+    })
+    .await;
+    let warnings = eventually("ExternalNameUnsupported event", T, || async {
+        let e = h.events("ExternalNameUnsupported").await;
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_service_takes_back_the_legacy_mirror_and_its_metric_series() {
+    let h = Harness::start().await;
+    let eps = legacy_world(&h).await;
+    let series = r#"portmapper_endpoints_published{namespace="default",service="web",port="http",address_type="IPv4"} 1"#;
+    eventually("endpoints_published series", T, || async {
+        h.metrics_text().contains(series).then_some(())
+    })
+    .await;
+    let services: Api<Service> = Api::namespaced(h.client.clone(), NS);
+    services
+        .delete("web", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("slices and Endpoints withdrawn", T, || async {
+        (h.slices("web").await.is_empty() && eps.get_opt("web").await.unwrap().is_none())
+            .then_some(())
+    })
+    .await;
+    let text = h.metrics_text();
+    assert!(
+        !text.contains(r#"service="web""#),
+        "no per-Service series left for a withdrawn Service:\n{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_endpoints_delete_keeps_the_native_slice_as_evidence_across_a_restart() {
+    let mut h = Harness::start().await;
+    native_world(&h).await;
+    h.create(portmapping("web", "web")).await;
+    eventually("our slice beside the native ones", T, || async {
+        (slice_names(&h).await == ["web-abcde", "web-mirror", "web.http"]).then_some(())
+    })
+    .await;
+    // Deleting the abandoned Endpoints object fails until the rule is removed.
+    let rule = h.emu.inject(
+        Rule::new(Action::Status {
+            code: 500,
+            reason: None,
+            message: Some("injected".into()),
+            retry_after_seconds: None,
+        })
+        .verbs(&["delete"])
+        .resource("", "endpoints"),
+    );
+    let failed_deletes = || {
+        h.emu
+            .requests()
+            .filter(|r| r.verb == "delete" && r.resource == "endpoints" && r.status == 500)
+            .len()
+    };
+    drop_selector(&h).await;
+    eventually("the injected failure", T, || async {
+        (failed_deletes() >= 1).then_some(())
+    })
+    .await;
+    // The passes that failed left the native slice: it is what brings the next pass back.
+    h.stop_controller().await;
+    assert!(
+        slice_names(&h).await.contains(&"web-abcde".to_string()),
+        "native slice kept after the failed Endpoints delete: {:?}",
+        slice_names(&h).await
+    );
+    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), NS);
+    assert!(eps.get_opt("web").await.unwrap().is_some());
+
+    // A fresh controller finishes the migration from that evidence alone.
+    assert!(h.emu.faults().remove(&rule));
+    h.run_controller();
+    eventually("migration finished after the restart", T, || async {
+        (slice_names(&h).await == ["web.http"] && eps.get_opt("web").await.unwrap().is_none())
+            .then_some(())
+    })
+    .await;
+    let cleaned = h.events("NativeEndpointsCleanedUp").await;
+    assert_eq!(cleaned[0].type_.as_deref(), Some("Normal"));
+    let text = h.metrics_text();
+    assert!(
+        text.contains(r#"portmapper_native_cleanup_deletions_total{resource="endpoints"} 1"#)
+            && text.contains(
+                r#"portmapper_native_cleanup_deletions_total{resource="endpointslice"} 1"#
+            ),
+        "{text}"
+    );
 }
