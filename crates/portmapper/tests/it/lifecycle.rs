@@ -219,3 +219,63 @@ async fn metrics_report_published_endpoints_and_decisions() {
         text.contains("portmapper_api_writes_total{verb=\"apply\",resource=\"endpointslices\"}")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metric_series_go_with_their_port_and_their_portmapping() {
+    let h = canonical().await;
+    let https = r#"portmapper_endpoints_published{namespace="default",service="my-service",port="https",address_type="IPv4"} 3"#;
+    eventually("https series", Duration::from_secs(15), || async {
+        h.metrics_text().contains(https).then_some(())
+    })
+    .await;
+    // The Service drops its https port: that port's series goes, http's stays.
+    let services: kube::Api<k8s_openapi::api::core::v1::Service> =
+        kube::Api::namespaced(h.client.clone(), NS);
+    services
+        .patch(
+            "my-service",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"ports": [{"name": "http", "port": 8080, "targetPort": 8080}]}})),
+        )
+        .await
+        .unwrap();
+    eventually("https series removed", Duration::from_secs(15), || async {
+        let text = h.metrics_text();
+        (!text.contains(r#"port="https""#) && text.contains(r#"port="http""#)).then_some(())
+    })
+    .await;
+    // The PortMapping goes: every series of its Service goes.
+    let pms: kube::Api<portmapper_api::PortMapping> = kube::Api::namespaced(h.client.clone(), NS);
+    pms.delete("my-service", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "no series of my-service",
+        Duration::from_secs(15),
+        || async { (!h.metrics_text().contains(r#"service="my-service""#)).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_converged_portmapping_is_looked_at_again_every_resync() {
+    let h = canonical().await;
+    let successes = |text: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with("portmapper_reconcile_total{result=\"success\"}"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    eventually("converged", Duration::from_secs(15), || async {
+        (successes(&h.metrics_text()) >= 1.0).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (before, writes) = (successes(&h.metrics_text()), h.operator_writes());
+    // Resync is 2 s in the harness: about three passes, none of them writing.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let passes = successes(&h.metrics_text()) - before;
+    assert!((2.0..=6.0).contains(&passes), "{passes} passes in 6 s");
+    assert_eq!(h.operator_writes(), writes);
+}

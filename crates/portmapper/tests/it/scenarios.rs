@@ -498,3 +498,163 @@ async fn topology_mode_auto_is_refused_with_one_warning_event() {
         .count();
     assert_eq!(n, 1);
 }
+
+async fn zoned_node(h: &Harness) {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(h.client.clone());
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
+        "metadata": {"name": "node-1", "labels": {"topology.kubernetes.io/zone": "zone-a"}},
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_node_lookups_there_are_no_zones_or_hints_but_node_names_stay() {
+    let h = Harness::start_with(|s| s.node_lookups = false).await;
+    zoned_node(&h).await;
+    let mut svc = service("web", &[("http", 8080)]);
+    svc["spec"]["trafficDistribution"] = json!("PreferClose");
+    h.create(svc).await;
+    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
+    h.create(portmapping("web", "web")).await;
+    let endpoint = eventually("published", T, || async {
+        h.slices("web")
+            .await
+            .into_iter()
+            .next()?
+            .endpoints
+            .first()
+            .cloned()
+    })
+    .await;
+    assert_eq!(endpoint.node_name.as_deref(), Some("node-1"));
+    assert_eq!(endpoint.zone, None);
+    assert_eq!(endpoint.hints, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefer_same_node_hints_are_not_reapplied_when_the_server_strips_for_nodes() {
+    let h = Harness::start().await;
+    zoned_node(&h).await;
+    let mut svc = service("web", &[("http", 8080)]);
+    svc["spec"]["trafficDistribution"] = json!("PreferSameNode");
+    h.create(svc).await;
+    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
+    h.create(portmapping("web", "web")).await;
+    let hints = eventually("node and zone hints", T, || async {
+        h.slices("web")
+            .await
+            .into_iter()
+            .next()?
+            .endpoints
+            .first()?
+            .hints
+            .clone()
+    })
+    .await;
+    let nodes: Vec<String> = hints
+        .for_nodes
+        .unwrap()
+        .into_iter()
+        .map(|n| n.name)
+        .collect();
+    let zones: Vec<String> = hints
+        .for_zones
+        .unwrap()
+        .into_iter()
+        .map(|z| z.name)
+        .collect();
+    assert_eq!(
+        (nodes, zones),
+        (vec!["node-1".into()], vec!["zone-a".into()])
+    );
+
+    // An API server with the PreferSameTrafficDistribution gate off drops forNodes; played here
+    // by removing it.
+    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), NS);
+    slices
+        .patch(
+            "web.http",
+            &PatchParams::default(),
+            &Patch::<serde_json::Value>::Json(
+                serde_json::from_value(json!([
+                    {"op": "remove", "path": "/endpoints/0/hints/forNodes"},
+                ]))
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    let stripped = slices.get("web.http").await.unwrap();
+    let writes = h.operator_writes();
+    // Several resyncs (2 s each): no apply loop against the stripping server.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = slices.get("web.http").await.unwrap();
+    assert_eq!(
+        h.operator_writes(),
+        writes,
+        "no write against stripped forNodes"
+    );
+    assert_eq!(after.resource_version(), stripped.resource_version());
+
+    // Switching to PreferClose is a real change: zone hints only.
+    let services: Api<Service> = Api::namespaced(h.client.clone(), NS);
+    services
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"trafficDistribution": "PreferClose"}})),
+        )
+        .await
+        .unwrap();
+    eventually("zone hints only", T, || async {
+        let e = h
+            .slices("web")
+            .await
+            .into_iter()
+            .next()?
+            .endpoints
+            .first()?
+            .clone();
+        let hints = e.hints?;
+        (hints.for_nodes.is_none() && hints.for_zones.is_some()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_manager_on_our_own_slice_is_a_collision_not_a_takeover() {
+    let h = Harness::start().await;
+    h.create(service("web", &[("http", 8080)])).await;
+    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
+    h.create(portmapping("web", "web")).await;
+    eventually("published", T, || async {
+        (h.membership("web").await.get("web.http")?.len() == 1).then_some(())
+    })
+    .await;
+    // Someone relabels our slice for their controller (keeping our ownerReference).
+    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), NS);
+    slices
+        .patch(
+            "web.http",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"endpointslice.kubernetes.io/managed-by": "someone-else"}}})),
+        )
+        .await
+        .unwrap();
+    let (_, reason, message) = eventually("collision reported", T, || async {
+        condition(&h, "web", "Stalled")
+            .await
+            .filter(|c| c.0 == "True")
+    })
+    .await;
+    assert_eq!(reason, "NameCollision");
+    assert!(message.contains("managed by someone-else"), "{message}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let kept = slices.get("web.http").await.unwrap();
+    assert_eq!(
+        kept.labels()["endpointslice.kubernetes.io/managed-by"],
+        "someone-else",
+        "never taken back by force"
+    );
+}
