@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Endpoints;
-use k8s_openapi::api::discovery::v1::{EndpointHints, ForZone};
+use k8s_openapi::api::discovery::v1::{EndpointHints, ForNode, ForZone};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube_validation::IpFamily;
@@ -1841,4 +1841,249 @@ fn stale_over_capacity_annotation_is_drift() {
     );
     w.apply(&p);
     assert!(w.plan().is_converged());
+}
+
+fn hints(zones: &[&str], nodes: &[&str]) -> Option<EndpointHints> {
+    Some(EndpointHints {
+        for_zones: (!zones.is_empty()).then(|| {
+            zones
+                .iter()
+                .map(|z| ForZone { name: (*z).into() })
+                .collect()
+        }),
+        for_nodes: (!nodes.is_empty()).then(|| {
+            nodes
+                .iter()
+                .map(|n| ForNode { name: (*n).into() })
+                .collect()
+        }),
+    })
+}
+
+/// An endpoint's address, zone and hints.
+type Topology = (String, Option<String>, Option<EndpointHints>);
+
+/// Every endpoint of every planned slice, in plan order.
+fn topology(p: &portmapper_core::Plan) -> Vec<Topology> {
+    p.slices
+        .iter()
+        .flat_map(|s| &s.slice.endpoints)
+        .map(|e| (e.addresses[0].clone(), e.zone.clone(), e.hints.clone()))
+        .collect()
+}
+
+#[test]
+fn prefer_same_node_without_zones_hints_the_node_only() {
+    let mut w = seed_world();
+    w.service.spec.as_mut().unwrap().traffic_distribution = Some("PreferSameNode".into());
+    let p = w.step();
+    let t = topology(&p);
+    assert_eq!(t.len(), 6);
+    for (ip, zone, h) in t {
+        assert_eq!(zone, None, "{ip}");
+        assert_eq!(h, hints(&[], &["node-1"]), "{ip}");
+    }
+    assert!(w.plan().is_converged());
+}
+
+#[test]
+fn prefer_same_node_to_prefer_close_removes_for_nodes() {
+    let mut w = seed_world();
+    w.zones = BTreeMap::from([("node-1".to_owned(), "z1".to_owned())]);
+    w.service.spec.as_mut().unwrap().traffic_distribution = Some("PreferSameNode".into());
+    w.step();
+    assert!(
+        w.slices
+            .iter()
+            .flat_map(|s| &s.endpoints)
+            .all(|e| e.hints == hints(&["z1"], &["node-1"]))
+    );
+    w.service.spec.as_mut().unwrap().traffic_distribution = Some("PreferClose".into());
+    let p = w.plan();
+    assert_eq!(
+        actions(&p),
+        vec![
+            ("web.http".into(), "update"),
+            ("web.https".into(), "update")
+        ],
+        "stale forNodes are drift"
+    );
+    for (ip, zone, h) in topology(&p) {
+        assert_eq!(zone.as_deref(), Some("z1"), "{ip}");
+        assert_eq!(h, hints(&["z1"], &[]), "{ip}");
+    }
+    w.apply(&p);
+    assert!(w.plan().is_converged());
+}
+
+#[test]
+fn deprecated_topology_aware_hints_auto_disables_hints_but_keeps_zones() {
+    for value in ["auto", "Auto"] {
+        let mut w = seed_world();
+        w.zones = BTreeMap::from([("node-1".to_owned(), "z1".to_owned())]);
+        w.service.spec.as_mut().unwrap().traffic_distribution = Some("PreferClose".into());
+        w.service.metadata.annotations = Some(BTreeMap::from([(
+            "service.kubernetes.io/topology-aware-hints".to_owned(),
+            value.to_owned(),
+        )]));
+        let p = w.plan();
+        let t = topology(&p);
+        assert_eq!(t.len(), 6);
+        for (ip, zone, h) in t {
+            assert_eq!(
+                zone.as_deref(),
+                Some("z1"),
+                "{value} {ip}: zone still published"
+            );
+            assert_eq!(h, None, "{value} {ip}");
+        }
+        assert_eq!(
+            p.warnings,
+            vec![PlanWarning::TopologyModeAuto {
+                annotation: "service.kubernetes.io/topology-aware-hints".into()
+            }],
+            "{value}"
+        );
+    }
+}
+
+#[test]
+fn topology_mode_auto_keeps_zones() {
+    let mut w = seed_world();
+    w.zones = BTreeMap::from([("node-1".to_owned(), "z1".to_owned())]);
+    w.service.spec.as_mut().unwrap().traffic_distribution = Some("PreferSameNode".into());
+    w.service.metadata.annotations = Some(BTreeMap::from([(
+        "service.kubernetes.io/topology-mode".to_owned(),
+        "Auto".to_owned(),
+    )]));
+    let p = w.plan();
+    for (ip, zone, h) in topology(&p) {
+        assert_eq!((zone.as_deref(), h), (Some("z1"), None), "{ip}");
+    }
+}
+
+#[test]
+fn topology_mode_disabled_keeps_hints() {
+    let mut w = seed_world();
+    w.zones = BTreeMap::from([("node-1".to_owned(), "z1".to_owned())]);
+    w.service.spec.as_mut().unwrap().traffic_distribution = Some("PreferClose".into());
+    w.service.metadata.annotations = Some(BTreeMap::from([(
+        "service.kubernetes.io/topology-mode".to_owned(),
+        "Disabled".to_owned(),
+    )]));
+    let p = w.plan();
+    let t = topology(&p);
+    assert_eq!(t.len(), 6);
+    for (ip, zone, h) in t {
+        assert_eq!(zone.as_deref(), Some("z1"), "{ip}");
+        assert_eq!(h, hints(&["z1"], &[]), "{ip}");
+    }
+    assert_eq!(p.warnings, vec![]);
+}
+
+#[test]
+fn without_node_zones_no_zone_or_zone_hints_but_node_name_is_kept() {
+    // What the planner is given when node lookups are off: no zones at all.
+    let mut w = seed_world();
+    w.service.spec.as_mut().unwrap().traffic_distribution = Some("PreferClose".into());
+    let p = w.plan();
+    let eps: Vec<_> = p.slices.iter().flat_map(|s| &s.slice.endpoints).collect();
+    assert_eq!(eps.len(), 6);
+    for e in eps {
+        assert_eq!(
+            (e.zone.as_deref(), &e.hints, e.node_name.as_deref()),
+            (None, &None, Some("node-1")),
+            "{:?}",
+            e.addresses
+        );
+    }
+}
+
+fn named_target_world(a_ready: bool, b_ready: bool) -> World {
+    let pod = |name: &str, ip: &str, number: i32, ready: bool| {
+        let b = PodBuilder::new(name, &[ip]).container_port("grpc", number);
+        if ready { b } else { b.unready() }.build()
+    };
+    World::new(
+        port_mapping(&[]),
+        service(vec![sport(
+            "grpc",
+            9000,
+            Some(IntOrString::String("grpc".into())),
+        )]),
+        vec![
+            pod("a", "10.0.0.1", 9443, a_ready),
+            pod("b", "10.0.0.2", 8443, b_ready),
+        ],
+    )
+}
+
+#[test]
+fn named_target_group_emptied_is_deleted_and_one_placeholder_stays() {
+    // Both groups published, then every member leaves: both groups are published, so the
+    // placeholder goes to the lowest resolved number (8443) and the extra group is deleted.
+    let mut w = named_target_world(true, true);
+    let p = w.step();
+    assert_eq!(
+        actions(&p),
+        vec![
+            ("web.grpc.p8443".into(), "create"),
+            ("web.grpc.p9443".into(), "create")
+        ]
+    );
+    let uid_9443 = w.slice("web.grpc.p9443").unwrap().metadata.uid.clone();
+    for pod in &mut w.pods {
+        *pod = PodBuilder(pod.clone()).unready().build();
+    }
+    let p = w.step();
+    assert_eq!(actions(&p), vec![("web.grpc.p8443".into(), "update")]);
+    assert!(p.slices[0].slice.endpoints.is_empty());
+    assert_eq!(
+        p.slices[0].slice.ports.as_ref().unwrap()[0].port,
+        Some(8443)
+    );
+    assert_eq!(
+        p.deletions,
+        vec![Deletion {
+            name: "web.grpc.p9443".into(),
+            uid: uid_9443
+        }]
+    );
+    assert_eq!(w.slices.len(), 1, "exactly one placeholder");
+    assert!(w.plan().is_converged());
+}
+
+#[test]
+fn named_target_placeholder_stays_at_the_published_group_rather_than_the_lowest() {
+    // Only the 9443 group was ever published. When its members leave, the placeholder stays
+    // there (one write) instead of moving to the lowest resolved number, 8443 (a create and a
+    // delete), as the seed would: planner/mod.rs "at an already published group, else the
+    // lowest number a candidate resolves".
+    let mut w = named_target_world(true, false);
+    let p = w.step();
+    assert_eq!(actions(&p), vec![("web.grpc.p9443".into(), "create")]);
+    w.pods[0] = PodBuilder(w.pods[0].clone()).unready().build();
+    let p = w.step();
+    assert_eq!(actions(&p), vec![("web.grpc.p9443".into(), "update")]);
+    assert!(p.slices[0].slice.endpoints.is_empty());
+    assert_eq!(
+        p.slices[0].slice.ports.as_ref().unwrap()[0].port,
+        Some(9443)
+    );
+    assert_eq!(p.deletions, vec![]);
+    assert!(w.plan().is_converged());
+    // A member of the other group arrives: it is published, and the empty placeholder goes.
+    w.pods[1] = PodBuilder::new("b", &["10.0.0.2"])
+        .container_port("grpc", 8443)
+        .build();
+    let p = w.step();
+    assert_eq!(actions(&p), vec![("web.grpc.p8443".into(), "create")]);
+    assert_eq!(
+        p.deletions
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect::<Vec<_>>(),
+        vec!["web.grpc.p9443"]
+    );
+    assert_eq!(pod_names(w.slice("web.grpc.p8443").unwrap()), vec!["b"]);
 }
