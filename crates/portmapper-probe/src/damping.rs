@@ -110,6 +110,24 @@ mod tests {
     }
 
     #[test]
+    fn thresholds_below_one_are_clamped() {
+        // Zero means one: a single result flips, never "already flipped before any result".
+        let mut d = Damper::new(Membership::Included, 0, 0);
+        assert_eq!(d, Damper::new(Membership::Included, 1, 1));
+        assert_eq!(d.membership(), Membership::Included, "the seed holds");
+        assert!(!d.observe(Include));
+        assert!(d.observe(Exclude));
+        assert_eq!(d.membership(), Membership::Excluded);
+        assert!(d.observe(Include));
+        assert_eq!(d.membership(), Membership::Included);
+        // Updated thresholds are clamped too.
+        let mut e = Damper::new(Membership::Excluded, 5, 5);
+        e.set_thresholds(0, 0);
+        assert_eq!(e, Damper::new(Membership::Excluded, 1, 1));
+        assert!(e.observe(Include));
+    }
+
+    #[test]
     fn abstain_holds_state_and_streaks() {
         let mut d = Damper::new(Membership::Included, 1, 2);
         assert_eq!(

@@ -71,3 +71,22 @@ fn spec_defaults_are_in_the_schema() {
     assert_eq!(spec["terminatingEndpoints"]["default"], "Drain");
     assert_eq!(spec["pods"]["properties"]["from"]["default"], "Label");
 }
+
+#[test]
+fn probe_thresholds_have_a_schema_minimum_of_one() {
+    // The apiserver rejects `successThreshold: 0` / `failureThreshold: 0` at admission through
+    // these bounds (no CEL rule is involved).
+    let yaml = portmapper_api::crd::crd_yaml().unwrap();
+    let doc: serde_json::Value = serde_yaml::from_str(&yaml).unwrap();
+    let probe = &doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["probe"];
+    for field in ["successThreshold", "failureThreshold"] {
+        let p = &probe["properties"][field];
+        assert_eq!(p["type"], "integer", "{field}");
+        assert_eq!(p["minimum"], 1.0, "{field}");
+        assert_eq!(p["maximum"], 100.0, "{field}");
+        assert!(p.get("exclusiveMinimum").is_none(), "{field}");
+    }
+    assert_eq!(probe["properties"]["successThreshold"]["default"], 1);
+    assert_eq!(probe["properties"]["failureThreshold"]["default"], 3);
+}

@@ -121,3 +121,67 @@ fn selector_operator_must_be_known() {
         "{errs:?}"
     );
 }
+
+#[test]
+fn probe_thresholds_below_one_are_rejected() {
+    let errs = messages(|s| {
+        s.probe.success_threshold = 0;
+        s.probe.failure_threshold = 0;
+    });
+    assert_eq!(
+        errs,
+        vec![
+            "spec.probe.successThreshold: Invalid value: 0: must be between 1 and 100, inclusive",
+            "spec.probe.failureThreshold: Invalid value: 0: must be between 1 and 100, inclusive",
+        ]
+    );
+    let errs = messages(|s| {
+        s.probe.success_threshold = -1;
+        s.probe.failure_threshold = 101;
+    });
+    assert_eq!(
+        errs,
+        vec![
+            "spec.probe.successThreshold: Invalid value: -1: must be between 1 and 100, inclusive",
+            "spec.probe.failureThreshold: Invalid value: 101: must be between 1 and 100, inclusive",
+        ]
+    );
+    assert_eq!(
+        messages(|s| {
+            s.probe.success_threshold = 1;
+            s.probe.failure_threshold = 100;
+        }),
+        Vec::<String>::new(),
+        "the bounds themselves are valid"
+    );
+}
+
+#[test]
+fn zero_thresholds_written_in_yaml_parse_and_are_caught_by_validation() {
+    // The typed client does not enforce the schema's minimum: an object that got past
+    // admission (no schema validation, restored from a backup) deserialises, and validation
+    // is what reports it.
+    let yaml = format!("{VALID}  probe: {{successThreshold: 0, failureThreshold: 0}}\n");
+    let pm = parse(&yaml);
+    assert_eq!(
+        (
+            pm.spec.probe.success_threshold,
+            pm.spec.probe.failure_threshold
+        ),
+        (0, 0)
+    );
+    let errs: Vec<String> = validate_spec(&pm.spec)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    // Omitted, they default to 1 and 3.
+    let pm = parse(VALID);
+    assert_eq!(
+        (
+            pm.spec.probe.success_threshold,
+            pm.spec.probe.failure_threshold
+        ),
+        (1, 3)
+    );
+}

@@ -158,6 +158,44 @@ mod tests {
     }
 
     #[test]
+    fn stripped_for_nodes_with_other_drift_is_a_difference() {
+        // The zone was renamed: a stripped forNodes does not hide it.
+        assert!(!endpoint_eq(&ep(&["n1"], &["z1"]), &ep(&[], &["z2"])));
+        // The zone hint was dropped as well.
+        assert!(!endpoint_eq(&ep(&["n1"], &["z1"]), &ep(&[], &[])));
+        // Drift outside the hints.
+        let mut moved = ep(&[], &["z1"]);
+        moved.addresses = vec!["10.0.0.2".into()];
+        assert!(!endpoint_eq(&ep(&["n1"], &["z1"]), &moved));
+        let mut draining = ep(&[], &["z1"]);
+        draining.conditions = Some(EndpointConditions {
+            ready: Some(false),
+            serving: Some(true),
+            terminating: Some(true),
+        });
+        assert!(!endpoint_eq(&ep(&["n1"], &["z1"]), &draining));
+        let mut zone = ep(&[], &["z1"]);
+        zone.zone = Some("z1".into());
+        assert!(!endpoint_eq(&ep(&["n1"], &["z1"]), &zone));
+        // A different node stored is stale, not stripped.
+        assert!(!endpoint_eq(&ep(&["n1"], &["z1"]), &ep(&["n2"], &["z1"])));
+    }
+
+    #[test]
+    fn node_only_hints_stripped_to_none_are_equal() {
+        let desired = ep(&["n1"], &[]);
+        assert!(desired.hints.is_some());
+        // The server dropped forNodes and, with nothing left, the hints struct.
+        assert!(endpoint_eq(&desired, &ep(&[], &[])));
+        // ... or kept an empty struct.
+        let mut empty = ep(&[], &[]);
+        empty.hints = Some(EndpointHints::default());
+        assert!(endpoint_eq(&desired, &empty));
+        // But hints stored where none are wanted (PreferSameNode switched off) are drift.
+        assert!(!endpoint_eq(&ep(&[], &[]), &desired));
+    }
+
+    #[test]
     fn empty_hints_struct_equals_no_hints() {
         let mut live = ep(&[], &[]);
         live.hints = Some(EndpointHints::default());

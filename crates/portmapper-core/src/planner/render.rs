@@ -370,6 +370,74 @@ mod tests {
     }
 
     #[test]
+    fn prefer_same_node_without_zone_hints_the_node_only() {
+        let p = pod(Some("n1"), None, None);
+        let ep = render_endpoint(&facts(&p, true, None), "web", "ns", HintMode::Node);
+        assert_eq!(
+            ep.hints,
+            Some(EndpointHints {
+                for_nodes: Some(vec![ForNode { name: "n1".into() }]),
+                for_zones: None,
+            })
+        );
+        // Neither a node nor a zone: no hints struct at all.
+        let unscheduled = pod(None, None, None);
+        let ep = render_endpoint(
+            &facts(&unscheduled, true, None),
+            "web",
+            "ns",
+            HintMode::Node,
+        );
+        assert_eq!(ep.hints, None);
+        // A zone but no node: the zone only.
+        let ep = render_endpoint(
+            &facts(&unscheduled, true, Some("z1")),
+            "web",
+            "ns",
+            HintMode::Node,
+        );
+        assert_eq!(
+            ep.hints,
+            Some(EndpointHints {
+                for_nodes: None,
+                for_zones: Some(vec![ForZone { name: "z1".into() }]),
+            })
+        );
+        // Draining endpoints get no node hint either.
+        let ep = render_endpoint(&facts(&p, false, Some("z1")), "web", "ns", HintMode::Node);
+        assert_eq!(ep.hints, None);
+    }
+
+    #[test]
+    fn deprecated_auto_wins_over_topology_mode_disabled_and_disabled_alone_keeps_hints() {
+        let deprecated_auto = svc(
+            &[],
+            "x",
+            Some("PreferSameNode"),
+            &[
+                (ANNOTATION_TOPOLOGY_MODE, "Disabled"),
+                (ANNOTATION_TOPOLOGY_AWARE_HINTS, "auto"),
+            ],
+        );
+        assert_eq!(
+            hint_mode(&deprecated_auto),
+            (HintMode::None, Some(ANNOTATION_TOPOLOGY_AWARE_HINTS))
+        );
+        let disabled = svc(
+            &[],
+            "x",
+            Some("PreferSameNode"),
+            &[(ANNOTATION_TOPOLOGY_MODE, "Disabled")],
+        );
+        assert_eq!(hint_mode(&disabled), (HintMode::Node, None));
+        let lower_auto = svc(&[], "x", None, &[(ANNOTATION_TOPOLOGY_MODE, "auto")]);
+        assert_eq!(
+            hint_mode(&lower_auto),
+            (HintMode::None, Some(ANNOTATION_TOPOLOGY_MODE))
+        );
+    }
+
+    #[test]
     fn endpoint_carries_target_ref_node_and_zone() {
         let p = pod(Some("n1"), None, None);
         let ep = render_endpoint(&facts(&p, true, Some("z1")), "web", "ns", HintMode::None);

@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::discovery::v1::{EndpointHints, ForZone};
+use k8s_openapi::api::core::v1::Endpoints;
+use k8s_openapi::api::discovery::v1::{EndpointHints, ForNode, ForZone};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube_validation::IpFamily;
@@ -1241,4 +1242,848 @@ fn no_creates_while_the_portmapping_is_being_deleted() {
         p.slices.iter().any(|s| s.action.is_write()),
         "existing slices still follow the pods"
     );
+}
+
+/// One legacy subset: its ports as (name, port, protocol) and its addresses as (ip, pod name).
+type SubsetShape = (Vec<(String, i32, String)>, Vec<(String, String)>);
+
+/// A tampering of a stored Endpoints object.
+type Tamper = Box<dyn Fn(&mut Endpoints)>;
+
+/// A legacy Endpoints object as one [`SubsetShape`] per subset, in object order.
+fn legacy_shape(e: &Endpoints) -> Vec<SubsetShape> {
+    e.subsets
+        .iter()
+        .flatten()
+        .map(|s| {
+            (
+                s.ports
+                    .iter()
+                    .flatten()
+                    .map(|p| {
+                        (
+                            p.name.clone().unwrap_or_default(),
+                            p.port,
+                            p.protocol.clone().unwrap_or_default(),
+                        )
+                    })
+                    .collect(),
+                s.addresses
+                    .iter()
+                    .flatten()
+                    .map(|a| {
+                        (
+                            a.ip.clone(),
+                            a.target_ref
+                                .as_ref()
+                                .and_then(|r| r.name.clone())
+                                .unwrap_or_default(),
+                        )
+                    })
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+fn legacy_label<'a>(e: &'a Endpoints, key: &str) -> Option<&'a str> {
+    e.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map(String::as_str)
+}
+
+fn s(v: &str) -> String {
+    v.to_owned()
+}
+
+#[test]
+fn legacy_endpoints_carry_target_ref_node_and_port_protocol() {
+    let mut http = sport("http", 8080, Some(IntOrString::Int(80)));
+    http.app_protocol = Some("kubernetes.io/h2c".into());
+    let mut dns = sport("dns", 53, None);
+    dns.protocol = Some("UDP".into());
+    let mut pm = port_mapping(&["http", "dns"]);
+    pm.spec.legacy_endpoints = true;
+    let mut b = PodBuilder::new("b", &["10.0.0.2"]).ports("http").build();
+    b.spec.as_mut().unwrap().node_name = Some("node-2".into());
+    let w = World::new(
+        pm,
+        service(vec![http, dns]),
+        vec![
+            PodBuilder::new("a", &["10.0.0.1"])
+                .ports("http,dns")
+                .hostname("a", "web")
+                .build(),
+            b,
+        ],
+    );
+    let p = w.plan();
+    let e = &p.endpoints.as_ref().unwrap().endpoints;
+    // Subsets by exact port set; ports carry the *target* number, the protocol and appProtocol.
+    assert_eq!(
+        legacy_shape(e),
+        vec![
+            (
+                vec![(s("dns"), 53, s("UDP")), (s("http"), 80, s("TCP"))],
+                vec![(s("10.0.0.1"), s("a"))]
+            ),
+            (
+                vec![(s("http"), 80, s("TCP"))],
+                vec![(s("10.0.0.2"), s("b"))]
+            ),
+        ]
+    );
+    let subsets = e.subsets.as_ref().unwrap();
+    let app: Vec<Option<&str>> = subsets[0]
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| p.app_protocol.as_deref())
+        .collect();
+    assert_eq!(app, vec![None, Some("kubernetes.io/h2c")]);
+    let a = &subsets[0].addresses.as_ref().unwrap()[0];
+    assert_eq!(a.hostname.as_deref(), Some("a"), "subdomain is the Service");
+    assert_eq!(a.node_name.as_deref(), Some("node-1"));
+    let r = a.target_ref.clone().unwrap();
+    assert_eq!(
+        (
+            r.kind.as_deref(),
+            r.namespace.as_deref(),
+            r.name.as_deref(),
+            r.uid.as_deref()
+        ),
+        (Some("Pod"), Some(NS), Some("a"), Some("uid-a"))
+    );
+    let b = &subsets[1].addresses.as_ref().unwrap()[0];
+    assert_eq!(b.hostname, None, "no subdomain, no hostname");
+    assert_eq!(b.node_name.as_deref(), Some("node-2"));
+    assert_eq!(
+        b.target_ref.as_ref().and_then(|r| r.uid.as_deref()),
+        Some("uid-b")
+    );
+    assert!(
+        subsets.iter().all(|s| s.not_ready_addresses.is_none()),
+        "members only: never notReadyAddresses"
+    );
+}
+
+#[test]
+fn legacy_endpoints_follow_service_label_changes() {
+    let mut w = seed_world();
+    w.pm.spec.legacy_endpoints = true;
+    w.step();
+    let labels = w.service.metadata.labels.as_mut().unwrap();
+    labels.insert("app".into(), "shop".into());
+    labels.insert("team".into(), "payments".into());
+    let p = w.plan();
+    let planned = p.endpoints.as_ref().unwrap();
+    assert_eq!(
+        planned.action,
+        Action::Update {
+            resource_version: Some("1".into())
+        }
+    );
+    assert_eq!(legacy_label(&planned.endpoints, "app"), Some("shop"));
+    assert_eq!(legacy_label(&planned.endpoints, "team"), Some("payments"));
+    assert_eq!(
+        legacy_label(
+            &planned.endpoints,
+            "endpointslice.kubernetes.io/skip-mirror"
+        ),
+        Some("true")
+    );
+    assert_eq!(
+        legacy_shape(&planned.endpoints).len(),
+        3,
+        "content unchanged"
+    );
+    w.apply(&p);
+    assert!(w.plan().is_converged());
+    // A label removed from the Service lingers on the object until its next write, as in the
+    // seed (extra labels are tolerated, so removal alone is no drift).
+    w.service.metadata.labels.as_mut().unwrap().remove("team");
+    let p = w.plan();
+    assert!(p.is_converged(), "{:?}", p.endpoints.map(|e| e.action));
+    assert_eq!(
+        legacy_label(w.endpoints.as_ref().unwrap(), "team"),
+        Some("payments")
+    );
+}
+
+#[test]
+fn legacy_off_never_plans_endpoints() {
+    let mut w = seed_world();
+    assert!(!w.pm.spec.legacy_endpoints);
+    let mut plans = vec![w.step()];
+    w.pod_mut("pod-a")
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(PORTS_KEY.into(), "http,https".into());
+    plans.push(w.step());
+    w.pods.remove(1);
+    plans.push(w.step());
+    w.service.spec.as_mut().unwrap().publish_not_ready_addresses = Some(true);
+    plans.push(w.step());
+    // An Endpoints object that is not ours (native, or another manager's) is never touched.
+    let mut native = Endpoints::default();
+    native.metadata.name = Some("web".into());
+    native.metadata.uid = Some("native-uid".into());
+    w.endpoints = Some(native.clone());
+    plans.push(w.step());
+    native.metadata.labels = Some(BTreeMap::from([(
+        s("endpointslice.kubernetes.io/managed-by"),
+        s("someone-else"),
+    )]));
+    w.endpoints = Some(native);
+    plans.push(w.step());
+    for (i, p) in plans.iter().enumerate() {
+        assert_eq!(p.endpoints, None, "plan {i}");
+        assert_eq!(p.endpoints_deletion, None, "plan {i}");
+    }
+    assert_eq!(
+        w.endpoints.unwrap().metadata.uid.as_deref(),
+        Some("native-uid")
+    );
+}
+
+#[test]
+fn legacy_endpoints_keep_draining_pods_ready_under_publish_not_ready() {
+    let mut pm = port_mapping(&["http"]);
+    pm.spec.legacy_endpoints = true;
+    let mut w = World::new(
+        pm,
+        service(vec![sport("http", 80, None)]),
+        vec![
+            PodBuilder::new("a", &["10.0.0.1"]).ports("http").build(),
+            PodBuilder::new("b", &["10.0.0.2"])
+                .ports("http")
+                .unready()
+                .terminating()
+                .build(),
+        ],
+    );
+    w.service.spec.as_mut().unwrap().publish_not_ready_addresses = Some(true);
+    let p = w.plan();
+    let b = p.slices[0]
+        .slice
+        .endpoints
+        .iter()
+        .find(|e| e.addresses[0] == "10.0.0.2")
+        .unwrap();
+    let c = b.conditions.clone().unwrap();
+    assert_eq!(
+        (c.ready, c.serving, c.terminating),
+        (Some(true), Some(true), Some(true))
+    );
+    let e = p.endpoints.unwrap().endpoints;
+    assert_eq!(
+        legacy_shape(&e),
+        vec![(
+            vec![(s("http"), 80, s("TCP"))],
+            vec![(s("10.0.0.1"), s("a")), (s("10.0.0.2"), s("b"))]
+        )],
+        "published ready, so kept as a ready address"
+    );
+    // Without publishNotReadyAddresses the draining pod is in neither list.
+    w.service.spec.as_mut().unwrap().publish_not_ready_addresses = None;
+    w.pods[1] = PodBuilder::new("b", &["10.0.0.2"])
+        .ports("http")
+        .terminating()
+        .build();
+    let p = w.plan();
+    assert_eq!(
+        pod_names(&p.slices[0].slice),
+        vec!["a", "b"],
+        "slice drains b"
+    );
+    let e = p.endpoints.unwrap().endpoints;
+    assert_eq!(
+        legacy_shape(&e),
+        vec![(
+            vec![(s("http"), 80, s("TCP"))],
+            vec![(s("10.0.0.1"), s("a"))]
+        )]
+    );
+    assert!(e.subsets.unwrap()[0].not_ready_addresses.is_none());
+}
+
+#[test]
+fn legacy_endpoints_with_no_member_are_write_quiet_against_the_stored_form() {
+    let mut pm = port_mapping(&["http"]);
+    pm.spec.legacy_endpoints = true;
+    let mut w = World::new(
+        pm,
+        service(vec![sport("http", 80, None)]),
+        vec![PodBuilder::new("a", &["10.0.0.1"]).ports("http").build()],
+    );
+    w.step();
+    assert_eq!(legacy_shape(w.endpoints.as_ref().unwrap()).len(), 1);
+    // The only member goes: the object is rewritten without subsets.
+    w.pods[0] = PodBuilder::new("a", &["10.0.0.1"])
+        .ports("http")
+        .unready()
+        .build();
+    let p = w.step();
+    let planned = p.endpoints.as_ref().unwrap();
+    assert!(matches!(planned.action, Action::Update { .. }));
+    assert_eq!(planned.endpoints.subsets, None);
+    // The server may hand it back as `subsets: []`, with server-set fields: still converged.
+    let stored = w.endpoints.as_mut().unwrap();
+    stored.subsets = Some(vec![]);
+    stored.metadata.resource_version = Some("7".into());
+    stored.metadata.creation_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(w.now));
+    let p = w.plan();
+    assert!(p.is_converged(), "{:?}", p.endpoints.map(|e| e.action));
+    // Born empty: the same.
+    let mut pm = port_mapping(&["http"]);
+    pm.spec.legacy_endpoints = true;
+    let mut empty = World::new(pm, service(vec![sport("http", 80, None)]), vec![]);
+    assert_eq!(empty.step().endpoints.unwrap().action, Action::Create);
+    empty.endpoints.as_mut().unwrap().subsets = Some(vec![]);
+    assert!(empty.plan().is_converged());
+    empty.endpoints.as_mut().unwrap().subsets = None;
+    assert!(empty.plan().is_converged());
+}
+
+#[test]
+fn legacy_endpoints_stored_target_ref_resource_version_is_not_drift() {
+    let mut w = seed_world();
+    w.pm.spec.legacy_endpoints = true;
+    w.step();
+    for s in w.endpoints.as_mut().unwrap().subsets.iter_mut().flatten() {
+        for a in s.addresses.iter_mut().flatten() {
+            if let Some(r) = a.target_ref.as_mut() {
+                r.resource_version = Some("42".into());
+            }
+        }
+    }
+    assert!(w.plan().is_converged());
+}
+
+#[test]
+fn legacy_endpoints_tampering_is_repaired() {
+    let mut w = seed_world();
+    w.pm.spec.legacy_endpoints = true;
+    w.step();
+    let converged = w.endpoints.clone().unwrap();
+    let expect = legacy_shape(&converged);
+    let update = Action::Update {
+        resource_version: Some("1".into()),
+    };
+    let label = |e: &mut Endpoints, k: &str, v: Option<&str>| {
+        let labels = e.metadata.labels.as_mut().unwrap();
+        match v {
+            Some(v) => labels.insert(k.into(), v.into()),
+            None => labels.remove(k),
+        };
+    };
+    // Each tampering on its own is drift.
+    let tamperings: Vec<(&str, Tamper)> = vec![
+        (
+            "skip-mirror false",
+            Box::new(move |e| {
+                label(e, "endpointslice.kubernetes.io/skip-mirror", Some("false"));
+            }),
+        ),
+        (
+            "skip-mirror removed",
+            Box::new(move |e| label(e, "endpointslice.kubernetes.io/skip-mirror", None)),
+        ),
+        (
+            "managed-by removed",
+            Box::new(move |e| label(e, "endpointslice.kubernetes.io/managed-by", None)),
+        ),
+        (
+            "subset dropped",
+            Box::new(|e| {
+                e.subsets.as_mut().unwrap().remove(0);
+            }),
+        ),
+        (
+            "address dropped",
+            Box::new(|e| {
+                e.subsets.as_mut().unwrap()[1]
+                    .addresses
+                    .as_mut()
+                    .unwrap()
+                    .pop();
+            }),
+        ),
+        (
+            "port renumbered",
+            Box::new(|e| {
+                e.subsets.as_mut().unwrap()[2].ports.as_mut().unwrap()[0].port = 9999;
+            }),
+        ),
+        (
+            "owner removed",
+            Box::new(|e| e.metadata.owner_references = None),
+        ),
+    ];
+    for (what, tamper) in &tamperings {
+        let mut live = converged.clone();
+        tamper(&mut live);
+        w.endpoints = Some(live);
+        let p = w.plan();
+        let planned = p.endpoints.as_ref().unwrap();
+        assert_eq!(planned.action, update, "{what}");
+        assert_eq!(legacy_shape(&planned.endpoints), expect, "{what}");
+        assert_eq!(
+            legacy_label(
+                &planned.endpoints,
+                "endpointslice.kubernetes.io/skip-mirror"
+            ),
+            Some("true"),
+            "{what}"
+        );
+        assert_eq!(
+            legacy_label(&planned.endpoints, "endpointslice.kubernetes.io/managed-by"),
+            Some("portmapper.dev"),
+            "{what}"
+        );
+        assert_eq!(p.writes(), 1, "{what}: only the Endpoints object");
+    }
+    // The seed's case: truncated subsets and skip-mirror flipped together; repaired in one
+    // pass, then quiet.
+    let mut live = converged;
+    (tamperings[0].1)(&mut live);
+    (tamperings[3].1)(&mut live);
+    w.endpoints = Some(live);
+    let p = w.step();
+    assert_eq!(p.endpoints.unwrap().action, update);
+    assert_eq!(legacy_shape(w.endpoints.as_ref().unwrap()), expect);
+    assert!(w.plan().is_converged());
+}
+
+#[test]
+fn legacy_endpoints_shared_ip_keeps_pods_separate_without_duplicated_ports() {
+    let mut pm = port_mapping(&["http", "https"]);
+    pm.spec.legacy_endpoints = true;
+    let mut w = World::new(
+        pm,
+        web_service(),
+        vec![
+            PodBuilder::new("b", &["10.0.0.7"])
+                .ports("http,https")
+                .build(),
+            PodBuilder::new("a", &["10.0.0.7"])
+                .ports("http,https")
+                .build(),
+            PodBuilder::new("c", &["10.0.0.7"])
+                .ports("http,https")
+                .terminating()
+                .build(),
+        ],
+    );
+    let p = w.step();
+    assert_eq!(
+        pod_names(w.slice("web.http").unwrap()),
+        vec!["a", "b", "c"],
+        "the slice drains c"
+    );
+    let e = &p.endpoints.as_ref().unwrap().endpoints;
+    assert_eq!(
+        legacy_shape(e),
+        vec![(
+            vec![(s("http"), 8080, s("TCP")), (s("https"), 8443, s("TCP"))],
+            vec![(s("10.0.0.7"), s("a")), (s("10.0.0.7"), s("b"))]
+        )],
+        "one entry per pod (sorted by pod UID), each port once, draining c omitted"
+    );
+    assert!(w.plan().is_converged());
+}
+
+#[test]
+fn legacy_endpoints_shared_ip_split_readiness() {
+    // Two hostNetwork pods on one IP: a (ready) serves http, b (draining) serves https. The
+    // draining pod's port must not be advertised through a's entry for the shared IP.
+    let mut pm = port_mapping(&["http", "https"]);
+    pm.spec.legacy_endpoints = true;
+    let w = World::new(
+        pm,
+        web_service(),
+        vec![
+            PodBuilder::new("a", &["10.0.0.7"]).ports("http").build(),
+            PodBuilder::new("b", &["10.0.0.7"])
+                .ports("https")
+                .terminating()
+                .build(),
+        ],
+    );
+    let p = w.plan();
+    assert_eq!(pod_names(&p.slices[1].slice), vec!["b"], "https drains b");
+    let e = p.endpoints.unwrap().endpoints;
+    assert_eq!(
+        legacy_shape(&e),
+        vec![(
+            vec![(s("http"), 8080, s("TCP"))],
+            vec![(s("10.0.0.7"), s("a"))]
+        )]
+    );
+}
+
+#[test]
+fn legacy_endpoints_split_subsets_when_named_ports_diverge_on_one_shared_ip() {
+    let mut pm = port_mapping(&[]);
+    pm.spec.legacy_endpoints = true;
+    let svc = service(vec![sport(
+        "web",
+        80,
+        Some(IntOrString::String("web".into())),
+    )]);
+    let w = World::new(
+        pm,
+        svc,
+        vec![
+            PodBuilder::new("a", &["10.0.0.7"])
+                .container_port("web", 9090)
+                .build(),
+            PodBuilder::new("b", &["10.0.0.7"])
+                .container_port("web", 8080)
+                .build(),
+        ],
+    );
+    let p = w.plan();
+    assert_eq!(
+        actions(&p).into_iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        vec!["web.web.p8080", "web.web.p9090"]
+    );
+    let e = p.endpoints.unwrap().endpoints;
+    assert_eq!(
+        legacy_shape(&e),
+        vec![
+            (
+                vec![(s("web"), 8080, s("TCP"))],
+                vec![(s("10.0.0.7"), s("b"))]
+            ),
+            (
+                vec![(s("web"), 9090, s("TCP"))],
+                vec![(s("10.0.0.7"), s("a"))]
+            ),
+        ]
+    );
+}
+
+#[test]
+fn legacy_off_deletes_an_ownerless_mirror_carrying_our_label() {
+    // The `--cascade=orphan` leftover shape: our label, no owner reference.
+    let mut w = seed_world();
+    w.pm.spec.legacy_endpoints = true;
+    w.step();
+    w.endpoints.as_mut().unwrap().metadata.owner_references = None;
+    w.pm.spec.legacy_endpoints = false;
+    assert_eq!(
+        w.plan().endpoints_deletion,
+        Some(Deletion {
+            name: "web".into(),
+            uid: Some("ep-uid".into())
+        })
+    );
+    // With the flag on, the same object is taken over in place: owner reference restored.
+    w.pm.spec.legacy_endpoints = true;
+    let p = w.plan();
+    let planned = p.endpoints.unwrap();
+    assert!(matches!(planned.action, Action::Update { .. }));
+    assert_eq!(
+        planned.endpoints.metadata.owner_references.unwrap()[0].uid,
+        "pm-uid"
+    );
+}
+
+#[test]
+fn mirror_of_an_older_portmapping_is_neither_written_nor_deleted() {
+    // Our label, controlled by a PortMapping of the same name whose UID is gone (deleted and
+    // re-created): foreign to this PortMapping, whatever the flag says.
+    let mut w = seed_world();
+    w.pm.spec.legacy_endpoints = true;
+    w.step();
+    w.pm.metadata.uid = Some("pm-uid-2".into());
+    let p = w.plan();
+    assert_eq!(p.endpoints, None);
+    assert!(p.warnings.contains(&PlanWarning::ForeignEndpoints));
+    w.pm.spec.legacy_endpoints = false;
+    let p = w.plan();
+    assert_eq!(p.endpoints_deletion, None);
+    assert!(!p.warnings.contains(&PlanWarning::ForeignEndpoints));
+}
+
+#[test]
+fn stale_over_capacity_annotation_is_drift() {
+    let mut w = seed_world();
+    w.pm.spec.legacy_endpoints = true;
+    w.step();
+    w.endpoints
+        .as_mut()
+        .unwrap()
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(
+            "endpoints.kubernetes.io/over-capacity".into(),
+            "truncated".into(),
+        );
+    let p = w.plan();
+    let planned = p.endpoints.as_ref().unwrap();
+    assert!(matches!(planned.action, Action::Update { .. }));
+    assert!(
+        !planned
+            .endpoints
+            .metadata
+            .annotations
+            .as_ref()
+            .unwrap()
+            .contains_key("endpoints.kubernetes.io/over-capacity")
+    );
+    w.apply(&p);
+    assert!(w.plan().is_converged());
+}
+
+fn hints(zones: &[&str], nodes: &[&str]) -> Option<EndpointHints> {
+    Some(EndpointHints {
+        for_zones: (!zones.is_empty()).then(|| {
+            zones
+                .iter()
+                .map(|z| ForZone { name: (*z).into() })
+                .collect()
+        }),
+        for_nodes: (!nodes.is_empty()).then(|| {
+            nodes
+                .iter()
+                .map(|n| ForNode { name: (*n).into() })
+                .collect()
+        }),
+    })
+}
+
+/// An endpoint's address, zone and hints.
+type Topology = (String, Option<String>, Option<EndpointHints>);
+
+/// Every endpoint of every planned slice, in plan order.
+fn topology(p: &portmapper_core::Plan) -> Vec<Topology> {
+    p.slices
+        .iter()
+        .flat_map(|s| &s.slice.endpoints)
+        .map(|e| (e.addresses[0].clone(), e.zone.clone(), e.hints.clone()))
+        .collect()
+}
+
+#[test]
+fn prefer_same_node_without_zones_hints_the_node_only() {
+    let mut w = seed_world();
+    w.service.spec.as_mut().unwrap().traffic_distribution = Some("PreferSameNode".into());
+    let p = w.step();
+    let t = topology(&p);
+    assert_eq!(t.len(), 6);
+    for (ip, zone, h) in t {
+        assert_eq!(zone, None, "{ip}");
+        assert_eq!(h, hints(&[], &["node-1"]), "{ip}");
+    }
+    assert!(w.plan().is_converged());
+}
+
+#[test]
+fn prefer_same_node_to_prefer_close_removes_for_nodes() {
+    let mut w = seed_world();
+    w.zones = BTreeMap::from([("node-1".to_owned(), "z1".to_owned())]);
+    w.service.spec.as_mut().unwrap().traffic_distribution = Some("PreferSameNode".into());
+    w.step();
+    assert!(
+        w.slices
+            .iter()
+            .flat_map(|s| &s.endpoints)
+            .all(|e| e.hints == hints(&["z1"], &["node-1"]))
+    );
+    w.service.spec.as_mut().unwrap().traffic_distribution = Some("PreferClose".into());
+    let p = w.plan();
+    assert_eq!(
+        actions(&p),
+        vec![
+            ("web.http".into(), "update"),
+            ("web.https".into(), "update")
+        ],
+        "stale forNodes are drift"
+    );
+    for (ip, zone, h) in topology(&p) {
+        assert_eq!(zone.as_deref(), Some("z1"), "{ip}");
+        assert_eq!(h, hints(&["z1"], &[]), "{ip}");
+    }
+    w.apply(&p);
+    assert!(w.plan().is_converged());
+}
+
+#[test]
+fn deprecated_topology_aware_hints_auto_disables_hints_but_keeps_zones() {
+    for value in ["auto", "Auto"] {
+        let mut w = seed_world();
+        w.zones = BTreeMap::from([("node-1".to_owned(), "z1".to_owned())]);
+        w.service.spec.as_mut().unwrap().traffic_distribution = Some("PreferClose".into());
+        w.service.metadata.annotations = Some(BTreeMap::from([(
+            "service.kubernetes.io/topology-aware-hints".to_owned(),
+            value.to_owned(),
+        )]));
+        let p = w.plan();
+        let t = topology(&p);
+        assert_eq!(t.len(), 6);
+        for (ip, zone, h) in t {
+            assert_eq!(
+                zone.as_deref(),
+                Some("z1"),
+                "{value} {ip}: zone still published"
+            );
+            assert_eq!(h, None, "{value} {ip}");
+        }
+        assert_eq!(
+            p.warnings,
+            vec![PlanWarning::TopologyModeAuto {
+                annotation: "service.kubernetes.io/topology-aware-hints".into()
+            }],
+            "{value}"
+        );
+    }
+}
+
+#[test]
+fn topology_mode_auto_keeps_zones() {
+    let mut w = seed_world();
+    w.zones = BTreeMap::from([("node-1".to_owned(), "z1".to_owned())]);
+    w.service.spec.as_mut().unwrap().traffic_distribution = Some("PreferSameNode".into());
+    w.service.metadata.annotations = Some(BTreeMap::from([(
+        "service.kubernetes.io/topology-mode".to_owned(),
+        "Auto".to_owned(),
+    )]));
+    let p = w.plan();
+    for (ip, zone, h) in topology(&p) {
+        assert_eq!((zone.as_deref(), h), (Some("z1"), None), "{ip}");
+    }
+}
+
+#[test]
+fn topology_mode_disabled_keeps_hints() {
+    let mut w = seed_world();
+    w.zones = BTreeMap::from([("node-1".to_owned(), "z1".to_owned())]);
+    w.service.spec.as_mut().unwrap().traffic_distribution = Some("PreferClose".into());
+    w.service.metadata.annotations = Some(BTreeMap::from([(
+        "service.kubernetes.io/topology-mode".to_owned(),
+        "Disabled".to_owned(),
+    )]));
+    let p = w.plan();
+    let t = topology(&p);
+    assert_eq!(t.len(), 6);
+    for (ip, zone, h) in t {
+        assert_eq!(zone.as_deref(), Some("z1"), "{ip}");
+        assert_eq!(h, hints(&["z1"], &[]), "{ip}");
+    }
+    assert_eq!(p.warnings, vec![]);
+}
+
+#[test]
+fn without_node_zones_no_zone_or_zone_hints_but_node_name_is_kept() {
+    // What the planner is given when node lookups are off: no zones at all.
+    let mut w = seed_world();
+    w.service.spec.as_mut().unwrap().traffic_distribution = Some("PreferClose".into());
+    let p = w.plan();
+    let eps: Vec<_> = p.slices.iter().flat_map(|s| &s.slice.endpoints).collect();
+    assert_eq!(eps.len(), 6);
+    for e in eps {
+        assert_eq!(
+            (e.zone.as_deref(), &e.hints, e.node_name.as_deref()),
+            (None, &None, Some("node-1")),
+            "{:?}",
+            e.addresses
+        );
+    }
+}
+
+fn named_target_world(a_ready: bool, b_ready: bool) -> World {
+    let pod = |name: &str, ip: &str, number: i32, ready: bool| {
+        let b = PodBuilder::new(name, &[ip]).container_port("grpc", number);
+        if ready { b } else { b.unready() }.build()
+    };
+    World::new(
+        port_mapping(&[]),
+        service(vec![sport(
+            "grpc",
+            9000,
+            Some(IntOrString::String("grpc".into())),
+        )]),
+        vec![
+            pod("a", "10.0.0.1", 9443, a_ready),
+            pod("b", "10.0.0.2", 8443, b_ready),
+        ],
+    )
+}
+
+#[test]
+fn named_target_group_emptied_is_deleted_and_one_placeholder_stays() {
+    // Both groups published, then every member leaves: both groups are published, so the
+    // placeholder goes to the lowest resolved number (8443) and the extra group is deleted.
+    let mut w = named_target_world(true, true);
+    let p = w.step();
+    assert_eq!(
+        actions(&p),
+        vec![
+            ("web.grpc.p8443".into(), "create"),
+            ("web.grpc.p9443".into(), "create")
+        ]
+    );
+    let uid_9443 = w.slice("web.grpc.p9443").unwrap().metadata.uid.clone();
+    for pod in &mut w.pods {
+        *pod = PodBuilder(pod.clone()).unready().build();
+    }
+    let p = w.step();
+    assert_eq!(actions(&p), vec![("web.grpc.p8443".into(), "update")]);
+    assert!(p.slices[0].slice.endpoints.is_empty());
+    assert_eq!(
+        p.slices[0].slice.ports.as_ref().unwrap()[0].port,
+        Some(8443)
+    );
+    assert_eq!(
+        p.deletions,
+        vec![Deletion {
+            name: "web.grpc.p9443".into(),
+            uid: uid_9443
+        }]
+    );
+    assert_eq!(w.slices.len(), 1, "exactly one placeholder");
+    assert!(w.plan().is_converged());
+}
+
+#[test]
+fn named_target_placeholder_stays_at_the_published_group_rather_than_the_lowest() {
+    // Only the 9443 group was ever published. When its members leave, the placeholder stays
+    // there (one write) instead of moving to the lowest resolved number, 8443 (a create and a
+    // delete), as the seed would: planner/mod.rs "at an already published group, else the
+    // lowest number a candidate resolves".
+    let mut w = named_target_world(true, false);
+    let p = w.step();
+    assert_eq!(actions(&p), vec![("web.grpc.p9443".into(), "create")]);
+    w.pods[0] = PodBuilder(w.pods[0].clone()).unready().build();
+    let p = w.step();
+    assert_eq!(actions(&p), vec![("web.grpc.p9443".into(), "update")]);
+    assert!(p.slices[0].slice.endpoints.is_empty());
+    assert_eq!(
+        p.slices[0].slice.ports.as_ref().unwrap()[0].port,
+        Some(9443)
+    );
+    assert_eq!(p.deletions, vec![]);
+    assert!(w.plan().is_converged());
+    // A member of the other group arrives: it is published, and the empty placeholder goes.
+    w.pods[1] = PodBuilder::new("b", &["10.0.0.2"])
+        .container_port("grpc", 8443)
+        .build();
+    let p = w.step();
+    assert_eq!(actions(&p), vec![("web.grpc.p8443".into(), "create")]);
+    assert_eq!(
+        p.deletions
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect::<Vec<_>>(),
+        vec!["web.grpc.p9443"]
+    );
+    assert_eq!(pod_names(w.slice("web.grpc.p8443").unwrap()), vec!["b"]);
 }

@@ -16,7 +16,8 @@ use tokio::time::Instant;
 
 use crate::support::*;
 
-/// Answers from a per-pod script; the last entry repeats. `Hang` never answers.
+/// Answers from a per-pod (or per `pod/port`) script; the last entry repeats. `Hang` never
+/// answers.
 #[derive(Default)]
 struct Scripted {
     scripts: Mutex<HashMap<String, Vec<Step>>>,
@@ -59,9 +60,17 @@ impl Scripted {
         first
     }
 
-    fn next(&self, pod: &str) -> Step {
+    /// The next step of a target: from its `pod/port` script when there is one, else from its
+    /// pod's.
+    fn next(&self, target: &Target) -> Step {
         let mut scripts = self.scripts.lock().unwrap();
-        let script = scripts.get_mut(pod).expect("scripted pod");
+        let by_port = format!("{}/{}", target.pod.name, target.port.name);
+        let key = if scripts.contains_key(&by_port) {
+            by_port
+        } else {
+            target.pod.name.clone()
+        };
+        let script = scripts.get_mut(&key).expect("scripted pod");
         if script.len() > 1 {
             script.remove(0)
         } else {
@@ -92,7 +101,7 @@ impl ProbeExecutor for Scripted {
             let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             self.max_in_flight.fetch_max(now, Ordering::SeqCst);
             let mut guard = InFlight(self, false);
-            let outcome = match self.next(&target.pod.name) {
+            let outcome = match self.next(target) {
                 Step::Answer(outcome) => outcome,
                 Step::Slow(d) => {
                     tokio::time::sleep(d).await;
@@ -455,4 +464,75 @@ async fn every_finished_probe_is_counted_by_outcome_and_cause() {
     // The hanging fourth probe is cut by the prober's guard after timeout + grace: a timeout.
     advance(Duration::from_secs(2)).await;
     assert_eq!(count("exclude", "timeout"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_ports_of_one_pod_keep_separate_streaks() {
+    let exec = Arc::new(Scripted::default());
+    exec.script("a/http", &[Step::Answer(Outcome::Exclude)]);
+    exec.script(
+        "a/https",
+        &[
+            Step::Answer(Outcome::Exclude),
+            Step::Answer(Outcome::Exclude),
+            Step::Answer(Outcome::Include),
+        ],
+    );
+    let (prober, mut events) = prober(&exec, 4, false);
+    let mut http = pod_target("a", Membership::Included, 1, 3);
+    http.port.name = "http".into();
+    let mut https = http.clone();
+    https.port.name = "https".into();
+    https.port.port = 8443;
+    assert_ne!(http.key(), https.key());
+    prober.set_targets(&mapping(), [http.clone(), https.clone()]);
+    settle().await;
+    advance(PERIOD).await;
+    assert_eq!(exec.calls("a"), 4, "two probes of each port");
+    let streaks = |t: &Target| {
+        let r = prober.result(&mapping(), &t.key()).unwrap();
+        (r.membership, r.successes, r.failures, r.probes)
+    };
+    // One shared streak would have counted four failures and excluded both.
+    assert_eq!(streaks(&http), (Membership::Included, 0, 2, 2));
+    assert_eq!(streaks(&https), (Membership::Included, 0, 2, 2));
+    assert!(events.try_recv().is_err());
+    advance(PERIOD).await;
+    assert_eq!(streaks(&http), (Membership::Excluded, 0, 3, 3));
+    assert_eq!(
+        streaks(&https),
+        (Membership::Included, 1, 0, 3),
+        "https's success reset its own streak only"
+    );
+    assert_eq!(prober.results(&mapping()).len(), 2);
+    assert_eq!(events.try_recv().unwrap(), mapping());
+    assert!(events.try_recv().is_err(), "one flip, one event");
+}
+
+#[tokio::test(start_paused = true)]
+async fn thresholds_below_one_act_as_one() {
+    let exec = Arc::new(Scripted::default());
+    exec.script(
+        "a",
+        &[
+            Step::Answer(Outcome::Exclude),
+            Step::Answer(Outcome::Include),
+        ],
+    );
+    let (prober, mut events) = prober(&exec, 4, false);
+    let t = pod_target("a", Membership::Included, 0, -1);
+    prober.set_targets(&mapping(), [t.clone()]);
+    assert_eq!(
+        membership(&prober, &t),
+        Membership::Included,
+        "the seed holds until a result"
+    );
+    settle().await;
+    assert_eq!(exec.calls("a"), 1);
+    assert_eq!(membership(&prober, &t), Membership::Excluded);
+    assert_eq!(events.try_recv().unwrap(), mapping());
+    advance(PERIOD).await;
+    assert_eq!(exec.calls("a"), 2);
+    assert_eq!(membership(&prober, &t), Membership::Included);
+    assert_eq!(events.try_recv().unwrap(), mapping());
 }
