@@ -96,8 +96,9 @@ impl Writer<'_> {
     }
 
     /// Deletes a slice, only if it is still the object we saw (UID precondition), so a stale
-    /// cache can never delete a newer object of the same name.
-    pub async fn delete_slice(&self, name: &str, uid: &str) -> Result<(), Error> {
+    /// cache can never delete a newer object of the same name. True when this call deleted it
+    /// (false: it was already gone).
+    pub async fn delete_slice(&self, name: &str, uid: &str) -> Result<bool, Error> {
         self.delete::<EndpointSlice>(name, uid, "EndpointSlice", "endpointslices")
             .await
     }
@@ -156,20 +157,21 @@ impl Writer<'_> {
         Ok(())
     }
 
-    /// Deletes an Endpoints object with a UID precondition.
-    pub async fn delete_endpoints(&self, name: &str, uid: &str) -> Result<(), Error> {
+    /// Deletes an Endpoints object with a UID precondition; true when this call deleted it.
+    pub async fn delete_endpoints(&self, name: &str, uid: &str) -> Result<bool, Error> {
         self.delete::<Endpoints>(name, uid, "Endpoints", "endpoints")
             .await
     }
 
-    /// Deletes `name` only while it is the object with `uid`; an object already gone is fine.
+    /// Deletes `name` only while it is the object with `uid`; an object already gone is fine
+    /// (false).
     async fn delete<K>(
         &self,
         name: &str,
         uid: &str,
         kind: &str,
         resource: &'static str,
-    ) -> Result<(), Error>
+    ) -> Result<bool, Error>
     where
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
             + Clone
@@ -189,9 +191,9 @@ impl Writer<'_> {
             Ok(_) => {
                 self.metrics.write("delete", resource);
                 info!(namespace = self.namespace, kind, name, "deleted");
-                Ok(())
+                Ok(true)
             }
-            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(false),
             Err(e) => Err(Error::kube(
                 format!("deleting {kind} {}/{name}", self.namespace),
                 e,

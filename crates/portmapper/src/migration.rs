@@ -69,9 +69,9 @@ pub enum Step {
         uid: String,
         native: bool,
     },
-    /// Delete a native or mirror slice (UID precondition). Not run once an Endpoints step of
-    /// the same pass failed: the native slices are the evidence that brings the next pass back
-    /// to the Endpoints object.
+    /// Delete a native or mirror slice (UID precondition). Not run once the native Endpoints
+    /// delete of the same pass failed: the native slices are the evidence that brings the next
+    /// pass back to that object.
     DeleteNativeSlice { name: String, uid: String },
     /// Say something, once per occurrence.
     Warn { reason: &'static str, note: String },
@@ -588,5 +588,62 @@ mod tests {
             names(&stray_endpoints(&all, "pm-uid", None)),
             ["delete-endpoints old", "delete-endpoints web"]
         );
+    }
+
+    #[test]
+    fn deferred_adoption_keeps_the_mirror_slices_but_not_the_native_ones() {
+        let slices = [
+            native(NATIVE_MANAGER, "web-abc"),
+            native(MIRROR_MANAGER, "web-mirror"),
+        ];
+        let abandoned = endpoints(&[], None, true);
+        let plan = planned();
+        let mut input = base(&slices);
+        input.legacy_endpoints = true;
+        // Publishing only in the secondary family: nothing an Endpoints object could carry.
+        input.publishing_primary = false;
+        input.live_endpoints = Some(&abandoned);
+        input.planned_endpoints = Some(&plan);
+        assert_eq!(
+            names(&steps(&input)),
+            [
+                "warn LegacyEndpointsAdoptionDeferred",
+                "delete-slice web-abc",
+                "normal NativeEndpointsCleanedUp"
+            ],
+            "the mirroring controller keeps serving the abandoned object until we adopt it"
+        );
+    }
+
+    #[test]
+    fn native_cleanup_off_never_adopts() {
+        let slices = [native(MIRROR_MANAGER, "web-mirror")];
+        let abandoned = endpoints(&[], None, true);
+        let plan = planned();
+        let mut input = base(&slices);
+        input.legacy_endpoints = true;
+        input.native_cleanup = false;
+        input.live_endpoints = Some(&abandoned);
+        input.planned_endpoints = Some(&plan);
+        assert_eq!(names(&steps(&input)), ["warn LegacyEndpointsNotAdopted"]);
+    }
+
+    #[test]
+    fn a_stripped_label_on_our_mirror_is_repaired_even_with_native_cleanup_off() {
+        // No managed-by label any more, but still controlled by a PortMapping: ours.
+        let stripped = endpoints(&[], Some("PortMapping"), true);
+        assert_eq!(ownership(&stripped), Ownership::Ours);
+        let plan = PlannedEndpoints {
+            endpoints: Endpoints::default(),
+            action: Action::Update {
+                resource_version: None,
+            },
+        };
+        let mut input = base(&[]);
+        input.legacy_endpoints = true;
+        input.native_cleanup = false;
+        input.live_endpoints = Some(&stripped);
+        input.planned_endpoints = Some(&plan);
+        assert_eq!(names(&steps(&input)), ["apply-endpoints"]);
     }
 }

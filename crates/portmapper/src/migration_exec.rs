@@ -106,7 +106,7 @@ fn publishing(plan: &Plan, service: &Service) -> (bool, bool) {
 }
 
 /// Decides and runs the migration steps; the first error is returned after every step ran
-/// (except native slice deletions after a failed Endpoints step).
+/// (except native slice deletions after a failed native Endpoints delete).
 #[allow(clippy::too_many_arguments)]
 pub async fn converge(
     ctx: &Context,
@@ -143,13 +143,12 @@ pub async fn converge(
         Some(&service.name_any()),
     ));
     let mut first_error = None;
-    let mut endpoints_step_failed = false;
+    let mut native_endpoints_delete_failed = false;
     let mut warned = Vec::new();
     for step in steps {
-        let endpoints_step = matches!(
-            step,
-            Step::ApplyEndpoints(_) | Step::AdoptEndpoints { .. } | Step::DeleteEndpoints { .. }
-        );
+        // Only the native Endpoints delete needs the native slices as evidence for its retry;
+        // adopting or writing our mirror is retried without them.
+        let native_endpoints_delete = matches!(step, Step::DeleteEndpoints { native: true, .. });
         let result = match step {
             Step::ApplyEndpoints(endpoints) => writer.apply_endpoints(&endpoints).await,
             Step::AdoptEndpoints {
@@ -171,7 +170,7 @@ pub async fn converge(
             }
             Step::DeleteEndpoints { name, uid, native } => {
                 let r = writer.delete_endpoints(&name, &uid).await;
-                if native && r.is_ok() {
+                if native && matches!(r, Ok(true)) {
                     ctx.metrics
                         .native_cleanup_deletions
                         .get_or_create(&ResourceLabels {
@@ -179,15 +178,15 @@ pub async fn converge(
                         })
                         .inc();
                 }
-                r
+                r.map(drop)
             }
-            Step::DeleteNativeSlice { .. } if endpoints_step_failed => {
-                info!(portmapping = %pm_ref, "an Endpoints step failed; native slices stay as evidence for the next pass");
+            Step::DeleteNativeSlice { .. } if native_endpoints_delete_failed => {
+                info!(portmapping = %pm_ref, "deleting the native Endpoints object failed; native slices stay as evidence for the next pass");
                 Ok(())
             }
             Step::DeleteNativeSlice { name, uid } => {
                 let r = writer.delete_slice(&name, &uid).await;
-                if r.is_ok() {
+                if matches!(r, Ok(true)) {
                     ctx.metrics
                         .native_cleanup_deletions
                         .get_or_create(&ResourceLabels {
@@ -195,7 +194,7 @@ pub async fn converge(
                         })
                         .inc();
                 }
-                r
+                r.map(drop)
             }
             Step::Warn { reason, note } => {
                 warned.push(reason);
@@ -212,7 +211,7 @@ pub async fn converge(
         };
         if let Err(err) = result {
             warn!(portmapping = %pm_ref, error = %err, "migration step failed; the evidence stays for the next pass");
-            endpoints_step_failed |= endpoints_step;
+            native_endpoints_delete_failed |= native_endpoints_delete;
             first_error.get_or_insert(err);
         }
     }
@@ -246,5 +245,73 @@ async fn normal_event(ctx: &Context, pm: &PortMapping, reason: &str, note: &str)
             .is_ok()
     {
         ctx.metrics.write("create", "events");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ServiceSpec;
+    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointSlice};
+    use portmapper_core::planner::{Action, PlannedSlice};
+
+    use super::*;
+
+    fn slice(family: &str, ready: &[bool]) -> PlannedSlice {
+        PlannedSlice {
+            slice: EndpointSlice {
+                address_type: family.into(),
+                endpoints: ready
+                    .iter()
+                    .map(|r| Endpoint {
+                        conditions: Some(EndpointConditions {
+                            ready: Some(*r),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+            action: Action::Unchanged,
+        }
+    }
+
+    fn service(families: &[&str]) -> Service {
+        Service {
+            spec: Some(ServiceSpec {
+                ip_families: Some(families.iter().map(|f| f.to_string()).collect()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn plan(slices: Vec<PlannedSlice>) -> Plan {
+        Plan {
+            slices,
+            ..Plan::default()
+        }
+    }
+
+    #[test]
+    fn publishing_counts_ready_endpoints_per_primary_family() {
+        let v4_only = plan(vec![slice("IPv4", &[true]), slice("IPv6", &[])]);
+        assert_eq!(
+            publishing(&v4_only, &service(&["IPv4", "IPv6"])),
+            (true, true)
+        );
+        // An IPv6-primary Service whose pods only have IPv4 addresses: the Endpoints object
+        // (primary family only) would be empty, so adoption must wait.
+        assert_eq!(
+            publishing(&v4_only, &service(&["IPv6", "IPv4"])),
+            (true, false)
+        );
+    }
+
+    #[test]
+    fn draining_endpoints_are_not_publishing() {
+        let draining = plan(vec![slice("IPv4", &[false, false])]);
+        assert_eq!(publishing(&draining, &service(&["IPv4"])), (false, false));
+        assert_eq!(publishing(&plan(vec![]), &service(&[])), (false, false));
     }
 }
