@@ -174,6 +174,27 @@ fn deleting_the_portmapping_garbage_collects_its_slices() {
         WAIT,
         |out| out.lines().count() == 2,
     );
+    // With the legacy mirror on, the Endpoints object is the PortMapping's too.
+    cluster.ok(&[
+        "patch",
+        "pm",
+        "my-service",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"legacyEndpoints":true}}"#,
+    ]);
+    cluster.eventually(
+        &[
+            "get",
+            "endpoints",
+            "-l",
+            "endpointslice.kubernetes.io/managed-by=portmapper.dev",
+            "-o",
+            "name",
+        ],
+        WAIT,
+        |out| out.trim() == "endpoints/my-service",
+    );
     cluster.ok(&["delete", "pm", "my-service", "--wait=true"]);
     cluster.eventually(
         &[
@@ -181,6 +202,18 @@ fn deleting_the_portmapping_garbage_collects_its_slices() {
             "endpointslices",
             "-l",
             "kubernetes.io/service-name=my-service",
+            "-o",
+            "name",
+        ],
+        WAIT,
+        |out| out.trim().is_empty() || out.contains("No resources found"),
+    );
+    cluster.eventually(
+        &[
+            "get",
+            "endpoints",
+            "-l",
+            "endpointslice.kubernetes.io/managed-by=portmapper.dev",
             "-o",
             "name",
         ],
