@@ -263,6 +263,9 @@ pub fn list(st: &mut State, t: &Target, q: &Query, output: Output) -> Result<Rep
         let rest = &snap.items[from..];
         page(rest, limit, rv, id)
     } else {
+        // Exact reads (spec §3.3: `resourceVersionMatch=Exact`, or a legacy `resourceVersion=N`
+        // with `limit`) of an older revision are served from the event history.
+        let mut at = None;
         if let Some(n) = rv_param.filter(|r| *r != "0") {
             let n: u64 = n
                 .parse()
@@ -279,17 +282,23 @@ pub fn list(st: &mut State, t: &Target, q: &Query, output: Output) -> Result<Rep
                 );
                 return Err(e);
             }
-            if exact && n != st.rv {
-                // Exact reads of older revisions are not materialised from history.
-                return Err(ApiError::expired(format!(
-                    "too old resource version: {n} ({})",
-                    st.rv
-                )));
+            if exact {
+                at = Some(n);
             }
         }
         let (l, f) = selectors(rt, q)?;
-        let all = st.select(&rt.gr(), t.ns.as_deref(), &l, &f);
-        let rv = st.rv;
+        let (all, rv) = match at {
+            Some(n) => {
+                let items = st
+                    .select_at(&rt.gr(), n, t.ns.as_deref(), &l, &f)
+                    .ok_or_else(|| {
+                        // etcd3's message for a compacted revision (storage/etcd3/errors.go).
+                        ApiError::expired("The resourceVersion for the provided list is too old.")
+                    })?;
+                (items, n)
+            }
+            None => (st.select(&rt.gr(), t.ns.as_deref(), &l, &f), st.rv),
+        };
         match limit {
             Some(lim) if all.len() > lim => {
                 let id = st.id();

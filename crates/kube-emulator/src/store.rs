@@ -42,11 +42,14 @@ pub struct LogEntry {
     pub rv: u64,
     /// Resource type.
     pub gr: GroupResource,
+    /// Store key (`ns/name` or `name`) of the changed object.
+    pub key: String,
     /// Change kind.
     pub etype: EventType,
     /// New state (for Deleted: last state carrying the deletion revision).
     pub obj: Arc<Value>,
-    /// Previous state (Modified only).
+    /// Previous state as it was stored (Modified and Deleted; None for Added): what an exact-RV
+    /// list of an older revision puts back when it undoes this change.
     pub prev: Option<Arc<Value>>,
     /// When committed (age-based retention).
     pub at: Instant,
@@ -182,6 +185,26 @@ pub fn key(ns: Option<&str>, name: &str) -> String {
     }
 }
 
+/// Objects of one map in key order, restricted to a namespace and the selectors.
+fn filter(
+    m: &BTreeMap<String, Arc<Value>>,
+    ns: Option<&str>,
+    labels: &LabelSelector,
+    fields: &FieldSelector,
+) -> Vec<(String, Arc<Value>)> {
+    let iter: Box<dyn Iterator<Item = (&String, &Arc<Value>)>> = match ns {
+        Some(ns) => {
+            let start = format!("{ns}/");
+            let end = format!("{ns}0"); // '0' follows '/' in byte order
+            Box::new(m.range(start..end))
+        }
+        None => Box::new(m.iter()),
+    };
+    iter.filter(|(_, o)| labels.matches(o) && fields.matches(o))
+        .map(|(k, o)| (k.clone(), o.clone()))
+        .collect()
+}
+
 /// The state behind the store mutex.
 #[derive(Debug)]
 pub struct State {
@@ -315,10 +338,11 @@ impl State {
         self.objects
             .entry(gr.clone())
             .or_default()
-            .insert(k, obj.clone());
+            .insert(k.clone(), obj.clone());
         let e = LogEntry {
             rv: self.rv,
             gr: gr.clone(),
+            key: k,
             etype: EventType::Added,
             obj: obj.clone(),
             prev: None,
@@ -341,10 +365,11 @@ impl State {
             .objects
             .entry(gr.clone())
             .or_default()
-            .insert(k, obj.clone());
+            .insert(k.clone(), obj.clone());
         let e = LogEntry {
             rv: self.rv,
             gr: gr.clone(),
+            key: k,
             etype: EventType::Modified,
             obj: obj.clone(),
             prev,
@@ -368,9 +393,10 @@ impl State {
         let e = LogEntry {
             rv: self.rv,
             gr: gr.clone(),
+            key: k.to_string(),
             etype: EventType::Deleted,
             obj: last.clone(),
-            prev: None,
+            prev: Some(prev),
             at: Instant::now(),
             json: JsonCache::default(),
         };
@@ -386,20 +412,42 @@ impl State {
         labels: &LabelSelector,
         fields: &FieldSelector,
     ) -> Vec<(String, Arc<Value>)> {
-        let Some(m) = self.objects.get(gr) else {
-            return Vec::new();
-        };
-        let iter: Box<dyn Iterator<Item = (&String, &Arc<Value>)>> = match ns {
-            Some(ns) => {
-                let start = format!("{ns}/");
-                let end = format!("{ns}0"); // '0' follows '/' in byte order
-                Box::new(m.range(start..end))
+        match self.objects.get(gr) {
+            Some(m) => filter(m, ns, labels, fields),
+            None => Vec::new(),
+        }
+    }
+
+    /// The objects of a type as they were at revision `at`, sorted by key, filtered: the
+    /// current objects with every logged change newer than `at` undone (newest first). `None`
+    /// when `at` is older than the retained history (spec §3.3: 410 Expired).
+    pub fn select_at(
+        &self,
+        gr: &GroupResource,
+        at: u64,
+        ns: Option<&str>,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+    ) -> Option<Vec<(String, Arc<Value>)>> {
+        if at >= self.rv {
+            return Some(self.select(gr, ns, labels, fields));
+        }
+        // Every event after `compacted_rv` is retained (trim and compact_now move it), so the
+        // undo below is complete exactly when `at` is not older than it.
+        if at < self.compacted_rv {
+            return None;
+        }
+        let mut m = self.objects.get(gr).cloned().unwrap_or_default();
+        for e in self.log.iter().rev().take_while(|e| e.rv > at) {
+            if e.gr != *gr {
+                continue;
             }
-            None => Box::new(m.iter()),
-        };
-        iter.filter(|(_, o)| labels.matches(o) && fields.matches(o))
-            .map(|(k, o)| (k.clone(), o.clone()))
-            .collect()
+            match &e.prev {
+                Some(p) => m.insert(e.key.clone(), p.clone()),
+                None => m.remove(&e.key),
+            };
+        }
+        Some(filter(&m, ns, labels, fields))
     }
 
     /// Deliver a message to one watcher (bookmarks: ordered after every event already queued).
@@ -418,5 +466,45 @@ impl State {
     /// Close every watch (restart simulation).
     pub fn close_all_watches(&mut self) {
         self.watchers.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cm(v: &str) -> Value {
+        json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns"},"data":{"v":v}})
+    }
+
+    #[test]
+    fn select_at_reaches_back_exactly_as_far_as_the_retained_history() {
+        let mut st = State::new(Retention {
+            max_events: 2,
+            ..Retention::default()
+        });
+        let gr = GroupResource::new("", "configmaps");
+        let (l, f) = (LabelSelector::default(), FieldSelector::default());
+        let k = key(Some("ns"), "a");
+        st.insert(&gr, k.clone(), cm("1"));
+        let r1 = st.rv;
+        st.replace(&gr, k.clone(), cm("2"));
+        let r2 = st.rv;
+        st.replace(&gr, k.clone(), cm("3"));
+        st.remove(&gr, &k);
+        // Four events, two retained: the state after the second is the oldest one rebuildable.
+        assert_eq!(st.compacted_rv, r2);
+        let at = |st: &State, rv| {
+            st.select_at(&gr, rv, Some("ns"), &l, &f).map(|v| {
+                v.iter()
+                    .map(|(_, o)| o["data"]["v"].clone())
+                    .collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(at(&st, r2), Some(vec![json!("2")]));
+        assert_eq!(at(&st, r2 + 1), Some(vec![json!("3")]));
+        assert_eq!(at(&st, st.rv), Some(vec![]));
+        assert_eq!(at(&st, r1), None);
     }
 }

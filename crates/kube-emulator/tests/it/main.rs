@@ -8,6 +8,7 @@ mod acceptance;
 mod common;
 mod crd;
 mod faults;
+mod history;
 mod kube_rs;
 mod kubectl;
 mod lifecycle;
