@@ -140,16 +140,35 @@ fn causes_to_invalid(rt: &ResourceType, name: &str, causes: Vec<Cause>) -> ApiEr
     ApiError::invalid(&rt.kind, &rt.group, name, causes)
 }
 
-/// GET one object.
-pub fn get(st: &State, t: &Target, output: Output) -> Result<Reply, ApiError> {
+/// The revision a `resourceVersion=0` ("any") read is served at under a `staleList` fault
+/// lagging `stale` revisions; `None` = the current state.
+fn stale_read_rv(st: &State, q: &Query, stale: Option<u64>) -> Option<u64> {
+    stale
+        .filter(|_| q.get("resourceVersion") == Some("0"))
+        .map(|lag| st.lagging_rv(lag))
+}
+
+/// GET one object (`stale`: the lag of a `staleList` fault that fired for this request).
+pub fn get(
+    st: &State,
+    t: &Target,
+    q: &Query,
+    stale: Option<u64>,
+    output: Output,
+) -> Result<Reply, ApiError> {
     check_sub(t)?;
-    let obj = st.get(&t.rt.gr(), &t.key()).ok_or_else(|| t.not_found())?;
+    let (obj, rv) = match stale_read_rv(st, q, stale) {
+        // A lagging revision is never older than the history, so get_at always answers.
+        Some(at) => (st.get_at(&t.rt.gr(), &t.key(), at).flatten(), at),
+        None => (st.get(&t.rt.gr(), &t.key()), st.rv),
+    };
+    let obj = obj.ok_or_else(|| t.not_found())?;
     if output == Output::Table {
         return Ok(Reply::ok(crate::table::render(
             &t.rt,
             &[obj.as_ref()],
             "Metadata",
-            st.rv,
+            rv,
             None,
         )));
     }
@@ -203,8 +222,14 @@ pub fn selectors(rt: &ResourceType, q: &Query) -> Result<(LabelSelector, FieldSe
     Ok((l, f))
 }
 
-/// LIST a collection.
-pub fn list(st: &mut State, t: &Target, q: &Query, output: Output) -> Result<Reply, ApiError> {
+/// LIST a collection (`stale`: the lag of a `staleList` fault that fired for this request).
+pub fn list(
+    st: &mut State,
+    t: &Target,
+    q: &Query,
+    stale: Option<u64>,
+    output: Output,
+) -> Result<Reply, ApiError> {
     let rt = &t.rt;
     let limit = q.int("limit")?.filter(|l| *l > 0).map(|l| l as usize);
     let rv_param = q.get("resourceVersion");
@@ -265,7 +290,7 @@ pub fn list(st: &mut State, t: &Target, q: &Query, output: Output) -> Result<Rep
     } else {
         // Exact reads (spec §3.3: `resourceVersionMatch=Exact`, or a legacy `resourceVersion=N`
         // with `limit`) of an older revision are served from the event history.
-        let mut at = None;
+        let mut at = stale_read_rv(st, q, stale);
         if let Some(n) = rv_param.filter(|r| *r != "0") {
             let n: u64 = n
                 .parse()

@@ -620,12 +620,16 @@ async fn resource(
                         .map(|a| a.iter().any(|x| x == "All"))
                 })
                 .unwrap_or(false));
+    let stale = fired.iter().find_map(|r| match r.action {
+        Action::StaleList { revisions } => Some(revisions),
+        _ => None,
+    });
     let result = {
         let mut st = core.lock();
         st.dry_run = dry_run;
         let r = match verb {
-            "get" => ops::get(&st, &target, output),
-            "list" => ops::list(&mut st, &target, query, output),
+            "get" => ops::get(&st, &target, query, stale, output),
+            "list" => ops::list(&mut st, &target, query, stale, output),
             "create" => ops::decode_body(&body).and_then(|obj| {
                 if target.sub.is_some() {
                     return Err(ApiError::method_not_allowed("POST on a subresource"));

@@ -450,6 +450,26 @@ impl State {
         Some(filter(&m, ns, labels, fields))
     }
 
+    /// One object as it was at revision `at` (`Some(None)`: it did not exist then); `None` when
+    /// `at` is older than the retained history.
+    pub fn get_at(&self, gr: &GroupResource, k: &str, at: u64) -> Option<Option<Arc<Value>>> {
+        if at < self.compacted_rv && at < self.rv {
+            return None;
+        }
+        let mut cur = self.get(gr, k);
+        for e in self.log.iter().rev().take_while(|e| e.rv > at) {
+            if e.gr == *gr && e.key == k {
+                cur = e.prev.clone();
+            }
+        }
+        Some(cur)
+    }
+
+    /// The revision a read lagging `lag` revisions behind sees: never older than the history.
+    pub fn lagging_rv(&self, lag: u64) -> u64 {
+        self.rv.saturating_sub(lag).max(self.compacted_rv)
+    }
+
     /// Deliver a message to one watcher (bookmarks: ordered after every event already queued).
     pub fn send_to(&mut self, id: u64, msg: WatchMsg) -> bool {
         match self.watchers.iter().find(|w| w.id == id) {
@@ -506,5 +526,15 @@ mod tests {
         assert_eq!(at(&st, r2 + 1), Some(vec![json!("3")]));
         assert_eq!(at(&st, st.rv), Some(vec![]));
         assert_eq!(at(&st, r1), None);
+        assert_eq!(
+            st.get_at(&gr, &k, r2)
+                .flatten()
+                .map(|o| o["data"]["v"].clone()),
+            Some(json!("2"))
+        );
+        assert_eq!(st.get_at(&gr, &k, st.rv), Some(None));
+        assert_eq!(st.get_at(&gr, &k, r1), None);
+        assert_eq!(st.lagging_rv(1), st.rv - 1);
+        assert_eq!(st.lagging_rv(100), r2);
     }
 }
