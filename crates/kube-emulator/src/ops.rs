@@ -170,6 +170,7 @@ pub fn get(
             "Metadata",
             rv,
             None,
+            &st.clock.now_rfc3339(),
         )));
     }
     Ok(Reply::ok(output_object(&obj, output)))
@@ -279,7 +280,13 @@ pub fn list(
     }
     let (items, list_rv, next): Page = if let Some(tok) = cont {
         let (rv, start, id) = decode_continue(tok)?;
-        let snap = st.lists.get(&id).filter(|s| s.rv == rv).ok_or_else(|| {
+        // Checked here too: trimming runs on writes, and the clock may have moved since.
+        let ttl = st.retention.list_ttl;
+        let snap = st
+            .lists
+            .get(&id)
+            .filter(|s| s.rv == rv && st.clock.elapsed(s.at) <= ttl)
+            .ok_or_else(|| {
             ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
         })?;
         let from = snap
@@ -333,7 +340,7 @@ pub fn list(
                     ListSnapshot {
                         rv,
                         items: all,
-                        at: std::time::Instant::now(),
+                        at: st.clock.now(),
                     },
                 );
                 r
@@ -349,6 +356,7 @@ pub fn list(
             q.get("includeObject").unwrap_or("Metadata"),
             list_rv,
             next.as_deref(),
+            &st.clock.now_rfc3339(),
         );
         return Ok(Reply::ok(tb));
     }
@@ -485,7 +493,7 @@ pub fn create(
             "resourceVersion should not be set on objects to be created",
         ));
     }
-    let now = meta::now_rfc3339();
+    let now = st.clock.now_rfc3339();
     {
         let m = meta::meta_mut(&mut obj);
         for k in [
@@ -778,7 +786,7 @@ fn update_pipeline(
         });
     }
     if !applied {
-        let now = meta::now_rfc3339();
+        let now = st.clock.now_rfc3339();
         let av = rt.api_version();
         semantics::record_update(Some(&old), &mut new, &mctx(&rt, &av, w, sub, &now));
         meta::normalise(&mut new);
@@ -966,7 +974,7 @@ fn apply(
         return Err(ApiError::bad_request("metadata.managedFields must be nil"));
     }
     check_namespace(t, &mut config)?;
-    let now = meta::now_rfc3339();
+    let now = st.clock.now_rfc3339();
     let sub = t.sub.as_deref();
     let ctx = mctx(&rt, &av, w, sub, &now);
     let old = st.get(&rt.gr(), &t.key());
@@ -1135,7 +1143,7 @@ pub fn delete_one(
         let mut new = (*old).clone();
         meta::set_finalizers(&mut new, &fins);
         let m = meta::meta_mut(&mut new);
-        m.insert("deletionTimestamp".into(), json!(meta::now_rfc3339()));
+        m.insert("deletionTimestamp".into(), json!(st.clock.now_rfc3339()));
         m.insert("deletionGracePeriodSeconds".into(), json!(0));
         if let Some(g) = m
             .get("generation")

@@ -4,11 +4,14 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use jiff::Timestamp;
 
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use crate::clock::Clock;
 use crate::meta;
 use crate::registry::{GroupResource, ResourceType};
 use crate::selector::{FieldSelector, LabelSelector};
@@ -51,8 +54,8 @@ pub struct LogEntry {
     /// Previous state as it was stored (Modified and Deleted; None for Added): what an exact-RV
     /// list of an older revision puts back when it undoes this change.
     pub prev: Option<Arc<Value>>,
-    /// When committed (age-based retention).
-    pub at: Instant,
+    /// When committed, by the emulator clock (age-based retention).
+    pub at: Timestamp,
     /// `obj` serialised once, shared by every watcher that receives it (fan-out cost).
     pub json: JsonCache,
 }
@@ -152,8 +155,8 @@ pub struct ListSnapshot {
     pub rv: u64,
     /// All matching items, sorted by key.
     pub items: Vec<(String, Arc<Value>)>,
-    /// Creation time (TTL).
-    pub at: Instant,
+    /// Creation time by the emulator clock (continue-token TTL).
+    pub at: Timestamp,
 }
 
 /// Retention settings.
@@ -230,6 +233,8 @@ pub struct State {
     pub next_node_port: u32,
     /// Retention.
     pub retention: Retention,
+    /// Source of server-set times and of time-based expiry.
+    pub clock: Arc<Clock>,
     /// `dryRun=All` in progress: writes compute their result but change nothing.
     pub dry_run: bool,
     /// Something the garbage collector cares about changed since its last pass (a removal,
@@ -239,7 +244,7 @@ pub struct State {
 
 impl State {
     /// Fresh state with the built-in types.
-    pub fn new(retention: Retention) -> Self {
+    pub fn new(retention: Retention, clock: Arc<Clock>) -> Self {
         let types = crate::registry::builtins()
             .into_iter()
             .map(|rt| (rt.gr(), Arc::new(rt)))
@@ -256,6 +261,7 @@ impl State {
             next_cluster_ip: 10,
             next_node_port: 30000,
             retention,
+            clock,
             dry_run: false,
             gc_dirty: true,
         }
@@ -300,12 +306,11 @@ impl State {
         self.trim();
     }
 
-    /// Apply retention to the event log.
+    /// Apply retention to the event log and the list snapshots (also after the clock moved).
     pub fn trim(&mut self) {
-        let now = Instant::now();
         while let Some(front) = self.log.front() {
             let too_many = self.log.len() > self.retention.max_events;
-            let too_old = now.duration_since(front.at) > self.retention.max_age;
+            let too_old = self.clock.elapsed(front.at) > self.retention.max_age;
             if !(too_many || too_old) {
                 break;
             }
@@ -313,7 +318,8 @@ impl State {
             self.log.pop_front();
         }
         let ttl = self.retention.list_ttl;
-        self.lists.retain(|_, s| now.duration_since(s.at) <= ttl);
+        let clock = self.clock.clone();
+        self.lists.retain(|_, s| clock.elapsed(s.at) <= ttl);
     }
 
     /// Drop all history: every watch resuming from an older revision gets 410.
@@ -346,7 +352,7 @@ impl State {
             etype: EventType::Added,
             obj: obj.clone(),
             prev: None,
-            at: Instant::now(),
+            at: self.clock.now(),
             json: JsonCache::default(),
         };
         self.push(e);
@@ -373,7 +379,7 @@ impl State {
             etype: EventType::Modified,
             obj: obj.clone(),
             prev,
-            at: Instant::now(),
+            at: self.clock.now(),
             json: JsonCache::default(),
         };
         self.push(e);
@@ -397,7 +403,7 @@ impl State {
             etype: EventType::Deleted,
             obj: last.clone(),
             prev: Some(prev),
-            at: Instant::now(),
+            at: self.clock.now(),
             json: JsonCache::default(),
         };
         self.push(e);
@@ -500,10 +506,13 @@ mod tests {
 
     #[test]
     fn select_at_reaches_back_exactly_as_far_as_the_retained_history() {
-        let mut st = State::new(Retention {
-            max_events: 2,
-            ..Retention::default()
-        });
+        let mut st = State::new(
+            Retention {
+                max_events: 2,
+                ..Retention::default()
+            },
+            Arc::default(),
+        );
         let gr = GroupResource::new("", "configmaps");
         let (l, f) = (LabelSelector::default(), FieldSelector::default());
         let k = key(Some("ns"), "a");
