@@ -13,7 +13,7 @@ use crate::meta::{self, str_at};
 use crate::registry::{GenerationPolicy, ResourceType};
 use crate::request::{Output, PatchType, Query};
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::semantics::{self, ManagerCtx};
+use crate::semantics::{self, Decoded, ManagerCtx};
 use crate::store::{self, ListSnapshot, State};
 use apiserver_semantics::patch::PatchError;
 
@@ -485,6 +485,12 @@ pub fn create(
 ) -> Result<Reply, ApiError> {
     let rt = t.rt.clone();
     check_type_meta(&rt, &mut obj)?;
+    // An apply configuration was checked by `apply`; every other body is decoded here.
+    let mut warnings = if applied {
+        Vec::new()
+    } else {
+        semantics::builtin_unknown_fields(&rt, &mut obj, w.field_validation, Decoded::Body)?
+    };
     check_namespace(t, &mut obj)?;
     if str_at(&obj, "/metadata/resourceVersion").is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::new(
@@ -518,7 +524,6 @@ pub fn create(
             root.remove("status");
         }
     }
-    let mut warnings = Vec::new();
     let gen_needed = str_at(&obj, "/metadata/name").is_none_or(str::is_empty);
     let gen_prefix = str_at(&obj, "/metadata/generateName")
         .unwrap_or_default()
@@ -837,6 +842,8 @@ pub fn update(
 ) -> Result<Reply, ApiError> {
     check_sub(t)?;
     let mut obj = decode_body(body)?;
+    let warnings =
+        semantics::builtin_unknown_fields(&t.rt, &mut obj, w.field_validation, Decoded::Body)?;
     check_name(t, &obj)?;
     check_namespace(t, &mut obj)?;
     let Some(old) = st.get(&t.rt.gr(), &t.key()) else {
@@ -846,6 +853,7 @@ pub fn update(
             let r = create(st, t, obj, w, false)?;
             return Ok(Reply {
                 body: output_object(&r.body, output),
+                warnings: [warnings, r.warnings].concat(),
                 ..r
             });
         }
@@ -855,7 +863,7 @@ pub fn update(
     Ok(Reply {
         code: 200,
         body: output_object(&u.obj, output),
-        warnings: u.warnings,
+        warnings: [warnings, u.warnings].concat(),
     })
 }
 
@@ -915,12 +923,17 @@ pub fn patch(
     if !doc.is_object() {
         return Err(ApiError::bad_request("patch result is not an object"));
     }
+    // Upstream decodes the patched object into the Go type: what the patch added that the
+    // type does not declare is dropped (the stored object has no such fields).
+    let mut doc = doc;
+    let warnings =
+        semantics::builtin_unknown_fields(&rt, &mut doc, w.field_validation, Decoded::Patch)?;
     check_name(t, &doc)?;
     let u = update_pipeline(st, t, old, doc, w, RvRule::IfPresent, false)?;
     Ok(Reply {
         code: 200,
         body: output_object(&u.obj, output),
-        warnings: u.warnings,
+        warnings: [warnings, u.warnings].concat(),
     })
 }
 
@@ -974,6 +987,7 @@ fn apply(
         return Err(ApiError::bad_request("metadata.managedFields must be nil"));
     }
     check_namespace(t, &mut config)?;
+    semantics::builtin_apply_fields(&rt, &config)?;
     let now = st.clock.now_rfc3339();
     let sub = t.sub.as_deref();
     let ctx = mctx(&rt, &av, w, sub, &now);

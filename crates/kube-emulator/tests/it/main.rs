@@ -14,3 +14,4 @@ mod kube_rs;
 mod kubectl;
 mod lifecycle;
 mod rules;
+mod unknown_fields;
