@@ -11,7 +11,7 @@ use kube_emulator::History;
 use kube_emulator::faults::{Action, DropMode, Rule};
 use serde_json::{Value, json};
 
-use crate::common::{emu, raw};
+use crate::common::{emu, name_and, pairs, raw};
 
 fn cm(name: &str) -> ConfigMap {
     serde_json::from_value(
@@ -611,20 +611,8 @@ async fn stale_list_serves_resource_version_0_reads_from_an_older_snapshot() {
     assert_eq!(code, 200, "{body}");
     let list = api.list(&ListParams::default().match_any()).await.unwrap();
     assert_eq!(list.metadata.resource_version, Some(old_rv.to_string()));
-    let got: Vec<(String, String)> = list
-        .items
-        .iter()
-        .map(|o| {
-            (
-                o.metadata.name.clone().unwrap(),
-                o.data.as_ref().unwrap()["k"].clone(),
-            )
-        })
-        .collect();
-    assert_eq!(
-        got,
-        [("a", "v"), ("b", "v")].map(|(n, v)| (n.to_string(), v.to_string()))
-    );
+    let got: Vec<_> = list.items.iter().map(|o| name_and("k", o)).collect();
+    assert_eq!(got, pairs(&[("a", "v"), ("b", "v")]));
     // get with resourceVersion=0: the old a, and c did not exist yet.
     let a = api
         .get_with("a", &kube::api::GetParams::any())
@@ -670,25 +658,14 @@ async fn watcher_whose_initial_list_is_stale_converges_through_its_watch() {
             .expect("event in time")
             .expect("stream open")
             .expect("no watcher error");
-        let data = |o: &ConfigMap| {
-            (
-                o.metadata.name.clone().unwrap(),
-                o.data.as_ref().unwrap()["k"].clone(),
-            )
-        };
         match ev {
             watcher::Event::Init => {}
-            watcher::Event::InitApply(o) => initial.push(data(&o)),
+            watcher::Event::InitApply(o) => initial.push(name_and("k", &o)),
             watcher::Event::InitDone => done = true,
-            watcher::Event::Apply(o) if done => later.push(data(&o)),
+            watcher::Event::Apply(o) if done => later.push(name_and("k", &o)),
             other => panic!("unexpected {other:?}"),
         }
     }
-    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
-        v.iter()
-            .map(|(n, k)| (n.to_string(), k.to_string()))
-            .collect()
-    };
     assert_eq!(initial, pairs(&[("a", "v"), ("b", "v")]), "the stale list");
     assert_eq!(
         later,

@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, VersionMatch};
 use serde_json::{Value, json};
 
-use crate::common::{emu, raw};
+use crate::common::{emu, name_and, pairs, raw};
 
 fn cm(name: &str, app: &str, v: &str) -> ConfigMap {
     serde_json::from_value(json!({"apiVersion":"v1","kind":"ConfigMap",
@@ -150,10 +150,7 @@ async fn paged_exact_list_serves_every_page_from_the_same_older_snapshot() {
         }
     }
     assert_eq!(pages, 2);
-    assert_eq!(
-        seen,
-        [("a", "old"), ("b", "old"), ("c", "old")].map(|(a, b)| (a.to_string(), b.to_string()))
-    );
+    assert_eq!(seen, pairs(&[("a", "old"), ("b", "old"), ("c", "old")]));
 }
 
 #[tokio::test]
@@ -197,20 +194,8 @@ async fn kube_rs_exact_version_match_lists_the_older_state() {
         .at(&n.to_string());
     let list = api.list(&lp).await.unwrap();
     assert_eq!(list.metadata.resource_version, Some(n.to_string()));
-    let got: Vec<(String, String)> = list
-        .items
-        .iter()
-        .map(|o| {
-            (
-                o.metadata.name.clone().unwrap(),
-                o.data.as_ref().unwrap()["v"].clone(),
-            )
-        })
-        .collect();
-    assert_eq!(
-        got,
-        [("a", "old"), ("b", "old")].map(|(a, b)| (a.to_string(), b.to_string()))
-    );
+    let got: Vec<_> = list.items.iter().map(|o| name_and("v", o)).collect();
+    assert_eq!(got, pairs(&[("a", "old"), ("b", "old")]));
     // Paged through kube-rs: the continue token keeps the snapshot.
     let page1 = api.list(&lp.clone().limit(1)).await.unwrap();
     let tok = page1.metadata.continue_.clone().unwrap();
