@@ -36,6 +36,12 @@
 //!
 //! Costs are measured by `cargo bench -p apiserver-semantics` (benches/semantics.rs).
 //!
+//! # Unknown fields of built-ins ([`typed`])
+//! `typed::prune_unknown(group, version, kind, &mut obj) -> Option<Pruned>` (decoding into the Go
+//! type: warnings / strict error as for CRs, `typed::strict_decode_message` wraps the latter for
+//! creates and PUTs); `typed::apply_undeclared_fields(group, version, kind, &config)` (the 500
+//! message of server-side apply's typed conversion).
+//!
 //! # Tables and OpenAPI ([`table`], [`openapi`])
 //! `table::render(&TableSource, objects, IncludeObject, resource_version, continue, now) -> Value`;
 //! `openapi::v2(crds)`, `openapi::v3_index(crds)`, `openapi::v3_group_version(crds, group, version)`.
@@ -67,6 +73,7 @@ pub mod schema;
 pub mod semantics;
 pub mod ssa;
 pub mod table;
+pub mod typed;
 
 pub use field_error::{FieldError, invalid_status};
 pub use semantics::{BuiltinSchema, CrdSchema, ListType, MapType, ObjectSchema};

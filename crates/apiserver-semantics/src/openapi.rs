@@ -109,6 +109,8 @@ fn builtins() -> Vec<Resource> {
         r("", "v1", "ConfigMap", "configmaps", true, false),
         r("", "v1", "Secret", "secrets", true, false),
         r("", "v1", "Event", "events", true, false),
+        r("", "v1", "ServiceAccount", "serviceaccounts", true, false),
+        r("", "v1", "Node", "nodes", false, true),
         r(
             "discovery.k8s.io",
             "v1",
@@ -133,7 +135,7 @@ fn builtins() -> Vec<Resource> {
 /// OpenAPI 3 definitions of the served built-ins and everything they reference, generated once
 /// from k8s-openapi's schemas (the Kubernetes OpenAPI, with its descriptions), keyed like the
 /// real documents (`io.k8s.api.core.v1.Service`).
-fn builtin_definitions() -> &'static Map<String, Value> {
+pub(crate) fn builtin_definitions() -> &'static Map<String, Value> {
     static DEFS: OnceLock<Map<String, Value>> = OnceLock::new();
     DEFS.get_or_init(|| {
         use k8s_openapi::api::{coordination, core, discovery, events};
@@ -147,6 +149,8 @@ fn builtin_definitions() -> &'static Map<String, Value> {
         let _ = g.subschema_for::<core::v1::ConfigMap>();
         let _ = g.subschema_for::<core::v1::Secret>();
         let _ = g.subschema_for::<core::v1::Event>();
+        let _ = g.subschema_for::<core::v1::ServiceAccount>();
+        let _ = g.subschema_for::<core::v1::Node>();
         let _ = g.subschema_for::<discovery::v1::EndpointSlice>();
         let _ = g.subschema_for::<coordination::v1::Lease>();
         let _ = g.subschema_for::<events::v1::Event>();
@@ -155,6 +159,25 @@ fn builtin_definitions() -> &'static Map<String, Value> {
         let _ = g.subschema_for::<meta::ListMeta>();
         g.take_definitions(true)
     })
+}
+
+/// The object schema of a served built-in kind (its `$ref`s point into [`builtin_definitions`]).
+pub(crate) fn builtin_definition(group: &str, version: &str, kind: &str) -> Option<&'static Value> {
+    // Looked up per request: `builtins()` clones every schema, so its names are kept once.
+    static NAMES: OnceLock<Vec<(String, String, String, String)>> = OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        builtins()
+            .iter()
+            .map(|r| {
+                let name = r.definition_name();
+                (r.group.clone(), r.version.clone(), r.kind.clone(), name)
+            })
+            .collect()
+    });
+    let (.., name) = names
+        .iter()
+        .find(|(g, v, k, _)| g == group && v == version && k == kind)?;
+    builtin_definitions().get(name)
 }
 
 /// Every `$ref` target (definition name) inside `v`.

@@ -14,6 +14,8 @@
 //! | `POST /__emu/load` (YAML/JSON manifests) | create objects |
 //! | `POST /__emu/ready` `{"ready":false}` | `/readyz` answers 500 until set back |
 //! | `POST /__emu/reset` | clear faults and the request log |
+//! | `GET /__emu/clock` | the emulator clock: `{"now": RFC3339, "manual": bool}` |
+//! | `POST /__emu/clock` `{"advanceMs":N}` or `{"set":"<RFC3339>"}` | move the clock |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,6 +61,38 @@ pub async fn restart(core: &Arc<Core>, down: Duration, history: History) {
     if core.listener.send(ListenerCmd::Restart(down, tx)).is_ok() {
         let _ = rx.await;
     }
+}
+
+fn clock_doc(core: &Core) -> Response<Body> {
+    let c = &core.config.clock;
+    ok(json!({"now": c.now().to_string(), "manual": c.is_manual()}))
+}
+
+/// `{"advanceMs": N}` (may be negative) or `{"set": "<RFC3339>"}`.
+fn move_clock(core: &Core, v: &Value) -> Result<(), ApiError> {
+    let clock = &core.config.clock;
+    match (v.get("advanceMs"), v.get("set")) {
+        (Some(ms), None) => {
+            let ms = ms
+                .as_i64()
+                .ok_or_else(|| ApiError::bad_request("advanceMs must be an integer"))?;
+            clock.advance(jiff::SignedDuration::from_millis(ms));
+        }
+        (None, Some(at)) => {
+            let at = at
+                .as_str()
+                .and_then(|s| s.parse::<jiff::Timestamp>().ok())
+                .ok_or_else(|| ApiError::bad_request("set must be an RFC 3339 time"))?;
+            clock.set(at);
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "expected exactly one of {\"advanceMs\": N} or {\"set\": \"<RFC3339>\"}",
+            ));
+        }
+    }
+    core.clock_moved();
+    Ok(())
 }
 
 /// Dispatch an admin request.
@@ -184,6 +218,11 @@ pub async fn handle(
                 core.ready.store(ready, std::sync::atomic::Ordering::SeqCst);
                 ok(json!({"ready": ready}))
             }
+            Err(e) => err(e),
+        },
+        ("GET", "clock") => clock_doc(core),
+        ("POST", "clock") => match parse().and_then(|v| move_clock(core, &v)) {
+            Ok(()) => clock_doc(core),
             Err(e) => err(e),
         },
         ("POST", "reset") => {

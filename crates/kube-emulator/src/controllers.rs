@@ -77,13 +77,13 @@ fn crds(st: &mut State, cfg: &crate::server::Config) -> bool {
             let age_ok = str_at(crd, "/metadata/creationTimestamp")
                 .and_then(|t| t.parse::<jiff::Timestamp>().ok())
                 .is_none_or(|t| {
-                    jiff::Timestamp::now().as_second() - t.as_second()
+                    st.clock.now().as_second() - t.as_second()
                         >= cfg.crd_establish_delay.as_secs() as i64
                 });
             if !age_ok {
                 continue;
             }
-            let now = meta::now_rfc3339();
+            let now = st.clock.now_rfc3339();
             let mut o = (**crd).clone();
             let names = o
                 .pointer("/spec/names")
@@ -282,8 +282,8 @@ fn namespace_conditions(
             Some(o) if o.get("status") == Some(&json!(status)) => o
                 .get("lastTransitionTime")
                 .cloned()
-                .unwrap_or(json!(meta::now_rfc3339())),
-            _ => json!(meta::now_rfc3339()),
+                .unwrap_or(json!(st.clock.now_rfc3339())),
+            _ => json!(st.clock.now_rfc3339()),
         };
         json!({"type": t, "status": status, "lastTransitionTime": since, "reason": reason, "message": message})
     };

@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::info;
 
 use crate::admin::History;
+use crate::clock::Clock;
 use crate::error::{ApiError, EmuError};
 use crate::faults::{Faults, Rule};
 use crate::registry::GroupResource;
@@ -78,6 +79,12 @@ impl EmulatorBuilder {
     /// Seed of the fault RNG.
     pub fn seed(mut self, seed: u64) -> Self {
         self.config.seed = seed;
+        self
+    }
+    /// The clock for every server-set time and time-based expiry (default: system time);
+    /// e.g. `Clock::manual(t0)`, moved later with [`Emulator::advance_clock`].
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.config.clock = Arc::new(clock);
         self
     }
 
@@ -277,6 +284,26 @@ impl Emulator {
         self.core
             .ready
             .store(ready, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The emulator clock.
+    pub fn clock(&self) -> &Clock {
+        &self.core.config.clock
+    }
+
+    /// Set the clock to `at` (a system clock keeps running from there); history and `continue`
+    /// tokens older than their retention expire at once.
+    pub fn set_clock(&self, at: jiff::Timestamp) {
+        self.core.config.clock.set(at);
+        self.core.clock_moved();
+    }
+
+    /// Move the clock forward by `by`; history and `continue` tokens that thereby pass their
+    /// retention expire at once.
+    pub fn advance_clock(&self, by: Duration) {
+        let by = jiff::SignedDuration::try_from(by).unwrap_or(jiff::SignedDuration::MAX);
+        self.core.config.clock.advance(by);
+        self.core.clock_moved();
     }
 
     /// Number of open watches.

@@ -118,6 +118,15 @@ pub enum Action {
         /// Delay.
         ms: u64,
     },
+    /// Serve matching list/get requests that ask for `resourceVersion=0` ("any", which upstream
+    /// may answer from a lagging watch cache) from the state `revisions` global revisions ago,
+    /// clamped to the oldest revision the event history still holds. Other requests the rule
+    /// matches are served normally (and still count as fired).
+    #[serde(rename_all = "camelCase")]
+    StaleList {
+        /// How many global revisions the answer lags behind the current one.
+        revisions: u64,
+    },
     /// Bookmark control for matching watches.
     #[serde(rename_all = "camelCase")]
     Bookmarks {
@@ -448,6 +457,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.times, Some(3));
+        let stale: Action = serde_json::from_str(r#"{"type":"staleList","revisions":5}"#).unwrap();
+        assert_eq!(stale, Action::StaleList { revisions: 5 });
         assert!(matches!(
             r.action,
             Action::Status {

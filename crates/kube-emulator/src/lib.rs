@@ -29,7 +29,7 @@
 //!
 //! | Handle method | Purpose |
 //! |---|---|
-//! | [`Emulator::start`], [`Emulator::builder`] | start (bookmark interval, CRD establish delay, seed, kubeconfig path, manifests) |
+//! | [`Emulator::start`], [`Emulator::builder`] | start (bookmark interval, CRD establish delay, seed, kubeconfig path, manifests, clock) |
 //! | [`Emulator::addr`], [`Emulator::url`], [`Emulator::kubeconfig_path`] | where it listens |
 //! | [`Emulator::client`], [`Emulator::kube_config`] | a `kube::Client` / a `kube::Config` to tweak first |
 //! | [`Emulator::requests`] | the [`reqlog::RequestLog`]: `writes_by_manager`, `writes_by_user_agent`, `write_counts`, `filter`, `clear` |
@@ -37,6 +37,7 @@
 //! | [`Emulator::compact_now`], [`Emulator::restart`], [`Emulator::set_ready`] | 410s, restarts, readiness |
 //! | [`Emulator::snapshot`], [`Emulator::restore`], [`Emulator::load_yaml`], [`Emulator::get`] | state |
 //! | [`Emulator::resource_version`], [`Emulator::watch_count`] | introspection |
+//! | [`Emulator::clock`], [`Emulator::set_clock`], [`Emulator::advance_clock`] | the [`Clock`] of server-set times and expiry ([`EmulatorBuilder::clock`] installs a manual one) |
 //!
 //! Dropping the handle stops the server and removes its temporary kubeconfig.
 //!
@@ -46,6 +47,7 @@
 
 pub mod admin;
 pub mod builtins;
+pub mod clock;
 pub mod controllers;
 pub mod discovery;
 pub mod emulator;
@@ -68,6 +70,7 @@ pub mod validation;
 pub mod watch;
 
 pub use admin::History;
+pub use clock::Clock;
 pub use emulator::{Emulator, EmulatorBuilder};
 pub use error::{ApiError, EmuError};
 pub use server::Config;

@@ -3,13 +3,6 @@
 use rand::Rng;
 use serde_json::{Map, Value, json};
 
-/// RFC 3339 UTC seconds, as Kubernetes serialises `metav1.Time`.
-pub fn now_rfc3339() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
-}
-
 /// A new lowercase hyphenated UUIDv4.
 pub fn new_uid() -> String {
     uuid::Uuid::new_v4().to_string()

@@ -13,7 +13,7 @@ use crate::meta::{self, str_at};
 use crate::registry::{GenerationPolicy, ResourceType};
 use crate::request::{Output, PatchType, Query};
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::semantics::{self, ManagerCtx};
+use crate::semantics::{self, Decoded, ManagerCtx};
 use crate::store::{self, ListSnapshot, State};
 use apiserver_semantics::patch::PatchError;
 
@@ -140,17 +140,37 @@ fn causes_to_invalid(rt: &ResourceType, name: &str, causes: Vec<Cause>) -> ApiEr
     ApiError::invalid(&rt.kind, &rt.group, name, causes)
 }
 
-/// GET one object.
-pub fn get(st: &State, t: &Target, output: Output) -> Result<Reply, ApiError> {
+/// The revision a `resourceVersion=0` ("any") read is served at under a `staleList` fault
+/// lagging `stale` revisions; `None` = the current state.
+fn stale_read_rv(st: &State, q: &Query, stale: Option<u64>) -> Option<u64> {
+    stale
+        .filter(|_| q.get("resourceVersion") == Some("0"))
+        .map(|lag| st.lagging_rv(lag))
+}
+
+/// GET one object (`stale`: the lag of a `staleList` fault that fired for this request).
+pub fn get(
+    st: &State,
+    t: &Target,
+    q: &Query,
+    stale: Option<u64>,
+    output: Output,
+) -> Result<Reply, ApiError> {
     check_sub(t)?;
-    let obj = st.get(&t.rt.gr(), &t.key()).ok_or_else(|| t.not_found())?;
+    let (obj, rv) = match stale_read_rv(st, q, stale) {
+        // A lagging revision is never older than the history, so get_at always answers.
+        Some(at) => (st.get_at(&t.rt.gr(), &t.key(), at).flatten(), at),
+        None => (st.get(&t.rt.gr(), &t.key()), st.rv),
+    };
+    let obj = obj.ok_or_else(|| t.not_found())?;
     if output == Output::Table {
         return Ok(Reply::ok(crate::table::render(
             &t.rt,
             &[obj.as_ref()],
             "Metadata",
-            st.rv,
+            rv,
             None,
+            &st.clock.now_rfc3339(),
         )));
     }
     Ok(Reply::ok(output_object(&obj, output)))
@@ -203,8 +223,14 @@ pub fn selectors(rt: &ResourceType, q: &Query) -> Result<(LabelSelector, FieldSe
     Ok((l, f))
 }
 
-/// LIST a collection.
-pub fn list(st: &mut State, t: &Target, q: &Query, output: Output) -> Result<Reply, ApiError> {
+/// LIST a collection (`stale`: the lag of a `staleList` fault that fired for this request).
+pub fn list(
+    st: &mut State,
+    t: &Target,
+    q: &Query,
+    stale: Option<u64>,
+    output: Output,
+) -> Result<Reply, ApiError> {
     let rt = &t.rt;
     let limit = q.int("limit")?.filter(|l| *l > 0).map(|l| l as usize);
     let rv_param = q.get("resourceVersion");
@@ -254,7 +280,13 @@ pub fn list(st: &mut State, t: &Target, q: &Query, output: Output) -> Result<Rep
     }
     let (items, list_rv, next): Page = if let Some(tok) = cont {
         let (rv, start, id) = decode_continue(tok)?;
-        let snap = st.lists.get(&id).filter(|s| s.rv == rv).ok_or_else(|| {
+        // Checked here too: trimming runs on writes, and the clock may have moved since.
+        let ttl = st.retention.list_ttl;
+        let snap = st
+            .lists
+            .get(&id)
+            .filter(|s| s.rv == rv && st.clock.elapsed(s.at) <= ttl)
+            .ok_or_else(|| {
             ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
         })?;
         let from = snap
@@ -263,6 +295,9 @@ pub fn list(st: &mut State, t: &Target, q: &Query, output: Output) -> Result<Rep
         let rest = &snap.items[from..];
         page(rest, limit, rv, id)
     } else {
+        // Exact reads (spec §3.3: `resourceVersionMatch=Exact`, or a legacy `resourceVersion=N`
+        // with `limit`) of an older revision are served from the event history.
+        let mut at = stale_read_rv(st, q, stale);
         if let Some(n) = rv_param.filter(|r| *r != "0") {
             let n: u64 = n
                 .parse()
@@ -279,17 +314,23 @@ pub fn list(st: &mut State, t: &Target, q: &Query, output: Output) -> Result<Rep
                 );
                 return Err(e);
             }
-            if exact && n != st.rv {
-                // Exact reads of older revisions are not materialised from history.
-                return Err(ApiError::expired(format!(
-                    "too old resource version: {n} ({})",
-                    st.rv
-                )));
+            if exact {
+                at = Some(n);
             }
         }
         let (l, f) = selectors(rt, q)?;
-        let all = st.select(&rt.gr(), t.ns.as_deref(), &l, &f);
-        let rv = st.rv;
+        let (all, rv) = match at {
+            Some(n) => {
+                let items = st
+                    .select_at(&rt.gr(), n, t.ns.as_deref(), &l, &f)
+                    .ok_or_else(|| {
+                        // etcd3's message for a compacted revision (storage/etcd3/errors.go).
+                        ApiError::expired("The resourceVersion for the provided list is too old.")
+                    })?;
+                (items, n)
+            }
+            None => (st.select(&rt.gr(), t.ns.as_deref(), &l, &f), st.rv),
+        };
         match limit {
             Some(lim) if all.len() > lim => {
                 let id = st.id();
@@ -299,7 +340,7 @@ pub fn list(st: &mut State, t: &Target, q: &Query, output: Output) -> Result<Rep
                     ListSnapshot {
                         rv,
                         items: all,
-                        at: std::time::Instant::now(),
+                        at: st.clock.now(),
                     },
                 );
                 r
@@ -315,6 +356,7 @@ pub fn list(st: &mut State, t: &Target, q: &Query, output: Output) -> Result<Rep
             q.get("includeObject").unwrap_or("Metadata"),
             list_rv,
             next.as_deref(),
+            &st.clock.now_rfc3339(),
         );
         return Ok(Reply::ok(tb));
     }
@@ -443,6 +485,12 @@ pub fn create(
 ) -> Result<Reply, ApiError> {
     let rt = t.rt.clone();
     check_type_meta(&rt, &mut obj)?;
+    // An apply configuration was checked by `apply`; every other body is decoded here.
+    let mut warnings = if applied {
+        Vec::new()
+    } else {
+        semantics::builtin_unknown_fields(&rt, &mut obj, w.field_validation, Decoded::Body)?
+    };
     check_namespace(t, &mut obj)?;
     if str_at(&obj, "/metadata/resourceVersion").is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::new(
@@ -451,7 +499,7 @@ pub fn create(
             "resourceVersion should not be set on objects to be created",
         ));
     }
-    let now = meta::now_rfc3339();
+    let now = st.clock.now_rfc3339();
     {
         let m = meta::meta_mut(&mut obj);
         for k in [
@@ -476,7 +524,6 @@ pub fn create(
             root.remove("status");
         }
     }
-    let mut warnings = Vec::new();
     let gen_needed = str_at(&obj, "/metadata/name").is_none_or(str::is_empty);
     let gen_prefix = str_at(&obj, "/metadata/generateName")
         .unwrap_or_default()
@@ -744,7 +791,7 @@ fn update_pipeline(
         });
     }
     if !applied {
-        let now = meta::now_rfc3339();
+        let now = st.clock.now_rfc3339();
         let av = rt.api_version();
         semantics::record_update(Some(&old), &mut new, &mctx(&rt, &av, w, sub, &now));
         meta::normalise(&mut new);
@@ -795,6 +842,8 @@ pub fn update(
 ) -> Result<Reply, ApiError> {
     check_sub(t)?;
     let mut obj = decode_body(body)?;
+    let warnings =
+        semantics::builtin_unknown_fields(&t.rt, &mut obj, w.field_validation, Decoded::Body)?;
     check_name(t, &obj)?;
     check_namespace(t, &mut obj)?;
     let Some(old) = st.get(&t.rt.gr(), &t.key()) else {
@@ -804,6 +853,7 @@ pub fn update(
             let r = create(st, t, obj, w, false)?;
             return Ok(Reply {
                 body: output_object(&r.body, output),
+                warnings: [warnings, r.warnings].concat(),
                 ..r
             });
         }
@@ -813,7 +863,7 @@ pub fn update(
     Ok(Reply {
         code: 200,
         body: output_object(&u.obj, output),
-        warnings: u.warnings,
+        warnings: [warnings, u.warnings].concat(),
     })
 }
 
@@ -873,12 +923,17 @@ pub fn patch(
     if !doc.is_object() {
         return Err(ApiError::bad_request("patch result is not an object"));
     }
+    // Upstream decodes the patched object into the Go type: what the patch added that the
+    // type does not declare is dropped (the stored object has no such fields).
+    let mut doc = doc;
+    let warnings =
+        semantics::builtin_unknown_fields(&rt, &mut doc, w.field_validation, Decoded::Patch)?;
     check_name(t, &doc)?;
     let u = update_pipeline(st, t, old, doc, w, RvRule::IfPresent, false)?;
     Ok(Reply {
         code: 200,
         body: output_object(&u.obj, output),
-        warnings: u.warnings,
+        warnings: [warnings, u.warnings].concat(),
     })
 }
 
@@ -932,7 +987,8 @@ fn apply(
         return Err(ApiError::bad_request("metadata.managedFields must be nil"));
     }
     check_namespace(t, &mut config)?;
-    let now = meta::now_rfc3339();
+    semantics::builtin_apply_fields(&rt, &config)?;
+    let now = st.clock.now_rfc3339();
     let sub = t.sub.as_deref();
     let ctx = mctx(&rt, &av, w, sub, &now);
     let old = st.get(&rt.gr(), &t.key());
@@ -1101,7 +1157,7 @@ pub fn delete_one(
         let mut new = (*old).clone();
         meta::set_finalizers(&mut new, &fins);
         let m = meta::meta_mut(&mut new);
-        m.insert("deletionTimestamp".into(), json!(meta::now_rfc3339()));
+        m.insert("deletionTimestamp".into(), json!(st.clock.now_rfc3339()));
         m.insert("deletionGracePeriodSeconds".into(), json!(0));
         if let Some(g) = m
             .get("generation")

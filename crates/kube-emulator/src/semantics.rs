@@ -98,6 +98,64 @@ impl FieldValidation {
     }
 }
 
+/// Where a built-in object with unknown fields came from: the handlers word a Strict failure
+/// differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decoded {
+    /// A create or update (PUT) body: the decode error is wrapped (`transformDecodeError`).
+    Body,
+    /// The result of a merge, JSON or strategic merge patch: the bare strict error.
+    Patch,
+}
+
+/// Unknown fields of a built-in object (custom resources: see [`crd_admit`]): dropped, as
+/// decoding into the Go type drops them, with one `Warning` each (`Warn`), silently (`Ignore`),
+/// or a 400 (`Strict`).
+pub fn builtin_unknown_fields(
+    rt: &ResourceType,
+    obj: &mut Value,
+    fv: FieldValidation,
+    from: Decoded,
+) -> Result<Vec<String>, ApiError> {
+    if rt.crd.is_some() {
+        return Ok(Vec::new());
+    }
+    let Some(pruned) =
+        apiserver_semantics::typed::prune_unknown(&rt.group, &rt.version, &rt.kind, obj)
+    else {
+        return Ok(Vec::new());
+    };
+    match fv {
+        FieldValidation::Ignore => Ok(Vec::new()),
+        FieldValidation::Warn => Ok(pruned.warnings()),
+        FieldValidation::Strict => match (pruned.strict_error(), from) {
+            (None, _) => Ok(Vec::new()),
+            (Some(msg), Decoded::Patch) => Err(ApiError::bad_request(msg)),
+            (Some(msg), Decoded::Body) => Err(ApiError::bad_request(
+                apiserver_semantics::typed::strict_decode_message(&rt.version, &rt.kind, &msg),
+            )),
+        },
+    }
+}
+
+/// Server-side apply of a built-in converts the configuration into the typed object first: an
+/// undeclared field fails the request whatever `fieldValidation` says, with upstream's 500 and
+/// empty reason (the error is not an API status upstream).
+pub fn builtin_apply_fields(rt: &ResourceType, config: &Value) -> Result<(), ApiError> {
+    if rt.crd.is_some() {
+        return Ok(());
+    }
+    match apiserver_semantics::typed::apply_undeclared_fields(
+        &rt.group,
+        &rt.version,
+        &rt.kind,
+        config,
+    ) {
+        Some(msg) => Err(ApiError::new(500, "", msg)),
+        None => Ok(()),
+    }
+}
+
 /// CRD schema handling on write: prune unknown fields, apply defaults, validate (OpenAPI + CEL).
 /// Returns the `Warning` texts, or the 400 (Strict) / 422 Status.
 pub fn crd_admit(

@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc, watch};
 use tracing::{debug, info, warn};
 
+use crate::clock::Clock;
 use crate::error::ApiError;
 use crate::faults::{Action, Faults, RequestFacts, Rule};
 use crate::ops::{self, Target, Writer};
@@ -64,6 +65,8 @@ pub struct Config {
     pub request_log_cap: usize,
     /// First global resourceVersion (1 in tests; the binary uses microseconds since the epoch).
     pub initial_resource_version: u64,
+    /// Source of every server-set time (system time unless a test installs a manual clock).
+    pub clock: Arc<Clock>,
 }
 
 impl Default for Config {
@@ -78,6 +81,7 @@ impl Default for Config {
             seed: 0,
             request_log_cap: 200_000,
             initial_resource_version: 1,
+            clock: Arc::default(),
         }
     }
 }
@@ -117,13 +121,20 @@ impl Core {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// After the clock was set or advanced: expire what is now past its retention, and let the
+    /// controllers look again (a CRD's establish delay may have passed).
+    pub fn clock_moved(&self) {
+        self.lock().trim();
+        self.kick.notify_one();
+    }
+
     /// Build the core.
     pub fn new(
         config: Config,
         addr: SocketAddr,
         listener: mpsc::UnboundedSender<ListenerCmd>,
     ) -> Self {
-        let mut state = State::new(config.retention.clone());
+        let mut state = State::new(config.retention.clone(), config.clock.clone());
         // Start the revision counter where asked (the binary seeds it from the clock so a
         // restarted emulator never hands out revisions older than its predecessor's).
         state.rv = config.initial_resource_version.max(1);
@@ -620,12 +631,16 @@ async fn resource(
                         .map(|a| a.iter().any(|x| x == "All"))
                 })
                 .unwrap_or(false));
+    let stale = fired.iter().find_map(|r| match r.action {
+        Action::StaleList { revisions } => Some(revisions),
+        _ => None,
+    });
     let result = {
         let mut st = core.lock();
         st.dry_run = dry_run;
         let r = match verb {
-            "get" => ops::get(&st, &target, output),
-            "list" => ops::list(&mut st, &target, query, output),
+            "get" => ops::get(&st, &target, query, stale, output),
+            "list" => ops::list(&mut st, &target, query, stale, output),
             "create" => ops::decode_body(&body).and_then(|obj| {
                 if target.sub.is_some() {
                     return Err(ApiError::method_not_allowed("POST on a subresource"));

@@ -4,11 +4,14 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use jiff::Timestamp;
 
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use crate::clock::Clock;
 use crate::meta;
 use crate::registry::{GroupResource, ResourceType};
 use crate::selector::{FieldSelector, LabelSelector};
@@ -42,14 +45,17 @@ pub struct LogEntry {
     pub rv: u64,
     /// Resource type.
     pub gr: GroupResource,
+    /// Store key (`ns/name` or `name`) of the changed object.
+    pub key: String,
     /// Change kind.
     pub etype: EventType,
     /// New state (for Deleted: last state carrying the deletion revision).
     pub obj: Arc<Value>,
-    /// Previous state (Modified only).
+    /// Previous state as it was stored (Modified and Deleted; None for Added): what an exact-RV
+    /// list of an older revision puts back when it undoes this change.
     pub prev: Option<Arc<Value>>,
-    /// When committed (age-based retention).
-    pub at: Instant,
+    /// When committed, by the emulator clock (age-based retention).
+    pub at: Timestamp,
     /// `obj` serialised once, shared by every watcher that receives it (fan-out cost).
     pub json: JsonCache,
 }
@@ -149,8 +155,8 @@ pub struct ListSnapshot {
     pub rv: u64,
     /// All matching items, sorted by key.
     pub items: Vec<(String, Arc<Value>)>,
-    /// Creation time (TTL).
-    pub at: Instant,
+    /// Creation time by the emulator clock (continue-token TTL).
+    pub at: Timestamp,
 }
 
 /// Retention settings.
@@ -182,6 +188,26 @@ pub fn key(ns: Option<&str>, name: &str) -> String {
     }
 }
 
+/// Objects of one map in key order, restricted to a namespace and the selectors.
+fn filter(
+    m: &BTreeMap<String, Arc<Value>>,
+    ns: Option<&str>,
+    labels: &LabelSelector,
+    fields: &FieldSelector,
+) -> Vec<(String, Arc<Value>)> {
+    let iter: Box<dyn Iterator<Item = (&String, &Arc<Value>)>> = match ns {
+        Some(ns) => {
+            let start = format!("{ns}/");
+            let end = format!("{ns}0"); // '0' follows '/' in byte order
+            Box::new(m.range(start..end))
+        }
+        None => Box::new(m.iter()),
+    };
+    iter.filter(|(_, o)| labels.matches(o) && fields.matches(o))
+        .map(|(k, o)| (k.clone(), o.clone()))
+        .collect()
+}
+
 /// The state behind the store mutex.
 #[derive(Debug)]
 pub struct State {
@@ -207,6 +233,8 @@ pub struct State {
     pub next_node_port: u32,
     /// Retention.
     pub retention: Retention,
+    /// Source of server-set times and of time-based expiry.
+    pub clock: Arc<Clock>,
     /// `dryRun=All` in progress: writes compute their result but change nothing.
     pub dry_run: bool,
     /// Something the garbage collector cares about changed since its last pass (a removal,
@@ -216,7 +244,7 @@ pub struct State {
 
 impl State {
     /// Fresh state with the built-in types.
-    pub fn new(retention: Retention) -> Self {
+    pub fn new(retention: Retention, clock: Arc<Clock>) -> Self {
         let types = crate::registry::builtins()
             .into_iter()
             .map(|rt| (rt.gr(), Arc::new(rt)))
@@ -233,6 +261,7 @@ impl State {
             next_cluster_ip: 10,
             next_node_port: 30000,
             retention,
+            clock,
             dry_run: false,
             gc_dirty: true,
         }
@@ -277,12 +306,11 @@ impl State {
         self.trim();
     }
 
-    /// Apply retention to the event log.
+    /// Apply retention to the event log and the list snapshots (also after the clock moved).
     pub fn trim(&mut self) {
-        let now = Instant::now();
         while let Some(front) = self.log.front() {
             let too_many = self.log.len() > self.retention.max_events;
-            let too_old = now.duration_since(front.at) > self.retention.max_age;
+            let too_old = self.clock.elapsed(front.at) > self.retention.max_age;
             if !(too_many || too_old) {
                 break;
             }
@@ -290,7 +318,8 @@ impl State {
             self.log.pop_front();
         }
         let ttl = self.retention.list_ttl;
-        self.lists.retain(|_, s| now.duration_since(s.at) <= ttl);
+        let clock = self.clock.clone();
+        self.lists.retain(|_, s| clock.elapsed(s.at) <= ttl);
     }
 
     /// Drop all history: every watch resuming from an older revision gets 410.
@@ -315,14 +344,15 @@ impl State {
         self.objects
             .entry(gr.clone())
             .or_default()
-            .insert(k, obj.clone());
+            .insert(k.clone(), obj.clone());
         let e = LogEntry {
             rv: self.rv,
             gr: gr.clone(),
+            key: k,
             etype: EventType::Added,
             obj: obj.clone(),
             prev: None,
-            at: Instant::now(),
+            at: self.clock.now(),
             json: JsonCache::default(),
         };
         self.push(e);
@@ -341,14 +371,15 @@ impl State {
             .objects
             .entry(gr.clone())
             .or_default()
-            .insert(k, obj.clone());
+            .insert(k.clone(), obj.clone());
         let e = LogEntry {
             rv: self.rv,
             gr: gr.clone(),
+            key: k,
             etype: EventType::Modified,
             obj: obj.clone(),
             prev,
-            at: Instant::now(),
+            at: self.clock.now(),
             json: JsonCache::default(),
         };
         self.push(e);
@@ -368,10 +399,11 @@ impl State {
         let e = LogEntry {
             rv: self.rv,
             gr: gr.clone(),
+            key: k.to_string(),
             etype: EventType::Deleted,
             obj: last.clone(),
-            prev: None,
-            at: Instant::now(),
+            prev: Some(prev),
+            at: self.clock.now(),
             json: JsonCache::default(),
         };
         self.push(e);
@@ -386,20 +418,62 @@ impl State {
         labels: &LabelSelector,
         fields: &FieldSelector,
     ) -> Vec<(String, Arc<Value>)> {
-        let Some(m) = self.objects.get(gr) else {
-            return Vec::new();
-        };
-        let iter: Box<dyn Iterator<Item = (&String, &Arc<Value>)>> = match ns {
-            Some(ns) => {
-                let start = format!("{ns}/");
-                let end = format!("{ns}0"); // '0' follows '/' in byte order
-                Box::new(m.range(start..end))
+        match self.objects.get(gr) {
+            Some(m) => filter(m, ns, labels, fields),
+            None => Vec::new(),
+        }
+    }
+
+    /// The objects of a type as they were at revision `at`, sorted by key, filtered: the
+    /// current objects with every logged change newer than `at` undone (newest first). `None`
+    /// when `at` is older than the retained history (spec §3.3: 410 Expired).
+    pub fn select_at(
+        &self,
+        gr: &GroupResource,
+        at: u64,
+        ns: Option<&str>,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+    ) -> Option<Vec<(String, Arc<Value>)>> {
+        if at >= self.rv {
+            return Some(self.select(gr, ns, labels, fields));
+        }
+        // Every event after `compacted_rv` is retained (trim and compact_now move it), so the
+        // undo below is complete exactly when `at` is not older than it.
+        if at < self.compacted_rv {
+            return None;
+        }
+        let mut m = self.objects.get(gr).cloned().unwrap_or_default();
+        for e in self.log.iter().rev().take_while(|e| e.rv > at) {
+            if e.gr != *gr {
+                continue;
             }
-            None => Box::new(m.iter()),
-        };
-        iter.filter(|(_, o)| labels.matches(o) && fields.matches(o))
-            .map(|(k, o)| (k.clone(), o.clone()))
-            .collect()
+            match &e.prev {
+                Some(p) => m.insert(e.key.clone(), p.clone()),
+                None => m.remove(&e.key),
+            };
+        }
+        Some(filter(&m, ns, labels, fields))
+    }
+
+    /// One object as it was at revision `at` (`Some(None)`: it did not exist then); `None` when
+    /// `at` is older than the retained history.
+    pub fn get_at(&self, gr: &GroupResource, k: &str, at: u64) -> Option<Option<Arc<Value>>> {
+        if at < self.compacted_rv && at < self.rv {
+            return None;
+        }
+        let mut cur = self.get(gr, k);
+        for e in self.log.iter().rev().take_while(|e| e.rv > at) {
+            if e.gr == *gr && e.key == k {
+                cur = e.prev.clone();
+            }
+        }
+        Some(cur)
+    }
+
+    /// The revision a read lagging `lag` revisions behind sees: never older than the history.
+    pub fn lagging_rv(&self, lag: u64) -> u64 {
+        self.rv.saturating_sub(lag).max(self.compacted_rv)
     }
 
     /// Deliver a message to one watcher (bookmarks: ordered after every event already queued).
@@ -418,5 +492,58 @@ impl State {
     /// Close every watch (restart simulation).
     pub fn close_all_watches(&mut self) {
         self.watchers.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cm(v: &str) -> Value {
+        json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns"},"data":{"v":v}})
+    }
+
+    #[test]
+    fn select_at_reaches_back_exactly_as_far_as_the_retained_history() {
+        let mut st = State::new(
+            Retention {
+                max_events: 2,
+                ..Retention::default()
+            },
+            Arc::default(),
+        );
+        let gr = GroupResource::new("", "configmaps");
+        let (l, f) = (LabelSelector::default(), FieldSelector::default());
+        let k = key(Some("ns"), "a");
+        st.insert(&gr, k.clone(), cm("1"));
+        let r1 = st.rv;
+        st.replace(&gr, k.clone(), cm("2"));
+        let r2 = st.rv;
+        st.replace(&gr, k.clone(), cm("3"));
+        st.remove(&gr, &k);
+        // Four events, two retained: the state after the second is the oldest one rebuildable.
+        assert_eq!(st.compacted_rv, r2);
+        let at = |st: &State, rv| {
+            st.select_at(&gr, rv, Some("ns"), &l, &f).map(|v| {
+                v.iter()
+                    .map(|(_, o)| o["data"]["v"].clone())
+                    .collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(at(&st, r2), Some(vec![json!("2")]));
+        assert_eq!(at(&st, r2 + 1), Some(vec![json!("3")]));
+        assert_eq!(at(&st, st.rv), Some(vec![]));
+        assert_eq!(at(&st, r1), None);
+        assert_eq!(
+            st.get_at(&gr, &k, r2)
+                .flatten()
+                .map(|o| o["data"]["v"].clone()),
+            Some(json!("2"))
+        );
+        assert_eq!(st.get_at(&gr, &k, st.rv), Some(None));
+        assert_eq!(st.get_at(&gr, &k, r1), None);
+        assert_eq!(st.lagging_rv(1), st.rv - 1);
+        assert_eq!(st.lagging_rv(100), r2);
     }
 }

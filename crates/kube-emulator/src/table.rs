@@ -6,13 +6,14 @@ use serde_json::{Value, json};
 
 use crate::registry::ResourceType;
 
-/// Render a Table for objects of one type.
+/// Render a Table for objects of one type (`now`: the emulator clock, for ages).
 pub fn render(
     rt: &ResourceType,
     objs: &[&Value],
     include_object: &str,
     rv: u64,
     continue_token: Option<&str>,
+    now: &str,
 ) -> Value {
     let source = match &rt.crd {
         Some(c) => TableSource::Crd(t::crd_columns(
@@ -31,6 +32,6 @@ pub fn render(
         include,
         &rv.to_string(),
         continue_token,
-        &crate::meta::now_rfc3339(),
+        now,
     )
 }

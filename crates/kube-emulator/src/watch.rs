@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tracing::debug;
 
+use crate::clock::Clock;
 use crate::error::ApiError;
 use crate::faults::{Action, DropMode, Rule};
 use crate::meta;
@@ -45,7 +46,8 @@ pub struct WatchReq {
 
 type Tx = mpsc::Sender<Result<Frame<Bytes>, std::io::Error>>;
 
-fn line(etype: &str, obj: &Value, output: Output, t: &Target) -> Bytes {
+/// One event line (`clock`: the emulator clock, for the ages of Table rows).
+fn line(etype: &str, obj: &Value, output: Output, t: &Target, clock: &Clock) -> Bytes {
     let mut buf = Vec::with_capacity(512);
     buf.extend_from_slice(b"{\"type\":\"");
     buf.extend_from_slice(etype.as_bytes());
@@ -54,7 +56,14 @@ fn line(etype: &str, obj: &Value, output: Output, t: &Target) -> Bytes {
         Output::Metadata => serde_json::to_writer(&mut buf, &meta::to_partial(obj)),
         Output::Table if etype != "BOOKMARK" => serde_json::to_writer(
             &mut buf,
-            &crate::table::render(&t.rt, &[obj], "Metadata", meta::rv_of(obj), None),
+            &crate::table::render(
+                &t.rt,
+                &[obj],
+                "Metadata",
+                meta::rv_of(obj),
+                None,
+                &clock.now_rfc3339(),
+            ),
         ),
         _ => serde_json::to_writer(&mut buf, obj),
     };
@@ -350,7 +359,7 @@ async fn emit(
     m: WatchMsg,
     sent: &mut u64,
 ) -> Option<Stop> {
-    let _ = core;
+    let clock = core.config.clock.as_ref();
     let bytes = match m {
         WatchMsg::Event(et, obj, cache) => {
             if let Some(d) = f.event_delay {
@@ -373,7 +382,7 @@ async fn emit(
                     buf.extend_from_slice(b"}\n");
                     Bytes::from(buf)
                 }
-                _ => line(et.as_str(), &obj, w.output, &w.target),
+                _ => line(et.as_str(), &obj, w.output, &w.target, clock),
             }
         }
         WatchMsg::Bookmark(rv) => {
@@ -390,6 +399,7 @@ async fn emit(
                 ),
                 Output::Json,
                 &w.target,
+                clock,
             )
         }
         WatchMsg::InitialEnd(rv) => line(
@@ -397,6 +407,7 @@ async fn emit(
             &bookmark(&w.target, rv, w.output, true),
             Output::Json,
             &w.target,
+            clock,
         ),
     };
     if tx.send(Ok(Frame::data(bytes))).await.is_err() {

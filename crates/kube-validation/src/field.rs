@@ -1,6 +1,10 @@
-//! Field paths and field errors, rendered exactly like apimachinery's `field.Error`.
+//! Field paths and field errors, rendered exactly like apimachinery's `field.Error`: the one
+//! implementation behind the typed validation here and the JSON (CRD schema) validation of
+//! `apiserver-semantics`.
 
 use std::fmt;
+
+use serde_json::Value;
 
 /// A path to a field, e.g. `endpoints[0].addresses[1]` or `metadata.labels[app]`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -33,6 +37,12 @@ impl FieldPath {
 
     /// The rendered path.
     pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for FieldPath {
+    fn as_ref(&self) -> &str {
         &self.0
     }
 }
@@ -99,6 +109,14 @@ impl ErrorType {
             Self::TypeInvalid => "FieldValueTypeInvalid",
         }
     }
+
+    /// The error types that stop CEL evaluation upstream (`hasBlockingErr` in the CR strategy).
+    pub fn blocks_cel(self) -> bool {
+        matches!(
+            self,
+            Self::NotSupported | Self::Required | Self::TooLong | Self::TooMany | Self::TypeInvalid
+        )
+    }
 }
 
 /// The offending value of a field error, kept in the shape Go prints it.
@@ -112,11 +130,32 @@ pub enum BadValue {
     Int(i64),
     /// A boolean, printed bare.
     Bool(bool),
-    /// `null`.
+    /// `nil` (a nil pointer or interface): Go prints the string `"null"`.
     Null,
-    /// A composite value, pre-rendered (Go prints these with `%#v`, which has no Rust equivalent;
-    /// callers pass a readable rendering).
+    /// A value printed as given: composites (Go's `%#v`, see [`go_sharp_v`] for decoded JSON)
+    /// and non-integer numbers.
     Raw(String),
+}
+
+/// A decoded JSON value as Go holds it (`interface{}`): strings, integers and booleans print as
+/// such, other numbers bare, arrays and objects with `%#v`.
+impl From<&Value> for BadValue {
+    fn from(v: &Value) -> Self {
+        match v {
+            Value::Null => Self::Null,
+            Value::String(s) => Self::Str(s.clone()),
+            Value::Bool(b) => Self::Bool(*b),
+            Value::Number(n) => n
+                .as_i64()
+                .map_or_else(|| Self::Raw(n.to_string()), Self::Int),
+            composite => Self::Raw(go_sharp_v(composite)),
+        }
+    }
+}
+impl From<Value> for BadValue {
+    fn from(v: Value) -> Self {
+        Self::from(&v)
+    }
 }
 
 impl From<&str> for BadValue {
@@ -169,52 +208,70 @@ pub struct FieldError {
 }
 
 impl FieldError {
-    fn new(kind: ErrorType, path: &FieldPath, value: BadValue, detail: impl Into<String>) -> Self {
+    fn new<P: AsRef<str> + ?Sized>(
+        kind: ErrorType,
+        path: &P,
+        value: BadValue,
+        detail: impl Into<String>,
+    ) -> Self {
         Self {
             kind,
-            field: path.as_str().to_owned(),
+            field: path.as_ref().to_owned(),
             value,
             detail: detail.into(),
         }
     }
 
     /// `field.Required`.
-    pub fn required(path: &FieldPath, detail: impl Into<String>) -> Self {
+    pub fn required<P: AsRef<str> + ?Sized>(path: &P, detail: impl Into<String>) -> Self {
         Self::new(ErrorType::Required, path, BadValue::Omit, detail)
     }
 
     /// `field.Invalid`.
-    pub fn invalid(
-        path: &FieldPath,
+    pub fn invalid<P: AsRef<str> + ?Sized>(
+        path: &P,
         value: impl Into<BadValue>,
         detail: impl Into<String>,
     ) -> Self {
         Self::new(ErrorType::Invalid, path, value.into(), detail)
     }
 
+    /// `field.TypeInvalid` (printed like `Invalid`, reason `FieldValueTypeInvalid`).
+    pub fn type_invalid<P: AsRef<str> + ?Sized>(
+        path: &P,
+        value: impl Into<BadValue>,
+        detail: impl Into<String>,
+    ) -> Self {
+        Self::new(ErrorType::TypeInvalid, path, value.into(), detail)
+    }
+
     /// `field.Duplicate`.
-    pub fn duplicate(path: &FieldPath, value: impl Into<BadValue>) -> Self {
+    pub fn duplicate<P: AsRef<str> + ?Sized>(path: &P, value: impl Into<BadValue>) -> Self {
         Self::new(ErrorType::Duplicate, path, value.into(), "")
     }
 
     /// `field.Forbidden`.
-    pub fn forbidden(path: &FieldPath, detail: impl Into<String>) -> Self {
+    pub fn forbidden<P: AsRef<str> + ?Sized>(path: &P, detail: impl Into<String>) -> Self {
         Self::new(ErrorType::Forbidden, path, BadValue::Omit, detail)
     }
 
     /// `field.NotSupported`: the detail lists the quoted supported values in the order given.
-    pub fn not_supported(path: &FieldPath, value: impl Into<BadValue>, supported: &[&str]) -> Self {
+    pub fn not_supported<P: AsRef<str> + ?Sized, S: AsRef<str>>(
+        path: &P,
+        value: impl Into<BadValue>,
+        supported: &[S],
+    ) -> Self {
         let detail = if supported.is_empty() {
             String::new()
         } else {
-            let quoted: Vec<String> = supported.iter().map(|s| go_quote(s)).collect();
+            let quoted: Vec<String> = supported.iter().map(|s| go_quote(s.as_ref())).collect();
             format!("supported values: {}", quoted.join(", "))
         };
         Self::new(ErrorType::NotSupported, path, value.into(), detail)
     }
 
     /// `field.TooLong` (the value is never printed).
-    pub fn too_long(path: &FieldPath, max_length: usize) -> Self {
+    pub fn too_long<P: AsRef<str> + ?Sized>(path: &P, max_length: usize) -> Self {
         let unit = if max_length == 1 { "byte" } else { "bytes" };
         Self::new(
             ErrorType::TooLong,
@@ -225,7 +282,7 @@ impl FieldError {
     }
 
     /// `field.TooMany`.
-    pub fn too_many(path: &FieldPath, actual: usize, max: usize) -> Self {
+    pub fn too_many<P: AsRef<str> + ?Sized>(path: &P, actual: usize, max: usize) -> Self {
         let unit = if max == 1 { "item" } else { "items" };
         Self::new(
             ErrorType::TooMany,
@@ -236,7 +293,7 @@ impl FieldError {
     }
 
     /// `field.InternalError`.
-    pub fn internal(path: &FieldPath, detail: impl Into<String>) -> Self {
+    pub fn internal<P: AsRef<str> + ?Sized>(path: &P, detail: impl Into<String>) -> Self {
         Self::new(ErrorType::Internal, path, BadValue::Omit, detail)
     }
 
@@ -275,7 +332,7 @@ fn render_value(value: &BadValue) -> String {
         BadValue::Str(s) => go_quote(s),
         BadValue::Int(i) => i.to_string(),
         BadValue::Bool(b) => b.to_string(),
-        BadValue::Null => "null".to_owned(),
+        BadValue::Null => go_quote("null"),
         BadValue::Raw(s) => s.clone(),
     }
 }
@@ -311,6 +368,35 @@ pub fn go_quote(s: &str) -> String {
     }
     out.push('"');
     out
+}
+
+/// Go's `%#v` of a decoded JSON value (`map[string]interface {}{"k":"v"}`), which is what
+/// upstream prints for composite bad values (e.g. duplicate list-map keys).
+pub fn go_sharp_v(v: &Value) -> String {
+    match v {
+        Value::Null => "interface {}(nil)".to_owned(),
+        Value::String(s) => go_quote(s),
+        Value::Bool(b) => b.to_string(),
+        // Decoded JSON numbers are int64 (CR decoding keeps integers) or float64.
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => i.to_string(),
+            None if n.is_u64() => n.to_string(),
+            None => n.as_f64().map(|f| f.to_string()).unwrap_or_default(),
+        },
+        Value::Array(items) => {
+            let inner: Vec<String> = items.iter().map(go_sharp_v).collect();
+            format!("[]interface {{}}{{{}}}", inner.join(", "))
+        }
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let inner: Vec<String> = keys
+                .iter()
+                .map(|k| format!("{}:{}", go_quote(k), go_sharp_v(&map[k.as_str()])))
+                .collect();
+            format!("map[string]interface {{}}{{{}}}", inner.join(", "))
+        }
+    }
 }
 
 /// A list of field errors, in the order the apiserver produces them.
@@ -379,6 +465,22 @@ mod tests {
     fn map_key_paths_use_brackets() {
         let p = FieldPath::new("metadata").child("labels").key("app");
         assert_eq!(p.as_str(), "metadata.labels[app]");
+    }
+
+    #[test]
+    fn json_bad_values_print_like_go_interfaces() {
+        use serde_json::json;
+        let e = |v: Value| FieldError::invalid("f", v, "d").to_string();
+        assert_eq!(e(json!("ab")), r#"f: Invalid value: "ab": d"#);
+        assert_eq!(e(json!(11)), "f: Invalid value: 11: d");
+        assert_eq!(e(json!(1.5)), "f: Invalid value: 1.5: d");
+        assert_eq!(e(json!(true)), "f: Invalid value: true: d");
+        assert_eq!(e(Value::Null), r#"f: Invalid value: "null": d"#);
+        assert_eq!(
+            FieldError::duplicate("spec.ports[1]", json!({"name": "http", "n": [1, null]}))
+                .to_string(),
+            r#"spec.ports[1]: Duplicate value: map[string]interface {}{"n":[]interface {}{1, interface {}(nil)}, "name":"http"}"#
+        );
     }
 
     #[test]

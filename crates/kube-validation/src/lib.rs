@@ -9,6 +9,9 @@
 //!
 //! Covered: ObjectMeta (create and update), EndpointSlice, Endpoints, Service (without IP and
 //! nodePort allocation), Lease, events.k8s.io/v1 Event, and the name/label/IP helpers they use.
+//! [`field::FieldError`] is also the field error of `apiserver-semantics` (CRD schema
+//! validation), whose bad values are decoded JSON (`BadValue: From<serde_json::Value>`).
+//!
 //! Known differences from the apiserver:
 //! - Composite bad values (owner references, service port keys, object references) are printed
 //!   readably; Go prints them with `%#v`. Strings, numbers and string slices match exactly.

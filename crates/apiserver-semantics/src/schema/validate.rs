@@ -41,9 +41,7 @@ impl CrdValidator {
     }
 
     fn cel_error(&self, e: &kube_cel::ValidationError) -> FieldError {
-        let value = BadValue::Json(Value::String(
-            self.rule_types.get(&e.rule).cloned().unwrap_or_default(),
-        ));
+        let value = BadValue::Str(self.rule_types.get(&e.rule).cloned().unwrap_or_default());
         let rendered = cel_field_path(&self.schema, &e.field_path);
         let field = if rendered.is_empty() {
             "<nil>"
@@ -196,11 +194,7 @@ impl CrdValidator {
                 if let Some(max) = s.get("maxItems").and_then(Value::as_u64)
                     && items.len() as u64 > max
                 {
-                    errs.push(FieldError::too_many(
-                        path,
-                        Some(items.len() as u64),
-                        Some(max),
-                    ));
+                    errs.push(FieldError::too_many(path, items.len(), to_usize(max)));
                 }
             }
             _ => {}
@@ -230,7 +224,7 @@ impl CrdValidator {
             if let Some(max) = s.get("maxProperties").and_then(Value::as_u64)
                 && m.len() as u64 > max
             {
-                errs.push(FieldError::too_many(path, Some(m.len() as u64), Some(max)));
+                errs.push(FieldError::too_many(path, m.len(), to_usize(max)));
                 return;
             }
             let properties = props(s);
@@ -267,7 +261,7 @@ impl CrdValidator {
         if let Some(max) = s.get("maxLength").and_then(Value::as_u64)
             && chars > max
         {
-            errs.push(FieldError::too_long(path, Some(max)));
+            errs.push(FieldError::too_long(path, to_usize(max)));
         }
         if let Some(min) = s.get("minLength").and_then(Value::as_u64)
             && chars < min
@@ -381,6 +375,11 @@ fn correlate<'a, 'o>(
         }
     }
     Some((n, o))
+}
+
+/// A schema limit as a count (limits beyond `usize` are unreachable anyway).
+fn to_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
 }
 
 fn validate_number(v: &Value, s: &Value, path: &str, errs: &mut Vec<FieldError>) {

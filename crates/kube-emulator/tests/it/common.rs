@@ -177,3 +177,21 @@ pub async fn kubectl_stdin(
     .await
     .expect("join")
 }
+
+/// `(name, data[key])` of a ConfigMap: what the history and stale-list tests compare.
+pub fn name_and(key: &str, o: &k8s_openapi::api::core::v1::ConfigMap) -> (String, String) {
+    (
+        o.metadata.name.clone().unwrap_or_default(),
+        o.data
+            .as_ref()
+            .and_then(|d| d.get(key).cloned())
+            .unwrap_or_default(),
+    )
+}
+
+/// Owned `(name, value)` pairs, for comparing with [`name_and`] results.
+pub fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+    v.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}

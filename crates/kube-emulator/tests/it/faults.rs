@@ -11,7 +11,7 @@ use kube_emulator::History;
 use kube_emulator::faults::{Action, DropMode, Rule};
 use serde_json::{Value, json};
 
-use crate::common::{emu, raw};
+use crate::common::{emu, name_and, pairs, raw};
 
 fn cm(name: &str) -> ConfigMap {
     serde_json::from_value(
@@ -575,4 +575,102 @@ async fn watch_error_event_other_than_410_rewatches_without_relist() {
     creator.await.unwrap();
     assert!(saw_500);
     assert_eq!(lists(&emu), 1, "an ERROR other than 410 does not relist");
+}
+
+/// a and b, then a modified and c created (two revisions after `old_rv`).
+async fn two_revisions_of_news(api: &Api<ConfigMap>, emu: &kube_emulator::Emulator) -> u64 {
+    api.create(&PostParams::default(), &cm("a")).await.unwrap();
+    api.create(&PostParams::default(), &cm("b")).await.unwrap();
+    let old_rv = emu.resource_version();
+    api.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data":{"k":"new"}})),
+    )
+    .await
+    .unwrap();
+    api.create(&PostParams::default(), &cm("c")).await.unwrap();
+    assert_eq!(emu.resource_version(), old_rv + 2);
+    old_rv
+}
+
+#[tokio::test]
+async fn stale_list_serves_resource_version_0_reads_from_an_older_snapshot() {
+    let emu = emu().await;
+    let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
+    let old_rv = two_revisions_of_news(&api, &emu).await;
+    // Through the admin API, as a test harness outside the process would.
+    let (code, body) = raw(
+        &emu,
+        "POST",
+        "/__emu/faults",
+        &[("Content-Type", "application/json")],
+        r#"{"match":{"verbs":["list","get"],"resource":"configmaps"},"action":{"type":"staleList","revisions":2}}"#,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let list = api.list(&ListParams::default().match_any()).await.unwrap();
+    assert_eq!(list.metadata.resource_version, Some(old_rv.to_string()));
+    let got: Vec<_> = list.items.iter().map(|o| name_and("k", o)).collect();
+    assert_eq!(got, pairs(&[("a", "v"), ("b", "v")]));
+    // get with resourceVersion=0: the old a, and c did not exist yet.
+    let a = api
+        .get_with("a", &kube::api::GetParams::any())
+        .await
+        .unwrap();
+    assert_eq!(a.data.unwrap()["k"], "v");
+    let c = api.get_with("c", &kube::api::GetParams::any()).await;
+    assert!(
+        matches!(&c, Err(kube::Error::Api(s)) if s.code == 404),
+        "{c:?}"
+    );
+    // Consistent reads (no resourceVersion) are not affected by the rule.
+    assert_eq!(api.get("a").await.unwrap().data.unwrap()["k"], "new");
+    let fresh = api.list(&ListParams::default()).await.unwrap();
+    assert_eq!(fresh.items.len(), 3);
+    assert_eq!(
+        fresh.metadata.resource_version,
+        Some(emu.resource_version().to_string())
+    );
+}
+
+#[tokio::test]
+async fn watcher_whose_initial_list_is_stale_converges_through_its_watch() {
+    let emu = emu().await;
+    let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
+    two_revisions_of_news(&api, &emu).await;
+    emu.inject(
+        Rule::new(Action::StaleList { revisions: 2 })
+            .verbs(&["list"])
+            .resource("", "configmaps")
+            .times(1),
+    );
+    // `any_semantic` sends resourceVersion=0 only without a page size (kube-runtime 5.0).
+    let mut cfg = watcher::Config::default().any_semantic();
+    cfg.page_size = None;
+    let mut s = watcher(api.clone(), cfg).boxed();
+    let mut initial = Vec::new();
+    let mut later = Vec::new();
+    let mut done = false;
+    while later.len() < 2 {
+        let ev = tokio::time::timeout(Duration::from_secs(10), s.next())
+            .await
+            .expect("event in time")
+            .expect("stream open")
+            .expect("no watcher error");
+        match ev {
+            watcher::Event::Init => {}
+            watcher::Event::InitApply(o) => initial.push(name_and("k", &o)),
+            watcher::Event::InitDone => done = true,
+            watcher::Event::Apply(o) if done => later.push(name_and("k", &o)),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(initial, pairs(&[("a", "v"), ("b", "v")]), "the stale list");
+    assert_eq!(
+        later,
+        pairs(&[("a", "new"), ("c", "v")]),
+        "the watch from the stale RV"
+    );
+    assert_eq!(emu.faults().list().len(), 0, "the rule fired once");
 }

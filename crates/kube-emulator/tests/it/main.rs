@@ -5,10 +5,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod acceptance;
+mod clock;
 mod common;
 mod crd;
 mod faults;
+mod history;
 mod kube_rs;
 mod kubectl;
 mod lifecycle;
 mod rules;
+mod unknown_fields;
