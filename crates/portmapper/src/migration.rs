@@ -33,6 +33,8 @@ pub struct NativeSlice {
 
 /// Evidence and settings for one pass.
 pub struct Input<'a> {
+    /// The PortMapping's UID.
+    pub pm_uid: &'a str,
     pub selector_present: bool,
     pub legacy_endpoints: bool,
     pub native_cleanup: bool,
@@ -82,8 +84,8 @@ pub enum Step {
 /// Who an Endpoints object belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ownership {
-    /// Labelled managed-by us (or, label stripped, controlled by a PortMapping — the planner
-    /// checks the UID).
+    /// Controlled by this PortMapping (labelled or not), or labelled managed-by us without any
+    /// controller (an orphan of ours).
     Ours,
     /// No managed-by of ours and no controller owner: the native controller's leftover.
     Abandoned,
@@ -91,8 +93,10 @@ pub enum Ownership {
     Foreign,
 }
 
-/// Classifies the live Endpoints object.
-pub fn ownership(endpoints: &Endpoints) -> Ownership {
+/// Classifies the live Endpoints object for the PortMapping with `pm_uid`. Another
+/// PortMapping's object (say, of a deleted PortMapping of the same name the garbage collector
+/// has not reached yet) is foreign, as the planner sees it.
+pub fn ownership(endpoints: &Endpoints, pm_uid: &str) -> Ownership {
     let managed_by = endpoints
         .labels()
         .get("endpointslice.kubernetes.io/managed-by")
@@ -103,8 +107,9 @@ pub fn ownership(endpoints: &Endpoints) -> Ownership {
         .find(|o| o.controller == Some(true));
     match (managed_by.as_deref(), controller) {
         (Some(MANAGER), None) => Ownership::Ours,
-        (Some(MANAGER), Some(o)) if o.kind == "PortMapping" => Ownership::Ours,
-        (None, Some(o)) if o.kind == "PortMapping" => Ownership::Ours,
+        (Some(MANAGER) | None, Some(o)) if o.kind == "PortMapping" && o.uid == pm_uid => {
+            Ownership::Ours
+        }
         (None, None) => Ownership::Abandoned,
         _ => Ownership::Foreign,
     }
@@ -122,7 +127,7 @@ fn has_ready_addresses(endpoints: &Endpoints) -> bool {
 pub fn steps(input: &Input<'_>) -> Vec<Step> {
     let mut out = Vec::new();
     let live = input.live_endpoints;
-    let live_owner = live.map(ownership);
+    let live_owner = live.map(|e| ownership(e, input.pm_uid));
 
     if input.selector_present {
         // The native endpoints controller writes this object while a selector exists.
@@ -345,6 +350,7 @@ mod tests {
 
     fn base<'a>(native_slices: &'a [NativeSlice]) -> Input<'a> {
         Input {
+            pm_uid: "o",
             selector_present: false,
             legacy_endpoints: false,
             native_cleanup: true,
@@ -632,7 +638,7 @@ mod tests {
     fn a_stripped_label_on_our_mirror_is_repaired_even_with_native_cleanup_off() {
         // No managed-by label any more, but still controlled by a PortMapping: ours.
         let stripped = endpoints(&[], Some("PortMapping"), true);
-        assert_eq!(ownership(&stripped), Ownership::Ours);
+        assert_eq!(ownership(&stripped, "o"), Ownership::Ours);
         let plan = PlannedEndpoints {
             endpoints: Endpoints::default(),
             action: Action::Update {
@@ -645,5 +651,66 @@ mod tests {
         input.live_endpoints = Some(&stripped);
         input.planned_endpoints = Some(&plan);
         assert_eq!(names(&steps(&input)), ["apply-endpoints"]);
+    }
+
+    #[test]
+    fn another_portmappings_mirror_is_foreign_whatever_the_flags() {
+        // Our label, but controlled by an older PortMapping of the same name (not yet collected).
+        let mut old = endpoints(
+            &[("endpointslice.kubernetes.io/managed-by", MANAGER)],
+            Some("PortMapping"),
+            true,
+        );
+        old.metadata.owner_references.as_mut().unwrap()[0].uid = "older-uid".into();
+        assert_eq!(ownership(&old, "o"), Ownership::Foreign);
+        let slices = [native(NATIVE_MANAGER, "web-abc")];
+        let mut input = base(&slices);
+        input.live_endpoints = Some(&old);
+        input.legacy_endpoints = true;
+        assert_eq!(
+            names(&steps(&input)),
+            [
+                "warn EndpointsCollision",
+                "delete-slice web-abc",
+                "normal NativeEndpointsCleanedUp"
+            ],
+            "warned (the planner reports ForeignEndpoints too), native cleanup goes on"
+        );
+        input.legacy_endpoints = false;
+        assert_eq!(
+            names(&steps(&input)),
+            ["delete-slice web-abc", "normal NativeEndpointsCleanedUp"],
+            "never deleted as ours"
+        );
+        input.selector_present = true;
+        assert!(steps(&input).is_empty(), "never relinquished as ours");
+    }
+
+    #[test]
+    fn adoption_strips_both_inherited_annotations() {
+        let mut abandoned = endpoints(&[], None, true);
+        abandoned.metadata.annotations.as_mut().unwrap().insert(
+            "endpoints.kubernetes.io/over-capacity".into(),
+            "truncated".into(),
+        );
+        let plan = planned();
+        let mut input = base(&[]);
+        input.legacy_endpoints = true;
+        input.live_endpoints = Some(&abandoned);
+        input.planned_endpoints = Some(&plan);
+        let steps = steps(&input);
+        let Step::AdoptEndpoints {
+            strip_annotations, ..
+        } = &steps[0]
+        else {
+            panic!("{steps:?}")
+        };
+        assert_eq!(
+            strip_annotations,
+            &[
+                "endpoints.kubernetes.io/last-change-trigger-time",
+                "endpoints.kubernetes.io/over-capacity"
+            ]
+        );
     }
 }

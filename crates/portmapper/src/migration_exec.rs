@@ -124,7 +124,9 @@ pub async fn converge(
         .as_ref()
         .and_then(|s| s.selector.as_ref())
         .is_some_and(|s| !s.is_empty());
+    let pm_uid = pm.uid().unwrap_or_default();
     let input = Input {
+        pm_uid: &pm_uid,
         selector_present,
         legacy_endpoints: pm.spec.legacy_endpoints,
         native_cleanup: pm.spec.native_cleanup,
@@ -136,7 +138,6 @@ pub async fn converge(
         native_slices: native,
     };
     let mut steps = migration::steps(&input);
-    let pm_uid = pm.uid().unwrap_or_default();
     steps.extend(migration::stray_endpoints(
         ctx.owned_endpoints.state().iter().map(AsRef::as_ref),
         &pm_uid,

@@ -213,17 +213,66 @@ async fn selector_migration_with_legacy_endpoints_adopts_the_abandoned_object() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn legacy_endpoints_follow_the_flag() {
     let h = Harness::start().await;
-    h.create(service("web", &[("http", 8080)])).await;
-    h.create(pod("pod-a", "web", "http")).await;
-    h.set_pod_status("pod-a", &["10.244.0.1"], true).await;
+    h.create(service("web", &[("http", 8080), ("https", 8443)]))
+        .await;
+    for (name, ports, ip) in [
+        ("pod-a", "http", "10.244.0.1"),
+        ("pod-b", "http,https", "10.244.0.2"),
+        ("pod-c", "http,https", "10.244.0.3"),
+        ("pod-d", "https", "10.244.0.4"),
+    ] {
+        h.create(pod(name, "web", ports)).await;
+        h.set_pod_status(name, &[ip], true).await;
+    }
     let mut pm = portmapping("web", "web");
     pm["spec"]["legacyEndpoints"] = json!(true);
     h.create(pm).await;
     let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), NS);
-    let ep = eventually("Endpoints published", T, || async {
-        eps.get_opt("web").await.ok().flatten()
+    let ep = eventually("Endpoints published with every pod", T, || async {
+        let e = eps.get_opt("web").await.ok().flatten()?;
+        let n: usize = e
+            .subsets
+            .iter()
+            .flatten()
+            .map(|s| s.addresses.as_ref().map_or(0, Vec::len))
+            .sum();
+        (n == 4).then_some(e)
     })
     .await;
+    assert_eq!(
+        ep.labels()["endpointslice.kubernetes.io/managed-by"],
+        "portmapper.dev"
+    );
+    // Subsets group addresses by the exact set of ports they serve.
+    let mut subsets: Vec<(Vec<String>, Vec<String>)> = ep
+        .subsets
+        .iter()
+        .flatten()
+        .map(|s| {
+            let mut ips: Vec<String> = s.addresses.iter().flatten().map(|a| a.ip.clone()).collect();
+            ips.sort();
+            let mut ports: Vec<String> = s
+                .ports
+                .iter()
+                .flatten()
+                .filter_map(|p| p.name.clone())
+                .collect();
+            ports.sort();
+            (ports, ips)
+        })
+        .collect();
+    subsets.sort();
+    assert_eq!(
+        subsets,
+        [
+            (vec!["http".to_string()], vec!["10.244.0.1".to_string()]),
+            (
+                vec!["http".to_string(), "https".to_string()],
+                vec!["10.244.0.2".to_string(), "10.244.0.3".to_string()]
+            ),
+            (vec!["https".to_string()], vec!["10.244.0.4".to_string()]),
+        ]
+    );
     assert_eq!(
         ep.labels()["endpointslice.kubernetes.io/skip-mirror"],
         "true"
@@ -443,4 +492,48 @@ async fn a_forbidden_mirror_write_does_not_hold_back_the_native_cleanup_but_is_r
             .then_some(())
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_endpoints_object_is_left_alone_while_the_native_cleanup_goes_on() {
+    let h = Harness::start().await;
+    native_world(&h).await;
+    // Someone else's controller took the Endpoints object.
+    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), NS);
+    eps.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"endpointslice.kubernetes.io/managed-by": "someone-else"}}})),
+    )
+    .await
+    .unwrap();
+    let before = eps.get("web").await.unwrap();
+    let mut pm = portmapping("web", "web");
+    pm["spec"]["legacyEndpoints"] = json!(true);
+    h.create(pm).await;
+    eventually("our slice", T, || async {
+        h.membership("web").await.get("web.http").cloned()
+    })
+    .await;
+    drop_selector(&h).await;
+    eventually("the native slice is deleted", T, || async {
+        (!slice_names(&h).await.contains(&"web-abcde".to_string())).then_some(())
+    })
+    .await;
+    eventually("Ready", T, || async {
+        let pm = h.portmapping("web").await;
+        pm.status?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    // Several resyncs later: one Warning, and the foreign object untouched.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let warnings = h.events("EndpointsCollision").await;
+    assert_eq!(warnings.len(), 1, "warned once, not per pass");
+    assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
+    let after = eps.get("web").await.unwrap();
+    assert_eq!(after.resource_version(), before.resource_version());
 }

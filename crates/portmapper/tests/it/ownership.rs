@@ -358,3 +358,43 @@ async fn an_annotation_keyed_pool_follows_the_annotation() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_outside_every_pool_reconcile_nothing() {
+    let h = Harness::start_with(|s| s.resync = NO_RESYNC).await;
+    h.create(service("web", &[("http", 8080)])).await;
+    ready_pod(&h, "pod-a", "web", "http", "10.244.0.1").await;
+    h.create(portmapping("web", "web")).await;
+    eventually("Ready", T, || async {
+        is_ready(&h, "web").await.then_some(())
+    })
+    .await;
+    let reconciles = || {
+        h.metrics_text()
+            .lines()
+            .find_map(|l| l.strip_prefix("portmapper_reconcile_total{result=\"success\"} "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = reconciles();
+    // Another group's pod (same key, other value) and a pod without the key come and change.
+    ready_pod(&h, "other", "elsewhere", "http", "10.244.0.8").await;
+    let mut keyless = pod("keyless", "x", "http");
+    keyless["metadata"]["labels"] = json!({"app": "unrelated"});
+    h.create(keyless).await;
+    h.set_pod_status("keyless", &["10.244.0.9"], true).await;
+    h.patch_pod(
+        "other",
+        json!({"metadata": {"annotations": {"example.com/ports": ""}}}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(reconciles(), before, "no PortMapping concerns those pods");
+    // A pool pod's change still reaches it.
+    h.set_pod_status("pod-a", &["10.244.0.1"], false).await;
+    eventually("reconciled for the pool pod", T, || async {
+        (reconciles() > before).then_some(())
+    })
+    .await;
+}
