@@ -223,6 +223,14 @@ impl Harness {
         self.metrics.encode().unwrap()
     }
 
+    /// The value of one exposed series, written exactly as in the text (`name{labels}`).
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        self.metrics_text().lines().find_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().ok())?
+        })
+    }
+
     /// Writes issued by the operator's field manager so far.
     pub fn operator_writes(&self) -> usize {
         self.emu
@@ -235,6 +243,24 @@ impl Drop for Harness {
     fn drop(&mut self) {
         self.shutdown.cancel();
     }
+}
+
+/// Creates pool pods (name, ports annotation, IP) of `group` and makes them Ready, as kubelet
+/// would.
+pub async fn ready_pods(h: &Harness, group: &str, pods: &[(&str, &str, &str)]) {
+    for (name, ports, ip) in pods {
+        h.create(pod(name, group, ports)).await;
+        h.set_pod_status(name, &[ip], true).await;
+    }
+}
+
+/// Whether the PortMapping reports `Ready=True`.
+pub async fn is_ready(h: &Harness, pm: &str) -> bool {
+    h.portmapping(pm).await.status.is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    })
 }
 
 /// Polls `check` until it returns `Some` or `timeout` passes.

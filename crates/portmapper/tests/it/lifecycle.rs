@@ -8,15 +8,17 @@ async fn canonical() -> Harness {
     let h = Harness::start().await;
     h.create(service("my-service", &[("http", 8080), ("https", 8443)]))
         .await;
-    for (name, ports, ip) in [
-        ("pod-a", "http", "10.244.0.1"),
-        ("pod-b", "http,https", "10.244.0.2"),
-        ("pod-c", "http,https", "10.244.0.3"),
-        ("pod-d", "https", "10.244.0.4"),
-    ] {
-        h.create(pod(name, "my-service", ports)).await;
-        h.set_pod_status(name, &[ip], true).await;
-    }
+    ready_pods(
+        &h,
+        "my-service",
+        &[
+            ("pod-a", "http", "10.244.0.1"),
+            ("pod-b", "http,https", "10.244.0.2"),
+            ("pod-c", "http,https", "10.244.0.3"),
+            ("pod-d", "https", "10.244.0.4"),
+        ],
+    )
+    .await;
     h.create(portmapping("my-service", "my-service")).await;
     h
 }
@@ -260,22 +262,19 @@ async fn metric_series_go_with_their_port_and_their_portmapping() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_converged_portmapping_is_looked_at_again_every_resync() {
     let h = canonical().await;
-    let successes = |text: &str| -> f64 {
-        text.lines()
-            .find(|l| l.starts_with("portmapper_reconcile_total{result=\"success\"}"))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
+    let successes = || {
+        h.metric(r#"portmapper_reconcile_total{result="success"}"#)
             .unwrap_or(0.0)
     };
     eventually("converged", Duration::from_secs(15), || async {
-        (successes(&h.metrics_text()) >= 1.0).then_some(())
+        (successes() >= 1.0).then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (before, writes) = (successes(&h.metrics_text()), h.operator_writes());
+    let (before, writes) = (successes(), h.operator_writes());
     // Resync is 2 s in the harness: about three passes, none of them writing.
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let passes = successes(&h.metrics_text()) - before;
+    let passes = successes() - before;
     assert!((2.0..=6.0).contains(&passes), "{passes} passes in 6 s");
     assert_eq!(h.operator_writes(), writes);
 }

@@ -215,15 +215,17 @@ async fn legacy_endpoints_follow_the_flag() {
     let h = Harness::start().await;
     h.create(service("web", &[("http", 8080), ("https", 8443)]))
         .await;
-    for (name, ports, ip) in [
-        ("pod-a", "http", "10.244.0.1"),
-        ("pod-b", "http,https", "10.244.0.2"),
-        ("pod-c", "http,https", "10.244.0.3"),
-        ("pod-d", "https", "10.244.0.4"),
-    ] {
-        h.create(pod(name, "web", ports)).await;
-        h.set_pod_status(name, &[ip], true).await;
-    }
+    ready_pods(
+        &h,
+        "web",
+        &[
+            ("pod-a", "http", "10.244.0.1"),
+            ("pod-b", "http,https", "10.244.0.2"),
+            ("pod-c", "http,https", "10.244.0.3"),
+            ("pod-d", "https", "10.244.0.4"),
+        ],
+    )
+    .await;
     let mut pm = portmapping("web", "web");
     pm["spec"]["legacyEndpoints"] = json!(true);
     h.create(pm).await;
@@ -304,8 +306,7 @@ async fn legacy_endpoints_follow_the_flag() {
 
 async fn legacy_world(h: &Harness) -> Api<Endpoints> {
     h.create(service("web", &[("http", 8080)])).await;
-    h.create(pod("pod-a", "web", "http")).await;
-    h.set_pod_status("pod-a", &["10.244.0.1"], true).await;
+    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
     let mut pm = portmapping("web", "web");
     pm["spec"]["legacyEndpoints"] = json!(true);
     h.create(pm).await;
@@ -423,19 +424,20 @@ async fn a_failed_endpoints_delete_keeps_the_native_slice_as_evidence_across_a_r
     .await;
     let cleaned = h.events("NativeEndpointsCleanedUp").await;
     assert_eq!(cleaned[0].type_.as_deref(), Some("Normal"));
-    let text = h.metrics_text();
-    let deleted = |resource: &str| -> u64 {
-        let series =
-            format!("portmapper_native_cleanup_deletions_total{{resource=\"{resource}\"}} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(series.as_str()))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
+    let deleted = |resource: &str| {
+        h.metric(&format!(
+            "portmapper_native_cleanup_deletions_total{{resource=\"{resource}\"}}"
+        ))
+        .unwrap_or(0.0)
     };
-    assert_eq!(deleted("endpoints"), 1, "{text}");
+    assert_eq!(deleted("endpoints"), 1.0, "{}", h.metrics_text());
     // The native slice; the mirror slice is the garbage collector's, unless a pass whose cache
     // still held it got there first.
-    assert!((1..=2).contains(&deleted("endpointslice")), "{text}");
+    assert!(
+        (1.0..=2.0).contains(&deleted("endpointslice")),
+        "{}",
+        h.metrics_text()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -482,13 +484,8 @@ async fn a_forbidden_mirror_write_does_not_hold_back_the_native_cleanup_but_is_r
     let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), NS);
     eventually("adopted and Ready", T, || async {
         let e = eps.get("web").await.ok()?;
-        let pm = h.portmapping("web").await;
-        let ready = pm
-            .status?
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True");
-        (e.labels().get("endpointslice.kubernetes.io/managed-by")? == "portmapper.dev" && ready)
+        (e.labels().get("endpointslice.kubernetes.io/managed-by")? == "portmapper.dev"
+            && is_ready(&h, "web").await)
             .then_some(())
     })
     .await;
@@ -521,12 +518,7 @@ async fn a_foreign_endpoints_object_is_left_alone_while_the_native_cleanup_goes_
     })
     .await;
     eventually("Ready", T, || async {
-        let pm = h.portmapping("web").await;
-        pm.status?
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-            .then_some(())
+        is_ready(&h, "web").await.then_some(())
     })
     .await;
     // Several resyncs later: one Warning, and the foreign object untouched.

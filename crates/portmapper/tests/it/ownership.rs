@@ -17,21 +17,6 @@ use crate::harness::*;
 const T: Duration = Duration::from_secs(20);
 const NO_RESYNC: Duration = Duration::from_secs(600);
 
-async fn ready_pod(h: &Harness, name: &str, group: &str, ports: &str, ip: &str) {
-    h.create(pod(name, group, ports)).await;
-    h.set_pod_status(name, &[ip], true).await;
-}
-
-async fn is_ready(h: &Harness, pm: &str) -> bool {
-    let Some(status) = h.portmapping(pm).await.status else {
-        return false;
-    };
-    status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
-}
-
 fn controller_uid(obj: &impl ResourceExt) -> Option<String> {
     obj.owner_references()
         .iter()
@@ -55,7 +40,7 @@ async fn a_moved_service_ref_takes_slices_and_the_legacy_mirror_along_even_acros
     let mut h = Harness::start().await;
     h.create(service("web", &[("http", 8080)])).await;
     h.create(service("api", &[("http", 8080)])).await;
-    ready_pod(&h, "pod-a", "shared", "http", "10.244.0.1").await;
+    ready_pods(&h, "shared", &[("pod-a", "http", "10.244.0.1")]).await;
     let mut pm = portmapping("pm", "web");
     pm["spec"]["pods"]["value"] = json!("shared");
     pm["spec"]["legacyEndpoints"] = json!(true);
@@ -96,8 +81,8 @@ async fn a_moved_service_ref_takes_slices_and_the_legacy_mirror_along_even_acros
 async fn orphaned_slices_are_adopted_by_a_new_portmapping_for_their_service() {
     let h = Harness::start().await;
     h.create(service("web", &[("http", 8080)])).await;
-    ready_pod(&h, "pod-a", "web", "http", "10.244.0.1").await;
-    ready_pod(&h, "pod-b", "web", "http", "10.244.0.2").await;
+    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
+    ready_pods(&h, "web", &[("pod-b", "http", "10.244.0.2")]).await;
     let mut pm = portmapping("web", "web");
     pm["spec"]["maxEndpointsPerSlice"] = json!(1);
     h.create(pm.clone()).await;
@@ -144,8 +129,8 @@ async fn orphaned_slices_are_adopted_by_a_new_portmapping_for_their_service() {
 async fn a_portmapping_held_by_a_finalizer_keeps_its_slices_accurate_until_it_goes() {
     let h = Harness::start().await;
     h.create(service("web", &[("http", 8080)])).await;
-    ready_pod(&h, "pod-a", "web", "http", "10.244.0.1").await;
-    ready_pod(&h, "pod-b", "web", "http", "10.244.0.2").await;
+    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
+    ready_pods(&h, "web", &[("pod-b", "http", "10.244.0.2")]).await;
     let mut pm = portmapping("web", "web");
     pm["metadata"]["finalizers"] = json!(["example.com/hold"]);
     h.create(pm).await;
@@ -193,8 +178,8 @@ async fn a_service_held_by_a_finalizer_keeps_its_slices_accurate() {
     let mut svc = service("web", &[("http", 8080)]);
     svc["metadata"]["finalizers"] = json!(["example.com/hold"]);
     h.create(svc).await;
-    ready_pod(&h, "pod-a", "web", "http", "10.244.0.1").await;
-    ready_pod(&h, "pod-b", "web", "http", "10.244.0.2").await;
+    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
+    ready_pods(&h, "web", &[("pod-b", "http", "10.244.0.2")]).await;
     h.create(portmapping("web", "web")).await;
     eventually("both pods", T, || async {
         (h.membership("web").await.get("web.http")?.len() == 2).then_some(())
@@ -216,7 +201,7 @@ async fn a_service_held_by_a_finalizer_keeps_its_slices_accurate() {
 async fn stripped_ownership_labels_are_restored_through_the_owner_reference() {
     let h = Harness::start_with(|s| s.resync = NO_RESYNC).await;
     h.create(service("web", &[("http", 8080)])).await;
-    ready_pod(&h, "pod-a", "web", "http", "10.244.0.1").await;
+    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
     h.create(portmapping("web", "web")).await;
     eventually("published", T, || async {
         (h.membership("web").await.get("web.http")?.len() == 1).then_some(())
@@ -260,7 +245,7 @@ async fn stripped_ownership_labels_are_restored_through_the_owner_reference() {
 async fn a_name_collision_is_reported_and_clears_soon_after_the_squatter_goes() {
     let h = Harness::start_with(|s| s.resync = NO_RESYNC).await;
     h.create(service("web", &[("http", 8080)])).await;
-    ready_pod(&h, "pod-a", "web", "http", "10.244.0.1").await;
+    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
     let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), NS);
     let squatter: EndpointSlice = serde_json::from_value(json!({
         "metadata": {"name": "web.http", "labels": {"endpointslice.kubernetes.io/managed-by": "someone-else"}},
@@ -303,8 +288,8 @@ async fn one_pod_edit_reaches_every_portmapping_of_a_shared_pool() {
     let h = Harness::start_with(|s| s.resync = NO_RESYNC).await;
     h.create(service("front", &[("http", 8080)])).await;
     h.create(service("back", &[("http", 8080)])).await;
-    ready_pod(&h, "pod-a", "shared", "http", "10.244.0.1").await;
-    ready_pod(&h, "pod-b", "shared", "http", "10.244.0.2").await;
+    ready_pods(&h, "shared", &[("pod-a", "http", "10.244.0.1")]).await;
+    ready_pods(&h, "shared", &[("pod-b", "http", "10.244.0.2")]).await;
     for (pm, svc) in [("front", "front"), ("back", "back")] {
         let mut pm = portmapping(pm, svc);
         pm["spec"]["pods"]["value"] = json!("shared");
@@ -363,23 +348,20 @@ async fn an_annotation_keyed_pool_follows_the_annotation() {
 async fn pods_outside_every_pool_reconcile_nothing() {
     let h = Harness::start_with(|s| s.resync = NO_RESYNC).await;
     h.create(service("web", &[("http", 8080)])).await;
-    ready_pod(&h, "pod-a", "web", "http", "10.244.0.1").await;
+    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
     h.create(portmapping("web", "web")).await;
     eventually("Ready", T, || async {
         is_ready(&h, "web").await.then_some(())
     })
     .await;
     let reconciles = || {
-        h.metrics_text()
-            .lines()
-            .find_map(|l| l.strip_prefix("portmapper_reconcile_total{result=\"success\"} "))
-            .and_then(|v| v.parse::<f64>().ok())
+        h.metric(r#"portmapper_reconcile_total{result="success"}"#)
             .unwrap_or(0.0)
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
     let before = reconciles();
     // Another group's pod (same key, other value) and a pod without the key come and change.
-    ready_pod(&h, "other", "elsewhere", "http", "10.244.0.8").await;
+    ready_pods(&h, "elsewhere", &[("other", "http", "10.244.0.8")]).await;
     let mut keyless = pod("keyless", "x", "http");
     keyless["metadata"]["labels"] = json!({"app": "unrelated"});
     h.create(keyless).await;

@@ -14,13 +14,6 @@ use crate::harness::*;
 
 const T: Duration = Duration::from_secs(15);
 
-async fn ready_pods(h: &Harness, group: &str, pods: &[(&str, &str, &str)]) {
-    for (name, ports, ip) in pods {
-        h.create(pod(name, group, ports)).await;
-        h.set_pod_status(name, &[ip], true).await;
-    }
-}
-
 async fn condition(h: &Harness, pm: &str, type_: &str) -> Option<(String, String, String)> {
     let pm = h.portmapping(pm).await;
     pm.status?
