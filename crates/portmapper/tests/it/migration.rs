@@ -306,7 +306,7 @@ async fn legacy_endpoints_follow_the_flag() {
 
 async fn legacy_world(h: &Harness) -> Api<Endpoints> {
     h.create(service("web", &[("http", 8080)])).await;
-    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
+    ready_pods(h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
     let mut pm = portmapping("web", "web");
     pm["spec"]["legacyEndpoints"] = json!(true);
     h.create(pm).await;
