@@ -489,7 +489,7 @@ pub fn create(
     let mut warnings = if applied {
         Vec::new()
     } else {
-        semantics::builtin_unknown_fields(&rt, &mut obj, w.field_validation, Decoded::Body)?
+        semantics::unknown_fields(&rt, &mut obj, w.field_validation, Decoded::Body)?
     };
     check_namespace(t, &mut obj)?;
     if str_at(&obj, "/metadata/resourceVersion").is_some_and(|s| !s.is_empty()) {
@@ -842,8 +842,7 @@ pub fn update(
 ) -> Result<Reply, ApiError> {
     check_sub(t)?;
     let mut obj = decode_body(body)?;
-    let warnings =
-        semantics::builtin_unknown_fields(&t.rt, &mut obj, w.field_validation, Decoded::Body)?;
+    let warnings = semantics::unknown_fields(&t.rt, &mut obj, w.field_validation, Decoded::Body)?;
     check_name(t, &obj)?;
     check_namespace(t, &mut obj)?;
     let Some(old) = st.get(&t.rt.gr(), &t.key()) else {
@@ -926,8 +925,11 @@ pub fn patch(
     // Upstream decodes the patched object into the Go type: what the patch added that the
     // type does not declare is dropped (the stored object has no such fields).
     let mut doc = doc;
-    let warnings =
-        semantics::builtin_unknown_fields(&rt, &mut doc, w.field_validation, Decoded::Patch)?;
+    let from = match pt {
+        PatchType::Strategic => Decoded::StrategicPatch(&patch_doc),
+        _ => Decoded::Patch,
+    };
+    let warnings = semantics::unknown_fields(&rt, &mut doc, w.field_validation, from)?;
     check_name(t, &doc)?;
     let u = update_pipeline(st, t, old, doc, w, RvRule::IfPresent, false)?;
     Ok(Reply {

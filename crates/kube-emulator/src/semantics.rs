@@ -98,27 +98,65 @@ impl FieldValidation {
     }
 }
 
-/// Where a built-in object with unknown fields came from: the handlers word a Strict failure
+/// Where an object with unknown fields came from: the handlers word a Strict failure
 /// differently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decoded {
+pub enum Decoded<'a> {
     /// A create or update (PUT) body: the decode error is wrapped (`transformDecodeError`).
     Body,
-    /// The result of a merge, JSON or strategic merge patch: the bare strict error.
+    /// The result of a merge or JSON patch: the bare strict error (400).
     Patch,
+    /// The result of this strategic merge patch: a 422 on the field `patch` whose value is the
+    /// patch as Go prints it (`applyPatchToObject`).
+    StrategicPatch(&'a Value),
 }
 
-/// Unknown fields of a built-in object (custom resources: see [`crd_admit`]): dropped, as
-/// decoding into the Go type drops them, with one `Warning` each (`Warn`), silently (`Ignore`),
-/// or a 400 (`Strict`).
-pub fn builtin_unknown_fields(
+/// The Strict-mode error of an object with unknown fields, as the request's handler words it.
+fn strict_error(rt: &ResourceType, msg: String, from: Decoded<'_>) -> ApiError {
+    match from {
+        Decoded::Patch => ApiError::bad_request(msg),
+        Decoded::Body => ApiError::bad_request(apiserver_semantics::typed::strict_decode_message(
+            &rt.version,
+            &rt.kind,
+            &msg,
+        )),
+        Decoded::StrategicPatch(patch) => ApiError::invalid(
+            "",
+            "",
+            "",
+            vec![Cause::new(
+                "FieldValueInvalid",
+                format!(
+                    "Invalid value: {}: {msg}",
+                    kube_validation::field::go_quote(&kube_validation::field::go_plus_v(patch))
+                ),
+                "patch",
+            )],
+        ),
+    }
+}
+
+/// Unknown fields of a decoded object. Built-ins: dropped, as decoding into the Go type drops
+/// them, with one `Warning` each (`Warn`), silently (`Ignore`), or an error (`Strict`). Custom
+/// resources: only the `Strict` error is decided here, worded for the handler; their pruning
+/// and warnings are [`crd_admit`]'s.
+pub fn unknown_fields(
     rt: &ResourceType,
     obj: &mut Value,
     fv: FieldValidation,
-    from: Decoded,
+    from: Decoded<'_>,
 ) -> Result<Vec<String>, ApiError> {
-    if rt.crd.is_some() {
-        return Ok(Vec::new());
+    if let Some(crd) = &rt.crd {
+        if fv != FieldValidation::Strict {
+            return Ok(Vec::new());
+        }
+        let Some(v) = crd.validator.as_ref() else {
+            return Ok(Vec::new());
+        };
+        return match v.prune(&mut obj.clone()).strict_error() {
+            Some(msg) => Err(strict_error(rt, msg, from)),
+            None => Ok(Vec::new()),
+        };
     }
     let Some(pruned) =
         apiserver_semantics::typed::prune_unknown(&rt.group, &rt.version, &rt.kind, obj)
@@ -128,12 +166,9 @@ pub fn builtin_unknown_fields(
     match fv {
         FieldValidation::Ignore => Ok(Vec::new()),
         FieldValidation::Warn => Ok(pruned.warnings()),
-        FieldValidation::Strict => match (pruned.strict_error(), from) {
-            (None, _) => Ok(Vec::new()),
-            (Some(msg), Decoded::Patch) => Err(ApiError::bad_request(msg)),
-            (Some(msg), Decoded::Body) => Err(ApiError::bad_request(
-                apiserver_semantics::typed::strict_decode_message(&rt.version, &rt.kind, &msg),
-            )),
+        FieldValidation::Strict => match pruned.strict_error() {
+            None => Ok(Vec::new()),
+            Some(msg) => Err(strict_error(rt, msg, from)),
         },
     }
 }

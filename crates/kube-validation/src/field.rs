@@ -399,6 +399,36 @@ pub fn go_sharp_v(v: &Value) -> String {
     }
 }
 
+/// Go's `%+v` (= `%v`) of a decoded JSON value (`map[k:v k2:[a b]]`, keys sorted as `fmt`
+/// sorts map keys, strings bare, null as `<nil>`): what upstream prints for a strategic merge
+/// patch in its strict-decoding 422.
+pub fn go_plus_v(v: &Value) -> String {
+    match v {
+        Value::Null => "<nil>".to_owned(),
+        Value::String(s) => s.clone(),
+        Value::Bool(b) => b.to_string(),
+        // apimachinery's JSON decoding turns integral numbers into int64, others into float64.
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => i.to_string(),
+            None if n.is_u64() => n.to_string(),
+            None => n.as_f64().map(|f| f.to_string()).unwrap_or_default(),
+        },
+        Value::Array(items) => {
+            let inner: Vec<String> = items.iter().map(go_plus_v).collect();
+            format!("[{}]", inner.join(" "))
+        }
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let inner: Vec<String> = keys
+                .iter()
+                .map(|k| format!("{k}:{}", go_plus_v(&map[k.as_str()])))
+                .collect();
+            format!("map[{}]", inner.join(" "))
+        }
+    }
+}
+
 /// A list of field errors, in the order the apiserver produces them.
 pub type ErrorList = Vec<FieldError>;
 
@@ -486,5 +516,17 @@ mod tests {
     #[test]
     fn go_quote_escapes_like_strconv_quote() {
         assert_eq!(go_quote("a\"b\\c\n\u{1}é"), "\"a\\\"b\\\\c\\n\\x01é\"");
+    }
+
+    #[test]
+    fn go_plus_v_prints_maps_sorted_with_bare_strings() {
+        let v: Value = serde_json::from_str(
+            r#"{"spec":{"ports":[{"targetport":8080,"port":80}],"x":null,"f":1.5,"b":true},"a":"s t"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            go_plus_v(&v),
+            "map[a:s t spec:map[b:true f:1.5 ports:[map[port:80 targetport:8080]] x:<nil>]]"
+        );
     }
 }
