@@ -58,6 +58,32 @@ where
     t.elapsed()
 }
 
+/// Five timed paged lists of every pod (limit 500, following continue tokens), sorted; each
+/// page must report `at` as its resourceVersion when given.
+async fn paged_list_times(pods: &Api<Pod>, first: ListParams, at: Option<&str>) -> Vec<Duration> {
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let mut n = 0;
+        let mut lp = first.clone();
+        loop {
+            let page = pods.list(&lp).await.unwrap();
+            if let Some(at) = at {
+                assert_eq!(page.metadata.resource_version.as_deref(), Some(at));
+            }
+            n += page.items.len();
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(c) => lp = ListParams::default().limit(500).continue_token(&c),
+                None => break,
+            }
+        }
+        assert_eq!(n, PODS);
+        times.push(t.elapsed());
+    }
+    times.sort();
+    times
+}
+
 #[tokio::main]
 async fn main() {
     let emu = kube_emulator::Emulator::builder()
@@ -93,23 +119,7 @@ async fn main() {
         d.as_secs_f64()
     );
 
-    let mut times = Vec::new();
-    for _ in 0..5 {
-        let t = Instant::now();
-        let mut n = 0;
-        let mut lp = ListParams::default().limit(500);
-        loop {
-            let page = pods.list(&lp).await.unwrap();
-            n += page.items.len();
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(c) => lp = ListParams::default().limit(500).continue_token(&c),
-                None => break,
-            }
-        }
-        assert_eq!(n, PODS);
-        times.push(t.elapsed());
-    }
-    times.sort();
+    let times = paged_list_times(&pods, ListParams::default().limit(500), None).await;
     println!(
         "paged list of {PODS} pods (limit 500, 20 pages): median {:.0} ms, min {:.0} ms",
         times[2].as_secs_f64() * 1e3,
@@ -183,28 +193,11 @@ async fn main() {
 
     // The pods as they were before the fan-out: an exact-RV list the emulator rebuilds from its
     // history (1,000 modifications undone), paged like a client that pins its snapshot.
-    let mut times = Vec::new();
-    for _ in 0..5 {
-        let t = Instant::now();
-        let mut n = 0;
-        let base = ListParams::default()
-            .matching(VersionMatch::Exact)
-            .at(&rv)
-            .limit(500);
-        let mut lp = base.clone();
-        loop {
-            let page = pods.list(&lp).await.unwrap();
-            assert_eq!(page.metadata.resource_version.as_deref(), Some(rv.as_str()));
-            n += page.items.len();
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(c) => lp = ListParams::default().limit(500).continue_token(&c),
-                None => break,
-            }
-        }
-        assert_eq!(n, PODS);
-        times.push(t.elapsed());
-    }
-    times.sort();
+    let exact = ListParams::default()
+        .matching(VersionMatch::Exact)
+        .at(&rv)
+        .limit(500);
+    let times = paged_list_times(&pods, exact, Some(&rv)).await;
     println!(
         "exact-RV paged list of {PODS} pods {EVENTS} events back (limit 500, 20 pages): median {:.0} ms, min {:.0} ms",
         times[2].as_secs_f64() * 1e3,

@@ -370,6 +370,16 @@ pub fn go_quote(s: &str) -> String {
     out
 }
 
+/// A decoded JSON number as Go prints it: apimachinery's JSON decoding (and CR decoding) keeps
+/// integral numbers as int64, others become float64.
+fn go_number(n: &serde_json::Number) -> String {
+    match n.as_i64() {
+        Some(i) => i.to_string(),
+        None if n.is_u64() => n.to_string(),
+        None => n.as_f64().map(|f| f.to_string()).unwrap_or_default(),
+    }
+}
+
 /// Go's `%#v` of a decoded JSON value (`map[string]interface {}{"k":"v"}`), which is what
 /// upstream prints for composite bad values (e.g. duplicate list-map keys).
 pub fn go_sharp_v(v: &Value) -> String {
@@ -377,12 +387,7 @@ pub fn go_sharp_v(v: &Value) -> String {
         Value::Null => "interface {}(nil)".to_owned(),
         Value::String(s) => go_quote(s),
         Value::Bool(b) => b.to_string(),
-        // Decoded JSON numbers are int64 (CR decoding keeps integers) or float64.
-        Value::Number(n) => match n.as_i64() {
-            Some(i) => i.to_string(),
-            None if n.is_u64() => n.to_string(),
-            None => n.as_f64().map(|f| f.to_string()).unwrap_or_default(),
-        },
+        Value::Number(n) => go_number(n),
         Value::Array(items) => {
             let inner: Vec<String> = items.iter().map(go_sharp_v).collect();
             format!("[]interface {{}}{{{}}}", inner.join(", "))
@@ -407,12 +412,7 @@ pub fn go_plus_v(v: &Value) -> String {
         Value::Null => "<nil>".to_owned(),
         Value::String(s) => s.clone(),
         Value::Bool(b) => b.to_string(),
-        // apimachinery's JSON decoding turns integral numbers into int64, others into float64.
-        Value::Number(n) => match n.as_i64() {
-            Some(i) => i.to_string(),
-            None if n.is_u64() => n.to_string(),
-            None => n.as_f64().map(|f| f.to_string()).unwrap_or_default(),
-        },
+        Value::Number(n) => go_number(n),
         Value::Array(items) => {
             let inner: Vec<String> = items.iter().map(go_plus_v).collect();
             format!("[{}]", inner.join(" "))
