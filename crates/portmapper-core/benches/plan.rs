@@ -150,13 +150,15 @@ fn run(
     zones: &BTreeMap<String, String>,
     live: &[EndpointSlice],
 ) -> Plan {
+    let pods: Vec<&Pod> = pods.iter().collect();
+    let live: Vec<&EndpointSlice> = live.iter().collect();
     plan(&PlanInput {
         port_mapping: pm,
         service: svc,
-        pods,
+        pods: &pods,
         node_zones: zones,
         network: &NetworkDecisions::new(),
-        live_slices: live,
+        live_slices: &live,
         live_endpoints: None,
         now: Timestamp::UNIX_EPOCH,
     })

@@ -61,7 +61,7 @@ pub(crate) fn dials_non_tcp_target(check: &CheckKind<'_>, protocol: &str) -> boo
 pub fn probe_targets<'a>(
     port_mapping: &'a PortMapping,
     service: &'a Service,
-    pods: &'a [Pod],
+    pods: &[&'a Pod],
 ) -> Result<Vec<ProbeTarget<'a>>, SelectorError> {
     let spec = &port_mapping.spec;
     let namespace = port_mapping

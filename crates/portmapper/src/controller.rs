@@ -1,6 +1,6 @@
 //! Wiring: reflectors, the kube-runtime Controller, and the shared reconcile context.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,9 +9,10 @@ use futures::channel::mpsc;
 use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use portmapper_api::PortMapping;
@@ -20,10 +21,11 @@ use tracing::{debug, info, warn};
 
 use crate::error::Error;
 use crate::http::Readiness;
+use crate::index::SharedIndex;
 use crate::leader::Leadership;
 use crate::metrics::{CategoryLabels, Metrics, ResultLabels};
 use crate::pods::PodWatches;
-use crate::watches::{Trigger, is_ready, reflect, strip_managed_fields};
+use crate::watches::{Change, is_ready, reflect, strip_managed_fields};
 
 /// Label every object we publish carries; our watches select on it.
 pub const MANAGED_BY_SELECTOR: &str = "endpointslice.kubernetes.io/managed-by=portmapper.dev";
@@ -57,6 +59,8 @@ pub struct Context {
     pub owned_endpoints: Store<Endpoints>,
     /// The native controllers' slices (metadata only): evidence for the selector migration.
     pub native_slices: Store<PartialObjectMeta<EndpointSlice>>,
+    /// What every cached object touches: the way from an object to its PortMappings and back.
+    pub index: SharedIndex,
     pub pods: Arc<PodWatches>,
     pub leadership: Leadership,
     pub metrics: Arc<Metrics>,
@@ -69,21 +73,6 @@ pub struct Context {
 }
 
 impl Context {
-    /// Zone of a node, from the `topology.kubernetes.io/zone` label.
-    pub fn node_zones(&self) -> BTreeMap<String, String> {
-        let Some(nodes) = &self.nodes else {
-            return BTreeMap::new();
-        };
-        nodes
-            .state()
-            .iter()
-            .filter_map(|n| {
-                let zone = n.labels().get("topology.kubernetes.io/zone")?;
-                Some((n.name_any(), zone.clone()))
-            })
-            .collect()
-    }
-
     /// Records that `reason` was warned for `pm`; true the first time.
     pub fn warn_once(&self, pm: &ObjectRef<PortMapping>, reason: &'static str) -> bool {
         let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
@@ -116,17 +105,6 @@ where
     }
 }
 
-/// PortMappings in the Service's namespace that reference it.
-fn referencing(pms: &Store<PortMapping>, svc: &Service) -> Vec<ObjectRef<PortMapping>> {
-    let ns = svc.namespace();
-    let name = svc.name_any();
-    pms.state()
-        .iter()
-        .filter(|pm| pm.namespace() == ns && pm.spec.service_ref.name == name)
-        .map(|pm| ObjectRef::from_obj(pm.as_ref()))
-        .collect()
-}
-
 /// Runs the controller until `shutdown` fires.
 pub async fn run(
     client: Client,
@@ -154,80 +132,126 @@ pub async fn run_probing_with(
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let (trigger, triggers) = mpsc::unbounded();
-    let pm_api: Api<PortMapping> = api(&client, &settings.namespace);
-    let controller = Controller::new(pm_api, watcher::Config::default());
-    let portmappings = controller.store();
+    let index = SharedIndex::default();
     let mut tasks = tokio::task::JoinSet::new();
 
-    let pms = portmappings.clone();
+    let pods = PodWatches::new(
+        client.clone(),
+        settings.namespace.clone(),
+        index.clone(),
+        trigger.clone(),
+    );
+
+    // PortMappings: our own reflector, so that its events feed the index before the Controller
+    // sees them (the Controller runs on the same stream).
+    let (portmappings, pm_writer) = reflector::store::<PortMapping>();
+    let pm_events = {
+        let (index, pods) = (index.clone(), pods.clone());
+        crate::watches::indexed(
+            api::<PortMapping>(&client, &settings.namespace),
+            watcher::Config::default(),
+            "portmappings",
+            strip_managed_fields,
+            pm_writer,
+            move |change| match change {
+                Change::Apply(pm) => {
+                    let applied = index.lock().apply_portmapping(pm);
+                    if let Some(source) = applied.reindex {
+                        pods.reindex(&source);
+                    }
+                    applied.affected
+                }
+                Change::Delete(pm) => index.lock().delete_portmapping(&ObjectRef::from_obj(pm)),
+                Change::Relisted(present) => index.lock().retain_portmappings(present),
+            },
+            trigger.clone(),
+        )
+    };
+    let controller = Controller::for_stream(pm_events.touched_objects(), portmappings.clone());
+
+    let idx = index.clone();
     let (services, task) = reflect(
         api::<Service>(&client, &settings.namespace),
         watcher::Config::default(),
         "services",
         strip_managed_fields,
-        move |svc: &Service| referencing(&pms, svc),
+        move |change| match change {
+            Change::Apply(svc) | Change::Delete(svc) => {
+                idx.lock().service_changed(&ObjectRef::from_obj(svc))
+            }
+            Change::Relisted(present) => idx.lock().services_missing(present),
+        },
         trigger.clone(),
     );
     tasks.spawn(task);
 
+    let idx = index.clone();
     let (slices, task) = reflect(
         api::<EndpointSlice>(&client, &settings.namespace),
         watcher::Config::default().labels(MANAGED_BY_SELECTOR),
         "endpointslices",
         strip_managed_fields,
-        |slice: &EndpointSlice| crate::owner::portmapping_owner(slice),
+        move |change| match change {
+            Change::Apply(slice) => idx.lock().apply_slice(slice),
+            Change::Delete(slice) => idx.lock().delete_slice(&ObjectRef::from_obj(slice)),
+            Change::Relisted(present) => idx.lock().retain_slices(present),
+        },
         trigger.clone(),
     );
     tasks.spawn(task);
 
+    let idx = index.clone();
     let (owned_endpoints, task) = reflect(
         api::<Endpoints>(&client, &settings.namespace),
         watcher::Config::default().labels(MANAGED_BY_SELECTOR),
         "endpoints",
         strip_managed_fields,
-        |ep: &Endpoints| crate::owner::portmapping_owner(ep),
+        move |change| match change {
+            Change::Apply(ep) => idx.lock().apply_endpoints(ep),
+            Change::Delete(ep) => idx.lock().delete_endpoints(&ObjectRef::from_obj(ep)),
+            Change::Relisted(present) => idx.lock().retain_endpoints(present),
+        },
         trigger.clone(),
     );
     tasks.spawn(task);
 
-    let pms = portmappings.clone();
+    let idx = index.clone();
     let (native_slices, task) = reflect(
         api::<PartialObjectMeta<EndpointSlice>>(&client, &settings.namespace),
         watcher::Config::default().labels(crate::migration::NATIVE_SELECTOR),
         "native-endpointslices",
         strip_managed_fields,
-        move |slice: &PartialObjectMeta<EndpointSlice>| {
-            let (ns, svc) = (
-                slice.namespace(),
-                slice.labels().get("kubernetes.io/service-name").cloned(),
-            );
-            pms.state()
-                .iter()
-                .filter(|pm| {
-                    pm.namespace() == ns && Some(&pm.spec.service_ref.name) == svc.as_ref()
-                })
-                .map(|pm| ObjectRef::from_obj(pm.as_ref()))
-                .collect::<Vec<_>>()
+        move |change| match change {
+            Change::Apply(slice) => idx.lock().apply_native_slice(slice),
+            Change::Delete(slice) => idx.lock().delete_native_slice(&ObjectRef::from_obj(slice)),
+            Change::Relisted(present) => idx.lock().retain_native_slices(present),
         },
         trigger.clone(),
     );
     tasks.spawn(task);
 
     let nodes = if settings.node_lookups {
-        let (store, task) = node_reflector(&client, portmappings.clone(), trigger.clone());
+        let idx = index.clone();
+        let (store, task) = reflect(
+            Api::<PartialObjectMeta<Node>>::all(client.clone()),
+            watcher::Config::default(),
+            "nodes",
+            strip_managed_fields,
+            move |change| match change {
+                Change::Apply(node) => idx.lock().apply_node(node),
+                Change::Delete(node) => idx.lock().delete_node(&node.name_any()),
+                Change::Relisted(present) => idx
+                    .lock()
+                    .retain_nodes(&present.iter().map(|n| n.name.clone()).collect()),
+            },
+            trigger.clone(),
+        );
         tasks.spawn(task);
         Some(store)
     } else {
         None
     };
 
-    let pods = PodWatches::new(
-        client.clone(),
-        settings.namespace.clone(),
-        portmappings.clone(),
-        slices.clone(),
-        trigger.clone(),
-    );
     let (prober, probe_events) =
         crate::probing::start(settings.probe_concurrency, probe_executor, &metrics)?;
     tasks.spawn(crate::probing::forward_events(
@@ -249,6 +273,7 @@ pub async fn run_probing_with(
         nodes: nodes.clone(),
         owned_endpoints,
         native_slices,
+        index: index.clone(),
         pods: pods.clone(),
         leadership: leadership.clone(),
         metrics: metrics.clone(),
@@ -295,10 +320,15 @@ pub async fn run_probing_with(
                 tick.tick().await;
                 pods.retain_needed();
                 let alive = ctx
-                    .portmappings
-                    .state()
-                    .iter()
-                    .map(|pm| crate::probing::mapping_key(pm))
+                    .index
+                    .lock()
+                    .portmapping_keys()
+                    .map(|pm| {
+                        portmapper_probe::MappingKey::new(
+                            pm.namespace.clone().unwrap_or_default(),
+                            pm.name.clone(),
+                        )
+                    })
                     .collect();
                 crate::probing::retain(&ctx.prober, &alive);
             }
@@ -349,37 +379,6 @@ pub async fn run_probing_with(
     tasks.abort_all();
     drop(trigger);
     Ok(())
-}
-
-fn node_reflector(
-    client: &Client,
-    pms: Store<PortMapping>,
-    trigger: Trigger,
-) -> (
-    Store<PartialObjectMeta<Node>>,
-    impl Future<Output = ()> + Send + 'static,
-) {
-    // Zones change rarely; when one does, every PortMapping is re-examined (hints depend on it).
-    let zones: Mutex<BTreeMap<String, Option<String>>> = Mutex::new(BTreeMap::new());
-    reflect(
-        Api::<PartialObjectMeta<Node>>::all(client.clone()),
-        watcher::Config::default(),
-        "nodes",
-        strip_managed_fields,
-        move |node: &PartialObjectMeta<Node>| {
-            let zone = node.labels().get("topology.kubernetes.io/zone").cloned();
-            let mut zones = zones.lock().unwrap_or_else(|p| p.into_inner());
-            let before = zones.insert(node.name_any(), zone.clone());
-            if before.as_ref() == Some(&zone) {
-                return Vec::new();
-            }
-            pms.state()
-                .iter()
-                .map(|pm| ObjectRef::from_obj(pm.as_ref()))
-                .collect()
-        },
-        trigger,
-    )
 }
 
 /// Records the outcome of one reconcile in the metrics.

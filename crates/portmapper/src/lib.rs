@@ -8,6 +8,7 @@ pub mod demo;
 pub mod demo_pods;
 pub mod error;
 pub mod http;
+pub mod index;
 pub mod leader;
 pub mod metrics;
 pub mod migration;

@@ -18,16 +18,9 @@ use crate::migration::{self, Input, NativeSlice, Step};
 
 /// The native controllers' slices labelled with this Service's name, from the metadata cache.
 pub fn native_slices(ctx: &Context, ns: &str, service: &str) -> Vec<NativeSlice> {
-    ctx.native_slices
-        .state()
-        .iter()
-        .filter(|s| s.namespace().as_deref() == Some(ns))
-        .filter(|s| {
-            s.labels()
-                .get("kubernetes.io/service-name")
-                .map(String::as_str)
-                == Some(service)
-        })
+    let keys = ctx.index.lock().native_slices(ns, service);
+    keys.iter()
+        .filter_map(|k| ctx.native_slices.get(k))
         .filter_map(|s| {
             Some(NativeSlice {
                 name: s.name_any(),
@@ -71,17 +64,21 @@ pub async fn delete_stray_endpoints(
     pm_uid: &str,
     keep: Option<&str>,
 ) -> Result<(), Error> {
-    let state = ctx.owned_endpoints.state();
-    let in_ns = state
-        .iter()
-        .filter(|e| e.namespace().as_deref() == Some(writer.namespace))
-        .map(AsRef::as_ref);
-    for step in migration::stray_endpoints(in_ns, pm_uid, keep) {
+    let owned = owned_endpoints(ctx, pm_uid);
+    for step in migration::stray_endpoints(owned.iter().map(AsRef::as_ref), pm_uid, keep) {
         if let Step::DeleteEndpoints { name, uid, .. } = step {
             writer.delete_endpoints(&name, &uid).await?;
         }
     }
     Ok(())
+}
+
+/// The Endpoints objects the PortMapping with `uid` controls, from the cache.
+fn owned_endpoints(ctx: &Context, uid: &str) -> Vec<std::sync::Arc<Endpoints>> {
+    let keys = ctx.index.lock().owned_endpoints(uid);
+    keys.iter()
+        .filter_map(|k| ctx.owned_endpoints.get(k))
+        .collect()
 }
 
 /// Whether the plan publishes a ready endpoint, in any family and in the primary one.
@@ -138,8 +135,9 @@ pub async fn converge(
         native_slices: native,
     };
     let mut steps = migration::steps(&input);
+    let owned = owned_endpoints(ctx, &pm_uid);
     steps.extend(migration::stray_endpoints(
-        ctx.owned_endpoints.state().iter().map(AsRef::as_ref),
+        owned.iter().map(AsRef::as_ref),
         &pm_uid,
         Some(&service.name_any()),
     ));

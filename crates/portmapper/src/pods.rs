@@ -4,38 +4,19 @@
 //! server-side). Reconciles call [`PodWatches::store_for`]; a watch that has not listed yet
 //! answers `None`, and the reconcile then writes nothing rather than publish an empty pool.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
+use kube::Client;
 use kube::api::{Api, ObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use kube::{Client, ResourceExt};
-use portmapper_api::{KeySource, PortMapping};
 use tokio::task::AbortHandle;
 use tracing::info;
 
-use crate::watches::{Trigger, reflect};
-
-/// What one pod watch covers.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum PodSource {
-    /// Pods carrying the label key (in the watch scope).
-    Label(String),
-    /// Every pod of a namespace (annotation keys).
-    Namespace(String),
-}
-
-impl PodSource {
-    /// The watch a PortMapping's pool needs.
-    pub fn of(pm: &PortMapping) -> Self {
-        match pm.spec.pods.from {
-            KeySource::Label => Self::Label(pm.spec.pods.key.clone()),
-            KeySource::Annotation => Self::Namespace(pm.namespace().unwrap_or_default()),
-        }
-    }
-}
+use crate::index::{PodSource, SharedIndex};
+use crate::watches::{Change, Trigger, reflect};
 
 struct Running {
     store: Store<Pod>,
@@ -46,8 +27,7 @@ struct Running {
 pub struct PodWatches {
     client: Client,
     scope: Option<String>,
-    pms: Store<PortMapping>,
-    slices: Store<k8s_openapi::api::discovery::v1::EndpointSlice>,
+    index: SharedIndex,
     trigger: Trigger,
     running: Mutex<HashMap<PodSource, Running>>,
 }
@@ -57,15 +37,13 @@ impl PodWatches {
     pub fn new(
         client: Client,
         scope: Option<String>,
-        pms: Store<PortMapping>,
-        slices: Store<k8s_openapi::api::discovery::v1::EndpointSlice>,
+        index: SharedIndex,
         trigger: Trigger,
     ) -> Arc<Self> {
         Arc::new(Self {
             client,
             scope,
-            pms,
-            slices,
+            index,
             trigger,
             running: Mutex::new(HashMap::new()),
         })
@@ -90,16 +68,16 @@ impl PodWatches {
                 watcher::Config::default(),
             ),
         };
-        let this = Arc::downgrade(self);
+        let (index, watched) = (self.index.clone(), source.clone());
         let (store, task) = reflect(
             api,
             config,
             "pods",
             strip_pod,
-            move |pod: &Pod| {
-                this.upgrade()
-                    .map(|w| w.affected_by(pod))
-                    .unwrap_or_default()
+            move |change| match change {
+                Change::Apply(pod) => index.lock().apply_pod(&watched, pod),
+                Change::Delete(pod) => index.lock().delete_pod(&watched, &ObjectRef::from_obj(pod)),
+                Change::Relisted(present) => index.lock().retain_pods(&watched, present),
             },
             self.trigger.clone(),
         );
@@ -109,51 +87,47 @@ impl PodWatches {
         None
     }
 
+    /// Re-indexes every pod `source`'s watch holds (a PortMapping started reading a new
+    /// annotation key of its namespace).
+    pub fn reindex(&self, source: &PodSource) {
+        let store = {
+            let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+            match running.get(source) {
+                Some(r) => r.store.clone(),
+                None => return,
+            }
+        };
+        let mut affected = std::collections::HashSet::new();
+        {
+            let mut index = self.index.lock();
+            for pod in store.state() {
+                affected.extend(index.apply_pod(source, &pod));
+            }
+        }
+        for pm in affected {
+            let _ = self.trigger.unbounded_send(pm);
+        }
+    }
+
     /// Stops watches no PortMapping needs any more.
     pub fn retain_needed(&self) {
-        let needed: BTreeSet<PodSource> = self
-            .pms
-            .state()
-            .iter()
-            .map(|pm| PodSource::of(pm))
-            .collect();
+        let needed: BTreeSet<PodSource> = self.index.lock().needed_sources();
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stopped = Vec::new();
         running.retain(|source, r| {
             let keep = needed.contains(source);
             if !keep {
                 info!(?source, "stopping pod watch no PortMapping needs");
                 r.task.abort();
+                stopped.push(source.clone());
             }
             keep
         });
-    }
-
-    /// PortMappings whose pool has the pod now, or that published it before (so a pod leaving
-    /// the pool is withdrawn).
-    fn affected_by(&self, pod: &Pod) -> Vec<ObjectRef<PortMapping>> {
-        let ns = pod.namespace().unwrap_or_default();
-        let mut out: HashSet<ObjectRef<PortMapping>> = self
-            .pms
-            .state()
-            .iter()
-            .filter(|pm| pm.namespace().as_deref() == Some(ns.as_str()))
-            .filter(|pm| portmapper_core::pod_in_pool(&pm.spec, &ns, pod).unwrap_or(false))
-            .map(|pm| ObjectRef::from_obj(pm.as_ref()))
-            .collect();
-        if let Some(uid) = pod.uid() {
-            for slice in self.slices.state() {
-                if slice.namespace().as_deref() != Some(ns.as_str()) {
-                    continue;
-                }
-                let published = slice.endpoints.iter().any(|e| {
-                    e.target_ref.as_ref().and_then(|t| t.uid.as_deref()) == Some(uid.as_str())
-                });
-                if published {
-                    out.extend(crate::owner::portmapping_owner(slice.as_ref()));
-                }
-            }
+        drop(running);
+        let mut index = self.index.lock();
+        for source in &stopped {
+            index.forget_source(source);
         }
-        out.into_iter().collect()
     }
 }
 

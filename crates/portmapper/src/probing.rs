@@ -114,8 +114,8 @@ pub fn probe(
     prober: &Prober,
     pm: &PortMapping,
     service: &Service,
-    pods: &[Pod],
-    live_slices: &[EndpointSlice],
+    pods: &[&Pod],
+    live_slices: &[&EndpointSlice],
 ) -> Probed {
     let key = mapping_key(pm);
     let targets = targets(pm, service, pods, live_slices);
@@ -153,8 +153,8 @@ fn success_threshold(target: &Target) -> u32 {
 pub fn targets(
     pm: &PortMapping,
     service: &Service,
-    pods: &[Pod],
-    live_slices: &[EndpointSlice],
+    pods: &[&Pod],
+    live_slices: &[&EndpointSlice],
 ) -> Vec<Target> {
     let listed = match portmapper_core::probe_targets(pm, service, pods) {
         Ok(listed) => listed,
@@ -263,11 +263,12 @@ fn not_excluded_without_probes(
 /// the planner's own rule for what Abstain keeps.
 fn published<'a>(
     pm: &PortMapping,
-    live_slices: &'a [EndpointSlice],
+    live_slices: &[&'a EndpointSlice],
 ) -> HashSet<(&'a str, IpFamily, &'a str)> {
     let uid = pm.metadata.uid.as_deref().unwrap_or_default();
     let ours: Vec<&EndpointSlice> = live_slices
         .iter()
+        .copied()
         .filter(|s| crate::owner::controlled_by(*s, uid))
         .collect();
     portmapper_core::planner::published_memberships(&ours)
@@ -583,7 +584,7 @@ mod tests {
         let b = pod("b", "10.244.0.2", "admin");
         let slices = [owned_slice("admin", &[&a])];
         let pm = pm(rules());
-        let mut got: Vec<_> = targets(&pm, &service(), &[a.clone(), b.clone()], &slices)
+        let mut got: Vec<_> = targets(&pm, &service(), &[&a, &b], &[&slices[0]])
             .into_iter()
             .map(|t| {
                 (
@@ -635,10 +636,10 @@ mod tests {
         let a = pod("a", "10.244.0.1", "broker,admin");
         let mut pm = pm(rules());
         pm.spec.publish_not_ready_addresses = Some(true);
-        assert!(targets(&pm, &service(), std::slice::from_ref(&a), &[]).is_empty());
+        assert!(targets(&pm, &service(), &[&a], &[]).is_empty());
         let pm = self::pm(Vec::new());
         assert!(
-            targets(&pm, &service(), &[a], &[]).is_empty(),
+            targets(&pm, &service(), &[&a], &[]).is_empty(),
             "podReady defaults probe nothing"
         );
     }
@@ -691,6 +692,8 @@ mod tests {
         pm.spec.unlisted_ports = portmapper_api::UnlistedPorts::UseDefaultChecks;
         let svc = service();
         let slices = [owned_slice("admin", &[&a, &b])];
+        let (pods, slices): (Vec<&Pod>, Vec<&EndpointSlice>) =
+            (pods.iter().collect(), slices.iter().collect());
         let targets = targets(&pm, &svc, &pods, &slices);
         assert_eq!(targets.len(), 2, "only the admin port has a network check");
         let keys: Vec<_> = targets.iter().map(|t| (t.key(), 1)).collect();

@@ -21,8 +21,8 @@ use crate::apply::{Claim, Writer};
 use crate::conditions::{self, Desired};
 use crate::controller::{self, Context};
 use crate::error::Error;
+use crate::index::PodSource;
 use crate::metrics::ServiceLabels;
-use crate::pods::PodSource;
 use crate::report;
 
 /// How soon to look again while something we wait for (a cache, probe results) is pending.
@@ -147,7 +147,7 @@ enum Decided {
     /// Inputs are complete: plan.
     Plan {
         service: Arc<Service>,
-        pods: Vec<Pod>,
+        pods: Vec<Arc<Pod>>,
     },
 }
 
@@ -156,10 +156,13 @@ fn decide(pm: &PortMapping, ctx: &Context, ns: &str, pm_ref: &ObjectRef<PortMapp
     if let Some(message) = report::invalid_spec_message(&errors) {
         return Decided::Stop(Outcome::stalled(ctx, "InvalidSpec", message));
     }
-    let portmappings = ctx.portmappings.state();
-    if let Some(winner) = report::conflict_winner(pm, portmappings.iter().map(AsRef::as_ref)) {
+    let (winner, pool) = {
+        let index = ctx.index.lock();
+        (index.service_winner(pm_ref), index.pool_pods(pm))
+    };
+    if let Some(winner) = winner {
         let mut outcome = Outcome::stalled(ctx, "ServiceClaimed", String::new());
-        outcome.conditions = report::conflict(&winner, &pm.spec.service_ref.name);
+        outcome.conditions = report::conflict(&winner.name, &pm.spec.service_ref.name);
         // Writes nothing at all: slices it published before losing stay until it is deleted
         // (GC) or wins again, so a conflict can never empty a port.
         return Decided::Stop(outcome);
@@ -170,11 +173,11 @@ fn decide(pm: &PortMapping, ctx: &Context, ns: &str, pm_ref: &ObjectRef<PortMapp
         return Decided::Withdraw(Outcome::stalled(ctx, "ServiceNotFound", message));
     };
     let pods = match ctx.pods.store_for(&PodSource::of(pm)) {
-        Some(store) => store
-            .state()
+        // The index names the pool's pods by key and value; the selector is checked here.
+        Some(store) => pool
             .iter()
+            .filter_map(|p| store.get(p))
             .filter(|p| portmapper_core::pod_in_pool(&pm.spec, ns, p).unwrap_or(false))
-            .map(|p| p.as_ref().clone())
             .collect(),
         None => {
             // Not even status: a restart must not flap a Ready PortMapping while caches sync.
@@ -198,17 +201,14 @@ fn caches_synced(ctx: &Context) -> bool {
 /// Service: labelled managed-by us but without any controller (left by `kubectl delete
 /// --cascade=orphan` of a PortMapping). The planner treats them as ours, so they are adopted
 /// (the apply sets our ownerReference) or deleted, as a ReplicaSet adopts orphaned pods.
-fn owned_slices(ctx: &Context, ns: &str, uid: &str, adopt_for: Option<&str>) -> Vec<EndpointSlice> {
-    ctx.slices
-        .state()
-        .iter()
-        .filter(|s| s.namespace().as_deref() == Some(ns))
-        .filter(|s| {
-            crate::owner::controlled_by(s.as_ref(), uid)
-                || adopt_for.is_some_and(|svc| crate::owner::orphan_of(s.as_ref(), svc))
-        })
-        .map(|s| s.as_ref().clone())
-        .collect()
+fn owned_slices(
+    ctx: &Context,
+    ns: &str,
+    uid: &str,
+    adopt_for: Option<&str>,
+) -> Vec<Arc<EndpointSlice>> {
+    let keys = ctx.index.lock().owned_slices(uid, ns, adopt_for);
+    keys.iter().filter_map(|k| ctx.slices.get(k)).collect()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -219,12 +219,21 @@ async fn plan_and_apply(
     pm_ref: &ObjectRef<PortMapping>,
     writer: &Writer<'_>,
     service: &Service,
-    pods: &[Pod],
-    owned: &[EndpointSlice],
+    pods: &[Arc<Pod>],
+    owned: &[Arc<EndpointSlice>],
 ) -> Result<Outcome, Error> {
-    let zones = ctx.node_zones();
+    let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+    let owned: Vec<&EndpointSlice> = owned.iter().map(AsRef::as_ref).collect();
+    let zones = if ctx.settings.node_lookups {
+        ctx.index.lock().zones_of(
+            pods.iter()
+                .filter_map(|p| p.spec.as_ref()?.node_name.as_deref()),
+        )
+    } else {
+        BTreeMap::new()
+    };
     // Cached probe results only: a reconcile never waits on the network.
-    let probed = crate::probing::probe(&ctx.prober, pm, service, pods, owned);
+    let probed = crate::probing::probe(&ctx.prober, pm, service, &pods, &owned);
     let network = probed.decisions;
     let native = crate::migration_exec::native_slices(ctx, ns, &service.name_any());
     let live_endpoints = crate::migration_exec::live_endpoints(
@@ -238,10 +247,10 @@ async fn plan_and_apply(
     let input = PlanInput {
         port_mapping: pm,
         service,
-        pods,
+        pods: &pods,
         node_zones: &zones,
         network: &network,
-        live_slices: owned,
+        live_slices: &owned,
         live_endpoints: live_endpoints.as_ref(),
         now: Timestamp::now(),
     };
@@ -255,10 +264,13 @@ async fn plan_and_apply(
     let mut conditions = Vec::new();
     let mut collisions = Vec::new();
     let mut first_error: Option<Error> = None;
-    let live_names: Vec<String> = owned.iter().map(ResourceExt::name_any).collect();
+    let live_names: std::collections::HashSet<&str> = owned
+        .iter()
+        .filter_map(|s| s.metadata.name.as_deref())
+        .collect();
     for planned in plan.slices.iter().filter(|s| s.action.is_write()) {
         let name = planned.slice.name_any();
-        if matches!(planned.action, SliceAction::Create) && !live_names.contains(&name) {
+        if matches!(planned.action, SliceAction::Create) && !live_names.contains(name.as_str()) {
             match writer
                 .claim_slice(&name, &pm.uid().unwrap_or_default())
                 .await

@@ -368,7 +368,8 @@ fn preview(
     }
     // Every network check the planner will consult gets the assumed result.
     let mut network = NetworkDecisions::new();
-    if let Ok(targets) = portmapper_core::probe_targets(pm, service, pods) {
+    let pods: Vec<&Pod> = pods.iter().collect();
+    if let Ok(targets) = portmapper_core::probe_targets(pm, service, &pods) {
         out.assumed = targets.len();
         for target in targets {
             network.insert(target.key, assume.verdict());
@@ -377,7 +378,7 @@ fn preview(
     let input = PlanInput {
         port_mapping: pm,
         service,
-        pods,
+        pods: &pods,
         node_zones: &inputs.zones,
         network: &network,
         live_slices: &[],

@@ -1,16 +1,19 @@
-//! Reflectors for everything a reconcile reads, each mapping its events to the PortMappings they
-//! concern. Reconciles read these stores only; they never LIST.
+//! Reflectors for everything a reconcile reads. Every watch event updates the reflector's store
+//! and then the [`Index`](crate::index::Index), which answers with the PortMappings the event
+//! affects; those are queued for reconcile. Reconciles read the stores and the index only; they
+//! never LIST.
 
+use std::collections::HashSet;
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::Arc;
 
 use futures::channel::mpsc::UnboundedSender;
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt};
+use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, watcher as watch};
 use portmapper_api::PortMapping;
 use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
@@ -18,57 +21,94 @@ use tracing::{debug, warn};
 /// Where reconcile requests go (consumed by the Controller's `reconcile_on`).
 pub type Trigger = UnboundedSender<ObjectRef<PortMapping>>;
 
+/// One watch event as the index sees it: after the store has applied it.
+pub enum Change<'a, K: Resource> {
+    /// Added or modified (also every object of a relist).
+    Apply(&'a K),
+    /// Deleted.
+    Delete(&'a K),
+    /// A relist finished: these are all the objects there are now.
+    Relisted(&'a HashSet<ObjectRef<K>>),
+}
+
 /// Starts a reflector for `api` and returns its store and the task driving it. `strip` trims
-/// cached objects to what reconciles read (bounding memory); `map` turns every touched object
-/// into the PortMappings to reconcile.
-pub fn reflect<K, S, M, I>(
+/// cached objects to what reconciles read (bounding memory); `on_change` updates the index and
+/// returns the PortMappings to reconcile.
+pub fn reflect<K, S, M>(
     api: Api<K>,
     config: watcher::Config,
     what: &'static str,
     strip: S,
-    map: M,
+    on_change: M,
     trigger: Trigger,
 ) -> (Store<K>, impl Future<Output = ()> + Send + 'static)
 where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     S: FnMut(&mut K) + Send + 'static,
-    M: Fn(&K) -> I + Send + Sync + 'static,
-    I: IntoIterator<Item = ObjectRef<PortMapping>> + 'static,
+    M: FnMut(Change<'_, K>) -> Vec<ObjectRef<PortMapping>> + Send + 'static,
 {
     let (reader, writer) = reflector::store::<K>();
-    let stream = watcher(api, config)
-        .default_backoff()
-        .modify(strip)
-        .reflect(writer)
-        .touched_objects();
-    let task = drive(stream, what, map, trigger);
+    let stream = indexed(api, config, what, strip, writer, on_change, trigger);
+    let task = async move {
+        let mut stream = std::pin::pin!(stream);
+        while stream.next().await.is_some() {}
+    };
     (reader, task)
 }
 
-async fn drive<K, St, M, I>(stream: St, what: &'static str, map: M, trigger: Trigger)
+/// The watch → store → index pipeline as a stream of the events (for a consumer such as the
+/// Controller, which also wants them).
+pub fn indexed<K, S, M>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: &'static str,
+    strip: S,
+    writer: reflector::store::Writer<K>,
+    mut on_change: M,
+    trigger: Trigger,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static
 where
-    K: Resource + Send,
-    St: Stream<Item = Result<K, watcher::Error>> + Send,
-    M: Fn(&K) -> I + Send + Sync,
-    I: IntoIterator<Item = ObjectRef<PortMapping>>,
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    S: FnMut(&mut K) + Send + 'static,
+    M: FnMut(Change<'_, K>) -> Vec<ObjectRef<PortMapping>> + Send + 'static,
 {
-    let mut stream = std::pin::pin!(stream.map_err(Arc::new));
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(obj) => {
-                for target in map(&obj) {
-                    debug!(watch = what, object = %obj.name_any(), portmapping = %target, "queueing reconcile");
-                    if trigger.unbounded_send(target).is_err() {
-                        // The controller has stopped: nothing left to trigger.
-                        return;
-                    }
+    let mut relisting: Option<HashSet<ObjectRef<K>>> = None;
+    watch(api, config)
+        .default_backoff()
+        .modify(strip)
+        .reflect(writer)
+        .inspect(move |item| {
+            let targets = match item {
+                Ok(Event::Apply(obj)) => on_change(Change::Apply(obj)),
+                Ok(Event::Delete(obj)) => on_change(Change::Delete(obj)),
+                Ok(Event::Init) => {
+                    relisting = Some(HashSet::new());
+                    Vec::new()
                 }
+                Ok(Event::InitApply(obj)) => {
+                    relisting
+                        .get_or_insert_with(HashSet::new)
+                        .insert(ObjectRef::from_obj(obj));
+                    on_change(Change::Apply(obj))
+                }
+                Ok(Event::InitDone) => {
+                    let present = relisting.take().unwrap_or_default();
+                    on_change(Change::Relisted(&present))
+                }
+                // The backoff retries; the store keeps serving its last state meanwhile.
+                Err(err) => {
+                    warn!(watch = what, error = %err, "watch failed; retrying with backoff");
+                    Vec::new()
+                }
+            };
+            for target in targets {
+                debug!(watch = what, portmapping = %target, "queueing reconcile");
+                // A closed channel means the controller has stopped: nothing left to trigger.
+                let _ = trigger.unbounded_send(target);
             }
-            // The backoff retries; the store keeps serving its last state meanwhile.
-            Err(err) => warn!(watch = what, error = %err, "watch failed; retrying with backoff"),
-        }
-    }
+        })
 }
 
 /// Drops server bookkeeping that reconciles never read.

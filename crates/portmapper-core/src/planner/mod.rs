@@ -204,13 +204,13 @@ fn static_target(sp: &ServicePort) -> i32 {
 /// Splits live slices into ours and the names of foreign ones (controlled by another owner:
 /// never touched, reported).
 fn classify_live<'a>(
-    live: &'a [EndpointSlice],
+    live: &[&'a EndpointSlice],
     pm_uid: &str,
     warnings: &mut Vec<PlanWarning>,
 ) -> (Vec<&'a EndpointSlice>, HashSet<&'a str>) {
     let mut ours = Vec::new();
     let mut foreign = HashSet::new();
-    for s in live {
+    for &s in live {
         let name = s.metadata.name.as_deref().unwrap_or_default();
         match controller_uid(&s.metadata) {
             Some(uid) if uid != pm_uid => {
@@ -256,7 +256,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
     }
 
     let mut pods: Vec<&Pod> = Vec::new();
-    for pod in input.pods {
+    for &pod in input.pods {
         if pod_in_pool(spec, &namespace, pod)? {
             pods.push(pod);
         }

@@ -20,14 +20,14 @@ pub struct PlanInput<'a> {
     pub service: &'a Service,
     /// Pods of the namespace; those outside the pool are ignored, so the caller may pass a
     /// superset (e.g. everything its index returned).
-    pub pods: &'a [Pod],
+    pub pods: &'a [&'a Pod],
     /// Node name → `topology.kubernetes.io/zone`, for the nodes that have one.
     pub node_zones: &'a BTreeMap<String, String>,
     /// Latest network check results.
     pub network: &'a NetworkDecisions,
     /// EndpointSlices currently stored for this Service with `managed-by: portmapper.dev`.
     /// Slices controller-owned by something else are reported and never touched.
-    pub live_slices: &'a [EndpointSlice],
+    pub live_slices: &'a [&'a EndpointSlice],
     /// The Endpoints object named after the Service, if one exists.
     pub live_endpoints: Option<&'a Endpoints>,
     /// The time of this reconcile: the `last-change-trigger-time` of written objects.

@@ -250,14 +250,25 @@ impl World {
         }
     }
 
+    /// The pods as the planner takes them.
+    pub fn pod_refs(&self) -> Vec<&Pod> {
+        self.pods.iter().collect()
+    }
+
+    /// The live slices as the planner takes them.
+    pub fn slice_refs(&self) -> Vec<&EndpointSlice> {
+        self.slices.iter().collect()
+    }
+
     pub fn plan(&self) -> Plan {
+        let (pods, slices) = (self.pod_refs(), self.slice_refs());
         plan(&PlanInput {
             port_mapping: &self.pm,
             service: &self.service,
-            pods: &self.pods,
+            pods: &pods,
             node_zones: &self.zones,
             network: &self.network,
-            live_slices: &self.slices,
+            live_slices: &slices,
             live_endpoints: self.endpoints.as_ref(),
             now: self.now,
         })

@@ -985,26 +985,24 @@ fn legacy_endpoints_owned_by_someone_else_are_left_alone() {
 fn missing_uid_or_wrong_service_is_an_error() {
     let mut w = seed_world();
     w.pm.metadata.uid = None;
-    fn input(w: &World) -> PlanInput<'_> {
-        PlanInput {
+    fn plan_of(w: &World) -> Result<portmapper_core::Plan, PlanError> {
+        let (pods, slices) = (w.pod_refs(), w.slice_refs());
+        plan(&PlanInput {
             port_mapping: &w.pm,
             service: &w.service,
-            pods: &w.pods,
+            pods: &pods,
             node_zones: &w.zones,
             network: &w.network,
-            live_slices: &w.slices,
+            live_slices: &slices,
             live_endpoints: None,
             now: w.now,
-        }
+        })
     }
-    assert_eq!(
-        plan(&input(&w)),
-        Err(PlanError::MissingMetadata("metadata.uid"))
-    );
+    assert_eq!(plan_of(&w), Err(PlanError::MissingMetadata("metadata.uid")));
     w.pm.metadata.uid = Some("u".into());
     w.service.metadata.name = Some("other".into());
     assert!(matches!(
-        plan(&input(&w)),
+        plan_of(&w),
         Err(PlanError::ServiceMismatch { .. })
     ));
 }
@@ -1024,13 +1022,14 @@ fn invalid_pool_selector_is_an_error_not_an_empty_pool() {
             ]),
         },
     );
+    let (pods, slices) = (w.pod_refs(), w.slice_refs());
     let r = plan(&PlanInput {
         port_mapping: &w.pm,
         service: &w.service,
-        pods: &w.pods,
+        pods: &pods,
         node_zones: &w.zones,
         network: &w.network,
-        live_slices: &w.slices,
+        live_slices: &slices,
         live_endpoints: None,
         now: w.now,
     });

@@ -59,7 +59,7 @@ fn world() -> World {
 #[test]
 fn lists_every_network_check_per_pod_port_and_family_with_positions() {
     let w = world();
-    let targets = probe_targets(&w.pm, &w.service, &w.pods).unwrap();
+    let targets = probe_targets(&w.pm, &w.service, &w.pod_refs()).unwrap();
     let summary: Vec<(String, IpFamily, CheckPosition, &str, Option<i32>)> = targets
         .iter()
         .map(|t| {
@@ -145,7 +145,7 @@ fn lists_every_network_check_per_pod_port_and_family_with_positions() {
 #[test]
 fn results_filed_under_the_listed_keys_drive_the_planner() {
     let mut w = world();
-    let results: Vec<_> = probe_targets(&w.pm, &w.service, &w.pods)
+    let results: Vec<_> = probe_targets(&w.pm, &w.service, &w.pod_refs())
         .unwrap()
         .into_iter()
         .map(|t| {
@@ -170,7 +170,7 @@ fn nothing_to_probe_under_publish_not_ready_addresses() {
     let mut w = world();
     w.pm.spec.publish_not_ready_addresses = Some(true);
     assert!(
-        probe_targets(&w.pm, &w.service, &w.pods)
+        probe_targets(&w.pm, &w.service, &w.pod_refs())
             .unwrap()
             .is_empty()
     );
@@ -208,7 +208,7 @@ fn probes_without_their_own_port_are_not_run_on_udp_ports_and_exclude_with_a_rea
         service(vec![dns, dns_health]),
         vec![PodBuilder::new("a", &["10.0.0.1"]).build()],
     );
-    let targets = probe_targets(&w.pm, &w.service, &w.pods).unwrap();
+    let targets = probe_targets(&w.pm, &w.service, &w.pod_refs()).unwrap();
     let listed: Vec<(&str, &str, Option<i32>)> = targets
         .iter()
         .map(|t| (t.key.port_name.as_str(), t.check.name(), t.probe_port))

@@ -1,0 +1,1223 @@
+//! The index: what every watched object touches, kept up to date from watch events, so that an
+//! event maps to the PortMappings it affects, and a reconcile finds its inputs, in time
+//! proportional to what the object touches — never a scan of all PortMappings, slices or pods.
+//!
+//! It holds keys and small footprints only (the objects stay in the reflector stores). Each kind
+//! has `apply_*` (added or modified), `delete_*` (by key: the footprint remembers what the object
+//! touched) and, after a relist, `retain_*` (drops what the new list no longer has). Every one of
+//! them returns the PortMappings to reconcile. Pure and synchronous, so it is tested without an
+//! API server (the pattern of linkerd2's `policy-controller/k8s/index`).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::Hash;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::PartialObjectMeta;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use portmapper_api::{KeySource, PortMapping};
+
+/// A PortMapping, by namespace and name.
+pub type PmKey = ObjectRef<PortMapping>;
+
+/// What one pod watch covers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PodSource {
+    /// Pods carrying the label key (in the watch scope).
+    Label(String),
+    /// Every pod of a namespace (annotation keys).
+    Namespace(String),
+}
+
+impl PodSource {
+    /// The watch a PortMapping's pool needs.
+    pub fn of(pm: &PortMapping) -> Self {
+        match pm.spec.pods.from {
+            KeySource::Label => Self::Label(pm.spec.pods.key.clone()),
+            KeySource::Annotation => Self::Namespace(pm.namespace().unwrap_or_default()),
+        }
+    }
+}
+
+/// The index, shared by the watch drivers (writers) and the reconciles (readers).
+#[derive(Clone, Debug, Default)]
+pub struct SharedIndex(Arc<Mutex<Index>>);
+
+impl SharedIndex {
+    /// Locks the index; never held across an await.
+    pub fn lock(&self) -> MutexGuard<'_, Index> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The label every object we publish carries.
+const LABEL_MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
+/// The label naming the Service of a slice.
+const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
+/// The label carrying a node's zone.
+const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
+
+/// A native controller's slice (metadata only).
+pub type NativeKey = ObjectRef<PartialObjectMeta<EndpointSlice>>;
+
+/// A pod pool: the pods of `namespace` whose label (or annotation) `key` equals `value`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolKey {
+    pub namespace: String,
+    pub annotation: bool,
+    pub key: String,
+    pub value: String,
+}
+
+impl PoolKey {
+    /// The pool a PortMapping draws from.
+    pub fn of(pm: &PortMapping) -> Self {
+        Self {
+            namespace: pm.namespace().unwrap_or_default(),
+            annotation: pm.spec.pods.from == KeySource::Annotation,
+            key: pm.spec.pods.key.clone(),
+            value: pm.spec.pool_value().to_owned(),
+        }
+    }
+}
+
+/// A pod as one pod watch sees it (the same pod may be seen by a label watch and a namespace
+/// watch; each copy is indexed on its own).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PodKey {
+    pub source: PodSource,
+    pub pod: ObjectRef<Pod>,
+}
+
+/// What a PortMapping touches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PmFootprint {
+    uid: Option<String>,
+    service: (String, String),
+    pool: PoolKey,
+    /// Creation time and name decide which PortMapping of a Service publishes it; a PortMapping
+    /// being deleted never does.
+    rank: (Option<i64>, String),
+    deleting: bool,
+}
+
+/// What a pod touches.
+#[derive(Clone, Debug, Default)]
+struct PodFootprint {
+    pools: Vec<PoolKey>,
+    uid: Option<String>,
+    node: Option<String>,
+}
+
+/// What one of our slices (or Endpoints objects) touches.
+#[derive(Clone, Debug, Default)]
+struct OwnedFootprint {
+    /// The controlling PortMapping (by name) and its UID.
+    owner: Option<(PmKey, String)>,
+    /// `kubernetes.io/service-name`, when the object has no controller at all (an orphan).
+    orphan_of: Option<String>,
+    /// Pod UIDs of its endpoints (slices only).
+    pods: Vec<String>,
+}
+
+/// The index of one operator instance. Not thread-safe by itself: the operator keeps it behind
+/// a mutex and never holds the lock across an await.
+#[derive(Debug, Default)]
+pub struct Index {
+    pms: HashMap<PmKey, PmFootprint>,
+    pms_by_service: HashMap<(String, String), HashSet<PmKey>>,
+    pms_by_pool: HashMap<PoolKey, HashSet<PmKey>>,
+    /// Annotation keys PortMappings of a namespace use, with how many use each: the keys a
+    /// namespace-wide pod watch must index.
+    annotation_keys: HashMap<String, HashMap<String, usize>>,
+
+    pods: HashMap<PodKey, PodFootprint>,
+    pods_by_pool: HashMap<PoolKey, HashSet<ObjectRef<Pod>>>,
+    pods_by_node: HashMap<String, HashSet<PodKey>>,
+
+    slices: HashMap<ObjectRef<EndpointSlice>, OwnedFootprint>,
+    /// Our slices by controlling PortMapping UID.
+    slices_by_owner: HashMap<String, HashSet<ObjectRef<EndpointSlice>>>,
+    /// Slices labelled ours without a controller, by (namespace, Service).
+    orphans_by_service: HashMap<(String, String), HashSet<ObjectRef<EndpointSlice>>>,
+    /// Pod UID → PortMappings whose slices publish it (with how many endpoints).
+    published: HashMap<String, HashMap<PmKey, usize>>,
+
+    native: HashMap<NativeKey, (String, String)>,
+    native_by_service: HashMap<(String, String), HashSet<NativeKey>>,
+
+    endpoints: HashMap<ObjectRef<Endpoints>, OwnedFootprint>,
+    endpoints_by_owner: HashMap<String, HashSet<ObjectRef<Endpoints>>>,
+
+    zones: HashMap<String, Option<String>>,
+}
+
+/// What applying a PortMapping asks of the caller besides reconciles.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct PmApplied {
+    pub affected: Vec<PmKey>,
+    /// A namespace-wide pod watch must be re-indexed: a PortMapping started using an annotation
+    /// key that its pods were not indexed by.
+    pub reindex: Option<PodSource>,
+}
+
+fn ns_of<K: Resource>(obj: &K) -> String {
+    obj.meta().namespace.clone().unwrap_or_default()
+}
+
+fn insert<K: Eq + Hash, V: Eq + Hash>(map: &mut HashMap<K, HashSet<V>>, k: K, v: V) {
+    map.entry(k).or_default().insert(v);
+}
+
+fn remove<K: Eq + Hash, V: Eq + Hash>(map: &mut HashMap<K, HashSet<V>>, k: &K, v: &V) {
+    if let Some(set) = map.get_mut(k) {
+        set.remove(v);
+        if set.is_empty() {
+            map.remove(k);
+        }
+    }
+}
+
+fn dedup(keys: Vec<PmKey>) -> Vec<PmKey> {
+    keys.into_iter()
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+/// The PortMapping that controls `obj` (by ownerReference), with its UID.
+fn controller_of<K: Resource>(obj: &K) -> Option<(PmKey, String)> {
+    let ns = obj.meta().namespace.clone()?;
+    obj.owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .filter(|o| {
+            o.kind == "PortMapping"
+                && o.api_version
+                    .strip_prefix(portmapper_api::GROUP)
+                    .is_some_and(|v| v.starts_with('/'))
+        })
+        .map(|o| (ObjectRef::new(&o.name).within(&ns), o.uid.clone()))
+}
+
+fn has_controller<K: Resource>(obj: &K) -> bool {
+    obj.owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true))
+}
+
+/// Ours for the Service it names, with no controller (left by `--cascade=orphan`).
+fn orphan_service<K: Resource>(obj: &K) -> Option<String> {
+    let labels = obj.labels();
+    (labels.get(LABEL_MANAGED_BY).map(String::as_str) == Some(portmapper_api::MANAGER)
+        && !has_controller(obj))
+    .then(|| labels.get(LABEL_SERVICE_NAME).cloned())
+    .flatten()
+}
+
+impl Index {
+    /// An empty index.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    // ---- PortMappings ----------------------------------------------------------------------
+
+    /// A PortMapping was added or changed. Affected: itself, and when what decides the
+    /// Service's publisher changed (Service, rank, deletion), every PortMapping naming the old or
+    /// the new Service.
+    pub fn apply_portmapping(&mut self, pm: &PortMapping) -> PmApplied {
+        let key = ObjectRef::from_obj(pm);
+        let ns = pm.namespace().unwrap_or_default();
+        let footprint = PmFootprint {
+            uid: pm.uid(),
+            service: (ns.clone(), pm.spec.service_ref.name.clone()),
+            pool: PoolKey::of(pm),
+            rank: (
+                pm.creation_timestamp().map(|t| t.0.as_second()),
+                pm.name_any(),
+            ),
+            deleting: pm.meta().deletion_timestamp.is_some(),
+        };
+        let mut out = PmApplied::default();
+        let previous = self.pms.get(&key).cloned();
+        if previous.as_ref() == Some(&footprint) {
+            out.affected.push(key);
+            return out;
+        }
+        let mut affected: HashSet<PmKey> = HashSet::from([key.clone()]);
+        if let Some(old) = &previous {
+            affected.extend(
+                self.pms_by_service
+                    .get(&old.service)
+                    .into_iter()
+                    .flatten()
+                    .cloned(),
+            );
+            self.unregister(&key, old);
+        }
+        affected.extend(
+            self.pms_by_service
+                .get(&footprint.service)
+                .into_iter()
+                .flatten()
+                .cloned(),
+        );
+        if footprint.pool.annotation {
+            let keys = self.annotation_keys.entry(ns.clone()).or_default();
+            let count = keys.entry(footprint.pool.key.clone()).or_default();
+            *count += 1;
+            if *count == 1 {
+                out.reindex = Some(PodSource::Namespace(ns));
+            }
+        }
+        insert(
+            &mut self.pms_by_service,
+            footprint.service.clone(),
+            key.clone(),
+        );
+        insert(&mut self.pms_by_pool, footprint.pool.clone(), key.clone());
+        self.pms.insert(key, footprint);
+        out.affected = affected.into_iter().collect();
+        out
+    }
+
+    /// A PortMapping is gone: every other PortMapping of its Service may publish now.
+    pub fn delete_portmapping(&mut self, key: &PmKey) -> Vec<PmKey> {
+        let Some(old) = self.pms.remove(key) else {
+            return Vec::new();
+        };
+        self.unregister(key, &old);
+        self.pms_by_service
+            .get(&old.service)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    /// After a relist of PortMappings: forgets those not in `present`.
+    pub fn retain_portmappings(&mut self, present: &HashSet<PmKey>) -> Vec<PmKey> {
+        let gone: Vec<PmKey> = self
+            .pms
+            .keys()
+            .filter(|k| !present.contains(*k))
+            .cloned()
+            .collect();
+        let mut out = HashSet::new();
+        for key in gone {
+            out.extend(self.delete_portmapping(&key));
+        }
+        out.into_iter().collect()
+    }
+
+    fn unregister(&mut self, key: &PmKey, old: &PmFootprint) {
+        remove(&mut self.pms_by_service, &old.service, key);
+        remove(&mut self.pms_by_pool, &old.pool, key);
+        if old.pool.annotation
+            && let Some(keys) = self.annotation_keys.get_mut(&old.pool.namespace)
+        {
+            if let Some(count) = keys.get_mut(&old.pool.key) {
+                *count -= 1;
+                if *count == 0 {
+                    keys.remove(&old.pool.key);
+                }
+            }
+            if keys.is_empty() {
+                self.annotation_keys.remove(&old.pool.namespace);
+            }
+        }
+    }
+
+    /// The PortMapping that publishes `pm`'s Service when it is not `pm` itself: the oldest
+    /// (creation time, then name) of those naming the Service, leaving out those being deleted.
+    pub fn service_winner(&self, pm: &PmKey) -> Option<PmKey> {
+        let footprint = self.pms.get(pm)?;
+        self.pms_by_service
+            .get(&footprint.service)?
+            .iter()
+            .filter_map(|k| self.pms.get(k).map(|f| (k, f)))
+            .filter(|(_, f)| !f.deleting)
+            .min_by(|(_, a), (_, b)| a.rank.cmp(&b.rank))
+            .map(|(k, _)| k.clone())
+            .filter(|winner| winner != pm)
+    }
+
+    /// Every indexed PortMapping (for the periodic clean-up of watches no one needs).
+    pub fn portmapping_keys(&self) -> impl Iterator<Item = &PmKey> {
+        self.pms.keys()
+    }
+
+    /// The pod watches the indexed PortMappings need.
+    pub fn needed_sources(&self) -> BTreeSet<PodSource> {
+        self.pms
+            .values()
+            .map(|f| {
+                if f.pool.annotation {
+                    PodSource::Namespace(f.pool.namespace.clone())
+                } else {
+                    PodSource::Label(f.pool.key.clone())
+                }
+            })
+            .collect()
+    }
+
+    // ---- Pods ------------------------------------------------------------------------------
+
+    /// The pools a pod seen by `source` is in (by key and value; selectors are the planner's).
+    fn pools_of(&self, source: &PodSource, pod: &Pod) -> Vec<PoolKey> {
+        let ns = ns_of(pod);
+        match source {
+            PodSource::Label(key) => pod
+                .labels()
+                .get(key)
+                .map(|value| PoolKey {
+                    namespace: ns,
+                    annotation: false,
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .into_iter()
+                .collect(),
+            PodSource::Namespace(_) => {
+                let Some(keys) = self.annotation_keys.get(&ns) else {
+                    return Vec::new();
+                };
+                let annotations = pod.annotations();
+                let mut pools: Vec<PoolKey> = keys
+                    .keys()
+                    .filter_map(|key| {
+                        Some(PoolKey {
+                            namespace: ns.clone(),
+                            annotation: true,
+                            key: key.clone(),
+                            value: annotations.get(key)?.clone(),
+                        })
+                    })
+                    .collect();
+                pools.sort();
+                pools
+            }
+        }
+    }
+
+    /// A pod was added or changed. Affected: the PortMappings of the pools it is in now or was
+    /// in before, and those whose slices publish it (so a pod leaving the pool is withdrawn).
+    pub fn apply_pod(&mut self, source: &PodSource, pod: &Pod) -> Vec<PmKey> {
+        let key = PodKey {
+            source: source.clone(),
+            pod: ObjectRef::from_obj(pod),
+        };
+        let footprint = PodFootprint {
+            pools: self.pools_of(source, pod),
+            uid: pod.uid(),
+            node: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .filter(|n| !n.is_empty()),
+        };
+        let mut affected = HashSet::new();
+        if let Some(old) = self.pods.remove(&key) {
+            self.collect_pod(&old, &mut affected);
+            self.unregister_pod(&key, &old);
+        }
+        self.collect_pod(&footprint, &mut affected);
+        for pool in &footprint.pools {
+            self.pods_by_pool
+                .entry(pool.clone())
+                .or_default()
+                .insert(key.pod.clone());
+        }
+        if let Some(node) = &footprint.node {
+            self.pods_by_node
+                .entry(node.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        self.pods.insert(key, footprint);
+        affected.into_iter().collect()
+    }
+
+    /// A pod is gone from `source`'s watch.
+    pub fn delete_pod(&mut self, source: &PodSource, pod: &ObjectRef<Pod>) -> Vec<PmKey> {
+        let key = PodKey {
+            source: source.clone(),
+            pod: pod.clone(),
+        };
+        let mut affected = HashSet::new();
+        if let Some(old) = self.pods.remove(&key) {
+            self.collect_pod(&old, &mut affected);
+            self.unregister_pod(&key, &old);
+        }
+        affected.into_iter().collect()
+    }
+
+    /// After a relist of `source`'s watch: forgets its pods not in `present`.
+    pub fn retain_pods(
+        &mut self,
+        source: &PodSource,
+        present: &HashSet<ObjectRef<Pod>>,
+    ) -> Vec<PmKey> {
+        let gone: Vec<ObjectRef<Pod>> = self
+            .pods
+            .keys()
+            .filter(|k| &k.source == source && !present.contains(&k.pod))
+            .map(|k| k.pod.clone())
+            .collect();
+        let mut out = HashSet::new();
+        for pod in gone {
+            out.extend(self.delete_pod(source, &pod));
+        }
+        out.into_iter().collect()
+    }
+
+    /// A pod watch stopped: forgets everything it indexed (no reconcile: nobody needs it).
+    pub fn forget_source(&mut self, source: &PodSource) {
+        let gone: Vec<PodKey> = self
+            .pods
+            .keys()
+            .filter(|k| &k.source == source)
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some(old) = self.pods.remove(&key) {
+                self.unregister_pod(&key, &old);
+            }
+        }
+    }
+
+    fn collect_pod(&self, footprint: &PodFootprint, out: &mut HashSet<PmKey>) {
+        for pool in &footprint.pools {
+            out.extend(self.pms_by_pool.get(pool).into_iter().flatten().cloned());
+        }
+        if let Some(uid) = &footprint.uid {
+            out.extend(
+                self.published
+                    .get(uid)
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, _)| k.clone()),
+            );
+        }
+    }
+
+    fn unregister_pod(&mut self, key: &PodKey, old: &PodFootprint) {
+        for pool in &old.pools {
+            if let Some(set) = self.pods_by_pool.get_mut(pool) {
+                set.remove(&key.pod);
+                if set.is_empty() {
+                    self.pods_by_pool.remove(pool);
+                }
+            }
+        }
+        if let Some(node) = &old.node
+            && let Some(set) = self.pods_by_node.get_mut(node)
+        {
+            set.remove(key);
+            if set.is_empty() {
+                self.pods_by_node.remove(node);
+            }
+        }
+    }
+
+    /// The pods of a PortMapping's pool (by key and value), as the pool's watch has them.
+    pub fn pool_pods(&self, pm: &PortMapping) -> Vec<ObjectRef<Pod>> {
+        let mut pods: Vec<ObjectRef<Pod>> = self
+            .pods_by_pool
+            .get(&PoolKey::of(pm))
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        // Stable input order, so plans do not depend on hash order.
+        pods.sort_by(|a, b| a.name.cmp(&b.name));
+        pods
+    }
+
+    // ---- Our EndpointSlices ----------------------------------------------------------------
+
+    /// One of our slices was added or changed. Affected: its controller; for an orphan, the
+    /// PortMappings of its Service (which adopt it); and PortMappings whose publication of its
+    /// pods changed are found through the owner.
+    pub fn apply_slice(&mut self, slice: &EndpointSlice) -> Vec<PmKey> {
+        let key = ObjectRef::from_obj(slice);
+        let footprint = OwnedFootprint {
+            owner: controller_of(slice),
+            orphan_of: orphan_service(slice),
+            pods: slice
+                .endpoints
+                .iter()
+                .filter_map(|e| e.target_ref.as_ref()?.uid.clone())
+                .collect(),
+        };
+        let mut affected = HashSet::new();
+        if let Some(old) = self.slices.remove(&key) {
+            self.collect_owned(&ns_of(slice), &old, &mut affected);
+            self.unregister_slice(&key, &old);
+        }
+        self.collect_owned(&ns_of(slice), &footprint, &mut affected);
+        if let Some((pm, uid)) = &footprint.owner {
+            insert(&mut self.slices_by_owner, uid.clone(), key.clone());
+            for pod in &footprint.pods {
+                *self
+                    .published
+                    .entry(pod.clone())
+                    .or_default()
+                    .entry(pm.clone())
+                    .or_default() += 1;
+            }
+        }
+        if let Some(svc) = &footprint.orphan_of {
+            insert(
+                &mut self.orphans_by_service,
+                (ns_of(slice), svc.clone()),
+                key.clone(),
+            );
+        }
+        self.slices.insert(key, footprint);
+        affected.into_iter().collect()
+    }
+
+    /// One of our slices is gone.
+    pub fn delete_slice(&mut self, key: &ObjectRef<EndpointSlice>) -> Vec<PmKey> {
+        let mut affected = HashSet::new();
+        if let Some(old) = self.slices.remove(key) {
+            self.collect_owned(
+                key.namespace.as_deref().unwrap_or_default(),
+                &old,
+                &mut affected,
+            );
+            self.unregister_slice(key, &old);
+        }
+        affected.into_iter().collect()
+    }
+
+    /// After a relist of our slices: forgets those not in `present`.
+    pub fn retain_slices(&mut self, present: &HashSet<ObjectRef<EndpointSlice>>) -> Vec<PmKey> {
+        let gone: Vec<_> = self
+            .slices
+            .keys()
+            .filter(|k| !present.contains(*k))
+            .cloned()
+            .collect();
+        let mut out = HashSet::new();
+        for key in gone {
+            out.extend(self.delete_slice(&key));
+        }
+        out.into_iter().collect()
+    }
+
+    fn collect_owned(&self, ns: &str, footprint: &OwnedFootprint, out: &mut HashSet<PmKey>) {
+        if let Some((pm, _)) = &footprint.owner {
+            out.insert(pm.clone());
+        }
+        if let Some(svc) = &footprint.orphan_of {
+            out.extend(
+                self.pms_by_service
+                    .get(&(ns.to_owned(), svc.clone()))
+                    .into_iter()
+                    .flatten()
+                    .cloned(),
+            );
+        }
+    }
+
+    fn unregister_slice(&mut self, key: &ObjectRef<EndpointSlice>, old: &OwnedFootprint) {
+        if let Some((pm, uid)) = &old.owner {
+            remove(&mut self.slices_by_owner, uid, key);
+            for pod in &old.pods {
+                if let Some(by_pm) = self.published.get_mut(pod) {
+                    if let Some(n) = by_pm.get_mut(pm) {
+                        *n -= 1;
+                        if *n == 0 {
+                            by_pm.remove(pm);
+                        }
+                    }
+                    if by_pm.is_empty() {
+                        self.published.remove(pod);
+                    }
+                }
+            }
+        }
+        if let Some(svc) = &old.orphan_of {
+            let ns = key.namespace.clone().unwrap_or_default();
+            remove(&mut self.orphans_by_service, &(ns, svc.clone()), key);
+        }
+    }
+
+    /// Our slices controlled by the PortMapping with `uid`, plus orphans of `adopt_for` (a
+    /// Service in `namespace`), which the planner adopts.
+    pub fn owned_slices(
+        &self,
+        uid: &str,
+        namespace: &str,
+        adopt_for: Option<&str>,
+    ) -> Vec<ObjectRef<EndpointSlice>> {
+        let mut out: Vec<_> = self
+            .slices_by_owner
+            .get(uid)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        if let Some(svc) = adopt_for {
+            out.extend(
+                self.orphans_by_service
+                    .get(&(namespace.to_owned(), svc.to_owned()))
+                    .into_iter()
+                    .flatten()
+                    .cloned(),
+            );
+        }
+        out
+    }
+
+    // ---- Native slices (metadata) ----------------------------------------------------------
+
+    /// A native controller's slice was added or changed: the PortMappings of its Service.
+    pub fn apply_native_slice(&mut self, slice: &PartialObjectMeta<EndpointSlice>) -> Vec<PmKey> {
+        let key = ObjectRef::from_obj(slice);
+        let service = (
+            ns_of(slice),
+            slice
+                .labels()
+                .get(LABEL_SERVICE_NAME)
+                .cloned()
+                .unwrap_or_default(),
+        );
+        let mut affected = self.delete_native_slice(&key);
+        insert(&mut self.native_by_service, service.clone(), key.clone());
+        affected.extend(
+            self.pms_by_service
+                .get(&service)
+                .into_iter()
+                .flatten()
+                .cloned(),
+        );
+        self.native.insert(key, service);
+        dedup(affected)
+    }
+
+    /// A native slice is gone.
+    pub fn delete_native_slice(&mut self, key: &NativeKey) -> Vec<PmKey> {
+        let Some(service) = self.native.remove(key) else {
+            return Vec::new();
+        };
+        remove(&mut self.native_by_service, &service, key);
+        self.pms_by_service
+            .get(&service)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    /// After a relist of native slices: forgets those not in `present`.
+    pub fn retain_native_slices(&mut self, present: &HashSet<NativeKey>) -> Vec<PmKey> {
+        let gone: Vec<_> = self
+            .native
+            .keys()
+            .filter(|k| !present.contains(*k))
+            .cloned()
+            .collect();
+        let mut out = HashSet::new();
+        for key in gone {
+            out.extend(self.delete_native_slice(&key));
+        }
+        out.into_iter().collect()
+    }
+
+    /// The native slices of a Service.
+    pub fn native_slices(&self, namespace: &str, service: &str) -> Vec<NativeKey> {
+        self.native_by_service
+            .get(&(namespace.to_owned(), service.to_owned()))
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    // ---- Our Endpoints objects -------------------------------------------------------------
+
+    /// One of our Endpoints objects was added or changed: its controller (or, for an orphan,
+    /// the PortMappings of its Service).
+    pub fn apply_endpoints(&mut self, endpoints: &Endpoints) -> Vec<PmKey> {
+        let key = ObjectRef::from_obj(endpoints);
+        let footprint = OwnedFootprint {
+            owner: controller_of(endpoints),
+            orphan_of: orphan_service(endpoints),
+            pods: Vec::new(),
+        };
+        let mut affected = self.delete_endpoints(&key);
+        let mut more = HashSet::new();
+        self.collect_owned(&ns_of(endpoints), &footprint, &mut more);
+        affected.extend(more);
+        if let Some((_, uid)) = &footprint.owner {
+            insert(&mut self.endpoints_by_owner, uid.clone(), key.clone());
+        }
+        self.endpoints.insert(key, footprint);
+        dedup(affected)
+    }
+
+    /// One of our Endpoints objects is gone.
+    pub fn delete_endpoints(&mut self, key: &ObjectRef<Endpoints>) -> Vec<PmKey> {
+        let Some(old) = self.endpoints.remove(key) else {
+            return Vec::new();
+        };
+        if let Some((_, uid)) = &old.owner {
+            remove(&mut self.endpoints_by_owner, uid, key);
+        }
+        let mut out = HashSet::new();
+        self.collect_owned(key.namespace.as_deref().unwrap_or_default(), &old, &mut out);
+        out.into_iter().collect()
+    }
+
+    /// After a relist of our Endpoints objects: forgets those not in `present`.
+    pub fn retain_endpoints(&mut self, present: &HashSet<ObjectRef<Endpoints>>) -> Vec<PmKey> {
+        let gone: Vec<_> = self
+            .endpoints
+            .keys()
+            .filter(|k| !present.contains(*k))
+            .cloned()
+            .collect();
+        let mut out = HashSet::new();
+        for key in gone {
+            out.extend(self.delete_endpoints(&key));
+        }
+        out.into_iter().collect()
+    }
+
+    /// Our Endpoints objects controlled by the PortMapping with `uid`.
+    pub fn owned_endpoints(&self, uid: &str) -> Vec<ObjectRef<Endpoints>> {
+        self.endpoints_by_owner
+            .get(uid)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    // ---- Services --------------------------------------------------------------------------
+
+    /// A Service was added, changed or deleted: the PortMappings naming it.
+    pub fn service_changed(&self, svc: &ObjectRef<Service>) -> Vec<PmKey> {
+        self.pms_by_service
+            .get(&(svc.namespace.clone().unwrap_or_default(), svc.name.clone()))
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    /// After a relist of Services: the PortMappings whose Service the new list lacks (it was
+    /// deleted while the watch was down).
+    pub fn services_missing(&self, present: &HashSet<ObjectRef<Service>>) -> Vec<PmKey> {
+        let mut out = Vec::new();
+        for ((ns, name), pms) in &self.pms_by_service {
+            if !present.contains(&ObjectRef::new(name).within(ns)) {
+                out.extend(pms.iter().cloned());
+            }
+        }
+        dedup(out)
+    }
+
+    // ---- Nodes -----------------------------------------------------------------------------
+
+    /// A node was added or changed: when its zone changed, the PortMappings of the pods on it.
+    pub fn apply_node(&mut self, node: &PartialObjectMeta<Node>) -> Vec<PmKey> {
+        let name = node.name_any();
+        let zone = node.labels().get(LABEL_ZONE).cloned();
+        if self.zones.get(&name) == Some(&zone) {
+            return Vec::new();
+        }
+        self.zones.insert(name.clone(), zone);
+        self.node_pms(&name)
+    }
+
+    /// A node is gone.
+    pub fn delete_node(&mut self, node: &str) -> Vec<PmKey> {
+        match self.zones.remove(node) {
+            Some(Some(_)) => self.node_pms(node),
+            _ => Vec::new(),
+        }
+    }
+
+    /// After a relist of nodes: forgets those not in `present`.
+    pub fn retain_nodes(&mut self, present: &HashSet<String>) -> Vec<PmKey> {
+        let gone: Vec<String> = self
+            .zones
+            .keys()
+            .filter(|k| !present.contains(*k))
+            .cloned()
+            .collect();
+        let mut out = HashSet::new();
+        for node in gone {
+            out.extend(self.delete_node(&node));
+        }
+        out.into_iter().collect()
+    }
+
+    /// Node name → zone, for the nodes that have one.
+    pub fn zone(&self, node: &str) -> Option<&str> {
+        self.zones.get(node)?.as_deref()
+    }
+
+    fn node_pms(&self, node: &str) -> Vec<PmKey> {
+        let mut out = HashSet::new();
+        for pod in self.pods_by_node.get(node).into_iter().flatten() {
+            if let Some(f) = self.pods.get(pod) {
+                for pool in &f.pools {
+                    out.extend(self.pms_by_pool.get(pool).into_iter().flatten().cloned());
+                }
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    /// Zones of the nodes the given pods run on.
+    pub fn zones_of<'a>(
+        &self,
+        nodes: impl IntoIterator<Item = &'a str>,
+    ) -> std::collections::BTreeMap<String, String> {
+        nodes
+            .into_iter()
+            .filter_map(|n| Some((n.to_owned(), self.zone(n)?.to_owned())))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ObjectReference, PodSpec};
+    use k8s_openapi::api::discovery::v1::Endpoint;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+    use k8s_openapi::jiff::Timestamp;
+    use portmapper_api::PortMappingSpec;
+
+    const KEY: &str = "example.com/group";
+
+    fn spec(service: &str, from: KeySource, value: Option<&str>) -> PortMappingSpec {
+        serde_json::from_value(serde_json::json!({
+            "serviceRef": {"name": service},
+            "pods": {"key": KEY, "from": from, "value": value},
+        }))
+        .expect("spec")
+    }
+
+    fn pm(ns: &str, name: &str, service: &str, from: KeySource, created: i64) -> PortMapping {
+        let mut pm = PortMapping::new(name, spec(service, from, None));
+        pm.metadata.namespace = Some(ns.into());
+        pm.metadata.uid = Some(format!("uid-{name}"));
+        pm.metadata.creation_timestamp = Some(Time(Timestamp::from_second(created).expect("time")));
+        pm
+    }
+
+    fn pod(ns: &str, name: &str, labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Pod {
+        let map = |kv: &[(&str, &str)]| {
+            Some(
+                kv.iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            )
+        };
+        Pod {
+            metadata: ObjectMeta {
+                namespace: Some(ns.into()),
+                name: Some(name.into()),
+                uid: Some(format!("pod-uid-{name}")),
+                labels: map(labels),
+                annotations: map(annotations),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some(format!("node-{name}")),
+                ..PodSpec::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn slice(ns: &str, name: &str, owner: Option<&PortMapping>, pods: &[&Pod]) -> EndpointSlice {
+        EndpointSlice {
+            metadata: ObjectMeta {
+                namespace: Some(ns.into()),
+                name: Some(name.into()),
+                labels: Some(
+                    [
+                        (
+                            LABEL_MANAGED_BY.to_owned(),
+                            portmapper_api::MANAGER.to_owned(),
+                        ),
+                        (LABEL_SERVICE_NAME.to_owned(), "web".to_owned()),
+                    ]
+                    .into(),
+                ),
+                owner_references: owner.map(|pm| {
+                    vec![OwnerReference {
+                        api_version: format!("{}/v1alpha1", portmapper_api::GROUP),
+                        kind: "PortMapping".into(),
+                        name: pm.name_any(),
+                        uid: pm.uid().unwrap_or_default(),
+                        controller: Some(true),
+                        block_owner_deletion: Some(true),
+                    }]
+                }),
+                ..ObjectMeta::default()
+            },
+            address_type: "IPv4".into(),
+            endpoints: pods
+                .iter()
+                .map(|p| Endpoint {
+                    addresses: vec!["10.0.0.1".into()],
+                    target_ref: Some(ObjectReference {
+                        uid: p.uid(),
+                        ..ObjectReference::default()
+                    }),
+                    ..Endpoint::default()
+                })
+                .collect(),
+            ports: None,
+        }
+    }
+
+    fn names(mut keys: Vec<PmKey>) -> Vec<String> {
+        keys.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        keys.into_iter()
+            .map(|k| format!("{}/{}", k.namespace.unwrap_or_default(), k.name))
+            .collect()
+    }
+
+    fn label() -> PodSource {
+        PodSource::Label(KEY.into())
+    }
+
+    /// Two PortMappings of Service web in ns a, one of api in ns a, one of web in ns b.
+    fn index() -> Index {
+        let mut index = Index::new();
+        for pm in [
+            pm("a", "web-1", "web", KeySource::Label, 10),
+            pm("a", "web-2", "web", KeySource::Label, 20),
+            pm("a", "api", "api", KeySource::Label, 10),
+            pm("b", "web", "web", KeySource::Label, 10),
+        ] {
+            index.apply_portmapping(&pm);
+        }
+        index
+    }
+
+    #[test]
+    fn a_pod_event_reaches_only_the_portmappings_of_its_pool() {
+        let mut index = index();
+        let p = pod("a", "p1", &[(KEY, "web")], &[]);
+        assert_eq!(names(index.apply_pod(&label(), &p)), ["a/web-1", "a/web-2"]);
+        // Same value in another namespace, and another value: other pools.
+        let q = pod("b", "p1", &[(KEY, "web")], &[]);
+        assert_eq!(names(index.apply_pod(&label(), &q)), ["b/web"]);
+        let r = pod("a", "p2", &[(KEY, "nobody")], &[]);
+        assert!(index.apply_pod(&label(), &r).is_empty());
+        assert_eq!(
+            index
+                .pool_pods(&pm("a", "web-1", "web", KeySource::Label, 10))
+                .iter()
+                .map(|p| p.name.clone())
+                .collect::<Vec<_>>(),
+            ["p1"]
+        );
+    }
+
+    #[test]
+    fn a_pod_moving_between_pools_reaches_both_and_a_deleted_pod_its_last_pool() {
+        let mut index = index();
+        index.apply_pod(&label(), &pod("a", "p1", &[(KEY, "web")], &[]));
+        let moved = pod("a", "p1", &[(KEY, "api")], &[]);
+        assert_eq!(
+            names(index.apply_pod(&label(), &moved)),
+            ["a/api", "a/web-1", "a/web-2"]
+        );
+        let web = pm("a", "web-1", "web", KeySource::Label, 10);
+        assert!(index.pool_pods(&web).is_empty());
+        assert_eq!(
+            names(index.delete_pod(&label(), &ObjectRef::from_obj(&moved))),
+            ["a/api"]
+        );
+        assert!(
+            index
+                .delete_pod(&label(), &ObjectRef::from_obj(&moved))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_published_pod_reaches_its_publisher_even_outside_every_pool() {
+        let mut index = index();
+        let web = pm("a", "web-1", "web", KeySource::Label, 10);
+        let p = pod("a", "p1", &[(KEY, "gone")], &[]);
+        assert_eq!(
+            names(index.apply_slice(&slice("a", "web-http", Some(&web), &[&p]))),
+            ["a/web-1"]
+        );
+        assert_eq!(names(index.apply_pod(&label(), &p)), ["a/web-1"]);
+        // Once no slice publishes it, nobody hears of it.
+        index.apply_slice(&slice("a", "web-http", Some(&web), &[]));
+        assert!(index.apply_pod(&label(), &p).is_empty());
+    }
+
+    #[test]
+    fn owned_slices_by_uid_and_orphans_by_service() {
+        let mut index = index();
+        let web = pm("a", "web-1", "web", KeySource::Label, 10);
+        index.apply_slice(&slice("a", "web-http", Some(&web), &[]));
+        // An orphan wakes the PortMappings of its Service, which adopt it.
+        assert_eq!(
+            names(index.apply_slice(&slice("a", "web-admin", None, &[]))),
+            ["a/web-1", "a/web-2"]
+        );
+        let mut owned: Vec<String> = index
+            .owned_slices("uid-web-1", "a", Some("web"))
+            .into_iter()
+            .map(|k| k.name)
+            .collect();
+        owned.sort();
+        assert_eq!(owned, ["web-admin", "web-http"]);
+        assert_eq!(index.owned_slices("uid-web-1", "a", None).len(), 1);
+        assert!(index.owned_slices("uid-web-1", "b", Some("web")).len() == 1);
+        let gone = index.delete_slice(&ObjectRef::new("web-http").within("a"));
+        assert_eq!(names(gone), ["a/web-1"]);
+        assert!(index.owned_slices("uid-web-1", "a", None).is_empty());
+    }
+
+    #[test]
+    fn deleting_the_winner_wakes_the_other_portmappings_of_its_service() {
+        let mut index = index();
+        let (one, two) = (
+            ObjectRef::new("web-1").within("a"),
+            ObjectRef::new("web-2").within("a"),
+        );
+        assert_eq!(index.service_winner(&two), Some(one.clone()));
+        assert_eq!(index.service_winner(&one), None);
+        assert_eq!(names(index.delete_portmapping(&one)), ["a/web-2"]);
+        assert_eq!(index.service_winner(&two), None);
+    }
+
+    #[test]
+    fn same_second_ties_break_by_name_and_a_deleting_portmapping_never_wins() {
+        let mut index = Index::new();
+        index.apply_portmapping(&pm("a", "zz", "web", KeySource::Label, 10));
+        let affected = index.apply_portmapping(&pm("a", "aa", "web", KeySource::Label, 10));
+        // The newcomer may take the Service: both hear of it.
+        assert_eq!(names(affected.affected), ["a/aa", "a/zz"]);
+        let zz = ObjectRef::new("zz").within("a");
+        assert_eq!(
+            index.service_winner(&zz),
+            Some(ObjectRef::new("aa").within("a"))
+        );
+        let mut aa = pm("a", "aa", "web", KeySource::Label, 10);
+        aa.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        assert_eq!(
+            names(index.apply_portmapping(&aa).affected),
+            ["a/aa", "a/zz"]
+        );
+        assert_eq!(index.service_winner(&zz), None);
+    }
+
+    #[test]
+    fn an_unchanged_portmapping_reaches_only_itself() {
+        let mut index = index();
+        let again = index.apply_portmapping(&pm("a", "web-1", "web", KeySource::Label, 10));
+        assert_eq!(names(again.affected), ["a/web-1"]);
+        assert_eq!(again.reindex, None);
+    }
+
+    #[test]
+    fn annotation_pools_are_indexed_by_the_keys_in_use_and_reindexed_for_a_new_key() {
+        let mut index = Index::new();
+        let ns = PodSource::Namespace("a".into());
+        let p = pod("a", "p1", &[], &[(KEY, "web")]);
+        // No PortMapping reads the annotation yet: the pod is in no pool.
+        assert!(index.apply_pod(&ns, &p).is_empty());
+        let applied = index.apply_portmapping(&pm("a", "web", "web", KeySource::Annotation, 1));
+        assert_eq!(applied.reindex, Some(ns.clone()));
+        // The caller re-applies the namespace's pods.
+        assert_eq!(names(index.apply_pod(&ns, &p)), ["a/web"]);
+        let second = index.apply_portmapping(&pm("a", "web-2", "web", KeySource::Annotation, 2));
+        assert_eq!(second.reindex, None, "the key is indexed already");
+        assert_eq!(
+            index.needed_sources(),
+            BTreeSet::from([PodSource::Namespace("a".into())])
+        );
+    }
+
+    #[test]
+    fn a_zone_change_reaches_the_portmappings_of_the_pods_on_that_node() {
+        let mut index = index();
+        index.apply_pod(&label(), &pod("a", "p1", &[(KEY, "api")], &[]));
+        let node = |zone: &str| PartialObjectMeta::<Node> {
+            metadata: ObjectMeta {
+                name: Some("node-p1".into()),
+                labels: Some([(LABEL_ZONE.to_owned(), zone.to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(names(index.apply_node(&node("z1"))), ["a/api"]);
+        assert!(index.apply_node(&node("z1")).is_empty(), "unchanged zone");
+        assert_eq!(index.zone("node-p1"), Some("z1"));
+        assert_eq!(names(index.delete_node("node-p1")), ["a/api"]);
+    }
+
+    #[test]
+    fn a_relist_forgets_what_it_no_longer_lists() {
+        let mut index = index();
+        let (p1, p2) = (
+            pod("a", "p1", &[(KEY, "web")], &[]),
+            pod("a", "p2", &[(KEY, "api")], &[]),
+        );
+        index.apply_pod(&label(), &p1);
+        index.apply_pod(&label(), &p2);
+        let present = HashSet::from([ObjectRef::from_obj(&p1)]);
+        assert_eq!(names(index.retain_pods(&label(), &present)), ["a/api"]);
+        let present = HashSet::from([ObjectRef::new("web-1").within("a")]);
+        let woken = index.retain_portmappings(&present);
+        // web-2 and api are gone; web-1 shares web-2's Service; b/web is gone too.
+        assert_eq!(names(woken), ["a/web-1"]);
+        assert_eq!(index.portmapping_keys().count(), 1);
+    }
+
+    #[test]
+    fn native_slices_and_endpoints_reach_the_portmappings_of_their_service() {
+        let mut index = index();
+        let native = PartialObjectMeta::<EndpointSlice> {
+            metadata: ObjectMeta {
+                namespace: Some("a".into()),
+                name: Some("web-abcde".into()),
+                labels: Some([(LABEL_SERVICE_NAME.to_owned(), "web".to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(
+            names(index.apply_native_slice(&native)),
+            ["a/web-1", "a/web-2"]
+        );
+        assert_eq!(index.native_slices("a", "web").len(), 1);
+        assert_eq!(
+            names(index.delete_native_slice(&ObjectRef::from_obj(&native))),
+            ["a/web-1", "a/web-2"]
+        );
+        assert!(index.native_slices("a", "web").is_empty());
+        let web = pm("a", "web-1", "web", KeySource::Label, 10);
+        let mut ep = Endpoints {
+            metadata: slice("a", "web", Some(&web), &[]).metadata,
+            subsets: None,
+        };
+        assert_eq!(names(index.apply_endpoints(&ep)), ["a/web-1"]);
+        assert_eq!(index.owned_endpoints("uid-web-1").len(), 1);
+        ep.metadata.owner_references = None;
+        assert_eq!(names(index.apply_endpoints(&ep)), ["a/web-1", "a/web-2"]);
+        assert!(index.owned_endpoints("uid-web-1").is_empty());
+    }
+}
