@@ -153,9 +153,15 @@ pub async fn run_probing_with(
     readiness: Readiness,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
+    // Lets every reflector tell a silent watch (no event, no bookmark) from a quiet one.
+    let client = crate::watches::track(client, readiness.watches());
     let (trigger, triggers) = mpsc::unbounded();
+    let trigger = Trigger::new(trigger, readiness.watches().clone(), metrics.clone());
     let pm_api: Api<PortMapping> = api(&client, &settings.namespace);
-    let controller = Controller::new(pm_api, watcher::Config::default());
+    // Our own PortMapping watcher (Controller::new's has no backoff and no stall detection).
+    let (pm_store, pm_stream) =
+        crate::watches::portmappings(pm_api, watcher::Config::default(), &trigger);
+    let controller = Controller::for_stream(pm_stream, pm_store);
     let portmappings = controller.store();
     let mut tasks = tokio::task::JoinSet::new();
 

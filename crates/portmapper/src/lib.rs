@@ -2,6 +2,7 @@
 
 pub mod apply;
 pub mod cli;
+pub mod client;
 pub mod conditions;
 pub mod controller;
 pub mod demo;

@@ -1,22 +1,272 @@
 //! Reflectors for everything a reconcile reads, each mapping its events to the PortMappings they
 //! concern. Reconciles read these stores only; they never LIST.
+//!
+//! Every watch here
+//! - backs off exponentially after a failure and resets only once it has been free of failures
+//!   for [`WatchPolicy::healthy_after`] (kube's `default_backoff()` resets on the first event
+//!   after an error, so a server that resets every watch after one event was hammered);
+//! - is restarted (fresh LIST, then WATCH) when it is open but has received nothing, not even a
+//!   BOOKMARK, for [`WatchPolicy::stall_after`]; meanwhile `/readyz` answers 503 and
+//!   `portmapper_watches_stalled` counts it. Liveness is measured on the response bytes, because
+//!   kube-runtime's watcher consumes bookmarks without surfacing them.
 
+use std::collections::hash_map::RandomState;
 use std::fmt::Debug;
-use std::hash::Hash;
-use std::sync::Arc;
+use std::hash::{BuildHasher, Hash};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
-use futures::channel::mpsc::UnboundedSender;
+use bytes::Bytes;
+use futures::channel::mpsc::{TrySendError, UnboundedSender};
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use hyper::{Request, Response};
 use kube::api::Api;
+use kube::client::Body;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use portmapper_api::PortMapping;
 use serde::de::DeserializeOwned;
-use tracing::{debug, warn};
+use tokio::time::Instant;
+use tower::{BoxError, Service};
+use tracing::{debug, info, warn};
 
-/// Where reconcile requests go (consumed by the Controller's `reconcile_on`).
-pub type Trigger = UnboundedSender<ObjectRef<PortMapping>>;
+use crate::metrics::{Metrics, WatchLabels, WatchRestartLabels};
+
+/// How watches retry, and when a silent watch counts as stalled.
+#[derive(Clone, Debug)]
+pub struct WatchPolicy {
+    /// A watch open this long without an event or bookmark is restarted. The API server sends
+    /// bookmarks about once a minute to watches that ask for them (ours do), so the default is
+    /// two bookmark intervals.
+    pub stall_after: Duration,
+    /// First backoff after a failure.
+    pub backoff_initial: Duration,
+    /// Backoff cap.
+    pub backoff_max: Duration,
+    /// Failure-free time after which the backoff starts over from `backoff_initial`.
+    pub healthy_after: Duration,
+}
+
+impl Default for WatchPolicy {
+    fn default() -> Self {
+        Self {
+            stall_after: Duration::from_secs(120),
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(30),
+            healthy_after: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Exponential backoff with up to 25 % jitter that ignores resets until no failure happened for
+/// `healthy_after`. Implements kube-runtime's `Backoff`, for `WatchStreamExt::backoff`.
+pub struct WatchBackoff {
+    initial: Duration,
+    max: Duration,
+    healthy_after: Duration,
+    current: Option<Duration>,
+    last_failure: Option<Instant>,
+    random: RandomState,
+    draws: u64,
+}
+
+impl WatchBackoff {
+    /// A backoff following `policy`.
+    pub fn new(policy: &WatchPolicy) -> Self {
+        Self {
+            initial: policy.backoff_initial,
+            max: policy.backoff_max.max(policy.backoff_initial),
+            healthy_after: policy.healthy_after,
+            current: None,
+            last_failure: None,
+            random: RandomState::new(),
+            draws: 0,
+        }
+    }
+
+    /// The pause before the next attempt after a failure (never shorter than the last one).
+    pub fn failed(&mut self) -> Duration {
+        let base = match self.current {
+            None => self.initial,
+            Some(c) => (c * 2).min(self.max),
+        };
+        self.current = Some(base);
+        self.last_failure = Some(Instant::now());
+        self.draws = self.draws.wrapping_add(1);
+        let quarter = u64::try_from(base.as_millis() / 4).unwrap_or(u64::MAX);
+        let jitter = self
+            .random
+            .hash_one(self.draws)
+            .checked_rem(quarter.max(1))
+            .unwrap_or(0);
+        base + Duration::from_millis(jitter)
+    }
+
+    /// A success: starts over only if the last failure is `healthy_after` old.
+    pub fn succeeded(&mut self) {
+        if self
+            .last_failure
+            .is_none_or(|at| at.elapsed() >= self.healthy_after)
+        {
+            self.current = None;
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(self.failed())
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.succeeded();
+    }
+}
+
+/// The health of every watch of one operator instance (read by `/readyz`).
+#[derive(Clone, Default)]
+pub struct WatchHealth {
+    inner: Arc<HealthInner>,
+}
+
+#[derive(Default)]
+struct HealthInner {
+    policy: WatchPolicy,
+    watches: Mutex<Vec<Weak<Liveness>>>,
+}
+
+impl HealthInner {
+    /// The live watches whose requests have this key.
+    fn lookup(&self, key: &str) -> Vec<Arc<Liveness>> {
+        self.watches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|l| l.key == key)
+            .collect()
+    }
+}
+
+impl WatchHealth {
+    /// Health judged by `policy` (which also sets every watch's backoff).
+    pub fn new(policy: WatchPolicy) -> Self {
+        Self {
+            inner: Arc::new(HealthInner {
+                policy,
+                watches: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The policy watches follow.
+    pub fn policy(&self) -> &WatchPolicy {
+        &self.inner.policy
+    }
+
+    /// Names of the watches that are stalled now (empty: all healthy).
+    pub fn stalled(&self) -> Vec<&'static str> {
+        let mut watches = self.inner.watches.lock().unwrap_or_else(|p| p.into_inner());
+        watches.retain(|w| w.strong_count() > 0);
+        let mut names: Vec<&'static str> = watches
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|l| {
+                l.stalled.load(Ordering::Acquire) || l.silent(self.inner.policy.stall_after)
+            })
+            .map(|l| l.what)
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
+    fn register(&self, what: &'static str, key: String) -> Arc<Liveness> {
+        let live = Arc::new(Liveness {
+            what,
+            key,
+            last: Mutex::new(Instant::now()),
+            open: AtomicUsize::new(0),
+            stalled: AtomicBool::new(false),
+        });
+        let mut watches = self.inner.watches.lock().unwrap_or_else(|p| p.into_inner());
+        watches.retain(|w| w.strong_count() > 0);
+        watches.push(Arc::downgrade(&live));
+        live
+    }
+}
+
+/// When one watch last heard from the server.
+struct Liveness {
+    what: &'static str,
+    /// Path and selectors of its requests ([`request_key`]).
+    key: String,
+    last: Mutex<Instant>,
+    /// Watch responses whose body is still open.
+    open: AtomicUsize,
+    /// Restarted for silence and not heard from since.
+    stalled: AtomicBool,
+}
+
+impl Liveness {
+    fn touch(&self) {
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    /// Open, yet silent for longer than `after`. A watch waiting out its backoff is not silent.
+    fn silent(&self, after: Duration) -> bool {
+        self.open.load(Ordering::Acquire) > 0
+            && self
+                .last
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .elapsed()
+                > after
+    }
+}
+
+/// Where reconcile requests go (consumed by the Controller's `reconcile_on`), and what every
+/// reflector reports its health and restarts to.
+#[derive(Clone)]
+pub struct Trigger {
+    tx: UnboundedSender<ObjectRef<PortMapping>>,
+    health: WatchHealth,
+    metrics: Arc<Metrics>,
+}
+
+impl Trigger {
+    /// A trigger feeding `tx`.
+    pub fn new(
+        tx: UnboundedSender<ObjectRef<PortMapping>>,
+        health: WatchHealth,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            tx,
+            health,
+            metrics,
+        }
+    }
+
+    /// Queues a reconcile; fails once the controller has stopped.
+    pub fn unbounded_send(
+        &self,
+        target: ObjectRef<PortMapping>,
+    ) -> Result<(), TrySendError<ObjectRef<PortMapping>>> {
+        self.tx.unbounded_send(target)
+    }
+}
 
 /// Starts a reflector for `api` and returns its store and the task driving it. `strip` trims
 /// cached objects to what reconciles read (bounding memory); `map` turns every touched object
@@ -37,13 +287,285 @@ where
     I: IntoIterator<Item = ObjectRef<PortMapping>> + 'static,
 {
     let (reader, writer) = reflector::store::<K>();
-    let stream = watcher(api, config)
-        .default_backoff()
+    let stream = resilient(api, config, what, &trigger)
         .modify(strip)
         .reflect(writer)
         .touched_objects();
     let task = drive(stream, what, map, trigger);
     (reader, task)
+}
+
+/// The PortMapping reflector and the stream of applied PortMappings that drives the Controller
+/// (`Controller::for_stream`), with the same backoff and stall handling as every other watch.
+pub fn portmappings(
+    api: Api<PortMapping>,
+    config: watcher::Config,
+    trigger: &Trigger,
+) -> (
+    Store<PortMapping>,
+    impl Stream<Item = Result<PortMapping, watcher::Error>> + Send + 'static + use<>,
+) {
+    let (reader, writer) = reflector::store::<PortMapping>();
+    let stream = resilient(api, config, "portmappings", trigger)
+        .reflect(writer)
+        .applied_objects();
+    (reader, stream)
+}
+
+/// A watcher that backs off with [`WatchBackoff`] and restarts when silent.
+fn resilient<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: &'static str,
+    trigger: &Trigger,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static + use<K>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let health = trigger.health.clone();
+    let policy = health.policy().clone();
+    let key = format!(
+        "{}?{}|{}",
+        api.resource_url(),
+        config.label_selector.as_deref().unwrap_or_default(),
+        config.field_selector.as_deref().unwrap_or_default()
+    );
+    let live = health.register(what, key);
+    let state = Resilient {
+        api,
+        config,
+        what,
+        backoff: WatchBackoff::new(&policy),
+        policy,
+        live,
+        metrics: trigger.metrics.clone(),
+        inner: None,
+        pause: None,
+    };
+    futures::stream::unfold(state, |mut st| async move {
+        let item = st.next().await;
+        Some((item, st))
+    })
+}
+
+struct Resilient<K: Resource + Clone + DeserializeOwned + Debug + Send + 'static> {
+    api: Api<K>,
+    config: watcher::Config,
+    what: &'static str,
+    policy: WatchPolicy,
+    backoff: WatchBackoff,
+    live: Arc<Liveness>,
+    metrics: Arc<Metrics>,
+    inner: Option<BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>>,
+    pause: Option<Duration>,
+}
+
+enum Step<T> {
+    Item(T),
+    Ended,
+    Check,
+}
+
+impl<K> Resilient<K>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    async fn next(&mut self) -> Result<watcher::Event<K>, watcher::Error> {
+        // Check silence a few times per threshold, so a stall is caught within ~1.25× of it.
+        let check_every = (self.policy.stall_after / 4).max(Duration::from_millis(50));
+        loop {
+            if let Some(pause) = self.pause.take() {
+                tokio::time::sleep(pause).await;
+            }
+            let inner = self.inner.get_or_insert_with(|| {
+                self.live.touch();
+                watcher(self.api.clone(), self.config.clone()).boxed()
+            });
+            let step = tokio::select! {
+                item = inner.next() => match item {
+                    Some(item) => Step::Item(item),
+                    None => Step::Ended,
+                },
+                _ = tokio::time::sleep(check_every) => Step::Check,
+            };
+            match step {
+                Step::Item(Ok(event)) => {
+                    self.backoff.succeeded();
+                    self.recovered();
+                    return Ok(event);
+                }
+                Step::Item(Err(err)) => {
+                    let pause = self.backoff.failed();
+                    self.restarted("error");
+                    debug!(watch = self.what, ?pause, "watch failed; backing off");
+                    self.pause = Some(pause);
+                    return Err(err);
+                }
+                // kube's watcher never ends; if it does, start over.
+                Step::Ended => self.inner = None,
+                Step::Check => {
+                    if self.live.stalled.load(Ordering::Acquire)
+                        && !self.live.silent(self.policy.stall_after)
+                        && self.live.open.load(Ordering::Acquire) > 0
+                    {
+                        // Heard from the server again (a bookmark counts).
+                        self.recovered();
+                    }
+                    if self.live.silent(self.policy.stall_after) {
+                        warn!(
+                            watch = self.what,
+                            stall_after = ?self.policy.stall_after,
+                            "watch open but silent (no event, no bookmark); restarting it"
+                        );
+                        if !self.live.stalled.swap(true, Ordering::AcqRel) {
+                            self.metrics
+                                .watches_stalled
+                                .get_or_create(&WatchLabels { watch: self.what })
+                                .inc();
+                        }
+                        self.restarted("stalled");
+                        // Dropping the stream closes the silent connection; the new watcher
+                        // relists, so the store catches up even while watches keep stalling.
+                        self.inner = None;
+                        self.pause = Some(self.backoff.failed());
+                    }
+                }
+            }
+        }
+    }
+
+    fn restarted(&self, reason: &'static str) {
+        self.metrics
+            .watch_restarts
+            .get_or_create(&WatchRestartLabels {
+                watch: self.what,
+                reason,
+            })
+            .inc();
+    }
+
+    fn recovered(&self) {
+        if self.live.stalled.swap(false, Ordering::AcqRel) {
+            info!(watch = self.what, "watch is delivering again");
+            self.metrics
+                .watches_stalled
+                .get_or_create(&WatchLabels { watch: self.what })
+                .dec();
+        }
+    }
+}
+
+/// `client` recording, for every watch registered with `health`, when its requests last got
+/// bytes back. Watches are matched by path and selectors, so one wrapped client serves them all.
+pub fn track(client: Client, health: &WatchHealth) -> Client {
+    let default_ns = client.default_namespace().to_owned();
+    Client::new(
+        Tracked {
+            client,
+            health: health.inner.clone(),
+        },
+        default_ns,
+    )
+}
+
+#[derive(Clone)]
+struct Tracked {
+    client: Client,
+    health: Arc<HealthInner>,
+}
+
+/// Path, label selector and field selector of a request (decoded), as registered watches name
+/// theirs.
+fn request_key(uri: &hyper::Uri) -> (String, bool) {
+    let (mut labels, mut fields, mut watch) = (String::new(), String::new(), false);
+    for pair in uri.query().unwrap_or_default().split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "labelSelector" => labels = decode(v),
+            "fieldSelector" => fields = decode(v),
+            "watch" => watch = v == "true" || v == "1",
+            _ => {}
+        }
+    }
+    (format!("{}?{labels}|{fields}", uri.path()), watch)
+}
+
+/// Decodes a form-urlencoded query value.
+fn decode(v: &str) -> String {
+    let hex = |b: u8| {
+        char::from(b)
+            .to_digit(16)
+            .and_then(|d| u8::try_from(d).ok())
+    };
+    let bytes = v.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(hi), Some(lo)) => {
+                    out.push(hi * 16 + lo);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Counts open watch responses until their body is dropped.
+struct OpenWatch(Vec<Arc<Liveness>>);
+
+impl Drop for OpenWatch {
+    fn drop(&mut self) {
+        for live in &self.0 {
+            live.open.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+type TrackedBody = UnsyncBoxBody<Bytes, BoxError>;
+
+impl Service<Request<Body>> for Tracked {
+    type Response = Response<TrackedBody>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let (key, watch) = request_key(req.uri());
+        let lives = self.health.lookup(&key);
+        let client = self.client.clone();
+        Box::pin(async move {
+            lives.iter().for_each(|l| l.touch());
+            let response = client.send(req).await.map_err(BoxError::from)?;
+            lives.iter().for_each(|l| l.touch());
+            if !watch || lives.is_empty() {
+                return Ok(response.map(|b| b.map_err(BoxError::from).boxed_unsync()));
+            }
+            for live in &lives {
+                live.open.fetch_add(1, Ordering::AcqRel);
+            }
+            let open = OpenWatch(lives);
+            Ok(response.map(move |body| {
+                body.map_frame(move |frame| {
+                    open.0.iter().for_each(|l| l.touch());
+                    frame
+                })
+                .map_err(BoxError::from)
+                .boxed_unsync()
+            }))
+        })
+    }
 }
 
 async fn drive<K, St, M, I>(stream: St, what: &'static str, map: M, trigger: Trigger)
@@ -84,4 +606,50 @@ where
 {
     use futures::FutureExt;
     matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_keys_match_what_watches_register() {
+        let uri: hyper::Uri =
+            "/api/v1/namespaces/ns/pods?labelSelector=example.com%2Fgroup%20in+(a%2Cb)&watch=true&resourceVersion=5"
+                .parse()
+                .unwrap();
+        assert_eq!(
+            request_key(&uri),
+            (
+                "/api/v1/namespaces/ns/pods?example.com/group in (a,b)|".to_string(),
+                true
+            )
+        );
+    }
+
+    fn policy() -> WatchPolicy {
+        WatchPolicy {
+            stall_after: Duration::from_secs(2),
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_millis(800),
+            healthy_after: Duration::from_millis(200),
+        }
+    }
+
+    #[tokio::test]
+    async fn backoff_grows_to_its_cap_and_ignores_resets_until_healthy() {
+        let mut b = WatchBackoff::new(&policy());
+        let within = |d: Duration, base: u64| {
+            d >= Duration::from_millis(base) && d < Duration::from_millis(base + base / 4 + 1)
+        };
+        assert!(within(b.failed(), 100));
+        b.succeeded(); // an event right after the failure: no reset
+        assert!(within(b.failed(), 200));
+        assert!(within(b.failed(), 400));
+        assert!(within(b.failed(), 800));
+        assert!(within(b.failed(), 800));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        b.succeeded();
+        assert!(within(b.failed(), 100));
+    }
 }
