@@ -219,32 +219,26 @@ async fn a_stuck_leader_writes_nothing_after_its_deadline() {
     let (leader, standby) = one_leader(a, b).await;
     publish_web(&h).await;
 
-    // The leader's next renewal hangs for 8 s: from its point of view it is frozen in there.
+    // Every Lease request of the leader hangs for 8 s: it cannot renew, as if it were paused,
+    // while its controller keeps running.
     let mut hang = Rule::new(Action::Delay)
-        .verbs(&["update"])
+        .verbs(&["get", "update"])
         .resource("coordination.k8s.io", "leases")
-        .delay_ms(8000)
-        .times(1);
+        .delay_ms(8000);
     hang.matcher.user_agent = Some(leader.user_agent.clone());
-    h.emu.inject(hang);
-    let last_renewal = eventually("the renewal hangs", Duration::from_secs(5), || async {
-        // The emulator logs a request when it answers: the hung one is not logged yet.
-        let renewals: Vec<_> = leader
-            .requests(&h)
-            .into_iter()
-            .filter(|r| r.resource == "leases" && r.verb == "update" && r.status == 200)
-            .collect();
-        let fired = h
-            .emu
-            .faults()
-            .list()
-            .iter()
-            .all(|(rule, _)| rule.delay_ms != 8000);
-        fired.then(|| renewals.last().map(|r| r.since_start))?
-    })
-    .await;
+    let hang = h.emu.inject(hang);
+    // Renewals run every 0.67 s: by now one hangs. The emulator logs a request when it
+    // answers, so the hung ones are not in the log.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let last_renewal = leader
+        .requests(&h)
+        .into_iter()
+        .filter(|r| r.resource == "leases" && r.is_write() && r.status < 300)
+        .last()
+        .expect("the leader wrote its Lease")
+        .since_start;
     // Pods change from now on: the stuck leader's reconciles are triggered again and again.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
         !leader.is_leader(),
         "past its deadline, the leader still writes"
@@ -255,8 +249,9 @@ async fn a_stuck_leader_writes_nothing_after_its_deadline() {
     })
     .await;
     wait_members(&h, &["pod-a", "pod-b"]).await;
-    // Let the hung renewal come back (409: the standby has written the Lease since).
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The leader's Lease requests go through again: it sees the standby holds the Lease.
+    assert!(h.emu.faults().remove(&hang));
+    tokio::time::sleep(Duration::from_secs(9)).await;
 
     let deadline = last_renewal + Duration::from_secs(2);
     let late: Vec<_> = leader
@@ -303,12 +298,11 @@ async fn the_gated_client_refuses_writes_after_the_deadline() {
         .await
         .unwrap();
 
-    h.emu.inject(
+    let hang = h.emu.inject(
         Rule::new(Action::Delay)
-            .verbs(&["update"])
+            .verbs(&["get", "update"])
             .resource("coordination.k8s.io", "leases")
-            .delay_ms(6000)
-            .times(1),
+            .delay_ms(6000),
     );
     eventually("the deadline passes", Duration::from_secs(5), || async {
         (!leadership.is_leader()).then_some(())
@@ -326,6 +320,7 @@ async fn the_gated_client_refuses_writes_after_the_deadline() {
         .filter(|r| r.resource == "configmaps" && r.verb == "create")
         .len();
     assert_eq!(creates, 1, "the refused create reached the API server");
+    h.emu.faults().remove(&hang);
     election.release(Duration::from_secs(10)).await;
 }
 
@@ -362,6 +357,7 @@ async fn every_operator_request_carries_the_user_agent() {
     })
     .await;
     publish_web(&h).await;
+    tokio::time::sleep(Duration::from_secs(2)).await; // a few Lease renewals
     let expected = format!("portmapper/{} (replica-a)", env!("CARGO_PKG_VERSION"));
     assert_eq!(a.user_agent, expected);
     let ours = a.requests(&h);
@@ -384,3 +380,4 @@ async fn every_operator_request_carries_the_user_agent() {
     );
     a.stop().await;
 }
+
