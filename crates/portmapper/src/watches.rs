@@ -194,6 +194,7 @@ impl WatchHealth {
 
     fn register(&self, what: &'static str, key: String) -> Arc<Liveness> {
         let live = Arc::new(Liveness {
+            pace: Mutex::new((WatchBackoff::new(&self.inner.policy), None)),
             what,
             key,
             last: Mutex::new(Instant::now()),
@@ -217,9 +218,28 @@ struct Liveness {
     open: AtomicUsize,
     /// Restarted for silence and not heard from since.
     stalled: AtomicBool,
+    /// Paces re-watches: kube's watcher re-watches at once after a watch ends early (a reset
+    /// after one event surfaces as an ended stream, never reaching a stream backoff), so the
+    /// pacing has to happen where the request leaves. Holds when the last watch started.
+    pace: Mutex<(WatchBackoff, Option<Instant>)>,
 }
 
 impl Liveness {
+    /// The pause before a new watch: backs off while watches end sooner than `healthy_after`
+    /// after they started.
+    fn next_watch(&self, healthy_after: Duration) -> Duration {
+        let mut pace = self.pace.lock().unwrap_or_else(|p| p.into_inner());
+        let early = pace.1.is_some_and(|start| start.elapsed() < healthy_after);
+        let pause = if early {
+            pace.0.failed()
+        } else {
+            pace.0.succeeded();
+            Duration::ZERO
+        };
+        pace.1 = Some(Instant::now() + pause);
+        pause
+    }
+
     fn touch(&self) {
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
     }
@@ -545,7 +565,19 @@ impl Service<Request<Body>> for Tracked {
         let (key, watch) = request_key(req.uri());
         let lives = self.health.lookup(&key);
         let client = self.client.clone();
+        let healthy_after = self.health.policy.healthy_after;
         Box::pin(async move {
+            if watch && let Some(live) = lives.first() {
+                let pause = live.next_watch(healthy_after);
+                if !pause.is_zero() {
+                    debug!(
+                        watch = live.what,
+                        ?pause,
+                        "watch ended early; pacing the re-watch"
+                    );
+                    tokio::time::sleep(pause).await;
+                }
+            }
             lives.iter().for_each(|l| l.touch());
             let response = client.send(req).await.map_err(BoxError::from)?;
             lives.iter().for_each(|l| l.touch());

@@ -380,4 +380,3 @@ async fn every_operator_request_carries_the_user_agent() {
     );
     a.stop().await;
 }
-
