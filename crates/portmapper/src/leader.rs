@@ -462,7 +462,7 @@ mod tests {
         );
         assert_eq!(
             d(Duration::from_secs(3), Duration::from_secs(1)),
-            Duration::from_millis(666)
+            Duration::from_nanos(666_666_666)
         );
     }
 

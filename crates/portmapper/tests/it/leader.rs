@@ -233,8 +233,7 @@ async fn a_stuck_leader_writes_nothing_after_its_deadline() {
     let last_renewal = leader
         .requests(&h)
         .into_iter()
-        .filter(|r| r.resource == "leases" && r.is_write() && r.status < 300)
-        .last()
+        .rfind(|r| r.resource == "leases" && r.is_write() && r.status < 300)
         .expect("the leader wrote its Lease")
         .since_start;
     // Pods change from now on: the stuck leader's reconciles are triggered again and again.
