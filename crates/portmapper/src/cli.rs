@@ -96,6 +96,10 @@ pub struct RunArgs {
     /// Network probes in flight at once, across all PortMappings.
     #[arg(long, env = "PORTMAPPER_PROBE_CONCURRENCY", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub probe_concurrency: u32,
+    /// Restart a watch that is open but has received nothing, not even a bookmark, for this many
+    /// seconds (the API server bookmarks about once a minute); `/readyz` fails meanwhile.
+    #[arg(long, env = "PORTMAPPER_WATCH_STALL_SECONDS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub watch_stall_seconds: u64,
     #[command(flatten)]
     pub leader: LeaderArgs,
     /// Kubeconfig to use instead of the in-cluster config or `$KUBECONFIG`.
@@ -107,6 +111,14 @@ impl RunArgs {
     /// The resync period as a duration.
     pub fn resync(&self) -> Duration {
         Duration::from_secs(self.resync_seconds)
+    }
+
+    /// How watches retry and when one counts as stalled.
+    pub fn watch_policy(&self) -> crate::watch_health::WatchPolicy {
+        crate::watch_health::WatchPolicy {
+            stall_after: Duration::from_secs(self.watch_stall_seconds),
+            ..crate::watch_health::WatchPolicy::default()
+        }
     }
 }
 
@@ -128,7 +140,29 @@ pub struct LeaderArgs {
     /// Seconds before expiry at which the leader renews (also the tolerated clock skew).
     #[arg(long, env = "PORTMAPPER_LEASE_GRACE_SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub lease_grace_seconds: u64,
-    /// Identity of this replica in the Lease (default: the pod name, else the host name).
+    /// Identity of this replica in the Lease; must differ between replicas (default: the host
+    /// name plus a random suffix, as client-go does).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+}
+
+impl LeaderArgs {
+    /// The election settings (resolves the default identity, so call it once per process).
+    pub fn config(&self) -> crate::leader::LeaderConfig {
+        let lease_duration = Duration::from_secs(self.lease_duration_seconds);
+        // The grace must leave a write window: at most half the Lease.
+        let grace = Duration::from_secs(self.lease_grace_seconds).min(lease_duration / 2);
+        crate::leader::LeaderConfig {
+            lease_name: self.lease_name.clone(),
+            lease_namespace: self.lease_namespace.clone(),
+            identity: self
+                .identity
+                .clone()
+                .filter(|id| !id.is_empty())
+                .unwrap_or_else(crate::leader::default_identity),
+            lease_duration,
+            grace,
+            retry_period: crate::leader::LeaderConfig::default_retry_period(lease_duration, grace),
+        }
+    }
 }

@@ -25,7 +25,7 @@ use crate::index::SharedIndex;
 use crate::leader::Leadership;
 use crate::metrics::{CategoryLabels, Metrics, ResultLabels};
 use crate::pods::PodWatches;
-use crate::watches::{Change, is_ready, reflect, strip_managed_fields};
+use crate::watches::{Change, Trigger, is_ready, reflect, strip_managed_fields};
 
 /// Label every object we publish carries; our watches select on it.
 pub const MANAGED_BY_SELECTOR: &str = "endpointslice.kubernetes.io/managed-by=portmapper.dev";
@@ -131,8 +131,11 @@ pub async fn run_probing_with(
     readiness: Readiness,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
+    // Lets every reflector tell a silent watch (no event, no bookmark) from a quiet one.
+    let client = crate::watch_health::track(client, readiness.watches());
     let (trigger, triggers) = mpsc::unbounded();
     let index = SharedIndex::default();
+    let trigger = Trigger::new(trigger, readiness.watches().clone(), metrics.clone());
     let mut tasks = tokio::task::JoinSet::new();
 
     let pods = PodWatches::new(

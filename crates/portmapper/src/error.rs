@@ -38,6 +38,10 @@ pub enum Error {
 impl Error {
     /// Wraps a client error with what we were doing.
     pub fn kube(action: impl Into<String>, source: kube::Error) -> Self {
+        // The client's write gate refused it: this replica's leadership deadline passed.
+        if crate::client::is_refused(&source) {
+            return Self::NotLeader;
+        }
         Self::Kube {
             action: action.into(),
             source,

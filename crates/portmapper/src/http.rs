@@ -1,5 +1,6 @@
 //! The operator's own HTTP server: `/metrics`, `/healthz` (process alive) and `/readyz` (caches
-//! synced). Liveness never depends on the API server, so an API outage does not restart replicas.
+//! synced and no watch stalled). Liveness never depends on the API server, so an API outage does
+//! not restart replicas.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -19,20 +20,51 @@ use tracing::{debug, info, warn};
 
 use crate::error::Error;
 use crate::metrics::Metrics;
+use crate::watch_health::{WatchHealth, WatchPolicy};
 
-/// Shared readiness flag: set once every watch has listed its objects.
+/// Shared readiness: every watch has listed its objects, and none is stalled now.
 #[derive(Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+pub struct Readiness {
+    synced: Arc<AtomicBool>,
+    watches: WatchHealth,
+}
 
 impl Readiness {
-    /// Marks the process ready.
+    /// Readiness whose watches follow `policy` (stall threshold, backoff).
+    pub fn new(policy: WatchPolicy) -> Self {
+        Self {
+            synced: Arc::default(),
+            watches: WatchHealth::new(policy),
+        }
+    }
+
+    /// Marks the caches synced.
     pub fn set_ready(&self) {
-        self.0.store(true, Ordering::Release);
+        self.synced.store(true, Ordering::Release);
+    }
+
+    /// The health of every watch (reflectors report to it).
+    pub fn watches(&self) -> &WatchHealth {
+        &self.watches
     }
 
     /// Whether the process is ready.
     pub fn is_ready(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.synced.load(Ordering::Acquire) && self.watches.stalled().is_empty()
+    }
+
+    /// Why the process is not ready (None: ready).
+    pub fn reason(&self) -> Option<String> {
+        if !self.synced.load(Ordering::Acquire) {
+            return Some("caches are not synced yet\n".into());
+        }
+        let stalled = self.watches.stalled();
+        (!stalled.is_empty()).then(|| {
+            format!(
+                "watches stalled (no event or bookmark, restarting): {}\n",
+                stalled.join(", ")
+            )
+        })
     }
 }
 
@@ -93,11 +125,14 @@ fn route(
     }
     match req.uri().path() {
         "/healthz" | "/livez" => text(StatusCode::OK, "ok\n"),
-        "/readyz" if readiness.is_ready() => text(StatusCode::OK, "ok\n"),
-        "/readyz" => text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "caches are not synced yet\n",
-        ),
+        "/readyz" => match readiness.reason() {
+            None => text(StatusCode::OK, "ok\n"),
+            Some(reason) => {
+                let mut response = Response::new(Full::new(Bytes::from(reason)));
+                *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+                response
+            }
+        },
         "/metrics" => match metrics.encode() {
             Ok(body) => Response::builder()
                 .header(

@@ -2,6 +2,7 @@
 
 pub mod apply;
 pub mod cli;
+pub mod client;
 pub mod conditions;
 pub mod controller;
 pub mod demo;
@@ -21,4 +22,5 @@ pub mod render;
 pub mod report;
 pub mod run;
 pub mod telemetry;
+pub mod watch_health;
 pub mod watches;

@@ -58,6 +58,19 @@ pub struct WriteLabels {
     pub resource: &'static str,
 }
 
+/// Labels of watch restarts: the watch (a fixed name per reflector) and why it restarted.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchRestartLabels {
+    pub watch: &'static str,
+    pub reason: &'static str,
+}
+
+/// Labels of per-watch series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchLabels {
+    pub watch: &'static str,
+}
+
 /// Labels of native-cleanup deletions.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResourceLabels {
@@ -77,6 +90,11 @@ pub struct Metrics {
     pub reconcile_duration: Histogram,
     pub api_writes: Family<WriteLabels, Counter>,
     pub leader: Gauge,
+    /// Watch restarts by watch and reason (`error`: the stream failed, `stalled`: silent for
+    /// longer than the stall threshold).
+    pub watch_restarts: Family<WatchRestartLabels, Counter>,
+    /// Watches silent for longer than the stall threshold right now, by watch.
+    pub watches_stalled: Family<WatchLabels, Gauge>,
     /// Network-check probes (`portmapper_probe_*`), fed by the prober.
     pub probe: portmapper_probe::PrometheusProbeMetrics,
     /// The per-Service series each PortMapping (namespace, name) feeds, so they can be removed:
@@ -107,6 +125,8 @@ impl Metrics {
         let reconcile_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 15));
         let api_writes = Family::<WriteLabels, Counter>::default();
         let leader = Gauge::default();
+        let watch_restarts = Family::<WatchRestartLabels, Counter>::default();
+        let watches_stalled = Family::<WatchLabels, Gauge>::default();
         let probe = portmapper_probe::PrometheusProbeMetrics::default();
         probe.register(&mut registry);
 
@@ -161,6 +181,16 @@ impl Metrics {
             "1 while this replica holds the leader Lease (or leader election is off)",
             leader.clone(),
         );
+        registry.register(
+            "watch_restarts",
+            "Watch restarts by watch and reason (error, stalled)",
+            watch_restarts.clone(),
+        );
+        registry.register(
+            "watches_stalled",
+            "Watches of each kind that are open but silent (no event, no bookmark) past the stall threshold",
+            watches_stalled.clone(),
+        );
 
         Arc::new(Self {
             registry,
@@ -174,6 +204,8 @@ impl Metrics {
             reconcile_duration,
             api_writes,
             leader,
+            watch_restarts,
+            watches_stalled,
             probe,
             fed: Mutex::new(HashMap::new()),
         })

@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use kube::Client;
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
@@ -16,9 +15,15 @@ use crate::metrics::Metrics;
 
 /// Runs the operator until SIGINT/SIGTERM.
 pub async fn run(args: RunArgs) -> Result<(), Error> {
-    let client = client(&args).await?;
+    let config = kube_config(&args).await?;
+    let leader = args.leader.leader_elect.then(|| args.leader.config());
+    let identity = leader
+        .as_ref()
+        .map(|l| l.identity.clone())
+        .or_else(|| args.leader.identity.clone());
+    let user_agent = crate::client::user_agent(identity.as_deref());
     let metrics = Metrics::new();
-    let readiness = Readiness::default();
+    let readiness = Readiness::new(args.watch_policy());
     let shutdown = CancellationToken::new();
 
     let listener = http::bind(args.http_addr).await?;
@@ -29,14 +34,18 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         shutdown.clone(),
     ));
 
-    let election = if args.leader.leader_elect {
-        Some(Election::start(client.clone(), &args.leader).await?)
-    } else {
-        None
+    // The Lease is renewed through a client without the write gate (the renewal is what moves
+    // the gate's deadline); everything else goes through the gated one.
+    let election = match leader {
+        Some(leader) => {
+            Some(Election::start(crate::client::plain(config.clone(), &user_agent)?, leader).await?)
+        }
+        None => None,
     };
     let leadership = election
         .as_ref()
         .map_or_else(Leadership::always, Election::leadership);
+    let client = crate::client::gated(config, &user_agent, leadership.clone())?;
     {
         let (metrics, mut rx) = (metrics.clone(), leadership.subscribe());
         tokio::spawn(async move {
@@ -58,7 +67,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         concurrency: args.concurrency,
         resync: args.resync(),
         node_lookups: args.node_lookups,
-        instance: args.leader.identity.clone(),
+        instance: identity,
         probe_concurrency: usize::try_from(args.probe_concurrency)
             .unwrap_or(portmapper_probe::DEFAULT_CONCURRENCY),
     };
@@ -79,21 +88,20 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     result
 }
 
-async fn client(args: &RunArgs) -> Result<Client, Error> {
-    let config = match &args.kubeconfig {
+async fn kube_config(args: &RunArgs) -> Result<Config, Error> {
+    match &args.kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path).map_err(|e| {
                 Error::Config(format!("reading kubeconfig {}: {e}", path.display()))
             })?;
             Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await
-                .map_err(|e| Error::Config(format!("loading kubeconfig {}: {e}", path.display())))?
+                .map_err(|e| Error::Config(format!("loading kubeconfig {}: {e}", path.display())))
         }
         None => Config::infer()
             .await
-            .map_err(|e| Error::Config(format!("no in-cluster config or kubeconfig: {e}")))?,
-    };
-    Client::try_from(config).map_err(|e| Error::kube("building the API client", e))
+            .map_err(|e| Error::Config(format!("no in-cluster config or kubeconfig: {e}"))),
+    }
 }
 
 async fn wait_for_signal() {

@@ -1,25 +1,59 @@
 //! Reflectors for everything a reconcile reads. Every watch event updates the reflector's store
 //! and then the [`Index`](crate::index::Index), which answers with the PortMappings the event
 //! affects; those are queued for reconcile. Reconciles read the stores and the index only; they
-//! never LIST.
+//! never LIST. Every watch backs off and restarts when silent ([`crate::watch_health`]).
 
 use std::collections::HashSet;
 use std::fmt::Debug;
 use std::hash::Hash;
 
-use futures::channel::mpsc::UnboundedSender;
+use std::sync::Arc;
+
+use futures::channel::mpsc::{TrySendError, UnboundedSender};
 use futures::{Stream, StreamExt};
 use kube::Resource;
 use kube::api::Api;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::{WatchStreamExt, watcher as watch};
 use portmapper_api::PortMapping;
 use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
 
-/// Where reconcile requests go (consumed by the Controller's `reconcile_on`).
-pub type Trigger = UnboundedSender<ObjectRef<PortMapping>>;
+use crate::metrics::Metrics;
+use crate::watch_health::WatchHealth;
+
+/// Where reconcile requests go (consumed by the Controller's `reconcile_on`), and what every
+/// reflector reports its health and restarts to.
+#[derive(Clone)]
+pub struct Trigger {
+    tx: UnboundedSender<ObjectRef<PortMapping>>,
+    health: WatchHealth,
+    metrics: Arc<Metrics>,
+}
+
+impl Trigger {
+    /// A trigger feeding `tx`.
+    pub fn new(
+        tx: UnboundedSender<ObjectRef<PortMapping>>,
+        health: WatchHealth,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            tx,
+            health,
+            metrics,
+        }
+    }
+
+    /// Queues a reconcile; fails once the controller has stopped.
+    pub fn unbounded_send(
+        &self,
+        target: ObjectRef<PortMapping>,
+    ) -> Result<(), TrySendError<ObjectRef<PortMapping>>> {
+        self.tx.unbounded_send(target)
+    }
+}
 
 /// One watch event as the index sees it: after the store has applied it.
 pub enum Change<'a, K: Resource> {
@@ -75,8 +109,7 @@ where
     M: FnMut(Change<'_, K>) -> Vec<ObjectRef<PortMapping>> + Send + 'static,
 {
     let mut relisting: Option<HashSet<ObjectRef<K>>> = None;
-    watch(api, config)
-        .default_backoff()
+    crate::watch_health::resilient(api, config, what, &trigger.health, &trigger.metrics)
         .modify(strip)
         .reflect(writer)
         .inspect(move |item| {

@@ -28,6 +28,8 @@ pub struct Harness {
     pub emu: Emulator,
     pub client: Client,
     pub metrics: Arc<Metrics>,
+    /// Readiness (and watch policy) the next controller started runs with.
+    pub readiness: Readiness,
     shutdown: CancellationToken,
     task: Option<JoinHandle<()>>,
 }
@@ -56,6 +58,7 @@ impl Harness {
             emu,
             client,
             metrics: Metrics::new(),
+            readiness: Readiness::default(),
             shutdown: CancellationToken::new(),
             task: None,
         }
@@ -90,10 +93,11 @@ impl Harness {
             probe_concurrency: 16,
         };
         adjust(&mut settings);
-        let (client, metrics, shutdown) = (
+        let (client, metrics, shutdown, readiness) = (
             self.client.clone(),
             self.metrics.clone(),
             self.shutdown.clone(),
+            self.readiness.clone(),
         );
         self.task = Some(tokio::spawn(async move {
             controller::run(
@@ -101,7 +105,7 @@ impl Harness {
                 settings,
                 Leadership::always(),
                 metrics,
-                Readiness::default(),
+                readiness,
                 shutdown,
             )
             .await

@@ -1,12 +1,17 @@
-//! Leader election: two controller instances, one writer; the standby takes over on release.
+//! Leader election: one writer at every moment, and takeovers as fast as the Lease allows.
+//! Replicas are told apart in the emulator's request log by their User-Agent,
+//! `portmapper/<version> (<identity>)`.
 
 use std::time::Duration;
 
-use kube::Client;
-use portmapper::cli::LeaderArgs;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use kube_emulator::faults::{Action, Rule};
+use kube_emulator::reqlog::LoggedRequest;
+use portmapper::client;
 use portmapper::controller::{self, Settings};
 use portmapper::http::Readiness;
-use portmapper::leader::Election;
+use portmapper::leader::{Election, LeaderConfig, Leadership, default_identity};
 use portmapper::metrics::Metrics;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -14,38 +19,52 @@ use tokio_util::sync::CancellationToken;
 use crate::harness::*;
 
 struct Instance {
+    identity: String,
+    user_agent: String,
     election: Option<Election>,
+    leadership: Leadership,
     shutdown: CancellationToken,
-    task: JoinHandle<()>,
+    task: Option<JoinHandle<()>>,
 }
 
-async fn instance(client: Client, identity: &str) -> Instance {
-    let args = LeaderArgs {
-        leader_elect: true,
+fn config(identity: Option<&str>, lease: u64, grace: u64) -> LeaderConfig {
+    let (lease_duration, grace) = (Duration::from_secs(lease), Duration::from_secs(grace));
+    LeaderConfig {
         lease_name: "portmapper".into(),
         lease_namespace: NS.into(),
-        lease_duration_seconds: 3,
-        lease_grace_seconds: 1,
-        identity: Some(identity.into()),
-    };
-    let election = Election::start(client.clone(), &args)
+        identity: identity.map_or_else(default_identity, str::to_string),
+        lease_duration,
+        grace,
+        retry_period: LeaderConfig::default_retry_period(lease_duration, grace),
+    }
+}
+
+/// An election and a controller writing through the gated client, as `portmapper run` does.
+async fn instance(h: &Harness, config: LeaderConfig) -> Instance {
+    let identity = config.identity.clone();
+    let user_agent = client::user_agent(Some(&identity));
+    let kube_config = h.emu.kube_config().expect("kube config");
+    let lease_client = client::plain(kube_config.clone(), &user_agent).expect("lease client");
+    let election = Election::start(lease_client, config)
         .await
         .expect("election starts");
+    let leadership = election.leadership();
+    let client = client::gated(kube_config, &user_agent, leadership.clone()).expect("gated client");
     let shutdown = CancellationToken::new();
     let settings = Settings {
         namespace: None,
         concurrency: 2,
         resync: Duration::from_secs(2),
         node_lookups: false,
-        instance: Some(identity.into()),
+        instance: Some(identity.clone()),
         probe_concurrency: 4,
     };
-    let (leadership, stop) = (election.leadership(), shutdown.clone());
+    let (l, stop) = (leadership.clone(), shutdown.clone());
     let task = tokio::spawn(async move {
         controller::run(
             client,
             settings,
-            leadership,
+            l,
             Metrics::new(),
             Readiness::default(),
             stop,
@@ -54,33 +73,51 @@ async fn instance(client: Client, identity: &str) -> Instance {
         .expect("controller runs");
     });
     Instance {
+        identity,
+        user_agent,
         election: Some(election),
+        leadership,
         shutdown,
-        task,
+        task: Some(task),
     }
 }
 
 impl Instance {
     fn is_leader(&self) -> bool {
-        self.election
-            .as_ref()
-            .is_some_and(|e| e.leadership().is_leader())
+        self.leadership.is_leader()
     }
 
-    async fn stop(mut self) {
+    /// Stops reconciling (the first half of the SIGTERM path).
+    async fn stop_controller(&mut self) {
         self.shutdown.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+
+    /// The whole SIGTERM path: stop reconciling, then release the Lease.
+    async fn stop(mut self) {
+        self.stop_controller().await;
         if let Some(e) = self.election.take() {
             e.release(Duration::from_secs(5)).await;
         }
     }
+
+    /// This replica's requests, in log order.
+    fn requests(&self, h: &Harness) -> Vec<LoggedRequest> {
+        h.emu.requests().filter(|r| r.user_agent == self.user_agent)
+    }
+
+    /// This replica's writes other than to its Lease.
+    fn object_writes(&self, h: &Harness) -> Vec<LoggedRequest> {
+        self.requests(h)
+            .into_iter()
+            .filter(|r| r.is_write() && r.resource != "leases")
+            .collect()
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_the_leader_writes_and_the_standby_takes_over() {
-    let h = Harness::new().await;
-    let a = instance(h.client.clone(), "replica-a").await;
-    let b = instance(h.client.clone(), "replica-b").await;
+async fn one_leader(a: Instance, b: Instance) -> (Instance, Instance) {
     let leader = eventually("a leader", Duration::from_secs(20), || async {
         match (a.is_leader(), b.is_leader()) {
             (true, false) => Some('a'),
@@ -89,22 +126,36 @@ async fn only_the_leader_writes_and_the_standby_takes_over() {
         }
     })
     .await;
-    let (leader, standby) = if leader == 'a' { (a, b) } else { (b, a) };
+    if leader == 'a' { (a, b) } else { (b, a) }
+}
 
+async fn publish_web(h: &Harness) {
     h.create(service("web", &[("http", 8080)])).await;
-    h.create(pod("pod-a", "web", "http")).await;
-    h.set_pod_status("pod-a", &["10.244.0.1"], true).await;
+    ready_pods(h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
     h.create(portmapping("web", "web")).await;
+    wait_members(h, &["pod-a"]).await;
+}
+
+async fn wait_members(h: &Harness, pods: &[&str]) {
+    let want: Vec<String> = pods.iter().map(|p| p.to_string()).collect();
     eventually(
-        "published by the leader",
-        Duration::from_secs(15),
-        || async {
-            (h.membership("web").await.get("web.http")? == &vec!["pod-a".to_string()]).then_some(())
-        },
+        &format!("web.http = {pods:?}"),
+        Duration::from_secs(20),
+        || async { (h.membership("web").await.get("web.http")? == &want).then_some(()) },
     )
     .await;
+}
 
-    // The leader goes away (SIGTERM path: stop, then release the Lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_writes_and_the_standby_takes_over() {
+    let h = Harness::new().await;
+    let a = instance(&h, config(Some("replica-a"), 3, 1)).await;
+    let b = instance(&h, config(Some("replica-b"), 3, 1)).await;
+    let (leader, standby) = one_leader(a, b).await;
+    publish_web(&h).await;
+    assert!(!leader.object_writes(&h).is_empty());
+    assert!(standby.object_writes(&h).is_empty(), "the standby wrote");
+
     leader.stop().await;
     eventually(
         "standby becomes leader",
@@ -112,17 +163,219 @@ async fn only_the_leader_writes_and_the_standby_takes_over() {
         || async { standby.is_leader().then_some(()) },
     )
     .await;
-    h.create(pod("pod-b", "web", "http")).await;
-    h.set_pod_status("pod-b", &["10.244.0.2"], true).await;
-    eventually(
-        "the new leader publishes changes",
-        Duration::from_secs(15),
-        || async {
-            (h.membership("web").await.get("web.http")?
-                == &vec!["pod-a".to_string(), "pod-b".to_string()])
-                .then_some(())
-        },
-    )
-    .await;
+    ready_pods(&h, "web", &[("pod-b", "http", "10.244.0.2")]).await;
+    wait_members(&h, &["pod-a", "pod-b"]).await;
     standby.stop().await;
+}
+
+/// Issue 11 item 5: after the leader's SIGTERM released the Lease, a running standby writes
+/// within 2 s (it used to wait for the Lease version it last saw to expire: up to 15 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_standby_writes_within_two_seconds_of_the_release() {
+    let h = Harness::new().await;
+    // A 15 s Lease: waiting for expiry instead of acting on the release would take > 10 s.
+    let a = instance(&h, config(Some("replica-a"), 15, 5)).await;
+    let b = instance(&h, config(Some("replica-b"), 15, 5)).await;
+    let (mut leader, standby) = one_leader(a, b).await;
+    publish_web(&h).await;
+
+    // Work the new leader must do: a pod joins while nobody reconciles.
+    leader.stop_controller().await;
+    ready_pods(&h, "web", &[("pod-b", "http", "10.244.0.2")]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(standby.object_writes(&h).is_empty(), "the standby wrote");
+    let leader_ua = leader.user_agent.clone();
+    leader.stop().await;
+    wait_members(&h, &["pod-a", "pod-b"]).await;
+
+    let log = h.emu.requests();
+    let release = log
+        .filter(|r| r.user_agent == leader_ua && r.resource == "leases" && r.verb == "update")
+        .last()
+        .expect("the leader released its Lease")
+        .since_start;
+    let first_write = standby
+        .object_writes(&h)
+        .first()
+        .expect("the standby wrote")
+        .since_start;
+    let takeover = first_write.saturating_sub(release);
+    println!("standby's first write {takeover:?} after the release");
+    assert!(
+        takeover <= Duration::from_secs(2),
+        "standby wrote {takeover:?} after the release"
+    );
+    standby.stop().await;
+}
+
+/// Issue 11 item 1: a leader whose renewal is stuck (as if paused) writes nothing once its
+/// deadline (last successful renewal + duration − grace) has passed, though its reconciles keep
+/// being triggered; the standby takes over and publishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_leader_writes_nothing_after_its_deadline() {
+    let h = Harness::new().await;
+    let a = instance(&h, config(Some("replica-a"), 3, 1)).await;
+    let b = instance(&h, config(Some("replica-b"), 3, 1)).await;
+    let (leader, standby) = one_leader(a, b).await;
+    publish_web(&h).await;
+
+    // Every Lease request of the leader hangs for 8 s: it cannot renew, as if it were paused,
+    // while its controller keeps running.
+    let mut hang = Rule::new(Action::Delay)
+        .verbs(&["get", "update"])
+        .resource("coordination.k8s.io", "leases")
+        .delay_ms(8000);
+    hang.matcher.user_agent = Some(leader.user_agent.clone());
+    let hang = h.emu.inject(hang);
+    // Renewals run every 0.67 s: by now one hangs. The emulator logs a request when it
+    // answers, so the hung ones are not in the log.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let last_renewal = leader
+        .requests(&h)
+        .into_iter()
+        .rfind(|r| r.resource == "leases" && r.is_write() && r.status < 300)
+        .expect("the leader wrote its Lease")
+        .since_start;
+    // Pods change from now on: the stuck leader's reconciles are triggered again and again.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !leader.is_leader(),
+        "past its deadline, the leader still writes"
+    );
+    ready_pods(&h, "web", &[("pod-b", "http", "10.244.0.2")]).await;
+    eventually("the standby leads", Duration::from_secs(10), || async {
+        standby.is_leader().then_some(())
+    })
+    .await;
+    wait_members(&h, &["pod-a", "pod-b"]).await;
+    // The leader's Lease requests go through again: it sees the standby holds the Lease.
+    assert!(h.emu.faults().remove(&hang));
+    tokio::time::sleep(Duration::from_secs(9)).await;
+
+    let deadline = last_renewal + Duration::from_secs(2);
+    let late: Vec<_> = leader
+        .object_writes(&h)
+        .into_iter()
+        .filter(|r| r.since_start > deadline)
+        .collect();
+    assert_eq!(
+        late.len(),
+        0,
+        "writes by the old leader after its deadline: {late:?}"
+    );
+    assert!(!standby.object_writes(&h).is_empty());
+    assert!(!leader.is_leader());
+    leader.stop().await;
+    standby.stop().await;
+}
+
+/// The write gate itself: with a renewal hung past the deadline, the gated client still reads
+/// but refuses writes before they leave (nothing reaches the API server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gated_client_refuses_writes_after_the_deadline() {
+    let h = Harness::new().await;
+    let config = config(Some("replica-a"), 3, 1);
+    let user_agent = client::user_agent(Some(&config.identity));
+    let kube_config = h.emu.kube_config().unwrap();
+    let election = Election::start(
+        client::plain(kube_config.clone(), &user_agent).unwrap(),
+        config,
+    )
+    .await
+    .unwrap();
+    let leadership = election.leadership();
+    eventually("leading", Duration::from_secs(10), || async {
+        leadership.is_leader().then_some(())
+    })
+    .await;
+    let gated = client::gated(kube_config, &user_agent, leadership.clone()).unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(gated, NS);
+    let cm = |name: &str| -> ConfigMap {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap()
+    };
+    cms.create(&PostParams::default(), &cm("while-leading"))
+        .await
+        .unwrap();
+
+    let hang = h.emu.inject(
+        Rule::new(Action::Delay)
+            .verbs(&["get", "update"])
+            .resource("coordination.k8s.io", "leases")
+            .delay_ms(6000),
+    );
+    eventually("the deadline passes", Duration::from_secs(5), || async {
+        (!leadership.is_leader()).then_some(())
+    })
+    .await;
+    let err = cms
+        .create(&PostParams::default(), &cm("after-deadline"))
+        .await
+        .expect_err("refused");
+    assert!(client::is_refused(&err), "{err}");
+    cms.get("while-leading").await.expect("reads still work");
+    let creates = h
+        .emu
+        .requests()
+        .filter(|r| r.resource == "configmaps" && r.verb == "create")
+        .len();
+    assert_eq!(creates, 1, "the refused create reached the API server");
+    h.emu.faults().remove(&hang);
+    election.release(Duration::from_secs(10)).await;
+}
+
+/// Issue 11 item 12: two replicas started with the default identity (same host) never both
+/// lead; with the host name alone they both did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_with_default_identities_never_both_lead() {
+    let h = Harness::new().await;
+    let a = instance(&h, config(None, 3, 1)).await;
+    let b = instance(&h, config(None, 3, 1)).await;
+    assert_ne!(a.identity, b.identity);
+    let (mut leaders, mut both) = (0, 0);
+    for _ in 0..100 {
+        match (a.is_leader(), b.is_leader()) {
+            (true, true) => both += 1,
+            (true, false) | (false, true) => leaders += 1,
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(both, 0, "both replicas led at once");
+    assert!(leaders > 50, "nobody led for most of 5 s: {leaders}/100");
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Issue 11 item 12: every request the operator sends says `portmapper/<version>`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_operator_request_carries_the_user_agent() {
+    let h = Harness::new().await;
+    let a = instance(&h, config(Some("replica-a"), 3, 1)).await;
+    eventually("leading", Duration::from_secs(10), || async {
+        a.is_leader().then_some(())
+    })
+    .await;
+    publish_web(&h).await;
+    tokio::time::sleep(Duration::from_secs(2)).await; // a few Lease renewals
+    let expected = format!("portmapper/{} (replica-a)", env!("CARGO_PKG_VERSION"));
+    assert_eq!(a.user_agent, expected);
+    let ours = a.requests(&h);
+    for verb in ["get", "list", "watch", "create", "update", "patch"] {
+        assert!(
+            ours.iter().any(|r| r.verb == verb),
+            "no {verb} with User-Agent {expected}"
+        );
+    }
+    // Every write by our field managers carries it.
+    let writes = h.emu.requests().filter(|r| {
+        r.is_write()
+            && (r.field_manager == portmapper_api::MANAGER
+                || r.field_manager == portmapper::leader::LEASE_MANAGER)
+    });
+    assert!(!writes.is_empty());
+    assert!(
+        writes.iter().all(|r| r.user_agent == expected),
+        "{writes:?}"
+    );
+    a.stop().await;
 }

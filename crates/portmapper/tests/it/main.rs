@@ -12,3 +12,4 @@ mod ownership;
 mod probing;
 mod render;
 mod scenarios;
+mod watches;

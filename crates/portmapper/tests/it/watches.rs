@@ -1,0 +1,129 @@
+//! Watches under faults: a reset storm is paced by the backoff (issue 11 item 9), and a silent
+//! watch is restarted so the operator converges (item 8). Counted in the emulator's request log.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use kube_emulator::faults::{Action, DropMode, Rule};
+use portmapper::http::Readiness;
+use portmapper::watch_health::WatchPolicy;
+
+use crate::harness::*;
+
+async fn wait_members(h: &Harness, pods: &[&str], within: Duration) {
+    let want: Vec<String> = pods.iter().map(|p| p.to_string()).collect();
+    eventually(&format!("web.http = {pods:?}"), within, || async {
+        (h.membership("web").await.get("web.http")? == &want).then_some(())
+    })
+    .await;
+}
+
+fn watch_requests(h: &Harness) -> usize {
+    h.emu.requests().filter(|r| r.verb == "watch").len()
+}
+
+/// Every watch reset abruptly after one event for 20 s: ≤ 60 watch requests across all watches
+/// (4,270 with kube's watcher re-watching at once), and membership converges once it stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_reset_storm_is_paced_and_membership_converges_after_it() {
+    let mut h = Harness::new().await;
+    h.create(service("web", &[("http", 8080)])).await;
+    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
+    h.create(pod("pod-b", "web", "http")).await;
+    h.create(portmapping("web", "web")).await;
+    // Fault rules apply to watches opened after them: every watch the operator opens is reset
+    // abruptly after one event (a bookmark counts).
+    let storm = h.emu.inject(
+        Rule::new(Action::WatchDrop {
+            after_events: Some(1),
+            after_ms: None,
+            mode: DropMode::Abrupt,
+        })
+        .verbs(&["watch"]),
+    );
+    h.emu.requests().clear();
+    h.run_controller();
+    wait_members(&h, &["pod-a"], Duration::from_secs(15)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    h.set_pod_status("pod-b", &["10.244.0.2"], true).await;
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    let during = watch_requests(&h);
+    println!("watch requests in 20 s of resets: {during}");
+    assert!(during <= 60, "{during} watch requests in 20 s of resets");
+    assert!(
+        during >= 7,
+        "the watches were not reset: {during} watch requests"
+    );
+    // Known gap (see docs/reliability.md): with a reset right after the first event the pod
+    // watch makes no progress (its resourceVersion does not advance), so membership follows
+    // only once the resets stop: within the backoff cap (30 s + jitter) plus a reconcile.
+    assert!(h.emu.faults().remove(&storm));
+    wait_members(&h, &["pod-a", "pod-b"], Duration::from_secs(45)).await;
+}
+
+/// A pod watch that opens but stays silent (no events, no bookmarks) is restarted after
+/// `stall_after` (2 × the emulator's 1 s bookmark interval); its relist brings the missed change,
+/// within 2 × bookmark interval + 5 s. `/readyz` said so meanwhile, and the metrics count it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_watch_is_restarted_and_the_operator_converges() {
+    let mut h = Harness::new().await;
+    h.readiness = Readiness::new(WatchPolicy {
+        stall_after: Duration::from_secs(2),
+        ..WatchPolicy::default()
+    });
+    // The first pod watch (after its initial list) goes silent.
+    h.emu.inject(
+        Rule::new(Action::WatchStall)
+            .verbs(&["watch"])
+            .resource("", "pods")
+            .times(1),
+    );
+    h.run_controller();
+    h.create(service("web", &[("http", 8080)])).await;
+    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
+    h.create(portmapping("web", "web")).await;
+    wait_members(&h, &["pod-a"], Duration::from_secs(15)).await;
+
+    let said_stalled = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (readiness, said) = (h.readiness.clone(), said_stalled.clone());
+        tokio::spawn(async move {
+            loop {
+                if readiness.reason().is_some_and(|r| r.contains("pods")) {
+                    said.store(true, Ordering::Release);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let changed = tokio::time::Instant::now();
+    ready_pods(&h, "web", &[("pod-b", "http", "10.244.0.2")]).await;
+    let bookmark_interval = Duration::from_secs(1); // the test emulator's
+    wait_members(
+        &h,
+        &["pod-a", "pod-b"],
+        2 * bookmark_interval + Duration::from_secs(5),
+    )
+    .await;
+    println!(
+        "converged {:?} after the change behind a stalled watch",
+        changed.elapsed()
+    );
+    sampler.abort();
+
+    assert_eq!(
+        h.metric("portmapper_watch_restarts_total{watch=\"pods\",reason=\"stalled\"}"),
+        Some(1.0)
+    );
+    eventually("stall cleared", Duration::from_secs(5), || async {
+        (h.metric("portmapper_watches_stalled{watch=\"pods\"}") == Some(0.0)
+            && h.readiness.reason().is_none())
+        .then_some(())
+    })
+    .await;
+    assert!(
+        said_stalled.load(Ordering::Acquire),
+        "/readyz never said the pod watch stalled"
+    );
+}
