@@ -254,8 +254,7 @@ pub struct GrpcCheck {
 /// What a CA bundle must contain (searched, not anchored): one PEM certificate block with
 /// base64 content. Text around blocks (comments, `subject=` lines) is allowed, as PEM parsers
 /// skip it.
-pub const PEM_CERTIFICATE_PATTERN: &str =
-    r"-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\r\n\t ]+-----END CERTIFICATE-----";
+pub const PEM_CERTIFICATE_PATTERN: &str = r"-----BEGIN CERTIFICATE-----[\r\n\t ]*[A-Za-z0-9+/=][A-Za-z0-9+/=\r\n\t ]*-----END CERTIFICATE-----";
 
 /// Parameters of `webhook`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]

@@ -30,7 +30,8 @@ pub(crate) struct SelectorSchema {
     #[schemars(length(max = SELECTOR_MAX_ENTRIES))]
     match_expressions: Vec<RequirementSchema>,
     /// `{key: value}` pairs, each equivalent to a `matchExpressions` entry with operator `In`
-    /// and that one value.
+    /// and that one value. Keys must be label keys: the operator checks them (`InvalidSpec`),
+    /// since a schema cannot constrain map keys.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = SELECTOR_MAX_ENTRIES))]
     match_labels: BTreeMap<String, LabelValue>,

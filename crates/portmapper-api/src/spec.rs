@@ -21,8 +21,7 @@ pub const QUALIFIED_NAME_MAX_LENGTH: u32 = 317;
 /// because every field it is put on has `maxLength` [`QUALIFIED_NAME_MAX_LENGTH`].
 pub const QUALIFIED_NAME_PREFIX_RULE: &str = "!self.matches('^[^/]{254,}/')";
 /// Message of [`QUALIFIED_NAME_PREFIX_RULE`], worded as apimachinery's `IsDNS1123Subdomain`.
-pub const QUALIFIED_NAME_PREFIX_MESSAGE: &str =
-    "prefix part must be no more than 253 characters";
+pub const QUALIFIED_NAME_PREFIX_MESSAGE: &str = "prefix part must be no more than 253 characters";
 /// A label value (empty allowed), at most [`LABEL_VALUE_MAX_LENGTH`] characters.
 pub const LABEL_VALUE_PATTERN: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
 /// Longest label value.

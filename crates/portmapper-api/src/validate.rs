@@ -109,10 +109,7 @@ fn validate_probe(path: &FieldPath, probe: &ProbeSettings) -> Vec<FieldError> {
         errs.push(FieldError::invalid(
             &path.child("timeoutSeconds"),
             i64::from(probe.timeout_seconds),
-            format!(
-                "must not exceed periodSeconds ({})",
-                probe.period_seconds
-            ),
+            format!("must not exceed periodSeconds ({})", probe.period_seconds),
         ));
     }
     errs
@@ -275,7 +272,8 @@ fn validate_kind(path: &FieldPath, kind: CheckKind<'_>, period: i32) -> Vec<Fiel
     errs
 }
 
-/// Whether `text` holds a PEM certificate block with base64 content: what the schema's
+/// Whether `text` holds a PEM certificate block with base64 content (not only whitespace):
+/// what the schema's
 /// [`crate::check::PEM_CERTIFICATE_PATTERN`] matches, without a regex engine.
 fn has_pem_certificate(text: &str) -> bool {
     const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
@@ -285,7 +283,10 @@ fn has_pem_certificate(text: &str) -> bool {
         let rest = &text[at + BEGIN.len()..];
         // The body cannot contain '-', so the block ends at the first one.
         let end = rest.find('-').unwrap_or(rest.len());
-        end > 0 && rest[..end].chars().all(body_char) && rest[end..].starts_with(END)
+        let body = &rest[..end];
+        body.chars().all(body_char)
+            && body.chars().any(|c| !c.is_ascii_whitespace())
+            && rest[end..].starts_with(END)
     })
 }
 

@@ -48,9 +48,7 @@ fn same(name: &'static str, edits: Vec<(&'static str, Value)>, field: &str, mess
     bad(name, edits, field, message, field)
 }
 
-const HTTP_GET: &str = "/spec/ports/1/checks/0/anyOf/0/httpGet";
 const HTTP_GET_FIELD: &str = "spec.ports[1].checks[0].anyOf[0].httpGet";
-const TCP: &str = "/spec/ports/1/checks/0/anyOf/1/tcpSocket";
 const TCP_FIELD: &str = "spec.ports[1].checks[0].anyOf[1].tcpSocket";
 /// A second check of port http, free for any kind.
 const EXTRA: &str = "/spec/ports/0/checks/2";
@@ -263,10 +261,7 @@ fn invalid_cases() -> Vec<Bad> {
         // PEM shape of CA bundles.
         same(
             "caBundle without a certificate",
-            vec![(
-                EXTRA,
-                webhook(json!({"caBundle": "not a certificate"})),
-            )],
+            vec![(EXTRA, webhook(json!({"caBundle": "not a certificate"})))],
             &p(EXTRA_FIELD, "webhook.caBundle"),
             "should match",
         ),
@@ -283,7 +278,20 @@ fn invalid_cases() -> Vec<Bad> {
             "caBundle with an empty block",
             vec![(
                 EXTRA,
-                webhook(json!({"caBundle": "-----BEGIN CERTIFICATE----------END CERTIFICATE-----"})),
+                webhook(
+                    json!({"caBundle": "-----BEGIN CERTIFICATE----------END CERTIFICATE-----"}),
+                ),
+            )],
+            &p(EXTRA_FIELD, "webhook.caBundle"),
+            "should match",
+        ),
+        same(
+            "caBundle with a block of whitespace only",
+            vec![(
+                EXTRA,
+                webhook(
+                    json!({"caBundle": "-----BEGIN CERTIFICATE-----\n \n-----END CERTIFICATE-----\n"}),
+                ),
             )],
             &p(EXTRA_FIELD, "webhook.caBundle"),
             "should match",
@@ -364,7 +372,10 @@ fn invalid_cases() -> Vec<Bad> {
         ),
         same(
             "probe periodSeconds 0",
-            vec![("/spec/probe", json!({"periodSeconds": 0, "timeoutSeconds": 0}))],
+            vec![(
+                "/spec/probe",
+                json!({"periodSeconds": 0, "timeoutSeconds": 0}),
+            )],
             "spec.probe.periodSeconds",
             "should be greater than or equal to 1",
         ),
@@ -389,7 +400,10 @@ fn invalid_cases() -> Vec<Bad> {
         // Names and keys.
         same(
             "containerReady container not a DNS label",
-            vec![(EXTRA, json!({"containerReady": {"container": "Web_Server"}}))],
+            vec![(
+                EXTRA,
+                json!({"containerReady": {"container": "Web_Server"}}),
+            )],
             &p(EXTRA_FIELD, "containerReady.container"),
             "should match",
         ),
@@ -407,7 +421,10 @@ fn invalid_cases() -> Vec<Bad> {
         ),
         same(
             "portNames key prefix of 300 characters",
-            vec![("/spec/ports/0/checks/1/portNames/key", json!(long_prefix(300)))],
+            vec![(
+                "/spec/ports/0/checks/1/portNames/key",
+                json!(long_prefix(300)),
+            )],
             "spec.ports[0].checks[1].portNames.key",
             "prefix part must be no more than 253 characters",
         ),
@@ -419,7 +436,10 @@ fn invalid_cases() -> Vec<Bad> {
         ),
         same(
             "pods key name part of 64 characters",
-            vec![("/spec/pods/key", json!(format!("example.com/{}", "a".repeat(64))))],
+            vec![(
+                "/spec/pods/key",
+                json!(format!("example.com/{}", "a".repeat(64))),
+            )],
             "spec.pods.key",
             "should match",
         ),
@@ -536,7 +556,10 @@ fn valid_cases() -> Vec<(&'static str, Vec<(&'static str, Value)>)> {
             "check timeout equal to the period",
             vec![
                 (HTTP_GET_TIMEOUT, json!(30)),
-                ("/spec/probe", json!({"periodSeconds": 30, "timeoutSeconds": 30})),
+                (
+                    "/spec/probe",
+                    json!({"periodSeconds": 30, "timeoutSeconds": 30}),
+                ),
             ],
         ),
         (
@@ -573,7 +596,9 @@ fn valid_cases() -> Vec<(&'static str, Vec<(&'static str, Value)>)> {
             "caBundle with comments and two certificates",
             vec![(
                 EXTRA,
-                webhook(json!({"caBundle": format!("# Issuer: Test CA\n{CERT}subject=CN=two\r\n{}", CERT.replace('\n', "\r\n"))})),
+                webhook(
+                    json!({"caBundle": format!("# Issuer: Test CA\n{CERT}subject=CN=two\r\n{}", CERT.replace('\n', "\r\n"))}),
+                ),
             )],
         ),
         (
@@ -748,4 +773,24 @@ async fn valid_edge_cases_are_admitted_and_pass_runtime_validation() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The one mistake the schema cannot describe (map keys): admitted, and the operator's
+/// validation reports it on the field, which it turns into `Stalled`/`InvalidSpec`.
+#[tokio::test]
+async fn a_bad_match_labels_key_is_admitted_and_reported_at_runtime() {
+    let (_emu, api) = emulator_with_crd().await;
+    let obj = edited(&[(
+        "/spec/pods/selector",
+        json!({"matchLabels": {"bad key!": "front"}}),
+    )]);
+    create(&api, "bad-label-key", obj.clone())
+        .await
+        .expect("the schema cannot constrain map keys");
+    let errs = runtime_errors(&obj);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        errs[0].starts_with(r#"spec.pods.selector.matchLabels: Invalid value: "bad key!": name part must consist of alphanumeric characters"#),
+        "{errs:?}"
+    );
 }
