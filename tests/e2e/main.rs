@@ -5,6 +5,7 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod admission;
 mod chart;
 mod demo;
 mod env;

@@ -94,7 +94,7 @@ pub struct ContainerReadyCheck {
     /// container that declares the Service port's target port; for a numeric target port that no
     /// container declares, the pod is excluded with a reason saying so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 63))]
+    #[schemars(length(min = 1, max = 63), regex(pattern = crate::spec::DNS1123_LABEL_PATTERN))]
     pub container: Option<String>,
 }
 
@@ -118,7 +118,12 @@ pub enum ConditionStatus {
 pub struct PodConditionCheck {
     /// Condition type, e.g. a readiness gate such as `example.com/broker-joined`.
     #[serde(rename = "type")]
-    #[schemars(length(min = 1, max = 316))]
+    #[schemars(
+        length(min = 1, max = crate::spec::QUALIFIED_NAME_MAX_LENGTH),
+        regex(pattern = crate::spec::QUALIFIED_NAME_PATTERN)
+    )]
+    #[x_kube(validation = kube::core::Rule::new(crate::spec::QUALIFIED_NAME_PREFIX_RULE)
+        .message(crate::spec::QUALIFIED_NAME_PREFIX_MESSAGE))]
     pub type_: String,
     /// Required status of that condition. A missing condition never matches. Default: `True`.
     #[serde(default)]
@@ -131,7 +136,12 @@ pub struct PodConditionCheck {
 pub struct PortNamesCheck {
     /// Label or annotation key whose value lists, comma separated, the Service port names the pod
     /// backs (whitespace around names is ignored).
-    #[schemars(length(min = 1, max = 317), regex(pattern = crate::spec::QUALIFIED_NAME_PATTERN))]
+    #[schemars(
+        length(min = 1, max = crate::spec::QUALIFIED_NAME_MAX_LENGTH),
+        regex(pattern = crate::spec::QUALIFIED_NAME_PATTERN)
+    )]
+    #[x_kube(validation = kube::core::Rule::new(crate::spec::QUALIFIED_NAME_PREFIX_RULE)
+        .message(crate::spec::QUALIFIED_NAME_PREFIX_MESSAGE))]
     pub key: String,
     /// Where to read `key`. Default `Annotation`, because label values cannot contain commas.
     #[serde(default = "KeySource::annotation")]
@@ -173,9 +183,16 @@ pub struct HttpGetCheck {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 2048), regex(pattern = "^/"))]
     pub path: Option<String>,
-    /// Port on the pod IP: a number, or the name of a container port of that pod. Default: the
-    /// Service port's resolved target port. The host is always the pod IP.
+    /// Port on the pod IP: a number (1-65535), or the name of a container port of that pod (an
+    /// IANA service name). Default: the Service port's resolved target port. The host is always
+    /// the pod IP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend(
+        "minimum" = 1,
+        "maximum" = 65535,
+        "maxLength" = crate::spec::IANA_SVC_NAME_MAX_LENGTH,
+        "pattern" = crate::spec::IANA_SVC_NAME_PATTERN
+    ))]
     pub port: Option<IntOrString>,
     /// `HTTP` (default) or `HTTPS`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -194,8 +211,15 @@ pub struct HttpGetCheck {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TcpSocketCheck {
-    /// Port on the pod IP: a number or a container port name. Default: the resolved target port.
+    /// Port on the pod IP: a number (1-65535) or a container port name (an IANA service name).
+    /// Default: the resolved target port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend(
+        "minimum" = 1,
+        "maximum" = 65535,
+        "maxLength" = crate::spec::IANA_SVC_NAME_MAX_LENGTH,
+        "pattern" = crate::spec::IANA_SVC_NAME_PATTERN
+    ))]
     pub port: Option<IntOrString>,
     /// Overrides `spec.probe.timeoutSeconds` for this check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -207,8 +231,15 @@ pub struct TcpSocketCheck {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GrpcCheck {
-    /// Port on the pod IP: a number or a container port name. Default: the resolved target port.
+    /// Port on the pod IP: a number (1-65535) or a container port name (an IANA service name).
+    /// Default: the resolved target port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend(
+        "minimum" = 1,
+        "maximum" = 65535,
+        "maxLength" = crate::spec::IANA_SVC_NAME_MAX_LENGTH,
+        "pattern" = crate::spec::IANA_SVC_NAME_PATTERN
+    ))]
     pub port: Option<IntOrString>,
     /// Service name sent in the `HealthCheckRequest`. Default: empty (the server's overall health).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -219,6 +250,11 @@ pub struct GrpcCheck {
     #[schemars(range(min = 1, max = 60))]
     pub timeout_seconds: Option<i32>,
 }
+
+/// What a CA bundle must contain (searched, not anchored): one PEM certificate block with
+/// base64 content. Text around blocks (comments, `subject=` lines) is allowed, as PEM parsers
+/// skip it.
+pub const PEM_CERTIFICATE_PATTERN: &str = r"-----BEGIN CERTIFICATE-----[\r\n\t ]*[A-Za-z0-9+/=][A-Za-z0-9+/=\r\n\t ]*-----END CERTIFICATE-----";
 
 /// Parameters of `webhook`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
@@ -235,10 +271,13 @@ pub struct WebhookCheck {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 60))]
     pub timeout_seconds: Option<i32>,
-    /// PEM bundle of CA certificates that verify an `https://` webhook (base64 not needed). Default:
-    /// the system roots.
+    /// PEM bundle of CA certificates that verify an `https://` webhook (base64 not needed): at
+    /// least one `-----BEGIN CERTIFICATE-----` … `-----END CERTIFICATE-----` block. Default: the
+    /// system roots.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 65536))]
+    // A `pattern`, not CEL: a rule over a 64 KiB string, times 25,600 possible webhook checks,
+    // would exceed the apiserver's CEL cost budget; OpenAPI patterns have none.
+    #[schemars(length(max = 65536), regex(pattern = PEM_CERTIFICATE_PATTERN))]
     pub ca_bundle: Option<String>,
 }
 

@@ -6,6 +6,7 @@
 pub mod check;
 pub mod crd;
 pub mod reference;
+mod selector;
 pub mod spec;
 pub mod status;
 pub mod validate;

@@ -108,18 +108,29 @@ fn constraints(schema: &Value, required: bool) -> Vec<String> {
     }
     if schema.get("minProperties").is_some() && schema.get("maxProperties").is_some() {
         out.push("exactly one field set".to_owned());
+    } else if let Some(max) = num("maxProperties") {
+        out.push(format!("at most {max} entries"));
     }
-    for rule in schema
+    out.extend(rules(schema));
+    out
+}
+
+/// The messages of a schema's CEL rules, naming the field a rule reports on when it is not the
+/// schema's own.
+fn rules(schema: &Value) -> Vec<String> {
+    schema
         .get("x-kubernetes-validations")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-    {
-        if let Some(m) = rule.get("message").and_then(Value::as_str) {
-            out.push(format!("rule: {m}"));
-        }
-    }
-    out
+        .filter_map(|rule| {
+            let m = rule.get("message").and_then(Value::as_str)?;
+            Some(match rule.get("fieldPath").and_then(Value::as_str) {
+                Some(field) => format!("rule on `{}`: {m}", field.trim_start_matches('.')),
+                None => format!("rule: {m}"),
+            })
+        })
+        .collect()
 }
 
 /// The object schema below a field: itself, or its array items.
@@ -181,6 +192,13 @@ impl Writer {
                     constraints(items, false)
                         .into_iter()
                         .map(|c| format!("each item: {c}")),
+                );
+            }
+            if let Some(values) = field.get("additionalProperties").filter(|v| v.is_object()) {
+                notes.extend(
+                    constraints(values, false)
+                        .into_iter()
+                        .map(|c| format!("each value: {c}")),
                 );
             }
             if !notes.is_empty() {
@@ -264,6 +282,12 @@ pub fn reference_markdown() -> Result<String, CrdError> {
         let _ = writeln!(w.out, "\n## `{section}`\n");
         if let Some(d) = schema.get("description").and_then(Value::as_str) {
             let _ = writeln!(w.out, "{}\n", escape(d));
+        }
+        for rule in rules(schema) {
+            let _ = writeln!(w.out, "- {}", escape(&rule.replacen("rule", "Rule", 1)));
+        }
+        if schema.get("x-kubernetes-validations").is_some() {
+            w.out.push('\n');
         }
         w.out
             .push_str("| Field | Type | Default | Description |\n| --- | --- | --- | --- |\n");

@@ -14,6 +14,27 @@ pub const QUALIFIED_NAME_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-
 pub const DNS1035_LABEL_PATTERN: &str = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$";
 /// A DNS-1123 label: the syntax of Service port names.
 pub const DNS1123_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
+/// Longest qualified name: a 253-character prefix, '/', a 63-character name.
+pub const QUALIFIED_NAME_MAX_LENGTH: u32 = 317;
+/// CEL rule for what [`QUALIFIED_NAME_PATTERN`] cannot say: the prefix is at most 253
+/// characters. A regex rather than `split`, which not every apiserver's CEL library has; cheap
+/// because every field it is put on has `maxLength` [`QUALIFIED_NAME_MAX_LENGTH`].
+pub const QUALIFIED_NAME_PREFIX_RULE: &str = "!self.matches('^[^/]{254,}/')";
+/// Message of [`QUALIFIED_NAME_PREFIX_RULE`], worded as apimachinery's `IsDNS1123Subdomain`.
+pub const QUALIFIED_NAME_PREFIX_MESSAGE: &str = "prefix part must be no more than 253 characters";
+/// A label value (empty allowed), at most [`LABEL_VALUE_MAX_LENGTH`] characters.
+pub const LABEL_VALUE_PATTERN: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+/// Longest label value.
+pub const LABEL_VALUE_MAX_LENGTH: u32 = 63;
+/// An IANA service name (a named container port), apimachinery's `IsValidPortName` in one
+/// regex: lowercase alphanumerics and single inner '-', with at least one letter. At most
+/// [`IANA_SVC_NAME_MAX_LENGTH`] characters.
+pub const IANA_SVC_NAME_PATTERN: &str = r"^([0-9]+-)*[0-9]*[a-z]([a-z0-9]|-[a-z0-9])*$";
+/// Longest IANA service name.
+pub const IANA_SVC_NAME_MAX_LENGTH: u32 = 15;
+/// Most `matchLabels` entries and `matchExpressions` in `pods.selector`, and most `values` of
+/// one expression: bounds so the selector's CEL rule has a known cost.
+pub const SELECTOR_MAX_ENTRIES: u32 = 64;
 
 /// Maps the pods of one pool onto the ports of one selector-less Service, port by port.
 // Several printer columns share `type_ = "string"`, which clippy mistakes for a repeated attribute.
@@ -57,6 +78,8 @@ pub const DNS1123_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(check_timeouts_rule())
+    .message("a check's timeoutSeconds must not exceed probe.periodSeconds"))]
 pub struct PortMappingSpec {
     /// The Service (in this namespace) whose EndpointSlices are published. It must have no
     /// `spec.selector`; while it still has one, slices are published beside the native ones and a
@@ -150,7 +173,8 @@ impl KeySource {
 ).message("pods.value must be a valid label value (at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric) when pods.from is Label"))]
 pub struct PodPool {
     /// Label or annotation key whose value puts a pod in the pool, e.g. `example.com/group`.
-    #[schemars(length(min = 1, max = 317), regex(pattern = QUALIFIED_NAME_PATTERN))]
+    #[schemars(length(min = 1, max = QUALIFIED_NAME_MAX_LENGTH), regex(pattern = QUALIFIED_NAME_PATTERN))]
+    #[x_kube(validation = kube::core::Rule::new(QUALIFIED_NAME_PREFIX_RULE).message(QUALIFIED_NAME_PREFIX_MESSAGE))]
     pub key: String,
     /// `Label` (default) or `Annotation`.
     #[serde(default)]
@@ -161,6 +185,7 @@ pub struct PodPool {
     pub value: Option<String>,
     /// Optional extra label selector; a pod must match it as well.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<crate::selector::SelectorSchema>")]
     pub selector: Option<LabelSelector>,
 }
 
@@ -204,6 +229,9 @@ pub enum TerminatingEndpoints {
 /// Timing of network checks, with kubelet's probe semantics.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(probe_timeout_rule())
+    .message("timeoutSeconds must not exceed periodSeconds")
+    .field_path(".timeoutSeconds"))]
 pub struct ProbeSettings {
     /// Seconds between two probes of one target. Default 10.
     #[serde(default = "default_period")]
@@ -251,6 +279,44 @@ fn default_success() -> i32 {
 }
 fn default_failure() -> i32 {
     3
+}
+
+/// `probe.timeoutSeconds <= probe.periodSeconds`, with the defaults spelled out: the apiserver
+/// defaults before it validates, but client-side validators (and rules evaluated on objects
+/// stored before a default existed) may see either side omitted.
+fn probe_timeout_rule() -> String {
+    format!(
+        "(has(self.timeoutSeconds) ? self.timeoutSeconds : {}) <= (has(self.periodSeconds) ? self.periodSeconds : {})",
+        default_timeout(),
+        default_period()
+    )
+}
+
+/// Every network check's own `timeoutSeconds` is at most `spec.probe.periodSeconds`. A rule
+/// on the spec, the nearest node that sees both; `[…].all(period, …)` binds the (defaulted)
+/// period once without `cel.bind`, which older apiservers lack. Its cost is bounded by
+/// `ports` ≤ 100 × `checks` ≤ 16 × `anyOf` ≤ 16.
+fn check_timeouts_rule() -> String {
+    let leaf = |v: &str| {
+        ["httpGet", "tcpSocket", "grpc", "webhook"]
+            .map(|k| {
+                format!(
+                    "(!has({v}.{k}) || !has({v}.{k}.timeoutSeconds) || {v}.{k}.timeoutSeconds <= period)"
+                )
+            })
+            .join(" && ")
+    };
+    let check = format!(
+        "{} && (!has(c.anyOf) || c.anyOf.all(l, {}))",
+        leaf("c"),
+        leaf("l")
+    );
+    format!(
+        "[has(self.probe) && has(self.probe.periodSeconds) ? self.probe.periodSeconds : {period}].all(period, \
+         (!has(self.ports) || self.ports.all(p, !has(p.checks) || p.checks.all(c, {check}))) && \
+         (!has(self.defaultChecks) || self.defaultChecks.all(c, {check})))",
+        period = default_period()
+    )
 }
 
 impl PortMappingSpec {

@@ -1,9 +1,10 @@
 //! Validation of a PortMapping spec in Rust, with apiserver-style field errors.
 //!
-//! The CRD schema and its CEL rules reject most mistakes at admission; this repeats them (and
-//! adds what a schema cannot say exactly, such as qualified-name part lengths and label selector
-//! syntax) so the operator can report a `Stalled` condition for objects that reached it anyway:
-//! clusters without CEL, objects restored from backups, or `render` on local files.
+//! The CRD schema and its CEL rules reject these mistakes at admission; this repeats every one of
+//! them (and adds the one a schema cannot say: the syntax of `pods.selector.matchLabels` keys) so
+//! the operator reports `InvalidSpec` for objects that reached it anyway: an older CRD, clusters
+//! without CEL, objects restored from backups, or `render` on local files. The catalogue of
+//! which check is enforced where is in `docs/operator.md`.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -61,10 +62,18 @@ pub fn validate_spec(spec: &PortMappingSpec) -> Vec<FieldError> {
                 rule.name.as_str(),
             ));
         }
-        errs.extend(validate_checks(&path.child("checks"), &rule.checks));
+        errs.extend(validate_checks(
+            &path.child("checks"),
+            &rule.checks,
+            spec.probe.period_seconds,
+        ));
     }
     if let Some(checks) = &spec.default_checks {
-        errs.extend(validate_checks(&root.child("defaultChecks"), checks));
+        errs.extend(validate_checks(
+            &root.child("defaultChecks"),
+            checks,
+            spec.probe.period_seconds,
+        ));
     }
 
     if !(1..=1000).contains(&spec.max_endpoints_per_slice) {
@@ -94,10 +103,19 @@ fn validate_probe(path: &FieldPath, probe: &ProbeSettings) -> Vec<FieldError> {
             ));
         }
     }
+    // A probe that may outlive its period would overlap the next one; kubelet-style timing
+    // needs timeout <= period.
+    if probe.timeout_seconds > probe.period_seconds {
+        errs.push(FieldError::invalid(
+            &path.child("timeoutSeconds"),
+            i64::from(probe.timeout_seconds),
+            format!("must not exceed periodSeconds ({})", probe.period_seconds),
+        ));
+    }
     errs
 }
 
-fn validate_checks(path: &FieldPath, checks: &[Check]) -> Vec<FieldError> {
+fn validate_checks(path: &FieldPath, checks: &[Check], period: i32) -> Vec<FieldError> {
     let mut errs = Vec::new();
     for (i, check) in checks.iter().enumerate() {
         let path = path.index(i);
@@ -112,19 +130,19 @@ fn validate_checks(path: &FieldPath, checks: &[Check]) -> Vec<FieldError> {
                 errs.push(FieldError::required(&any, "anyOf needs at least one check"));
             }
             for (j, leaf) in leaves.iter().enumerate() {
-                errs.extend(validate_leaf(&any.index(j), leaf));
+                errs.extend(validate_leaf(&any.index(j), leaf, period));
             }
         } else if let Some(kind) = check.kind() {
-            errs.extend(validate_kind(&path, kind));
+            errs.extend(validate_kind(&path, kind, period));
         }
     }
     errs
 }
 
-fn validate_leaf(path: &FieldPath, leaf: &LeafCheck) -> Vec<FieldError> {
+fn validate_leaf(path: &FieldPath, leaf: &LeafCheck, period: i32) -> Vec<FieldError> {
     let kinds = leaf.kinds();
     match leaf.kind() {
-        Some(kind) => validate_kind(path, kind),
+        Some(kind) => validate_kind(path, kind, period),
         None => vec![exactly_one(path, &kinds)],
     }
 }
@@ -144,7 +162,7 @@ fn exactly_one(path: &FieldPath, kinds: &[CheckKind<'_>]) -> FieldError {
     }
 }
 
-fn validate_kind(path: &FieldPath, kind: CheckKind<'_>) -> Vec<FieldError> {
+fn validate_kind(path: &FieldPath, kind: CheckKind<'_>, period: i32) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let path = path.child(kind.name());
     let timeout = |errs: &mut Vec<FieldError>, t: Option<i32>| {
@@ -153,6 +171,12 @@ fn validate_kind(path: &FieldPath, kind: CheckKind<'_>) -> Vec<FieldError> {
                 &path.child("timeoutSeconds"),
                 i64::from(t),
                 "must be between 1 and 60, inclusive",
+            ));
+        } else if let Some(t) = t.filter(|t| *t > period) {
+            errs.push(FieldError::invalid(
+                &path.child("timeoutSeconds"),
+                i64::from(t),
+                format!("must not exceed spec.probe.periodSeconds ({period})"),
             ));
         }
     };
@@ -220,10 +244,12 @@ fn validate_kind(path: &FieldPath, kind: CheckKind<'_>) -> Vec<FieldError> {
             let rest = url
                 .strip_prefix("https://")
                 .or_else(|| url.strip_prefix("http://"));
+            // As the schema's pattern: a host of at least one character before any path,
+            // query or fragment, and no whitespace.
             match rest {
                 Some(rest)
                     if !rest.is_empty()
-                        && !rest.starts_with('/')
+                        && !rest.starts_with(['/', '?', '#'])
                         && !url.contains(char::is_whitespace) => {}
                 _ => errs.push(FieldError::invalid(
                     &path.child("url"),
@@ -232,7 +258,7 @@ fn validate_kind(path: &FieldPath, kind: CheckKind<'_>) -> Vec<FieldError> {
                 )),
             }
             if let Some(ca) = &c.ca_bundle
-                && !ca.contains("-----BEGIN CERTIFICATE-----")
+                && !has_pem_certificate(ca)
             {
                 errs.push(FieldError::invalid(
                     &path.child("caBundle"),
@@ -244,6 +270,24 @@ fn validate_kind(path: &FieldPath, kind: CheckKind<'_>) -> Vec<FieldError> {
         }
     }
     errs
+}
+
+/// Whether `text` holds a PEM certificate block with base64 content (not only whitespace):
+/// what the schema's
+/// [`crate::check::PEM_CERTIFICATE_PATTERN`] matches, without a regex engine.
+fn has_pem_certificate(text: &str) -> bool {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let body_char = |c: char| c.is_ascii_alphanumeric() || "+/=\r\n\t ".contains(c);
+    text.match_indices(BEGIN).any(|(at, _)| {
+        let rest = &text[at + BEGIN.len()..];
+        // The body cannot contain '-', so the block ends at the first one.
+        let end = rest.find('-').unwrap_or(rest.len());
+        let body = &rest[..end];
+        body.chars().all(body_char)
+            && body.chars().any(|c| !c.is_ascii_whitespace())
+            && rest[end..].starts_with(END)
+    })
 }
 
 fn validate_port(path: &FieldPath, port: Option<&IntOrString>) -> Vec<FieldError> {

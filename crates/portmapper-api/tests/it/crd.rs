@@ -90,3 +90,59 @@ fn probe_thresholds_have_a_schema_minimum_of_one() {
     assert_eq!(probe["properties"]["successThreshold"]["default"], 1);
     assert_eq!(probe["properties"]["failureThreshold"]["default"], 3);
 }
+
+/// Every list, map and string below a CEL rule has a size bound, so the apiserver's static cost
+/// estimate of the rule (which multiplies by those bounds) stays within its budget; an unbounded
+/// one counts as the whole request size and gets the CRD rejected on a real cluster, though the
+/// emulator's CEL engine does not estimate cost.
+#[test]
+fn everything_a_cel_rule_can_reach_is_bounded() {
+    fn bounded(schema: &serde_json::Value, path: &str, missing: &mut Vec<String>) {
+        let has = |k: &str| schema.get(k).is_some();
+        match schema["type"].as_str() {
+            Some("array") if !has("maxItems") => missing.push(format!("{path}: maxItems")),
+            Some("string") if !has("maxLength") && !has("enum") => {
+                missing.push(format!("{path}: maxLength"))
+            }
+            Some("object") if has("additionalProperties") && !has("maxProperties") => {
+                missing.push(format!("{path}: maxProperties"))
+            }
+            None if schema["x-kubernetes-int-or-string"] == true && !has("maxLength") => {
+                missing.push(format!("{path}: maxLength"))
+            }
+            _ => {}
+        }
+        if let Some(items) = schema.get("items") {
+            bounded(items, &format!("{path}[]"), missing);
+        }
+        if let Some(values) = schema.get("additionalProperties").filter(|v| v.is_object()) {
+            bounded(values, &format!("{path}[*]"), missing);
+        }
+        for (name, child) in schema["properties"].as_object().into_iter().flatten() {
+            bounded(child, &format!("{path}.{name}"), missing);
+        }
+    }
+    fn rules_below(schema: &serde_json::Value, path: &str, missing: &mut Vec<String>) {
+        if schema.get("x-kubernetes-validations").is_some() {
+            // The whole subtree: what a rule may touch.
+            return bounded(schema, path, missing);
+        }
+        if let Some(items) = schema.get("items") {
+            rules_below(items, &format!("{path}[]"), missing);
+        }
+        for (name, child) in schema["properties"].as_object().into_iter().flatten() {
+            rules_below(child, &format!("{path}.{name}"), missing);
+        }
+    }
+    let crd = serde_json::to_value(PortMapping::crd()).unwrap();
+    let root = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    let mut missing = Vec::new();
+    rules_below(root, "", &mut missing);
+    assert!(
+        root["properties"]["spec"]
+            .get("x-kubernetes-validations")
+            .is_some(),
+        "the spec has a rule, so all of it is checked"
+    );
+    assert_eq!(missing, Vec::<String>::new());
+}

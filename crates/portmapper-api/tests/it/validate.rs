@@ -185,3 +185,77 @@ fn zero_thresholds_written_in_yaml_parse_and_are_caught_by_validation() {
         (1, 3)
     );
 }
+
+#[test]
+fn probe_timeout_above_period_is_reported_with_the_period() {
+    let errs = messages(|s| {
+        s.probe.period_seconds = 2;
+        s.probe.timeout_seconds = 5;
+    });
+    assert_eq!(
+        errs,
+        vec!["spec.probe.timeoutSeconds: Invalid value: 5: must not exceed periodSeconds (2)"]
+    );
+    assert_eq!(
+        messages(|s| {
+            s.probe.period_seconds = 5;
+            s.probe.timeout_seconds = 5;
+        }),
+        Vec::<String>::new(),
+        "equal is fine"
+    );
+}
+
+#[test]
+fn check_timeout_above_period_is_reported_on_the_check() {
+    let errs = messages(|s| {
+        s.probe.period_seconds = 5;
+        s.ports[1].checks[0].any_of.as_mut().unwrap()[1]
+            .tcp_socket
+            .as_mut()
+            .unwrap()
+            .timeout_seconds = Some(6);
+    });
+    assert_eq!(
+        errs,
+        vec![
+            "spec.ports[1].checks[0].anyOf[1].tcpSocket.timeoutSeconds: Invalid value: 6: must not exceed spec.probe.periodSeconds (5)"
+        ]
+    );
+}
+
+#[test]
+fn ca_bundle_needs_a_certificate_block() {
+    let with_ca = |ca: &str| {
+        messages(|s| {
+            s.ports[0].checks[0] = portmapper_api::Check {
+                webhook: Some(portmapper_api::check::WebhookCheck {
+                    url: "https://decider.example.com/".into(),
+                    ca_bundle: Some(ca.into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }
+        })
+    };
+    let bad = vec![
+        "spec.ports[0].checks[0].webhook.caBundle: Invalid value: \"<redacted>\": must contain at least one PEM certificate",
+    ];
+    assert_eq!(with_ca("garbage"), bad);
+    assert_eq!(with_ca("-----BEGIN CERTIFICATE-----\nMIIB"), bad);
+    assert_eq!(
+        with_ca("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----"),
+        bad
+    );
+    assert_eq!(
+        with_ca("-----BEGIN CERTIFICATE-----\nno!\n-----END CERTIFICATE-----"),
+        bad
+    );
+    assert_eq!(
+        with_ca(
+            "# a comment\n-----BEGIN CERTIFICATE-----\nno!\n-----END CERTIFICATE-----\n-----BEGIN CERTIFICATE-----\r\nMIIB+/=\r\n-----END CERTIFICATE-----\r\n"
+        ),
+        Vec::<String>::new(),
+        "one good block is enough, as for the schema's pattern"
+    );
+}

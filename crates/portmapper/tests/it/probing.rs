@@ -411,14 +411,16 @@ async fn inner_hanging_probes_do_not_delay_reconciles() {
     for (_, addr) in &pods {
         hanging.push(hanging_server((*addr, 8080).into()).await);
     }
-    h.create(probed_portmapping(
+    let mut slow = probed_portmapping(
         "slow",
         &[(
             "web",
             json!({"httpGet": {"path": "/", "timeoutSeconds": 30}}),
         )],
-    ))
-    .await;
+    );
+    // A check's timeout may not exceed the probe period (admission rejects it).
+    slow["spec"]["probe"]["periodSeconds"] = json!(30);
+    h.create(slow).await;
     let names: Vec<&str> = pods.iter().map(|(n, _)| n.as_str()).collect();
     wait_members(&h, "slow", "metrics", &names).await;
     // Status shows the web probes are running without a result.
