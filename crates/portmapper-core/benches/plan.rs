@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
+use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::{
@@ -148,17 +149,16 @@ fn run(
     svc: &Service,
     pods: &[Pod],
     zones: &BTreeMap<String, String>,
-    live: &[EndpointSlice],
+    live: &[Arc<EndpointSlice>],
 ) -> Plan {
     let pods: Vec<&Pod> = pods.iter().collect();
-    let live: Vec<&EndpointSlice> = live.iter().collect();
     plan(&PlanInput {
         port_mapping: pm,
         service: svc,
         pods: &pods,
         node_zones: zones,
         network: &NetworkDecisions::new(),
-        live_slices: &live,
+        live_slices: live,
         live_endpoints: None,
         now: Timestamp::UNIX_EPOCH,
     })
@@ -174,7 +174,7 @@ fn bench(c: &mut Criterion) {
         .collect();
     let first = run(&pm, &svc, &pods, &zones, &[]);
     assert_eq!(first.slices.len(), 800);
-    let live: Vec<EndpointSlice> = first.slices.iter().map(|p| p.slice.clone()).collect();
+    let live: Vec<Arc<EndpointSlice>> = first.slices.iter().map(|p| p.slice.clone()).collect();
     assert!(run(&pm, &svc, &pods, &zones, &live).is_converged());
 
     let mut group = c.benchmark_group("plan_10k_pods_4_ports_2_families");

@@ -54,6 +54,17 @@ pub(crate) fn dials_non_tcp_target(check: &CheckKind<'_>, protocol: &str) -> boo
         && protocol != "TCP"
 }
 
+/// Whether a check (or one of its `anyOf` entries) is evaluated by the prober.
+fn has_network_check(check: &portmapper_api::Check) -> bool {
+    match check.kind() {
+        Some(CheckKind::AnyOf(leaves)) => leaves
+            .iter()
+            .any(|l| l.kind().is_some_and(|k| k.is_network())),
+        Some(kind) => kind.is_network(),
+        None => false,
+    }
+}
+
 /// Every network check the planner may consult for this PortMapping. Nothing is listed while
 /// `publishNotReadyAddresses` is in force (network checks are health checks, bypassed then),
 /// for ExternalName Services, or for pods the planner never evaluates (outside the pool,
@@ -87,6 +98,21 @@ pub fn probe_targets<'a>(
         } else {
             ports.iter().map(Some).collect()
         };
+    // Most PortMappings probe nothing: skip the walk over every pod then.
+    let probes_any = views.iter().any(|sp| {
+        let name = sp.and_then(|p| p.name.as_deref()).unwrap_or_default();
+        port_rules(spec, name)
+            .checks()
+            .iter()
+            .any(has_network_check)
+    });
+    if !probes_any {
+        // Still report an invalid selector, as the walk would.
+        if let Some(selector) = &spec.pods.selector {
+            crate::pool::selector_matches(selector, None)?;
+        }
+        return Ok(Vec::new());
+    }
     let mut out = Vec::new();
     for pod in pods {
         if !pod_in_pool(spec, namespace, pod)? || is_terminal(pod) {

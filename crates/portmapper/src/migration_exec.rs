@@ -257,7 +257,7 @@ mod tests {
 
     fn slice(family: &str, ready: &[bool]) -> PlannedSlice {
         PlannedSlice {
-            slice: EndpointSlice {
+            slice: std::sync::Arc::new(EndpointSlice {
                 address_type: family.into(),
                 endpoints: ready
                     .iter()
@@ -270,7 +270,7 @@ mod tests {
                     })
                     .collect(),
                 ..Default::default()
-            },
+            }),
             action: Action::Unchanged,
         }
     }

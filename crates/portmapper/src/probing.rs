@@ -737,7 +737,10 @@ mod tests {
             pods: &pods,
             node_zones: &BTreeMap::new(),
             network: &probed.decisions,
-            live_slices: &slices,
+            live_slices: &slices
+                .iter()
+                .map(|s| std::sync::Arc::new((*s).clone()))
+                .collect::<Vec<_>>(),
             live_endpoints: None,
             now: k8s_openapi::jiff::Timestamp::now(),
         })

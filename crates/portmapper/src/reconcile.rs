@@ -129,7 +129,16 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
             outcome
         }
         Decided::Plan { service, pods } => {
-            let owned = owned_slices(ctx, &ns, &uid, Some(&service.name_any()));
+            // A PortMapping being deleted adopts nothing, as a terminating ReplicaSet adopts no
+            // pods: with `--cascade=orphan` the garbage collector is taking its ownerReferences
+            // off, and adopting would put them back.
+            let svc_name = service.name_any();
+            let adopt_for = pm
+                .metadata
+                .deletion_timestamp
+                .is_none()
+                .then_some(svc_name.as_str());
+            let owned = owned_slices(ctx, &ns, &uid, adopt_for);
             plan_and_apply(pm, ctx, &ns, &pm_ref, &writer, &service, &pods, &owned).await?
         }
     };
@@ -223,6 +232,7 @@ async fn plan_and_apply(
     owned: &[Arc<EndpointSlice>],
 ) -> Result<Outcome, Error> {
     let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+    let live_slices = owned;
     let owned: Vec<&EndpointSlice> = owned.iter().map(AsRef::as_ref).collect();
     let zones = if ctx.settings.node_lookups {
         ctx.index.lock().zones_of(
@@ -250,7 +260,7 @@ async fn plan_and_apply(
         pods: &pods,
         node_zones: &zones,
         network: &network,
-        live_slices: &owned,
+        live_slices,
         live_endpoints: live_endpoints.as_ref(),
         now: Timestamp::now(),
     };

@@ -395,7 +395,7 @@ fn preview(
                 .slices
                 .into_iter()
                 .map(|p| {
-                    let mut slice = p.slice;
+                    let mut slice = std::sync::Arc::unwrap_or_clone(p.slice);
                     strip_trigger_time(&mut slice.metadata);
                     slice
                 })

@@ -1,9 +1,11 @@
 //! Phase 2 of a plan: match live slices to groups by name, pack each group's endpoints into
-//! chunks ([`pack`](super::pack::pack)), and render the slice objects with their actions.
+//! chunks ([`pack`](super::pack::pack)), and render the slices to write (unchanged ones are the
+//! live objects, shared).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
+use k8s_openapi::api::discovery::v1::{EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::compare::{metadata_eq, ports_eq};
@@ -16,7 +18,7 @@ use super::{Context, deletion};
 
 /// Live slices per group, and chunk numbers each group may not create.
 pub(crate) struct Assignment<'a> {
-    live: Vec<Vec<(u32, &'a EndpointSlice)>>,
+    live: Vec<Vec<(u32, &'a Arc<EndpointSlice>)>>,
     reserved: Vec<HashSet<u32>>,
 }
 
@@ -25,7 +27,7 @@ pub(crate) struct Assignment<'a> {
 /// name is not reused in this pass; names of foreign slices are never created.
 pub(crate) fn assign_live<'a>(
     groups: &[Group<'_>],
-    ours: &[&'a EndpointSlice],
+    ours: &[&'a Arc<EndpointSlice>],
     foreign_names: &HashSet<&str>,
     deletions: &mut Vec<Deletion>,
 ) -> Assignment<'a> {
@@ -97,7 +99,7 @@ pub(crate) fn emit_slices(
                     || !ports_eq(&slice_ports, s.ports.as_deref().unwrap_or_default()),
             })
             .collect();
-        let desired: Vec<Endpoint> = group.endpoints.into_iter().map(|(_, _, e)| e).collect();
+        let desired = group.endpoints;
         let reserved = &assignment.reserved[g];
         let packing = pack(&desired, &live_chunks, max, group.placeholder, &|n| {
             reserved.contains(&n)
@@ -108,8 +110,6 @@ pub(crate) fn emit_slices(
                 .iter()
                 .map(|&i| deletion(&live[i].1.metadata)),
         );
-        // Each desired endpoint lands in exactly one chunk: move, don't clone.
-        let mut pool: Vec<Option<Endpoint>> = desired.into_iter().map(Some).collect();
         for chunk in packing.chunks {
             let live_slice = chunk.live.map(|i| live[i].1);
             let action = match (live_slice, chunk.changed) {
@@ -117,48 +117,50 @@ pub(crate) fn emit_slices(
                 (Some(l), true) => Action::Update {
                     resource_version: l.metadata.resource_version.clone(),
                 },
-                (Some(_), false) => Action::Unchanged,
+                (Some(l), false) => {
+                    // Already as desired: the live object stands for itself (nothing rendered).
+                    out.slices.push(PlannedSlice {
+                        slice: Arc::clone(l),
+                        action: Action::Unchanged,
+                    });
+                    continue;
+                }
             };
-            // The trigger time moves with content only; an unchanged slice keeps its own.
-            let trigger = if action.is_write() {
-                Some(ctx.now.to_owned())
-            } else {
-                live_slice
-                    .and_then(|l| l.metadata.annotations.as_ref())
-                    .and_then(|a| a.get(ANNOTATION_TRIGGER_TIME))
-                    .cloned()
-            };
+            // The trigger time moves with content only (unchanged slices keep their own).
             let mut metadata = template.clone();
             metadata.name = Some(chunk_name(&group.base, chunk.chunk));
-            metadata.annotations =
-                trigger.map(|t| BTreeMap::from([(ANNOTATION_TRIGGER_TIME.to_owned(), t)]));
+            metadata.annotations = Some(BTreeMap::from([(
+                ANNOTATION_TRIGGER_TIME.to_owned(),
+                ctx.now.to_owned(),
+            )]));
             let slice = EndpointSlice {
                 metadata,
                 address_type: group.family.as_str().to_owned(),
                 endpoints: chunk
                     .endpoints
                     .iter()
-                    .filter_map(|&i| pool[i].take())
+                    .map(|&i| desired[i].render())
                     .collect(),
                 ports: Some(slice_ports.clone()),
             };
-            if action.is_write() {
-                let errors = kube_validation::validate_endpoint_slice(&slice);
-                if !errors.is_empty() {
-                    let name = slice.metadata.name.clone().unwrap_or_default();
-                    return Err(PlanError::InvalidRender {
-                        kind: "EndpointSlice",
-                        message: kube_validation::invalid_message(
-                            "EndpointSlice",
-                            "discovery.k8s.io",
-                            &name,
-                            &errors,
-                        ),
-                        name,
-                    });
-                }
+            let errors = kube_validation::validate_endpoint_slice(&slice);
+            if !errors.is_empty() {
+                let name = slice.metadata.name.clone().unwrap_or_default();
+                return Err(PlanError::InvalidRender {
+                    kind: "EndpointSlice",
+                    message: kube_validation::invalid_message(
+                        "EndpointSlice",
+                        "discovery.k8s.io",
+                        &name,
+                        &errors,
+                    ),
+                    name,
+                });
             }
-            out.slices.push(PlannedSlice { slice, action });
+            out.slices.push(PlannedSlice {
+                slice: Arc::new(slice),
+                action,
+            });
         }
     }
     Ok(())

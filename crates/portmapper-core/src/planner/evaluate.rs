@@ -4,12 +4,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
 
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_validation::IpFamily;
 use portmapper_api::TerminatingEndpoints;
 
 use super::naming::{group_base_name, parse_chunk};
-use super::render::{EndpointFacts, render_endpoint};
+use super::render::{DesiredEndpoint, EndpointFacts};
 use super::status::PodPortState;
 use super::types::{DecisionCounts, PlanWarning};
 use super::{Context, Member, static_target};
@@ -21,14 +21,14 @@ use crate::target::{
 };
 
 /// One slice set: a Service port × IP family × target port, with its desired endpoints sorted
-/// by (address, pod UID).
+/// by (address, pod UID), not rendered yet.
 pub(crate) struct Group<'a> {
     pub port: usize,
     pub family: IpFamily,
     pub target: Option<i32>,
     pub base: String,
     pub placeholder: bool,
-    pub endpoints: Vec<(IpAddr, &'a str, Endpoint)>,
+    pub endpoints: Vec<DesiredEndpoint<'a>>,
 }
 
 /// What phase 1 produces.
@@ -83,8 +83,7 @@ impl<'a> Evaluator<'_, 'a> {
     fn port_family(&mut self, port_idx: usize, family: IpFamily) {
         let ctx = self.ctx;
         let port = &ctx.ports[port_idx];
-        let mut by_target: BTreeMap<Option<i32>, Vec<(IpAddr, &'a str, Endpoint)>> =
-            BTreeMap::new();
+        let mut by_target: BTreeMap<Option<i32>, Vec<DesiredEndpoint<'a>>> = BTreeMap::new();
         let mut candidate_targets: BTreeSet<i32> = BTreeSet::new();
         for pod_idx in 0..ctx.pods.len() {
             let pod = ctx.pods[pod_idx];
@@ -120,11 +119,7 @@ impl<'a> Evaluator<'_, 'a> {
                 }),
                 _ => None,
             };
-            let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-            by_target
-                .entry(group_target)
-                .or_default()
-                .push((address, uid, endpoint));
+            by_target.entry(group_target).or_default().push(endpoint);
         }
         self.close_groups(port_idx, family, by_target, &candidate_targets);
     }
@@ -153,7 +148,7 @@ impl<'a> Evaluator<'_, 'a> {
         family: IpFamily,
         target: Option<ResolvedTarget<'a>>,
         address: IpAddr,
-    ) -> Option<Endpoint> {
+    ) -> Option<DesiredEndpoint<'a>> {
         let ctx = self.ctx;
         let port = &ctx.ports[port_idx];
         let pod = ctx.pods[pod_idx];
@@ -218,25 +213,25 @@ impl<'a> Evaluator<'_, 'a> {
             .and_then(|s| s.node_name.as_ref())
             .and_then(|n| ctx.node_zones.get(n))
             .map(String::as_str);
-        let endpoint = render_endpoint(
-            &EndpointFacts {
+        let endpoint = DesiredEndpoint {
+            facts: EndpointFacts {
                 pod,
                 address,
                 ready,
                 terminating,
                 zone,
             },
-            ctx.svc_name,
-            ctx.namespace,
-            ctx.hints,
-        );
+            service_name: ctx.svc_name,
+            namespace: ctx.namespace,
+            hints: ctx.hints,
+        };
         if ctx.spec.legacy_endpoints && family == ctx.families[0] {
             self.out.members.push(Member {
                 pod: pod_idx,
                 port: port_idx,
                 target: target.map(|t| t.number),
                 ready,
-                endpoint: endpoint.clone(),
+                endpoint: endpoint.render(),
             });
         }
         Some(endpoint)
@@ -248,7 +243,7 @@ impl<'a> Evaluator<'_, 'a> {
         &mut self,
         port_idx: usize,
         family: IpFamily,
-        mut by_target: BTreeMap<Option<i32>, Vec<(IpAddr, &'a str, Endpoint)>>,
+        mut by_target: BTreeMap<Option<i32>, Vec<DesiredEndpoint<'a>>>,
         candidate_targets: &BTreeSet<i32>,
     ) {
         let ctx = self.ctx;
@@ -287,7 +282,7 @@ impl<'a> Evaluator<'_, 'a> {
         };
         for target in targets {
             let mut endpoints = by_target.remove(&target).unwrap_or_default();
-            endpoints.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+            endpoints.sort_by(|a, b| (a.facts.address, a.uid()).cmp(&(b.facts.address, b.uid())));
             self.out.groups.push(Group {
                 port: port_idx,
                 family,

@@ -46,6 +46,7 @@ mod status;
 mod types;
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
@@ -204,13 +205,13 @@ fn static_target(sp: &ServicePort) -> i32 {
 /// Splits live slices into ours and the names of foreign ones (controlled by another owner:
 /// never touched, reported).
 fn classify_live<'a>(
-    live: &[&'a EndpointSlice],
+    live: &'a [Arc<EndpointSlice>],
     pm_uid: &str,
     warnings: &mut Vec<PlanWarning>,
-) -> (Vec<&'a EndpointSlice>, HashSet<&'a str>) {
+) -> (Vec<&'a Arc<EndpointSlice>>, HashSet<&'a str>) {
     let mut ours = Vec::new();
     let mut foreign = HashSet::new();
-    for &s in live {
+    for s in live {
         let name = s.metadata.name.as_deref().unwrap_or_default();
         match controller_uid(&s.metadata) {
             Some(uid) if uid != pm_uid => {
@@ -286,7 +287,8 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
         now: &now,
     };
 
-    let evaluated = evaluate::evaluate(&ctx, &ours, &mut out.warnings);
+    let ours_plain: Vec<&EndpointSlice> = ours.iter().map(|s| s.as_ref()).collect();
+    let evaluated = evaluate::evaluate(&ctx, &ours_plain, &mut out.warnings);
     out.decisions = evaluated.decisions;
     let assignment = emit::assign_live(&evaluated.groups, &ours, &foreign, &mut out.deletions);
     emit::emit_slices(&ctx, evaluated.groups, &assignment, &mut out)?;

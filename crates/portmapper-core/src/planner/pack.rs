@@ -6,10 +6,12 @@
 //! the lowest free chunk number.
 
 use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
 
 use k8s_openapi::api::discovery::v1::Endpoint;
 
 use super::compare::endpoint_eq;
+use super::render::DesiredEndpoint;
 
 /// One live slice of the group.
 #[derive(Clone, Copy, Debug)]
@@ -45,33 +47,62 @@ pub struct Packing {
 }
 
 /// The identity of an endpoint across renders: its address and its pod's UID (hostNetwork pods
-/// may share an address).
-fn identity(e: &Endpoint) -> (&str, &str) {
-    (
-        e.addresses.first().map(String::as_str).unwrap_or_default(),
-        e.target_ref
-            .as_ref()
-            .and_then(|r| r.uid.as_deref())
-            .unwrap_or_default(),
-    )
+/// may share an address). A live address that does not parse matches nothing.
+fn identity(e: &Endpoint) -> Option<(IpAddr, &str)> {
+    let address = e.addresses.first()?.parse().ok()?;
+    let uid = e
+        .target_ref
+        .as_ref()
+        .and_then(|r| r.uid.as_deref())
+        .unwrap_or_default();
+    Some((address, uid))
+}
+
+/// What packing needs of a desired endpoint: its identity, and whether a live endpoint is
+/// already exactly it.
+pub trait Wanted {
+    /// Address and pod UID.
+    fn identity(&self) -> Option<(IpAddr, &str)>;
+    /// Whether `live` needs no write for this endpoint.
+    fn same_as(&self, live: &Endpoint) -> bool;
+}
+
+impl Wanted for Endpoint {
+    fn identity(&self) -> Option<(IpAddr, &str)> {
+        identity(self)
+    }
+
+    fn same_as(&self, live: &Endpoint) -> bool {
+        endpoint_eq(self, live)
+    }
+}
+
+impl Wanted for DesiredEndpoint<'_> {
+    fn identity(&self) -> Option<(IpAddr, &str)> {
+        Some((self.facts.address, self.uid()))
+    }
+
+    fn same_as(&self, live: &Endpoint) -> bool {
+        DesiredEndpoint::same_as(self, live)
+    }
 }
 
 /// Packs `desired` (sorted, identities unique) into at most `max` endpoints per chunk, given the
 /// group's live slices. With `placeholder`, a group without endpoints keeps (or creates) one
 /// empty slice. `reserved` chunk numbers are never created (their names are taken by objects
 /// this group may not overwrite).
-pub fn pack(
-    desired: &[Endpoint],
+pub fn pack<W: Wanted>(
+    desired: &[W],
     live: &[LiveChunk<'_>],
     max: usize,
     placeholder: bool,
     reserved: &dyn Fn(u32) -> bool,
 ) -> Packing {
     let max = max.max(1);
-    let wanted: HashMap<(&str, &str), usize> = desired
+    let wanted: HashMap<(IpAddr, &str), usize> = desired
         .iter()
         .enumerate()
-        .map(|(i, e)| (identity(e), i))
+        .filter_map(|(i, e)| Some((e.identity()?, i)))
         .collect();
     let mut placed = vec![false; desired.len()];
     let mut order: Vec<usize> = (0..live.len()).collect();
@@ -88,11 +119,11 @@ pub fn pack(
             changed: slice.drift,
         };
         for e in slice.endpoints {
-            match wanted.get(&identity(e)) {
+            match identity(e).and_then(|id| wanted.get(&id)) {
                 Some(&i) if !placed[i] && chunk.endpoints.len() < max => {
                     placed[i] = true;
                     chunk.endpoints.push(i);
-                    if !endpoint_eq(&desired[i], e) {
+                    if !desired[i].same_as(e) {
                         chunk.changed = true;
                     }
                 }
@@ -440,18 +471,18 @@ mod tests {
                 drift: false,
             },
         ];
-        let p = pack(&[], &live, 2, true, &none);
+        let p = pack::<Endpoint>(&[], &live, 2, true, &none);
         assert_eq!(p.chunks.len(), 1);
         assert_eq!((p.chunks[0].chunk, p.chunks[0].changed), (1, true));
         assert_eq!(p.deleted, vec![1]);
-        let p = pack(&[], &live, 2, false, &none);
+        let p = pack::<Endpoint>(&[], &live, 2, false, &none);
         assert!(p.chunks.is_empty());
         assert_eq!(p.deleted, vec![0, 1]);
     }
 
     #[test]
     fn placeholder_created_when_nothing_is_live() {
-        let p = pack(&[], &[], 2, true, &none);
+        let p = pack::<Endpoint>(&[], &[], 2, true, &none);
         assert_eq!(
             p.chunks,
             vec![PackedChunk {

@@ -106,6 +106,7 @@ pub fn hint_mode(service: &Service) -> (HintMode, Option<&'static str>) {
 }
 
 /// Everything that varies per endpoint.
+#[derive(Clone, Copy)]
 pub struct EndpointFacts<'a> {
     /// The pod.
     pub pod: &'a Pod,
@@ -177,6 +178,115 @@ pub fn render_endpoint(
         }),
         zone,
     }
+}
+
+/// An endpoint the planner wants, before it is rendered: the facts and the context that decide
+/// its rendering. Plans compare these with the live endpoints without allocating and render
+/// only the slices they write, so a converged or one-pod change stays cheap at any pool size.
+#[derive(Clone, Copy)]
+pub struct DesiredEndpoint<'a> {
+    /// What varies per endpoint.
+    pub facts: EndpointFacts<'a>,
+    /// The Service (decides `hostname`).
+    pub service_name: &'a str,
+    /// The namespace (of the targetRef).
+    pub namespace: &'a str,
+    /// The hint mode.
+    pub hints: HintMode,
+}
+
+impl<'a> DesiredEndpoint<'a> {
+    /// The pod's UID.
+    pub fn uid(&self) -> &'a str {
+        self.facts.pod.metadata.uid.as_deref().unwrap_or_default()
+    }
+
+    /// The endpoint as the API stores it.
+    pub fn render(&self) -> Endpoint {
+        render_endpoint(&self.facts, self.service_name, self.namespace, self.hints)
+    }
+
+    fn node(&self) -> Option<&'a str> {
+        self.facts
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .filter(|n| !n.is_empty())
+    }
+
+    fn hostname(&self) -> Option<&'a str> {
+        self.facts
+            .pod
+            .spec
+            .as_ref()
+            .filter(|s| s.subdomain.as_deref() == Some(self.service_name))
+            .and_then(|s| s.hostname.as_deref())
+            .filter(|h| !h.is_empty())
+    }
+
+    /// Whether `live` is what [`render`](Self::render) would give, by the planner's equality
+    /// ([`endpoint_eq`](super::endpoint_eq)) — without rendering.
+    pub fn same_as(&self, live: &Endpoint) -> bool {
+        let f = &self.facts;
+        let cond = live.conditions.as_ref();
+        let conditions = (
+            cond.and_then(|c| c.ready).unwrap_or(true),
+            cond.and_then(|c| c.serving).unwrap_or(true),
+            cond.and_then(|c| c.terminating).unwrap_or(false),
+        );
+        let target = live.target_ref.as_ref();
+        let pod = &f.pod.metadata;
+        address_is(live, f.address)
+            && conditions == (f.ready, true, f.terminating)
+            && live.hostname.as_deref() == self.hostname()
+            && live.node_name.as_deref() == self.node()
+            && live.zone.as_deref() == f.zone
+            && target.is_some_and(|t| {
+                t.kind.as_deref() == Some("Pod")
+                    && t.namespace.as_deref() == Some(self.namespace)
+                    && t.name == pod.name
+                    && t.uid == pod.uid
+            })
+            && self.hints_match(live.hints.as_ref())
+    }
+
+    /// Hints as [`render_endpoint`] sets them, compared as `hints_eq` does: zones equal, and
+    /// nodes equal unless the server dropped them.
+    fn hints_match(&self, live: Option<&EndpointHints>) -> bool {
+        let (zones, nodes) = match (self.facts.ready, self.hints) {
+            (false, _) | (_, HintMode::None) => (None, None),
+            (true, HintMode::Zone) => (self.facts.zone, None),
+            (true, HintMode::Node) => (self.facts.zone, self.node()),
+        };
+        let live_zones: Vec<&str> = live
+            .iter()
+            .flat_map(|h| h.for_zones.iter().flatten())
+            .map(|z| z.name.as_str())
+            .collect();
+        let live_nodes: Vec<&str> = live
+            .iter()
+            .flat_map(|h| h.for_nodes.iter().flatten())
+            .map(|n| n.name.as_str())
+            .collect();
+        live_zones.as_slice() == zones.as_slice()
+            && (live_nodes.as_slice() == nodes.as_slice() || live_nodes.is_empty())
+    }
+}
+
+/// Whether `live` carries exactly `address`, as rendered (canonical text), without allocating.
+fn address_is(live: &Endpoint, address: IpAddr) -> bool {
+    use std::io::Write;
+    let [only] = live.addresses.as_slice() else {
+        return false;
+    };
+    let mut buf = [0u8; 64];
+    let mut cursor = std::io::Cursor::new(&mut buf[..]);
+    if write!(cursor, "{address}").is_err() {
+        return false;
+    }
+    let len = usize::try_from(cursor.position()).unwrap_or(0);
+    only.as_bytes() == &buf[..len]
 }
 
 #[cfg(test)]
@@ -449,5 +559,78 @@ mod tests {
             (r.kind.as_deref(), r.namespace.as_deref(), r.uid.as_deref()),
             (Some("Pod"), Some("ns"), Some("u"))
         );
+    }
+
+    /// Every variation of the facts against every rendering of every other variation (and a
+    /// few server-side rewrites): comparing without rendering must agree with rendering and
+    /// comparing, or converged plans would write (or miss writes).
+    #[test]
+    fn same_as_agrees_with_rendering_then_comparing() {
+        use super::super::endpoint_eq;
+        let pods = [
+            pod(None, None, None),
+            pod(Some("n1"), None, None),
+            pod(Some("n2"), Some("h"), Some("web")),
+            pod(Some("n1"), Some("h"), Some("other")),
+        ];
+        let mut desired = Vec::new();
+        for p in &pods {
+            for (address, ready, terminating) in [
+                ("10.0.0.1", true, false),
+                ("10.0.0.1", false, true),
+                ("10.0.0.2", true, true),
+                ("fd00::1", true, false),
+            ] {
+                for zone in [None, Some("z1"), Some("z2")] {
+                    for hints in [HintMode::None, HintMode::Zone, HintMode::Node] {
+                        desired.push(DesiredEndpoint {
+                            facts: EndpointFacts {
+                                pod: p,
+                                address: address.parse().unwrap(),
+                                ready,
+                                terminating,
+                                zone,
+                            },
+                            service_name: "web",
+                            namespace: "ns",
+                            hints,
+                        });
+                    }
+                }
+            }
+        }
+        let mut live: Vec<Endpoint> = desired.iter().map(DesiredEndpoint::render).collect();
+        for e in live.clone() {
+            // What the server may store instead: defaults left out, forNodes stripped, a
+            // non-canonical address, a targetRef with a resourceVersion.
+            let mut e1 = e.clone();
+            if let Some(c) = e1.conditions.as_mut() {
+                c.serving = None;
+            }
+            let mut e2 = e.clone();
+            if let Some(h) = e2.hints.as_mut() {
+                h.for_nodes = None;
+            }
+            let mut e3 = e.clone();
+            e3.addresses = vec![e.addresses[0].replace("fd00::1", "fd00:0::1")];
+            let mut e4 = e.clone();
+            if let Some(t) = e4.target_ref.as_mut() {
+                t.resource_version = Some("7".into());
+            }
+            live.extend([e1, e2, e3, e4]);
+        }
+        let mut agreed = 0;
+        for d in &desired {
+            let rendered = d.render();
+            for l in &live {
+                assert_eq!(
+                    d.same_as(l),
+                    endpoint_eq(&rendered, l),
+                    "desired {rendered:?} vs live {l:?}"
+                );
+                agreed += 1;
+            }
+        }
+        assert_eq!(agreed, desired.len() * live.len());
     }
 }

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -27,7 +28,7 @@ pub struct PlanInput<'a> {
     pub network: &'a NetworkDecisions,
     /// EndpointSlices currently stored for this Service with `managed-by: portmapper.dev`.
     /// Slices controller-owned by something else are reported and never touched.
-    pub live_slices: &'a [&'a EndpointSlice],
+    pub live_slices: &'a [Arc<EndpointSlice>],
     /// The Endpoints object named after the Service, if one exists.
     pub live_endpoints: Option<&'a Endpoints>,
     /// The time of this reconcile: the `last-change-trigger-time` of written objects.
@@ -58,8 +59,9 @@ impl Action {
 /// One desired EndpointSlice.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlannedSlice {
-    /// The full object to apply (no server-populated fields).
-    pub slice: EndpointSlice,
+    /// The full object to apply (no server-populated fields); for an unchanged slice, the live
+    /// object itself (shared, not rendered).
+    pub slice: Arc<EndpointSlice>,
     /// What to do with it.
     pub action: Action,
 }

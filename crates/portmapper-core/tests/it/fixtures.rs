@@ -255,9 +255,13 @@ impl World {
         self.pods.iter().collect()
     }
 
-    /// The live slices as the planner takes them.
-    pub fn slice_refs(&self) -> Vec<&EndpointSlice> {
-        self.slices.iter().collect()
+    /// The live slices as the planner takes them (shared, as the operator's cache holds them).
+    pub fn slice_refs(&self) -> Vec<std::sync::Arc<EndpointSlice>> {
+        self.slices
+            .iter()
+            .cloned()
+            .map(std::sync::Arc::new)
+            .collect()
     }
 
     pub fn plan(&self) -> Plan {
@@ -285,7 +289,7 @@ impl World {
                 .find(|s| s.metadata.name == p.slice.metadata.name);
             let mut s = match (&p.action, live) {
                 (portmapper_core::Action::Unchanged, Some(l)) => l.clone(),
-                _ => p.slice.clone(),
+                _ => (*p.slice).clone(),
             };
             if p.action.is_write() {
                 self.next_uid += 1;
