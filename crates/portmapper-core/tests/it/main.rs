@@ -1,6 +1,7 @@
 //! Integration tests of portmapper-core: planner behaviours and properties.
 
 mod fixtures;
+mod fuzz;
 mod planner;
 mod probe_targets;
 mod properties;
