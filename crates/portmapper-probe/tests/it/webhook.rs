@@ -5,7 +5,7 @@ use portmapper_probe::{Cause, MembershipReview, NetworkCheck, Outcome, Target};
 
 use crate::support::*;
 
-fn webhook(url: String, ca_bundle: Option<String>) -> NetworkCheck {
+pub fn webhook(url: String, ca_bundle: Option<String>) -> NetworkCheck {
     NetworkCheck::Webhook(WebhookCheck {
         url,
         timeout_seconds: None,
@@ -14,7 +14,7 @@ fn webhook(url: String, ca_bundle: Option<String>) -> NetworkCheck {
 }
 
 /// A target for pod 10.244.1.5 (never contacted: webhooks only receive the address).
-fn pod_target(check: NetworkCheck) -> Target {
+pub fn pod_target(check: NetworkCheck) -> Target {
     target("10.244.1.5:9092".parse().unwrap(), check)
 }
 
