@@ -22,14 +22,34 @@ fn seeded() -> (State, Vec<Target>) {
     let mut st = State::new(Retention::default(), Arc::new(Clock::system()));
     kube_emulator::controllers::bootstrap(&mut st);
     let objects = [
-        ("", "v1", "configmaps", json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "b"}})),
-        ("", "v1", "pods", json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "labels": {"app": "web"}},
-            "spec": {"containers": [{"name": "app", "image": "nginx", "ports": [{"name": "http", "containerPort": 80}]}]}})),
-        ("", "v1", "services", json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"},
-            "spec": {"ports": [{"name": "http", "port": 80}]}})),
-        ("discovery.k8s.io", "v1", "endpointslices", json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        (
+            "",
+            "v1",
+            "configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "b"}}),
+        ),
+        (
+            "",
+            "v1",
+            "pods",
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "app", "image": "nginx", "ports": [{"name": "http", "containerPort": 80}]}]}}),
+        ),
+        (
+            "",
+            "v1",
+            "services",
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"},
+            "spec": {"ports": [{"name": "http", "port": 80}]}}),
+        ),
+        (
+            "discovery.k8s.io",
+            "v1",
+            "endpointslices",
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
             "metadata": {"name": "x", "labels": {"kubernetes.io/service-name": "x"}}, "addressType": "IPv4",
-            "endpoints": [{"addresses": ["10.0.0.1"]}], "ports": [{"name": "http", "port": 80}]})),
+            "endpoints": [{"addresses": ["10.0.0.1"]}], "ports": [{"name": "http", "port": 80}]}),
+        ),
     ];
     let mut targets = Vec::new();
     for (group, version, resource, obj) in objects {
@@ -52,7 +72,8 @@ fn value() -> impl Strategy<Value = Value> {
         Just(Value::Null),
         any::<bool>().prop_map(Value::from),
         any::<i64>().prop_map(Value::from),
-        any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+        any::<f64>()
+            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
         "\\PC{0,12}".prop_map(Value::from),
         Just(json!("10.0.0.1")),
         Just(json!("IPv4")),
@@ -62,12 +83,33 @@ fn value() -> impl Strategy<Value = Value> {
         Just(json!("/metadata/name")),
     ];
     let key = prop_oneof![
-        Just("apiVersion"), Just("kind"), Just("metadata"), Just("name"), Just("namespace"),
-        Just("labels"), Just("annotations"), Just("uid"), Just("resourceVersion"), Just("spec"),
-        Just("data"), Just("ports"), Just("port"), Just("containers"), Just("endpoints"),
-        Just("addresses"), Just("addressType"), Just("ownerReferences"), Just("finalizers"),
-        Just("managedFields"), Just("$patch"), Just("$setElementOrder/ports"),
-        Just("$retainKeys"), Just("op"), Just("path"), Just("value"), Just("from"),
+        Just("apiVersion"),
+        Just("kind"),
+        Just("metadata"),
+        Just("name"),
+        Just("namespace"),
+        Just("labels"),
+        Just("annotations"),
+        Just("uid"),
+        Just("resourceVersion"),
+        Just("spec"),
+        Just("data"),
+        Just("ports"),
+        Just("port"),
+        Just("containers"),
+        Just("endpoints"),
+        Just("addresses"),
+        Just("addressType"),
+        Just("ownerReferences"),
+        Just("finalizers"),
+        Just("managedFields"),
+        Just("$patch"),
+        Just("$setElementOrder/ports"),
+        Just("$retainKeys"),
+        Just("op"),
+        Just("path"),
+        Just("value"),
+        Just("from"),
     ]
     .prop_map(str::to_owned);
     leaf.prop_recursive(4, 48, 6, move |inner| {
@@ -82,12 +124,33 @@ fn value() -> impl Strategy<Value = Value> {
 /// Request bodies: raw bytes, YAML-ish text, JSON of any shape, JSON patches with wrong ops.
 fn body() -> impl Strategy<Value = Vec<u8>> {
     let op = (
-        prop_oneof![Just("add"), Just("remove"), Just("replace"), Just("move"), Just("copy"), Just("test"), Just("nope")],
-        prop_oneof![Just("/metadata/name"), Just("/metadata/labels/a"), Just("/data/a"), Just("/spec/ports/0"),
-            Just("/spec/ports/-"), Just("/endpoints/99"), Just("/metadata/uid"), Just(""), Just("/"), Just("~2"), Just("/a~1b")],
+        prop_oneof![
+            Just("add"),
+            Just("remove"),
+            Just("replace"),
+            Just("move"),
+            Just("copy"),
+            Just("test"),
+            Just("nope")
+        ],
+        prop_oneof![
+            Just("/metadata/name"),
+            Just("/metadata/labels/a"),
+            Just("/data/a"),
+            Just("/spec/ports/0"),
+            Just("/spec/ports/-"),
+            Just("/endpoints/99"),
+            Just("/metadata/uid"),
+            Just(""),
+            Just("/"),
+            Just("~2"),
+            Just("/a~1b")
+        ],
         value(),
     )
-        .prop_map(|(op, path, v)| json!({"op": op, "path": path, "value": v, "from": "/metadata/labels"}));
+        .prop_map(
+            |(op, path, v)| json!({"op": op, "path": path, "value": v, "from": "/metadata/labels"}),
+        );
     prop_oneof![
         1 => proptest::collection::vec(any::<u8>(), 0..128),
         1 => "[ -~\n]{0,160}".prop_map(String::into_bytes),
@@ -132,7 +195,10 @@ fn snapshot(st: &State) -> Vec<(String, String, Value)> {
     let mut all: Vec<(String, String, Value)> = st
         .objects
         .iter()
-        .flat_map(|(gr, m)| m.iter().map(move |(k, v)| (gr.resource.clone(), k.clone(), (**v).clone())))
+        .flat_map(|(gr, m)| {
+            m.iter()
+                .map(move |(k, v)| (gr.resource.clone(), k.clone(), (**v).clone()))
+        })
         .collect();
     all.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
     all

@@ -327,7 +327,13 @@ mod tests {
         prop_oneof![
             "\\PC{0,40}",
             (
-                prop_oneof![Just("http"), Just("https"), Just("HTTP"), Just("ftp"), Just("")],
+                prop_oneof![
+                    Just("http"),
+                    Just("https"),
+                    Just("HTTP"),
+                    Just("ftp"),
+                    Just("")
+                ],
                 prop_oneof![Just("://"), Just(":/"), Just("//")],
                 "[a-z0-9.:@\\[\\]%-]{0,30}",
                 "[ -~]{0,20}",

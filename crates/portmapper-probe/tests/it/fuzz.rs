@@ -147,7 +147,10 @@ fn decision_body() -> BoxedStrategy<Vec<u8>> {
     .boxed()
 }
 
-fn run(answer: &Answer, check: impl FnOnce(std::net::SocketAddr) -> portmapper_probe::Target) -> ProbeResult {
+fn run(
+    answer: &Answer,
+    check: impl FnOnce(std::net::SocketAddr) -> portmapper_probe::Target,
+) -> ProbeResult {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -160,7 +163,11 @@ fn run(answer: &Answer, check: impl FnOnce(std::net::SocketAddr) -> portmapper_p
 
 fn bounded(result: &ProbeResult) -> Result<(), TestCaseError> {
     prop_assert!(!result.reason.is_empty(), "{:?}", result);
-    prop_assert!(result.reason.len() <= MAX_REASON_BYTES, "{} bytes", result.reason.len());
+    prop_assert!(
+        result.reason.len() <= MAX_REASON_BYTES,
+        "{} bytes",
+        result.reason.len()
+    );
     Ok(())
 }
 

@@ -120,7 +120,10 @@ fn render_text(text: &str, case: u64) -> Result<(), RenderError> {
     let file = dir.join(format!("case-{case}.yaml"));
     std::fs::write(&file, text).unwrap();
     let mut result = Ok(());
-    for (output, assume) in [(Format::Yaml, Assume::Abstain), (Format::Table, Assume::Include)] {
+    for (output, assume) in [
+        (Format::Yaml, Assume::Abstain),
+        (Format::Table, Assume::Include),
+    ] {
         let args = RenderArgs {
             filenames: vec![file.clone()],
             assume,
@@ -145,7 +148,11 @@ fn check(text: &str, case: u64) -> Result<(), TestCaseError> {
             prop_assert!(!errors.is_empty());
             for err in errors {
                 // Every input error names the file it is about.
-                prop_assert!(err.to_string().contains("portmapper-fuzz-render"), "{}", err);
+                prop_assert!(
+                    err.to_string().contains("portmapper-fuzz-render"),
+                    "{}",
+                    err
+                );
             }
         }
     }
