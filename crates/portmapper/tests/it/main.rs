@@ -6,6 +6,7 @@
 
 mod fuzz;
 mod harness;
+mod hostile;
 mod leader;
 mod lifecycle;
 mod migration;
