@@ -9,7 +9,7 @@ VENV := .venv
 HELM_SDK_VERSION := 0.2.2
 LUPA_VERSION := 2.8
 
-.PHONY: test fmt-check clippy unit crds crd-check bench tools demo run install-crd helm-venv chart-test image
+.PHONY: test soak fmt-check clippy unit crds crd-check bench tools demo run install-crd helm-venv chart-test image
 
 ## demo: the operator end to end on the embedded API server, no cluster needed.
 ##   make demo                      # runs until Ctrl-C; flip pods with kubectl (KUBECONFIG is printed)
@@ -45,6 +45,12 @@ clippy:
 unit:
 	$(CARGO) build --workspace --bins --locked
 	$(CARGO) test --workspace --locked
+
+## soak: the long variants. The fuzz targets (every test named fuzz_*) with FUZZ_CASES cases each
+## instead of `make test`'s 64 (PORTMAPPER_FUZZ_CASES); about 15 minutes at the default on 2 cores.
+FUZZ_CASES ?= 10000
+soak:
+	PORTMAPPER_FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test --workspace --locked -- fuzz_
 
 ## crds: regenerate the CRD YAML from the Rust types (and the Helm chart's copy).
 crds:

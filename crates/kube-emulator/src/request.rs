@@ -102,9 +102,11 @@ fn decode(seg: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
+        // Hex digits are read from the bytes: slicing the str could cut a multi-byte char.
         if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let Ok(b) = u8::from_str_radix(&seg[i + 1..i + 3], 16)
+            && let Some(hex) = bytes.get(i + 1..i + 3)
+            && let Ok(hex) = std::str::from_utf8(hex)
+            && let Ok(b) = u8::from_str_radix(hex, 16)
         {
             out.push(b);
             i += 3;
@@ -294,6 +296,19 @@ mod tests {
         assert_eq!(q.get("labelSelector"), Some("app in (a,b)"));
         assert!(q.flag("watch"));
         assert_eq!(q.get("limit"), None);
+    }
+
+    /// Found by `fuzz_query_path_and_content_type`: a `%` followed by a multi-byte character
+    /// panicked (the hex digits were sliced from the str); such a segment stays as written.
+    #[test]
+    fn percent_before_a_multibyte_character_is_kept() {
+        assert_eq!(decode("%\u{aff}x"), "%\u{aff}x");
+        assert_eq!(decode("a%2"), "a%2");
+        assert_eq!(decode("a%41"), "aA");
+        let Route::Resource(r) = route("/api/v1/namespaces/%\u{aff}/pods") else {
+            panic!()
+        };
+        assert_eq!(r.namespace.as_deref(), Some("%\u{aff}"));
     }
 
     #[test]

@@ -57,6 +57,10 @@ mod classify;
 mod damping;
 mod error;
 pub mod exec;
+// The fuzz targets' case budget, shared with every crate's fuzz tests.
+#[cfg(test)]
+#[path = "../../../tests/support/fuzz_budget.rs"]
+mod fuzz_budget;
 pub mod limits;
 pub mod metrics;
 mod outcome;

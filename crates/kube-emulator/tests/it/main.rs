@@ -9,6 +9,7 @@ mod clock;
 mod common;
 mod crd;
 mod faults;
+mod fuzz;
 mod history;
 mod kube_rs;
 mod kubectl;

@@ -1,6 +1,8 @@
 //! Integration tests of portmapper-core: planner behaviours and properties.
 
 mod fixtures;
+mod fuzz;
+mod hostile;
 mod planner;
 mod probe_targets;
 mod properties;

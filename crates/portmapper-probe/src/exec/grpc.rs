@@ -224,4 +224,58 @@ mod tests {
         assert!(decode_response(&[0, 0, 0, 0, 2, 0x08, 0x80]).is_err());
         assert!(decode_response(&[0, 0, 0, 0, 2, 0x12, 9]).is_err());
     }
+    use crate::fuzz_budget;
+
+    /// A frame around `message`, announcing `len` bytes (the true length when `None`).
+    fn frame(message: &[u8], len: Option<u32>) -> Vec<u8> {
+        let mut out = vec![0];
+        out.extend_from_slice(&len.unwrap_or(message.len() as u32).to_be_bytes());
+        out.extend_from_slice(message);
+        out
+    }
+
+    proptest::proptest! {
+        #![proptest_config(fuzz_budget::config())]
+
+        /// Any bytes as a health answer: decoded or refused with a message, never a panic.
+        #[test]
+        fn fuzz_health_response_bytes(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
+            if let Err(e) = decode_response(&body) {
+                proptest::prop_assert!(!e.is_empty());
+            }
+        }
+
+        /// Well-framed messages of arbitrary fields, with a lying length now and then; a status
+        /// field written last is the one read.
+        #[test]
+        fn fuzz_health_response_messages(
+            message in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..48),
+            lie in proptest::option::of(proptest::prelude::any::<u32>()),
+            status in 0u64..300,
+        ) {
+            let _ = decode_response(&frame(&message, lie));
+            let mut tagged = message.clone();
+            tagged.push(0x08);
+            let mut varint = BytesMut::new();
+            put_varint(&mut varint, status);
+            tagged.extend_from_slice(&varint);
+            if let Ok(s) = decode_response(&frame(&tagged, None)) {
+                // Only when the fuzzed prefix parsed as whole fields is our field read.
+                if decode_response(&frame(&message, None)).is_ok() {
+                    proptest::prop_assert_eq!(s, status);
+                }
+            }
+        }
+
+        /// `grpc-status` header values of any text: a number or nothing.
+        #[test]
+        fn fuzz_grpc_status_header(value in "\\PC{0,12}") {
+            let mut headers = HeaderMap::new();
+            if let Ok(v) = HeaderValue::from_str(&value) {
+                headers.insert("grpc-status", v);
+                let parsed = grpc_status(&headers);
+                proptest::prop_assert_eq!(parsed, value.trim().parse::<u32>().ok());
+            }
+        }
+    }
 }

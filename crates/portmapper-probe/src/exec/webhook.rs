@@ -320,4 +320,56 @@ mod tests {
         assert_eq!(d.decision, Decision::Exclude);
         assert!(serde_json::from_str::<MembershipDecision>(r#"{"decision":"maybe"}"#).is_err());
     }
+    use crate::fuzz_budget;
+
+    fn url() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            "\\PC{0,40}",
+            (
+                prop_oneof![
+                    Just("http"),
+                    Just("https"),
+                    Just("HTTP"),
+                    Just("ftp"),
+                    Just("")
+                ],
+                prop_oneof![Just("://"), Just(":/"), Just("//")],
+                "[a-z0-9.:@\\[\\]%-]{0,30}",
+                "[ -~]{0,20}",
+            )
+                .prop_map(|(s, sep, authority, rest)| format!("{s}{sep}{authority}{rest}")),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(fuzz_budget::config())]
+
+        /// Webhook URLs from the spec: parsed into http(s) endpoints without user info, or
+        /// refused as an invalid check naming the URL.
+        #[test]
+        fn fuzz_webhook_url(url in url()) {
+            match endpoint(&url) {
+                Ok(e) => {
+                    let lower = url.to_ascii_lowercase();
+                    proptest::prop_assert!(lower.starts_with("http://") || lower.starts_with("https://"), "{url}");
+                    proptest::prop_assert!(!e.authority.contains('@'));
+                    // `http://h?q` keeps `?q` as its path-and-query; its path is still `/`.
+                    proptest::prop_assert!(e.path.path().starts_with('/') || e.path.path() == "*", "{:?}", e.path);
+                }
+                Err(ProbeError::InvalidCheck(m)) => proptest::prop_assert!(m.starts_with("webhook url "), "{m}"),
+                Err(other) => proptest::prop_assert!(false, "{other:?}"),
+            }
+        }
+
+        /// Any bytes as a decision document: a decision or a serde error, and the excerpt shown
+        /// in status is short and printable.
+        #[test]
+        fn fuzz_decision_document(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let _ = serde_json::from_slice::<MembershipDecision>(&body);
+            let shown = conn::excerpt(&body);
+            proptest::prop_assert!(shown.chars().count() <= 81);
+            proptest::prop_assert!(!shown.chars().any(char::is_control));
+        }
+    }
 }

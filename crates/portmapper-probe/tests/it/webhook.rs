@@ -5,7 +5,7 @@ use portmapper_probe::{Cause, MembershipReview, NetworkCheck, Outcome, Target};
 
 use crate::support::*;
 
-fn webhook(url: String, ca_bundle: Option<String>) -> NetworkCheck {
+pub fn webhook(url: String, ca_bundle: Option<String>) -> NetworkCheck {
     NetworkCheck::Webhook(WebhookCheck {
         url,
         timeout_seconds: None,
@@ -14,7 +14,7 @@ fn webhook(url: String, ca_bundle: Option<String>) -> NetworkCheck {
 }
 
 /// A target for pod 10.244.1.5 (never contacted: webhooks only receive the address).
-fn pod_target(check: NetworkCheck) -> Target {
+pub fn pod_target(check: NetworkCheck) -> Target {
     target("10.244.1.5:9092".parse().unwrap(), check)
 }
 
@@ -209,4 +209,20 @@ async fn loopback_webhooks_need_the_loopback_allowance() {
         "{result:?}"
     );
     assert_eq!(server.seen.connections(), 0);
+}
+
+/// A URL with a query but no path (`http://host?x=1`, raised by `fuzz_webhook_url`): its
+/// path-and-query is `?x=1`, and the request still targets `/?x=1`.
+#[tokio::test]
+async fn a_url_with_a_query_and_no_path_posts_to_the_root() {
+    let server = HttpServer::start(LOCALHOST, Reply::json(200, r#"{"decision":"Include"}"#)).await;
+    let url = format!("http://{}?x=1", server.addr);
+    let result = probe(&pod_target(webhook(url, None))).await;
+    assert_eq!(result.outcome, Outcome::Include, "{result:?}");
+    let requests = server.seen.requests();
+    assert!(
+        requests[0].0.starts_with("POST /?x=1 HTTP/1.1\r\n"),
+        "{}",
+        requests[0].0
+    );
 }

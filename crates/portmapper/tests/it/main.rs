@@ -4,7 +4,9 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod fuzz;
 mod harness;
+mod hostile;
 mod leader;
 mod lifecycle;
 mod migration;
