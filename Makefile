@@ -81,8 +81,9 @@ ROLLING ?=
 BENCH_ARGS ?=
 BENCH_TARGET := $(or $(CARGO_TARGET_DIR),target)/release
 bench-scale:
-	$(CARGO) build --release --locked -p kube-emulator -p portmapper --bins
-	$(CARGO) run --release --locked -p scale-bench --bin bench-scale -- \
+	@# One build of all three: the same feature set, so no dependency is compiled twice.
+	$(CARGO) build --release --locked -p kube-emulator -p portmapper -p scale-bench --bins
+	$(BENCH_TARGET)/bench-scale \
 	  --emulator $(BENCH_TARGET)/kube-emulator --operator $(BENCH_TARGET)/portmapper \
 	  $(if $(SHAPE),--shape $(SHAPE)) $(if $(PODS),--pods $(PODS)) $(if $(MAPPINGS),--mappings $(MAPPINGS)) \
 	  $(if $(PODS_PER_MAPPING),--pods-per-mapping $(PODS_PER_MAPPING)) $(if $(FLIPS),--flips $(FLIPS)) \

@@ -358,14 +358,19 @@ async fn run_in(bins: &Binaries, cfg: &RunConfig, dir: &TempDir) -> Result<Repor
         .await;
     op.check_alive("portmapper")?;
     emu.check_alive("kube-emulator")?;
+    // One guard: two `obs.view()` temporaries in one statement would deadlock.
+    let (ready_now, slices_now) = {
+        let v = obs.view();
+        (v.ready_total(), v.slice_count())
+    };
     let mut report = Report {
         shape: cfg.shape,
         pods: g.pods.len(),
         mappings: g.mappings.len(),
         setup,
         published: None,
-        ready_endpoints: (obs.view().ready_total(), want_total),
-        slices: obs.view().slice_count(),
+        ready_endpoints: (ready_now, want_total),
+        slices: slices_now,
         operator_mem_kib: procs::memory_kib(op.pid)?,
         emulator_mem_kib: procs::memory_kib(emu.pid)?,
         converged_window: Duration::ZERO,
