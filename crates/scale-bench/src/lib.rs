@@ -420,7 +420,9 @@ async fn run_in(bins: &Binaries, cfg: &RunConfig, dir: &TempDir) -> Result<Repor
                 break 'flips;
             }
             let p = &g.pods[i];
-            report.flips.push(flip(&client, &pods, &obs, cfg, p, ready).await?);
+            report
+                .flips
+                .push(flip(&client, &pods, &obs, cfg, p, ready).await?);
         }
     }
 
@@ -681,7 +683,10 @@ impl Report {
             if let Some(p) = self.published {
                 r.push((
                     "start → published ÷ floor (1 in flight)",
-                    format!("{:.1}×", p.as_secs_f64() / f.sequential.as_secs_f64().max(1e-9)),
+                    format!(
+                        "{:.1}×",
+                        p.as_secs_f64() / f.sequential.as_secs_f64().max(1e-9)
+                    ),
                 ));
             }
         }

@@ -111,8 +111,7 @@ impl TempDir {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or_default();
-        let path =
-            std::env::temp_dir().join(format!("scale-bench-{}-{nanos}", std::process::id()));
+        let path = std::env::temp_dir().join(format!("scale-bench-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&path)?;
         Ok(Self { path, keep: false })
     }
@@ -147,7 +146,9 @@ pub async fn start_emulator(bins: &Binaries, dir: &Path) -> Result<(Proc, PathBu
             break kc;
         }
         if Instant::now() > deadline {
-            return Err(Error::Timeout("kube-emulator to write its kubeconfig".into()));
+            return Err(Error::Timeout(
+                "kube-emulator to write its kubeconfig".into(),
+            ));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };

@@ -3,9 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
-use rand::SeedableRng;
 use serde_json::{Value, json};
 
 /// Namespace of every object.

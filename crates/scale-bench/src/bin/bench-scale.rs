@@ -111,7 +111,18 @@ async fn main() {
             shape.label(),
             scale_bench::procs::load_average()
         );
-        match scale_bench::run(&bins, &cfg).await {
+        // On Ctrl-C / SIGTERM the run future is dropped, which kills both child processes
+        // (kill_on_drop); a plain exit would leave them running.
+        let outcome = tokio::select! {
+            r = scale_bench::run(&bins, &cfg) => Some(r),
+            () = interrupted() => None,
+        };
+        // The select has dropped the run (and killed the processes) by here.
+        let Some(outcome) = outcome else {
+            eprintln!("bench-scale: interrupted");
+            std::process::exit(130);
+        };
+        match outcome {
             Ok(r) => {
                 // Each shape's column as soon as it is done: a later failure keeps the figures.
                 eprintln!("{}", scale_bench::table(std::slice::from_ref(&r)));
@@ -133,4 +144,14 @@ async fn main() {
     );
     println!();
     print!("{}", scale_bench::table(&reports));
+}
+
+/// Ctrl-C or SIGTERM.
+async fn interrupted() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
 }
