@@ -57,11 +57,14 @@ pub struct PodEvent {
 
 type PodKey = (String, String, String);
 
+/// One slice as the view keeps it: service, port, [(pod, ready)].
+type SliceEntry = (String, String, Vec<(String, bool)>);
+
 /// Everything the two watches have shown so far.
 #[derive(Debug, Default)]
 pub struct View {
     /// slice name → (service, port, [(pod, ready)]).
-    slices: HashMap<String, (String, String, Vec<(String, bool)>)>,
+    slices: HashMap<String, SliceEntry>,
     /// (service, port, pod) → (slices publishing it ready, slices publishing it not ready).
     counts: HashMap<PodKey, (u32, u32)>,
     /// (service, port) → pods published ready.

@@ -153,7 +153,7 @@ pub async fn start_emulator(bins: &Binaries, dir: &Path) -> Result<(Proc, PathBu
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
-    if !config.cluster_url.host().is_some_and(|h| h == "127.0.0.1") {
+    if config.cluster_url.host().is_none_or(|h| h != "127.0.0.1") {
         return Err(Error::NotLoopback(config.cluster_url.to_string()));
     }
     let client = Client::try_from(config)?;
