@@ -9,7 +9,7 @@ VENV := .venv
 HELM_SDK_VERSION := 0.2.2
 LUPA_VERSION := 2.8
 
-.PHONY: test soak fmt-check clippy unit crds crd-check bench tools demo run install-crd helm-venv chart-test image
+.PHONY: test soak fmt-check clippy unit crds crd-check bench bench-scale tools demo run install-crd helm-venv chart-test image
 
 ## demo: the operator end to end on the embedded API server, no cluster needed.
 ##   make demo                      # runs until Ctrl-C; flip pods with kubectl (KUBECONFIG is printed)
@@ -72,6 +72,28 @@ crd-check:
 ## bench: the criterion benchmarks (figures go in docs/benchmarks.md).
 bench:
 	$(CARGO) bench --workspace --locked
+
+## bench-scale: issue 10's scale bench on the release binaries, run as separate processes;
+## prints one table (figures go in docs/benchmarks.md).
+##   make bench-scale                         # shape A 10,000 pods, then shape B 1,000 × 10
+##   make bench-scale SHAPE=A PODS=50000 ROLLING=0
+##   make bench-scale SHAPE=B MAPPINGS=200 PODS_PER_MAPPING=10 FLIPS=60
+SHAPE ?=
+PODS ?=
+MAPPINGS ?=
+PODS_PER_MAPPING ?=
+FLIPS ?=
+ROLLING ?=
+BENCH_ARGS ?=
+BENCH_TARGET := $(or $(CARGO_TARGET_DIR),target)/release
+bench-scale:
+	@# One build of all three: the same feature set, so no dependency is compiled twice.
+	$(CARGO) build --release --locked -p kube-emulator -p portmapper -p scale-bench --bins
+	$(BENCH_TARGET)/bench-scale \
+	  --emulator $(BENCH_TARGET)/kube-emulator --operator $(BENCH_TARGET)/portmapper \
+	  $(if $(SHAPE),--shape $(SHAPE)) $(if $(PODS),--pods $(PODS)) $(if $(MAPPINGS),--mappings $(MAPPINGS)) \
+	  $(if $(PODS_PER_MAPPING),--pods-per-mapping $(PODS_PER_MAPPING)) $(if $(FLIPS),--flips $(FLIPS)) \
+	  $(if $(filter 0,$(ROLLING)),--no-rolling) $(BENCH_ARGS)
 
 ## helm-venv: the real Helm engine (PyPI helm-python-sdk, Helm's Go SDK) and Lua (lupa, for the
 ## documented Argo CD health check) in a virtualenv (idempotent).

@@ -1,0 +1,199 @@
+//! The two shapes of issue 10, generated from a seed: the Services, pods (with the ports they
+//! list) and PortMappings, and what "all published" means for them.
+
+use std::collections::BTreeMap;
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use serde_json::{Value, json};
+
+/// Namespace of every object.
+pub const NS: &str = "default";
+/// Pool label key (one key for every PortMapping, as both shapes say).
+pub const POOL_KEY: &str = "example.com/group";
+/// Annotation listing the ports a pod serves.
+pub const PORTS_KEY: &str = "example.com/ports";
+
+const PORTS_A: [(&str, i32); 4] = [
+    ("http", 8080),
+    ("https", 8443),
+    ("admin", 9000),
+    ("metrics", 9100),
+];
+const PORTS_B: [(&str, i32); 2] = [("http", 8080), ("admin", 9000)];
+
+/// Which shape, at which size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// 1 PortMapping, `pods` pods, 4 ports (half the pods list all 4, half list 2).
+    A {
+        /// Pool size.
+        pods: usize,
+    },
+    /// `mappings` PortMappings × `pods` pods each, 2 ports.
+    B {
+        /// PortMappings (and Services).
+        mappings: usize,
+        /// Pods per PortMapping.
+        pods: usize,
+    },
+}
+
+impl Shape {
+    /// Short label for the table.
+    pub fn label(&self) -> String {
+        match self {
+            Shape::A { pods } => format!("A {pods}"),
+            Shape::B { mappings, pods } => format!("B {mappings}×{pods}"),
+        }
+    }
+}
+
+/// One pool pod.
+#[derive(Debug, Clone)]
+pub struct PodSpec {
+    /// Pod name.
+    pub name: String,
+    /// Service (= PortMapping = pool value) it belongs to.
+    pub service: String,
+    /// Pod IP.
+    pub ip: String,
+    /// Service port names it lists in `example.com/ports`.
+    pub ports: Vec<&'static str>,
+}
+
+/// Every object of one shape.
+#[derive(Debug, Clone)]
+pub struct Generated {
+    /// Services (JSON).
+    pub services: Vec<Value>,
+    /// Pods, in creation order.
+    pub pods: Vec<PodSpec>,
+    /// PortMappings (JSON).
+    pub mappings: Vec<Value>,
+    /// (service, port) → ready endpoints once everything is published.
+    pub expected: BTreeMap<(String, String), usize>,
+}
+
+fn ip(i: usize) -> String {
+    // 10.244.0.1 … 10.244.255.250: room for 64,000 pods.
+    format!("10.244.{}.{}", i / 250, i % 250 + 1)
+}
+
+fn service(name: &str, ports: &[(&str, i32)]) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"ports": ports.iter()
+            .map(|(n, p)| json!({"name": n, "port": p, "targetPort": p, "protocol": "TCP"}))
+            .collect::<Vec<_>>()},
+    })
+}
+
+fn mapping(name: &str) -> Value {
+    json!({
+        "apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "serviceRef": {"name": name},
+            "pods": {"key": POOL_KEY},
+            "defaultChecks": [{"podReady": {}}, {"portNames": {"key": PORTS_KEY}}],
+            "maxEndpointsPerSlice": 100,
+        },
+    })
+}
+
+/// The objects of `shape`, the same for the same seed.
+pub fn generate(shape: Shape, seed: u64) -> Generated {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut g = Generated {
+        services: Vec::new(),
+        pods: Vec::new(),
+        mappings: Vec::new(),
+        expected: BTreeMap::new(),
+    };
+    match shape {
+        Shape::A { pods } => {
+            let name = "bench";
+            g.services.push(service(name, &PORTS_A));
+            g.mappings.push(mapping(name));
+            // Exactly half list all four ports; which half is seeded.
+            let mut all_four: Vec<bool> = (0..pods).map(|i| i < pods.div_ceil(2)).collect();
+            all_four.shuffle(&mut rng);
+            for (i, four) in all_four.into_iter().enumerate() {
+                let ports = if four {
+                    vec!["http", "https", "admin", "metrics"]
+                } else {
+                    vec!["http", "admin"]
+                };
+                g.pods.push(PodSpec {
+                    name: format!("pod-{i}"),
+                    service: name.into(),
+                    ip: ip(i),
+                    ports,
+                });
+            }
+        }
+        Shape::B { mappings, pods } => {
+            for k in 0..mappings {
+                let name = format!("svc-{k}");
+                g.services.push(service(&name, &PORTS_B));
+                g.mappings.push(mapping(&name));
+                for j in 0..pods {
+                    g.pods.push(PodSpec {
+                        name: format!("pod-{k}-{j}"),
+                        service: name.clone(),
+                        ip: ip(k * pods + j),
+                        ports: vec!["http", "admin"],
+                    });
+                }
+            }
+            // Creation order interleaves the pools, as pods of many apps arrive in a cluster.
+            g.pods.shuffle(&mut rng);
+        }
+    }
+    for p in &g.pods {
+        for port in &p.ports {
+            *g.expected
+                .entry((p.service.clone(), (*port).to_owned()))
+                .or_insert(0) += 1;
+        }
+    }
+    g
+}
+
+impl PodSpec {
+    /// The pod object (status is written separately, as kubelet does).
+    pub fn object(&self) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": self.name, "namespace": NS,
+                "labels": {POOL_KEY: self.service},
+                "annotations": {PORTS_KEY: self.ports.join(",")},
+            },
+            "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "pause"}]},
+        })
+    }
+
+    /// Running, with its IP, Ready or not.
+    pub fn status(&self, ready: bool) -> Value {
+        json!({"status": {
+            "phase": "Running", "podIP": self.ip, "podIPs": [{"ip": self.ip}],
+            "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
+        }})
+    }
+}
+
+/// `count` distinct pod indices out of `pods`, seeded.
+pub fn sample(pods: usize, count: usize, seed: u64) -> Vec<usize> {
+    let mut rng = StdRng::seed_from_u64(seed ^ SAMPLE_SALT);
+    let mut idx: Vec<usize> = (0..pods).collect();
+    idx.shuffle(&mut rng);
+    idx.truncate(count.min(pods));
+    idx
+}
+
+/// A fixed salt so the flip sample is not the same permutation as the shape's.
+const SAMPLE_SALT: u64 = 0x5eed_f11b;
