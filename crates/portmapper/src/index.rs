@@ -120,6 +120,8 @@ struct OwnedFootprint {
     orphan_of: Option<String>,
     /// Pod UIDs of its endpoints (slices only).
     pods: Vec<String>,
+    /// `kubernetes.io/service-name`.
+    service: Option<String>,
 }
 
 /// The index of one operator instance. Not thread-safe by itself: the operator keeps it behind
@@ -552,6 +554,7 @@ impl Index {
                 .iter()
                 .filter_map(|e| e.target_ref.as_ref()?.uid.clone())
                 .collect(),
+            service: slice.labels().get(LABEL_SERVICE_NAME).cloned(),
         };
         let mut affected = HashSet::new();
         if let Some(old) = self.slices.remove(&key) {
@@ -581,15 +584,22 @@ impl Index {
         affected.into_iter().collect()
     }
 
-    /// One of our slices is gone.
+    /// One of our slices is gone: its owner, and every PortMapping of its Service (its name is
+    /// free now, e.g. for the PortMapping that takes over a deleted publisher's Service).
     pub fn delete_slice(&mut self, key: &ObjectRef<EndpointSlice>) -> Vec<PmKey> {
         let mut affected = HashSet::new();
         if let Some(old) = self.slices.remove(key) {
-            self.collect_owned(
-                key.namespace.as_deref().unwrap_or_default(),
-                &old,
-                &mut affected,
-            );
+            let ns = key.namespace.clone().unwrap_or_default();
+            if let Some(svc) = &old.service {
+                affected.extend(
+                    self.pms_by_service
+                        .get(&(ns.clone(), svc.clone()))
+                        .into_iter()
+                        .flatten()
+                        .cloned(),
+                );
+            }
+            self.collect_owned(&ns, &old, &mut affected);
             self.unregister_slice(key, &old);
         }
         affected.into_iter().collect()
@@ -750,6 +760,7 @@ impl Index {
             owner: controller_of(endpoints),
             orphan_of: orphan_service(endpoints),
             pods: Vec::new(),
+            service: None,
         };
         let mut affected = self.delete_endpoints(&key);
         let mut more = HashSet::new();
@@ -1085,8 +1096,9 @@ mod tests {
         assert_eq!(owned, ["web-admin", "web-http"]);
         assert_eq!(index.owned_slices("uid-web-1", "a", None).len(), 1);
         assert!(index.owned_slices("uid-web-1", "b", Some("web")).len() == 1);
+        // A deleted slice frees its name for every PortMapping of its Service.
         let gone = index.delete_slice(&ObjectRef::new("web-http").within("a"));
-        assert_eq!(names(gone), ["a/web-1"]);
+        assert_eq!(names(gone), ["a/web-1", "a/web-2"]);
         assert!(index.owned_slices("uid-web-1", "a", None).is_empty());
     }
 

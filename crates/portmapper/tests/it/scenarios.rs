@@ -116,6 +116,46 @@ async fn second_portmapping_for_a_service_reports_conflict_and_writes_nothing() 
     }
 }
 
+/// Issue 11 item 3: deleting the publisher hands the Service to the other PortMapping at once
+/// (the index wakes it), not at its next resync (600 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_publisher_hands_the_service_to_the_other_portmapping_at_once() {
+    let h = Harness::start_with(|s| s.resync = Duration::from_secs(600)).await;
+    h.create(service("web", &[("http", 8080)])).await;
+    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
+    h.create(portmapping("first", "web")).await;
+    eventually("first Ready", T, || async {
+        condition(&h, "first", "Ready")
+            .await
+            .filter(|c| c.0 == "True")
+    })
+    .await;
+    h.create(portmapping("second", "web")).await;
+    eventually("second in Conflict", T, || async {
+        condition(&h, "second", "Conflict")
+            .await
+            .filter(|c| c.0 == "True")
+    })
+    .await;
+    let pms: Api<PortMapping> = Api::namespaced(h.client.clone(), NS);
+    pms.delete("first", &DeleteParams::default()).await.unwrap();
+    let second_uid = h.portmapping("second").await.uid().unwrap();
+    eventually(
+        "second publishes pod-a",
+        Duration::from_secs(10),
+        || async {
+            let slices = h.slices("web").await;
+            (!slices.is_empty()
+                && slices.iter().all(|s| {
+                    s.owner_references().first().map(|o| o.uid.as_str()) == Some(&second_uid)
+                })
+                && h.membership("web").await.values().next()? == &vec!["pod-a".to_string()])
+                .then_some(())
+        },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn external_name_service_publishes_nothing() {
     let h = Harness::start().await;
