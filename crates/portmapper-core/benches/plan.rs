@@ -159,6 +159,7 @@ fn run(
         node_zones: zones,
         network: &NetworkDecisions::new(),
         live_slices: live,
+        take_over: &[],
         live_endpoints: None,
         now: Timestamp::UNIX_EPOCH,
     })

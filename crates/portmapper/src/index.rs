@@ -347,6 +347,25 @@ impl Index {
             .filter(|winner| winner != pm)
     }
 
+    /// The UIDs of the other PortMappings of `pm`'s Service when `pm` publishes it: their slices
+    /// are `pm`'s to take over (one of them may have published before `pm` existed, e.g. when
+    /// both were created in the same second and it sorts after `pm` by name).
+    pub fn losers_to(&self, pm: &PmKey) -> Vec<String> {
+        let Some(footprint) = self.pms.get(pm) else {
+            return Vec::new();
+        };
+        if self.service_winner(pm).is_some() || footprint.deleting {
+            return Vec::new();
+        }
+        self.pms_by_service
+            .get(&footprint.service)
+            .into_iter()
+            .flatten()
+            .filter(|k| *k != pm)
+            .filter_map(|k| self.pms.get(k)?.uid.clone())
+            .collect()
+    }
+
     /// Every indexed PortMapping (for the periodic clean-up of watches no one needs).
     pub fn portmapping_keys(&self) -> impl Iterator<Item = &PmKey> {
         self.pms.keys()
@@ -658,18 +677,19 @@ impl Index {
         }
     }
 
-    /// Our slices controlled by the PortMapping with `uid`, plus orphans of `adopt_for` (a
-    /// Service in `namespace`), which the planner adopts.
+    /// Our slices controlled by the PortMapping with `uid` or by one of `also` (PortMappings it
+    /// takes over from), plus orphans of `adopt_for` (a Service in `namespace`), which the
+    /// planner adopts.
     pub fn owned_slices(
         &self,
         uid: &str,
+        also: &[String],
         namespace: &str,
         adopt_for: Option<&str>,
     ) -> Vec<ObjectRef<EndpointSlice>> {
-        let mut out: Vec<_> = self
-            .slices_by_owner
-            .get(uid)
-            .into_iter()
+        let mut out: Vec<_> = std::iter::once(uid)
+            .chain(also.iter().map(String::as_str))
+            .filter_map(|u| self.slices_by_owner.get(u))
             .flatten()
             .cloned()
             .collect();
@@ -1088,18 +1108,18 @@ mod tests {
             ["a/web-1", "a/web-2"]
         );
         let mut owned: Vec<String> = index
-            .owned_slices("uid-web-1", "a", Some("web"))
+            .owned_slices("uid-web-1", &[], "a", Some("web"))
             .into_iter()
             .map(|k| k.name)
             .collect();
         owned.sort();
         assert_eq!(owned, ["web-admin", "web-http"]);
-        assert_eq!(index.owned_slices("uid-web-1", "a", None).len(), 1);
-        assert!(index.owned_slices("uid-web-1", "b", Some("web")).len() == 1);
+        assert_eq!(index.owned_slices("uid-web-1", &[], "a", None).len(), 1);
+        assert!(index.owned_slices("uid-web-1", &[], "b", Some("web")).len() == 1);
         // A deleted slice frees its name for every PortMapping of its Service.
         let gone = index.delete_slice(&ObjectRef::new("web-http").within("a"));
         assert_eq!(names(gone), ["a/web-1", "a/web-2"]);
-        assert!(index.owned_slices("uid-web-1", "a", None).is_empty());
+        assert!(index.owned_slices("uid-web-1", &[], "a", None).is_empty());
     }
 
     #[test]
@@ -1113,6 +1133,21 @@ mod tests {
         assert_eq!(index.service_winner(&one), None);
         assert_eq!(names(index.delete_portmapping(&one)), ["a/web-2"]);
         assert_eq!(index.service_winner(&two), None);
+    }
+
+    #[test]
+    fn the_publisher_takes_over_the_slices_of_the_portmappings_it_beats() {
+        let mut index = index();
+        let (one, two) = (
+            ObjectRef::new("web-1").within("a"),
+            ObjectRef::new("web-2").within("a"),
+        );
+        let loser = pm("a", "web-2", "web", KeySource::Label, 20);
+        index.apply_slice(&slice("a", "web-http", Some(&loser), &[]));
+        assert_eq!(index.losers_to(&one), ["uid-web-2"]);
+        assert!(index.losers_to(&two).is_empty(), "a loser takes nothing");
+        let taken = index.owned_slices("uid-web-1", &index.losers_to(&one), "a", None);
+        assert_eq!(taken, [ObjectRef::new("web-http").within("a")]);
     }
 
     #[test]

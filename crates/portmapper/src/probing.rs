@@ -741,6 +741,7 @@ mod tests {
                 .iter()
                 .map(|s| std::sync::Arc::new((*s).clone()))
                 .collect::<Vec<_>>(),
+            take_over: &[],
             live_endpoints: None,
             now: k8s_openapi::jiff::Timestamp::now(),
         })

@@ -120,7 +120,7 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
             outcome.withdrawn = true;
             outcome.slices = Some(0);
             // The Service is gone: take our slices and Endpoints back, as the seed does.
-            for slice in owned_slices(ctx, &ns, &uid, None) {
+            for slice in owned_slices(ctx, &ns, &uid, &[], None) {
                 if let Some(uid) = slice.uid() {
                     writer.delete_slice(&slice.name_any(), &uid).await?;
                 }
@@ -138,8 +138,13 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
                 .deletion_timestamp
                 .is_none()
                 .then_some(svc_name.as_str());
-            let owned = owned_slices(ctx, &ns, &uid, adopt_for);
-            plan_and_apply(pm, ctx, &ns, &pm_ref, &writer, &service, &pods, &owned).await?
+            // Slices of PortMappings this one beats for the Service are its to take over.
+            let take_over = ctx.index.lock().losers_to(&pm_ref);
+            let owned = owned_slices(ctx, &ns, &uid, &take_over, adopt_for);
+            plan_and_apply(
+                pm, ctx, &ns, &pm_ref, &writer, &service, &pods, &owned, &take_over,
+            )
+            .await?
         }
     };
     write_status(pm, &writer, &outcome).await?;
@@ -214,9 +219,10 @@ fn owned_slices(
     ctx: &Context,
     ns: &str,
     uid: &str,
+    take_over: &[String],
     adopt_for: Option<&str>,
 ) -> Vec<Arc<EndpointSlice>> {
-    let keys = ctx.index.lock().owned_slices(uid, ns, adopt_for);
+    let keys = ctx.index.lock().owned_slices(uid, take_over, ns, adopt_for);
     keys.iter().filter_map(|k| ctx.slices.get(k)).collect()
 }
 
@@ -230,6 +236,7 @@ async fn plan_and_apply(
     service: &Service,
     pods: &[Arc<Pod>],
     owned: &[Arc<EndpointSlice>],
+    take_over: &[String],
 ) -> Result<Outcome, Error> {
     let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
     let live_slices = owned;
@@ -261,6 +268,7 @@ async fn plan_and_apply(
         node_zones: &zones,
         network: &network,
         live_slices,
+        take_over,
         live_endpoints: live_endpoints.as_ref(),
         now: Timestamp::now(),
     };

@@ -382,6 +382,7 @@ fn preview(
         node_zones: &inputs.zones,
         network: &network,
         live_slices: &[],
+        take_over: &[],
         live_endpoints: None,
         now: Timestamp::UNIX_EPOCH,
     };

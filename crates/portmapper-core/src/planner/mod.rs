@@ -207,6 +207,7 @@ fn static_target(sp: &ServicePort) -> i32 {
 fn classify_live<'a>(
     live: &'a [Arc<EndpointSlice>],
     pm_uid: &str,
+    take_over: &[String],
     warnings: &mut Vec<PlanWarning>,
 ) -> (Vec<&'a Arc<EndpointSlice>>, HashSet<&'a str>) {
     let mut ours = Vec::new();
@@ -214,7 +215,7 @@ fn classify_live<'a>(
     for s in live {
         let name = s.metadata.name.as_deref().unwrap_or_default();
         match controller_uid(&s.metadata) {
-            Some(uid) if uid != pm_uid => {
+            Some(uid) if uid != pm_uid && !take_over.iter().any(|t| t == uid) => {
                 foreign.insert(name);
                 warnings.push(PlanWarning::ForeignSlice {
                     name: name.to_owned(),
@@ -246,7 +247,12 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
     }
     let owner = owner_reference(&pm_name, &pm_uid);
     let mut out = Plan::default();
-    let (ours, foreign) = classify_live(input.live_slices, &pm_uid, &mut out.warnings);
+    let (ours, foreign) = classify_live(
+        input.live_slices,
+        &pm_uid,
+        input.take_over,
+        &mut out.warnings,
+    );
 
     if is_external_name(service) {
         out.warnings.push(PlanWarning::ExternalName);

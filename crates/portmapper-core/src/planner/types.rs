@@ -29,6 +29,9 @@ pub struct PlanInput<'a> {
     /// EndpointSlices currently stored for this Service with `managed-by: portmapper.dev`.
     /// Slices controller-owned by something else are reported and never touched.
     pub live_slices: &'a [Arc<EndpointSlice>],
+    /// UIDs of other PortMappings whose slices among `live_slices` this one takes over (they
+    /// name the same Service and lose it to this one); any other controller is foreign.
+    pub take_over: &'a [String],
     /// The Endpoints object named after the Service, if one exists.
     pub live_endpoints: Option<&'a Endpoints>,
     /// The time of this reconcile: the `last-change-trigger-time` of written objects.

@@ -273,6 +273,7 @@ impl World {
             node_zones: &self.zones,
             network: &self.network,
             live_slices: &slices,
+            take_over: &[],
             live_endpoints: self.endpoints.as_ref(),
             now: self.now,
         })

@@ -70,6 +70,7 @@ fn plan_of(w: &World) -> Result<portmapper_core::Plan, PlanError> {
         node_zones: &w.zones,
         network: &w.network,
         live_slices: &slices,
+        take_over: &[],
         live_endpoints: w.endpoints.as_ref(),
         now: w.now,
     })

@@ -400,6 +400,7 @@ fn a_service_label_the_api_would_refuse_fails_the_plan_with_nothing_written() {
         node_zones: &w.zones,
         network: &w.network,
         live_slices: &slices,
+        take_over: &[],
         live_endpoints: None,
         now: w.now,
     });

@@ -994,6 +994,7 @@ fn missing_uid_or_wrong_service_is_an_error() {
             node_zones: &w.zones,
             network: &w.network,
             live_slices: &slices,
+            take_over: &[],
             live_endpoints: None,
             now: w.now,
         })
@@ -1030,6 +1031,7 @@ fn invalid_pool_selector_is_an_error_not_an_empty_pool() {
         node_zones: &w.zones,
         network: &w.network,
         live_slices: &slices,
+        take_over: &[],
         live_endpoints: None,
         now: w.now,
     });
