@@ -364,28 +364,54 @@ struct Node {
     obj: Arc<Value>,
 }
 
+/// `metadata.<field>` without `Value::pointer`'s path parsing: the collector reads it for every
+/// stored object on every pass.
+fn meta_field<'a>(o: &'a Value, field: &str) -> Option<&'a Value> {
+    o.get("metadata")?.get(field)
+}
+
 fn gc(st: &mut State) -> bool {
-    // uid → object index over every type.
-    let mut by_uid: HashMap<String, Node> = HashMap::new();
+    // Dependents first, then an index of just the objects they name as owners: a pass costs a
+    // field lookup per stored object, not a copy of every object's identity.
     let mut dependents: Vec<(GroupResource, String)> = Vec::new();
+    let mut wanted: std::collections::HashSet<&str> = std::collections::HashSet::new();
     for (gr, m) in &st.objects {
         for (k, o) in m {
-            if let Some(uid) = str_at(o, "/metadata/uid") {
-                by_uid.insert(
-                    uid.to_string(),
-                    Node {
-                        gr: gr.clone(),
-                        key: k.clone(),
-                        ns: str_at(o, "/metadata/namespace").map(str::to_string),
-                        obj: o.clone(),
-                    },
-                );
-            }
-            if o.pointer("/metadata/ownerReferences").is_some() {
+            if let Some(refs) = meta_field(o, "ownerReferences") {
                 dependents.push((gr.clone(), k.clone()));
+                for r in refs.as_array().into_iter().flatten() {
+                    if let Some(uid) = r.get("uid").and_then(Value::as_str) {
+                        wanted.insert(uid);
+                    }
+                }
             }
         }
     }
+    // uid → object, for the owners named above and every object being deleted (it may be an
+    // owner waiting on foreground deletion or orphaning).
+    let mut by_uid: HashMap<String, Node> = HashMap::new();
+    for (gr, m) in &st.objects {
+        for (k, o) in m {
+            let Some(uid) = meta_field(o, "uid").and_then(Value::as_str) else {
+                continue;
+            };
+            if !wanted.contains(uid) && meta_field(o, "deletionTimestamp").is_none() {
+                continue;
+            }
+            by_uid.insert(
+                uid.to_string(),
+                Node {
+                    gr: gr.clone(),
+                    key: k.clone(),
+                    ns: meta_field(o, "namespace")
+                        .and_then(Value::as_str)
+                        .map(str::to_string),
+                    obj: o.clone(),
+                },
+            );
+        }
+    }
+    drop(wanted);
     let mut changed = false;
     // Dependents per owner uid (for foreground/orphan handling).
     let mut children: HashMap<String, Vec<(GroupResource, String)>> = HashMap::new();
