@@ -14,4 +14,5 @@ mod kube_rs;
 mod kubectl;
 mod lifecycle;
 mod rules;
+mod typed_generators;
 mod unknown_fields;
