@@ -9,6 +9,7 @@ mod clock;
 mod common;
 mod crd;
 mod faults;
+mod fidelity;
 mod history;
 mod kube_rs;
 mod kubectl;
