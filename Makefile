@@ -17,7 +17,7 @@ LUPA_VERSION := 2.8
 DURATION ?=
 TOUR ?=
 demo:
-	$(CARGO) run --quiet --locked -p portmapper -- demo $(if $(DURATION),--duration $(DURATION)) $(if $(TOUR),--tour)
+	$(CARGO) run --quiet --locked -p portmapper --features demo -- demo $(if $(DURATION),--duration $(DURATION)) $(if $(TOUR),--tour)
 
 ## run: the operator against the current kubeconfig (installs or updates the CRD first).
 run: install-crd
@@ -39,12 +39,15 @@ tools:
 fmt-check:
 	$(CARGO) fmt --all -- --check
 
+# The workspace with default features (portmapper's `demo` included), then the production build
+# (the Dockerfile's `--no-default-features`), so both stay warning-free.
 clippy:
-	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --locked --features portmapper/demo -- -D warnings
+	$(CARGO) clippy -p portmapper --bins --locked --no-default-features -- -D warnings
 
 unit:
-	$(CARGO) build --workspace --bins --locked
-	$(CARGO) test --workspace --locked
+	$(CARGO) build --workspace --bins --locked --features portmapper/demo
+	$(CARGO) test --workspace --locked --features portmapper/demo
 
 ## crds: regenerate the CRD YAML from the Rust types (and the Helm chart's copy).
 crds:
