@@ -17,7 +17,7 @@ LUPA_VERSION := 2.8
 DURATION ?=
 TOUR ?=
 demo:
-	$(CARGO) run --quiet --locked -p portmapper -- demo $(if $(DURATION),--duration $(DURATION)) $(if $(TOUR),--tour)
+	$(CARGO) run --quiet --locked -p portmapper --features demo -- demo $(if $(DURATION),--duration $(DURATION)) $(if $(TOUR),--tour)
 
 ## run: the operator against the current kubeconfig (installs or updates the CRD first).
 run: install-crd
@@ -39,12 +39,15 @@ tools:
 fmt-check:
 	$(CARGO) fmt --all -- --check
 
+# The workspace with default features (portmapper's `demo` included), then the production build
+# (the Dockerfile's `--no-default-features`), so both stay warning-free.
 clippy:
-	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --locked --features portmapper/demo -- -D warnings
+	$(CARGO) clippy -p portmapper --bins --locked --no-default-features -- -D warnings
 
 unit:
-	$(CARGO) build --workspace --bins --locked
-	$(CARGO) test --workspace --locked
+	$(CARGO) build --workspace --bins --locked --features portmapper/demo
+	$(CARGO) test --workspace --locked --features portmapper/demo
 
 ## soak: the long variants. The fuzz targets (every test named fuzz_*) with FUZZ_CASES cases each
 ## instead of `make test`'s 64 (PORTMAPPER_FUZZ_CASES); about 15 minutes at the default on 2 cores.

@@ -3,7 +3,9 @@
 
 use serde_json::{Value, json};
 
-use crate::error::Cause;
+use kube_validation::IpFamily;
+
+use crate::error::{ApiError, Cause};
 use crate::meta;
 use crate::registry::ResourceType;
 use crate::store::State;
@@ -16,19 +18,23 @@ fn set_default(obj: &mut Value, key: &str, v: Value) {
     }
 }
 
-fn alloc_cluster_ip(st: &mut State) -> String {
-    // 10.96.0.0/12; skip .0 and the first few addresses like kube does for the `kubernetes` service.
+/// The service CIDRs' families, primary first: a dual-stack cluster as kube-apiserver's
+/// `--service-cluster-ip-range=10.96.0.0/12,fd00:10:96::/112` (kind's dual-stack defaults).
+pub const SERVICE_IP_FAMILIES: [IpFamily; 2] = [IpFamily::V4, IpFamily::V6];
+
+fn alloc_cluster_ip(st: &mut State, family: &str) -> String {
+    // Sequential from offset 10, skipping the first addresses as kube does for the `kubernetes`
+    // and DNS Services. No release: the ranges are far larger than any test.
+    if family == "IPv6" {
+        let n = st.next_cluster_ip_v6;
+        st.next_cluster_ip_v6 += 1;
+        let base = u128::from(std::net::Ipv6Addr::new(0xfd00, 0x10, 0x96, 0, 0, 0, 0, 0));
+        return std::net::Ipv6Addr::from(base + u128::from(n)).to_string();
+    }
     let n = st.next_cluster_ip;
     st.next_cluster_ip += 1;
-    let base: u32 = (10 << 24) | (96 << 16);
-    let ip = base + n;
-    format!(
-        "{}.{}.{}.{}",
-        ip >> 24,
-        (ip >> 16) & 0xff,
-        (ip >> 8) & 0xff,
-        ip & 0xff
-    )
+    let base = u32::from(std::net::Ipv4Addr::new(10, 96, 0, 0));
+    std::net::Ipv4Addr::from(base + n).to_string()
 }
 
 /// Apply type defaults. `old` is the stored object on update (fields the API refills from it).
@@ -38,9 +44,9 @@ pub fn default(
     obj: &mut Value,
     old: Option<&Value>,
     creating: bool,
-) {
+) -> Result<(), ApiError> {
     match (rt.group.as_str(), rt.plural.as_str()) {
-        ("", "services") => default_service(st, obj, old, creating),
+        ("", "services") => return default_service(st, rt, obj, old, creating),
         ("discovery.k8s.io", "endpointslices") => {
             if let Some(ports) = obj.get_mut("ports").and_then(Value::as_array_mut) {
                 for p in ports {
@@ -85,6 +91,23 @@ pub fn default(
                 set_default(spec, "terminationGracePeriodSeconds", json!(30));
                 set_default(spec, "securityContext", json!({}));
                 set_default(spec, "enableServiceLinks", json!(true));
+                for list in ["containers", "initContainers"] {
+                    for c in spec
+                        .get_mut(list)
+                        .and_then(Value::as_array_mut)
+                        .into_iter()
+                        .flatten()
+                    {
+                        for p in c
+                            .get_mut("ports")
+                            .and_then(Value::as_array_mut)
+                            .into_iter()
+                            .flatten()
+                        {
+                            set_default(p, "protocol", json!("TCP"));
+                        }
+                    }
+                }
             }
         }
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
@@ -103,6 +126,7 @@ pub fn default(
         }
         _ => {}
     }
+    Ok(())
 }
 
 /// Initial status of built-ins with a status subresource (client status is reset on create).
@@ -118,9 +142,15 @@ pub fn initial_status(rt: &ResourceType) -> Option<Value> {
     }
 }
 
-fn default_service(st: &mut State, obj: &mut Value, old: Option<&Value>, creating: bool) {
+fn default_service(
+    st: &mut State,
+    rt: &ResourceType,
+    obj: &mut Value,
+    old: Option<&Value>,
+    creating: bool,
+) -> Result<(), ApiError> {
     let Some(spec) = obj.get_mut("spec") else {
-        return;
+        return Ok(());
     };
     set_default(spec, "type", json!("ClusterIP"));
     set_default(spec, "sessionAffinity", json!("None"));
@@ -153,7 +183,7 @@ fn default_service(st: &mut State, obj: &mut Value, old: Option<&Value>, creatin
         }
     }
     if external_name {
-        return;
+        return Ok(());
     }
     set_default(spec, "internalTrafficPolicy", json!("Cluster"));
     if matches!(ty.as_str(), "NodePort" | "LoadBalancer") {
@@ -162,32 +192,86 @@ fn default_service(st: &mut State, obj: &mut Value, old: Option<&Value>, creatin
     if ty == "LoadBalancer" {
         set_default(spec, "allocateLoadBalancerNodePorts", json!(true));
     }
-    // clusterIP: refill from the stored object on update, else allocate (None = headless).
-    let old_ip = old.and_then(|o| o.pointer("/spec/clusterIP")).cloned();
-    let old_ips = old.and_then(|o| o.pointer("/spec/clusterIPs")).cloned();
-    if spec
-        .get("clusterIP")
-        .is_none_or(|v| v.is_null() || v.as_str() == Some(""))
+    // clusterIP(s): refill from the stored object on update (upstream `patchAllocatedValues`),
+    // and make the two fields agree (v1 defaulting).
+    let str_of = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_string();
+    let mut ip = str_of(spec.get("clusterIP"));
+    let mut ips: Vec<String> = spec
+        .get("clusterIPs")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().map(|v| str_of(Some(v))).collect())
+        .unwrap_or_default();
+    if let (false, Some(o)) = (creating, old) {
+        if ip.is_empty() {
+            ip = str_of(o.pointer("/spec/clusterIP"));
+        }
+        if ips.is_empty() {
+            ips = o
+                .pointer("/spec/clusterIPs")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().map(|v| str_of(Some(v))).collect())
+                .unwrap_or_default();
+        }
+    }
+    if ips.is_empty() && !ip.is_empty() {
+        ips = vec![ip.clone()];
+    }
+    if ip.is_empty()
+        && let Some(first) = ips.first()
     {
-        let ip = match old_ip {
-            Some(ip) if !creating => ip,
-            _ => json!(alloc_cluster_ip(st)),
-        };
-        if let Value::Object(m) = spec {
-            m.insert("clusterIP".into(), ip);
+        ip.clone_from(first);
+    }
+    if let Value::Object(m) = spec {
+        if !ip.is_empty() {
+            m.insert("clusterIP".into(), json!(ip));
+        }
+        if !ips.is_empty() {
+            m.insert("clusterIPs".into(), json!(ips));
         }
     }
-    if spec.get("clusterIPs").is_none_or(Value::is_null) {
-        let ips = match old_ips {
-            Some(ips) if !creating => ips,
-            _ => json!([spec.get("clusterIP").cloned().unwrap_or(Value::Null)]),
-        };
-        if let Value::Object(m) = spec {
-            m.insert("clusterIPs".into(), ips);
-        }
+    // ipFamilyPolicy and ipFamilies as upstream's REST storage settles them, then one cluster IP
+    // per family from that family's range.
+    let Ok(mut typed) = serde_json::from_value::<k8s_openapi::api::core::v1::Service>(obj.clone())
+    else {
+        // Undecodable: validation reports it.
+        return Ok(());
+    };
+    let old_typed = old.and_then(|o| serde_json::from_value(o.clone()).ok());
+    let errs = kube_validation::init_ip_family_fields(
+        &mut typed,
+        old_typed.as_ref(),
+        &SERVICE_IP_FAMILIES,
+    );
+    if !errs.is_empty() {
+        let name = meta::str_at(obj, "/metadata/name").unwrap_or_default();
+        return Err(crate::validation::invalid(rt, name, &errs));
     }
-    set_default(spec, "ipFamilyPolicy", json!("SingleStack"));
-    set_default(spec, "ipFamilies", json!(["IPv4"]));
+    let spec_t = typed.spec.unwrap_or_default();
+    let families = spec_t.ip_families.unwrap_or_default();
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return Ok(());
+    };
+    spec.insert("ipFamilyPolicy".into(), json!(spec_t.ip_family_policy));
+    spec.insert("ipFamilies".into(), json!(families));
+    if ip != "None" {
+        // Invalid or mismatched user-given IPs are left to validation, which words them.
+        let mut allocated = ips;
+        for (i, family) in families.iter().enumerate() {
+            if allocated.get(i).is_none_or(String::is_empty) {
+                let new_ip = alloc_cluster_ip(st, family);
+                if i < allocated.len() {
+                    allocated[i] = new_ip;
+                } else {
+                    allocated.push(new_ip);
+                }
+            }
+        }
+        if let Some(first) = allocated.first() {
+            spec.insert("clusterIP".into(), json!(first));
+        }
+        spec.insert("clusterIPs".into(), json!(allocated));
+    }
+    Ok(())
 }
 
 /// Checks of the CRD definition itself (spec §5.1); everything else is in [`crate::validation`].

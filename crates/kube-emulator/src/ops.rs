@@ -455,7 +455,7 @@ fn admit(
     w: &Writer,
 ) -> Result<Vec<String>, ApiError> {
     let rt = &t.rt;
-    builtins::default(st, rt, obj, old, creating);
+    builtins::default(st, rt, obj, old, creating)?;
     builtins::normalise_times(rt, obj);
     let mut warnings = Vec::new();
     let name = str_at(obj, "/metadata/name")

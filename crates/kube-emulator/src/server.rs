@@ -504,6 +504,21 @@ async fn resource(
         Ok(b) => b,
         Err(e) => return error_response(&e),
     };
+    // Protobuf bodies become JSON here, so everything after (the log, faults, handlers) sees one form.
+    let body = if matches!(verb, "create" | "update")
+        && content_type
+            .as_deref()
+            .is_some_and(crate::protobuf::is_protobuf)
+    {
+        match crate::protobuf::decode(&body).and_then(|v| {
+            serde_json::to_vec(&v).map_err(|e| ApiError::internal(format!("encoding as JSON: {e}")))
+        }) {
+            Ok(json) => Bytes::from(json),
+            Err(e) => return error_response(&e),
+        }
+    } else {
+        body
+    };
     if verb == "create" {
         // POST URLs carry no name: rules and the log see the body's.
         if let Ok(v) = serde_json::from_slice::<Value>(&body) {
@@ -559,14 +574,16 @@ async fn resource(
         None => return error_response(&ApiError::not_acceptable()),
     };
     if matches!(verb, "create" | "update")
-        && content_type
-            .as_deref()
-            .is_some_and(|c| c.contains("protobuf") || c.contains("cbor"))
+        && content_type.as_deref().is_some_and(|c| {
+            !crate::protobuf::is_protobuf(c) && (c.contains("protobuf") || c.contains("cbor"))
+        })
     {
         return error_response(&ApiError::unsupported_media(
-            "application/json, application/yaml (protobuf and CBOR request bodies are not emulated by kube-emulator; \
-             kubectl's typed generators such as `kubectl create configmap` send protobuf: use `kubectl apply -f` or `kubectl create -f`)",
+            "application/json, application/yaml, application/vnd.kubernetes.protobuf (CBOR request bodies are not emulated by kube-emulator)",
         ));
+    }
+    if let Some((kind, namespaced)) = crate::reviews::lookup(&rp.group, &rp.version, &rp.resource) {
+        return review(kind, namespaced, &rp, verb, &body);
     }
     let target = match resolve(core, &rp, verb) {
         Ok(t) => t,
@@ -693,6 +710,29 @@ async fn resource(
             }
             resp
         }
+        Err(e) => error_response(&e),
+    }
+}
+
+/// An access review: create-only, answered and never stored.
+fn review(
+    kind: &str,
+    namespaced: bool,
+    rp: &ResourcePath,
+    verb: &str,
+    body: &[u8],
+) -> Response<Body> {
+    if rp.name.is_some() || rp.subresource.is_some() || namespaced != rp.namespace.is_some() {
+        return error_response(&ApiError::no_such_resource());
+    }
+    if verb != "create" {
+        return error_response(&ApiError::method_not_allowed(&format!(
+            "{verb} on {}",
+            crate::error::qualified(&rp.resource, &rp.group)
+        )));
+    }
+    match ops::decode_body(body).and_then(|obj| crate::reviews::answer(kind, obj)) {
+        Ok(v) => json_response(201, &v, "application/json"),
         Err(e) => error_response(&e),
     }
 }

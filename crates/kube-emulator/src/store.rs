@@ -227,8 +227,10 @@ pub struct State {
     pub lists: HashMap<u64, ListSnapshot>,
     /// Id source for watchers and snapshots.
     pub next_id: u64,
-    /// Next ClusterIP offset in 10.96.0.0/12.
+    /// Next ClusterIP offset in the IPv4 service CIDR (10.96.0.0/12).
     pub next_cluster_ip: u32,
+    /// Next ClusterIP offset in the IPv6 service CIDR (fd00:10:96::/112).
+    pub next_cluster_ip_v6: u32,
     /// Next NodePort.
     pub next_node_port: u32,
     /// Retention.
@@ -259,6 +261,7 @@ impl State {
             lists: HashMap::new(),
             next_id: 1,
             next_cluster_ip: 10,
+            next_cluster_ip_v6: 10,
             next_node_port: 30000,
             retention,
             clock,

@@ -86,6 +86,14 @@ pub fn validate(
                 Some(o) => kube_validation::validate_service_update(&new, &typed(rt, o)?),
             }
         }
+        ("", "pods") => {
+            use k8s_openapi::api::core::v1::Pod;
+            let new: Pod = typed(rt, obj)?;
+            match old {
+                None => kube_validation::validate_pod(&new),
+                Some(o) => kube_validation::validate_pod_update(&new, &typed(rt, o)?),
+            }
+        }
         ("events.k8s.io", "events") => {
             use k8s_openapi::api::events::v1::Event;
             let new: Event = typed(rt, obj)?;

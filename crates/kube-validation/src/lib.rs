@@ -27,6 +27,7 @@ pub mod ip;
 pub mod lease;
 pub mod meta;
 pub mod names;
+pub mod pod;
 pub mod service;
 pub mod status;
 
@@ -38,5 +39,8 @@ pub use event::{validate_event_create, validate_event_update};
 pub use field::{BadValue, ErrorList, ErrorType, FieldError, FieldPath};
 pub use ip::IpFamily;
 pub use lease::{validate_lease, validate_lease_update};
-pub use service::{default_service, validate_service, validate_service_update};
+pub use pod::{validate_pod, validate_pod_update};
+pub use service::{
+    default_service, init_ip_family_fields, validate_service, validate_service_update,
+};
 pub use status::{InvalidError, StatusCause, invalid_message};

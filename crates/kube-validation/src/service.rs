@@ -258,6 +258,128 @@ fn validate_cluster_ips(spec: &ServiceSpec) -> ErrorList {
     errs
 }
 
+/// The IP family name of a family (`IPv4`, `IPv6`).
+fn family_name(f: IpFamily) -> &'static str {
+    match f {
+        IpFamily::V4 => "IPv4",
+        IpFamily::V6 => "IPv6",
+    }
+}
+
+/// The API server's `initIPFamilyFields` (service REST storage, run before cluster IPs are
+/// allocated): defaults `ipFamilyPolicy` (the old object's on update; `RequireDualStack` for a
+/// headless Service without selector; else `SingleStack`) and `ipFamilies` (from `clusterIPs`,
+/// then the cluster's primary family, then the other family unless single-stack), and rejects
+/// families the cluster does not serve. `cluster_families` is the service CIDRs' families,
+/// primary first. ExternalName Services are left alone.
+pub fn init_ip_family_fields(
+    service: &mut Service,
+    old: Option<&Service>,
+    cluster_families: &[IpFamily],
+) -> ErrorList {
+    let mut errs = Vec::new();
+    let Some(spec) = service.spec.as_mut() else {
+        return errs;
+    };
+    if spec.type_.as_deref() == Some("ExternalName") {
+        return errs;
+    }
+    let path = FieldPath::new("spec");
+    let headless_selectorless = spec.cluster_ip.as_deref() == Some("None")
+        && spec.selector.as_ref().is_none_or(|s| s.is_empty());
+    if spec.ip_family_policy.is_none() {
+        let old_policy = old.and_then(|o| o.spec.as_ref()?.ip_family_policy.clone());
+        spec.ip_family_policy = Some(match old_policy {
+            Some(p) => p,
+            None if headless_selectorless => "RequireDualStack".to_owned(),
+            None => "SingleStack".to_owned(),
+        });
+    }
+    let policy = spec.ip_family_policy.clone().unwrap_or_default();
+    let policy_path = path.child("ipFamilyPolicy");
+    let ips = spec.cluster_ips.clone().unwrap_or_default();
+    let mut families = spec.ip_families.clone().unwrap_or_default();
+    if policy == "SingleStack" {
+        if ips.len() == 2 {
+            errs.push(FieldError::invalid(
+                &policy_path,
+                &policy,
+                "must be 'RequireDualStack' or 'PreferDualStack' when multiple cluster IPs are specified",
+            ));
+        }
+        if families.len() == 2 {
+            errs.push(FieldError::invalid(
+                &policy_path,
+                &policy,
+                "must be 'RequireDualStack' or 'PreferDualStack' when multiple IP families are specified",
+            ));
+        }
+    }
+    for (i, ip) in ips.iter().enumerate() {
+        if ip == "None" {
+            break;
+        }
+        // A malformed IP is reported by validation; nothing to infer from it.
+        let Some(fam) = ip_family(ip) else { continue };
+        if i >= families.len() {
+            if cluster_families.contains(&fam) {
+                families.push(family_name(fam).to_owned());
+            } else {
+                errs.push(FieldError::invalid(
+                    &path.child("clusterIPs").index(i),
+                    go_string_slice(&ips),
+                    format!("{} is not configured on this cluster", family_name(fam)),
+                ));
+            }
+        }
+    }
+    if !errs.is_empty() {
+        return errs;
+    }
+    let primary = cluster_families.first().copied().unwrap_or(IpFamily::V4);
+    let other = |f: &str| if f == "IPv4" { "IPv6" } else { "IPv4" };
+    if headless_selectorless {
+        if families.is_empty() {
+            families.push(family_name(primary).to_owned());
+        }
+        if families.len() < 2 && policy != "SingleStack" {
+            let alt = other(&families[0]).to_owned();
+            families.push(alt);
+        }
+        spec.ip_families = Some(families);
+        return errs;
+    }
+    if policy == "RequireDualStack" && cluster_families.len() < 2 {
+        errs.push(FieldError::invalid(
+            &policy_path,
+            &policy,
+            "this cluster is not configured for dual-stack services",
+        ));
+    }
+    for (i, f) in families.iter().enumerate() {
+        let served = cluster_families.iter().any(|c| family_name(*c) == f);
+        if !served {
+            errs.push(FieldError::invalid(
+                &path.child("ipFamilies").index(i),
+                f,
+                "not configured on this cluster",
+            ));
+        }
+    }
+    if !errs.is_empty() {
+        return errs;
+    }
+    if families.is_empty() {
+        families.push(family_name(primary).to_owned());
+    }
+    if policy != "SingleStack" && families.len() == 1 && cluster_families.len() == 2 {
+        let alt = other(&families[0]).to_owned();
+        families.push(alt);
+    }
+    spec.ip_families = Some(families);
+    errs
+}
+
 fn go_service_port_key(port: &ServicePort) -> BadValue {
     BadValue::Raw(format!(
         "core.ServicePort{{Name:\"\", Protocol:{}, AppProtocol:(*string)(nil), Port:{}, TargetPort:intstr.IntOrString{{Type:0, IntVal:0, StrVal:\"\"}}, NodePort:0}}",

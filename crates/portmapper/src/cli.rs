@@ -24,6 +24,7 @@ pub enum Command {
     /// Print the PortMapping CRD as YAML (`portmapper crd | kubectl apply -f -`).
     Crd,
     /// Run everything on an embedded API server (no cluster) and show membership live.
+    #[cfg(feature = "demo")]
     Demo(DemoArgs),
     /// Preview offline what the operator would publish for manifests (no cluster needed).
     Render(crate::render::RenderArgs),
@@ -48,6 +49,19 @@ pub struct DemoArgs {
     /// Act out a user's kubectl session (annotate a pod, delete a pod) and show the effect.
     #[arg(long, env = "PORTMAPPER_DEMO_TOUR", default_value_t = false)]
     pub tour: bool,
+    /// Where the logs go (default: `portmapper-demo.log` in the temporary directory), so they
+    /// never scroll the membership table away.
+    #[arg(long, env = "PORTMAPPER_DEMO_LOG_FILE")]
+    pub log_file: Option<PathBuf>,
+}
+
+impl DemoArgs {
+    /// The log file: `--log-file`, else `portmapper-demo.log` in the temporary directory.
+    pub fn log_path(&self) -> PathBuf {
+        self.log_file
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("portmapper-demo.log"))
+    }
 }
 
 /// Logging.

@@ -4,9 +4,11 @@
 //! prints the per-port membership every time it changes. Flip a pod with kubectl and watch it move.
 
 use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
@@ -31,6 +33,27 @@ use crate::http::Readiness;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::probing::CustomExecutor;
+
+/// Lines the demo has printed: the live table is redrawn in place only when nothing was printed
+/// below it since it was drawn.
+static PRINTED: AtomicUsize = AtomicUsize::new(0);
+
+fn note_printed(lines: usize) {
+    PRINTED.fetch_add(lines, Ordering::Relaxed);
+}
+
+fn printed_lines() -> usize {
+    PRINTED.load(Ordering::Relaxed)
+}
+
+/// `println!` that counts the lines it printed.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let text = format!($($arg)*);
+        note_printed(text.lines().count().max(1));
+        println!("{text}");
+    }};
+}
 
 const DEMO_MANAGER: &str = "portmapper-demo";
 
@@ -68,18 +91,19 @@ pub async fn run(args: DemoArgs) -> Result<(), Error> {
         .client()
         .map_err(|e| Error::Config(format!("client for the embedded API server: {e}")))?;
     let kubeconfig = emu.kubeconfig_path().display().to_string();
-    println!("portmapper demo: embedded API server on {}", emu.url());
-    println!("  export KUBECONFIG={kubeconfig}");
-    println!("  kubectl get pm,endpointslices");
+    say!("portmapper demo: embedded API server on {}", emu.url());
+    say!("  export KUBECONFIG={kubeconfig}");
+    say!("  kubectl get pm,endpointslices");
+    say!("  logs: {}", args.log_path().display());
     let pod_network = match PodNetwork::create() {
         Ok(network) => {
-            println!(
+            say!(
                 "network checks: every port also needs httpGet on the pod's own server; pods listen on their IPs inside a private network namespace"
             );
             Some(Arc::new(network))
         }
         Err(why) => {
-            println!(
+            say!(
                 "network checks: not used; the demo runs metadata-only (podReady + portNames): {why}"
             );
             None
@@ -94,7 +118,7 @@ pub async fn run(args: DemoArgs) -> Result<(), Error> {
             None => apply(&client, doc).await?,
         }
     }
-    println!(
+    say!(
         "applied {} objects from {}",
         manifests.len(),
         source_name(&args.manifests)
@@ -138,7 +162,7 @@ pub async fn run(args: DemoArgs) -> Result<(), Error> {
     if args.tour {
         tour(&client, &view, pod_network.as_deref()).await?;
     } else {
-        println!("try: kubectl annotate pod pod-a example.com/ports=http,https --overwrite");
+        say!("try: kubectl annotate pod pod-a example.com/ports=http,https --overwrite");
     }
     let until = async {
         match args.duration {
@@ -153,7 +177,7 @@ pub async fn run(args: DemoArgs) -> Result<(), Error> {
     let _ = tokio::time::timeout(Duration::from_secs(5), controller).await;
     display.abort();
     kubelet.abort();
-    println!(
+    say!(
         "demo finished after {:.1}s",
         started.elapsed().as_secs_f64()
     );
@@ -340,8 +364,8 @@ async fn play_kubelet(
     }
 }
 
-/// Renders `service port: pods` lines from the live slices.
-fn render(slices: &[EndpointSlice]) -> String {
+/// `(service, port, members)` rows of the live slices, sorted.
+fn rows(slices: &[EndpointSlice]) -> Vec<(String, String, String)> {
     let mut ports: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     for s in slices {
         let svc = s
@@ -379,17 +403,37 @@ fn render(slices: &[EndpointSlice]) -> String {
         .into_iter()
         .map(|((svc, port), mut pods)| {
             pods.sort();
-            format!(
-                "  {svc} {port}: {}",
-                if pods.is_empty() {
-                    "-".to_string()
-                } else {
-                    pods.join(", ")
-                }
-            )
+            let members = if pods.is_empty() {
+                "-".to_string()
+            } else {
+                pods.join(", ")
+            };
+            (svc, port, members)
         })
+        .collect()
+}
+
+/// The membership as `  service port: pods` lines: what the tour waits for.
+fn render(rows: &[(String, String, String)]) -> String {
+    rows.iter()
+        .map(|(svc, port, members)| format!("  {svc} {port}: {members}"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The membership as an aligned table (SERVICE, PORT, MEMBERS), one line per port.
+fn table(rows: &[(String, String, String)]) -> Vec<String> {
+    let w_svc = rows.iter().map(|r| r.0.len()).chain([7]).max().unwrap_or(7);
+    let w_port = rows.iter().map(|r| r.1.len()).chain([4]).max().unwrap_or(4);
+    let mut lines = vec![format!(
+        "  {:<w_svc$}  {:<w_port$}  MEMBERS",
+        "SERVICE", "PORT"
+    )];
+    lines.extend(
+        rows.iter()
+            .map(|(svc, port, members)| format!("  {svc:<w_svc$}  {port:<w_port$}  {members}")),
+    );
+    lines
 }
 
 async fn show_membership(
@@ -405,19 +449,36 @@ async fn show_membership(
         .reflect(writer)
         .touched_objects();
     let mut stream = std::pin::pin!(stream);
+    let live = std::io::stdout().is_terminal();
+    let (mut drawn, mut drawn_at) = (0usize, 0usize);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             item = stream.next() => if item.is_none() { return },
         }
         let slices: Vec<EndpointSlice> = store.state().iter().map(|s| s.as_ref().clone()).collect();
-        let text = render(&slices);
+        let rows = rows(&slices);
+        let text = render(&rows);
         let mut last = view.lock().await;
         if *last != text {
-            println!(
-                "[{:>5.1}s] membership:\n{text}",
+            let mut lines = vec![format!(
+                "[{:>5.1}s] membership:",
                 started.elapsed().as_secs_f64()
-            );
+            )];
+            lines.extend(table(&rows));
+            let mut out = std::io::stdout().lock();
+            // On a terminal the table is redrawn in place while nothing else printed since:
+            // a live view rather than a scroll of snapshots. Piped output keeps every snapshot.
+            if live && drawn > 0 && printed_lines() == drawn_at {
+                let _ = write!(out, "\x1b[{drawn}F\x1b[J");
+            }
+            for l in &lines {
+                let _ = writeln!(out, "{l}");
+            }
+            let _ = out.flush();
+            drawn = lines.len();
+            note_printed(lines.len());
+            drawn_at = printed_lines();
             *last = text;
         }
     }
@@ -431,24 +492,24 @@ async fn tour(
 ) -> Result<(), Error> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     wait_for(view, "my-service https: pod-b, pod-c, pod-d").await;
-    println!("$ kubectl annotate pod pod-a example.com/ports=http,https --overwrite");
+    say!("$ kubectl annotate pod pod-a example.com/ports=http,https --overwrite");
     let patch = json!({"metadata": {"annotations": {"example.com/ports": "http,https"}}});
     pods.patch("pod-a", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(|e| Error::kube("annotating pod-a", e))?;
     wait_for(view, "my-service https: pod-a, pod-b, pod-c, pod-d").await;
-    println!("$ kubectl delete pod pod-c   # pod-c leaves both ports");
+    say!("$ kubectl delete pod pod-c   # pod-c leaves both ports");
     pods.delete("pod-c", &DeleteParams::default())
         .await
         .map_err(|e| Error::kube("deleting pod-c", e))?;
     wait_for(view, "my-service http: pod-a, pod-b\n").await;
     if let Some(network) = network {
-        println!("$ (pod-b's https server on 8443 stops; its http server keeps answering)");
+        say!("$ (pod-b's https server on 8443 stops; its http server keeps answering)");
         network.stop_server("pod-b", 8443);
         wait_for(view, "my-service https: pod-a, pod-d\n").await;
-        println!("pod-b left https (httpGet refused) and still serves http");
+        say!("pod-b left https (httpGet refused) and still serves http");
     }
-    println!("tour done: pod-a joined https, pod-c left http and https");
+    say!("tour done: pod-a joined https, pod-c left http and https");
     Ok(())
 }
 
@@ -460,5 +521,5 @@ async fn wait_for(view: &Arc<Mutex<String>>, needle: &str) {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    println!("(gave up waiting for {needle:?} after 30s)");
+    say!("(gave up waiting for {needle:?} after 30s)");
 }

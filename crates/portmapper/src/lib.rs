@@ -5,7 +5,9 @@ pub mod cli;
 pub mod client;
 pub mod conditions;
 pub mod controller;
+#[cfg(feature = "demo")]
 pub mod demo;
+#[cfg(feature = "demo")]
 pub mod demo_pods;
 pub mod error;
 pub mod http;

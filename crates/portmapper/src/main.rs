@@ -7,7 +7,12 @@ use portmapper::cli::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(err) = portmapper::telemetry::init(&cli.log) {
+    let telemetry = match &cli.command {
+        #[cfg(feature = "demo")]
+        Command::Demo(args) => portmapper::telemetry::init_to_file(&cli.log, &args.log_path()),
+        _ => portmapper::telemetry::init(&cli.log),
+    };
+    if let Err(err) = telemetry {
         eprintln!("portmapper: {err}");
         return ExitCode::FAILURE;
     }
@@ -20,6 +25,7 @@ fn main() -> ExitCode {
             Err(err) => Err(portmapper::error::Error::Config(err.to_string())),
         },
         Command::Run(args) => runtime().and_then(|rt| rt.block_on(portmapper::run::run(args))),
+        #[cfg(feature = "demo")]
         Command::Demo(args) => runtime().and_then(|rt| rt.block_on(portmapper::demo::run(args))),
         Command::Render(args) => return portmapper::render::main(&args),
     };

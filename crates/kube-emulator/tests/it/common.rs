@@ -195,3 +195,29 @@ pub fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
         .map(|(a, b)| (a.to_string(), b.to_string()))
         .collect()
 }
+
+/// The versioned kubectl binaries (`kubectl.1.27` … `kubectl.1.33`) that run here, found on PATH
+/// or next to the (dispatcher) `kubectl`.
+pub fn versioned_kubectls() -> Vec<String> {
+    let dir = Command::new("sh")
+        .args(["-c", "dirname \"$(readlink -f \"$(command -v kubectl)\")\""])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    (27..=33)
+        .map(|minor| {
+            let beside = format!("{dir}/kubectl.1.{minor}");
+            if Path::new(&beside).exists() {
+                beside
+            } else {
+                format!("kubectl.1.{minor}")
+            }
+        })
+        .filter(|bin| {
+            Command::new(bin)
+                .args(["version", "--client"])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .collect()
+}

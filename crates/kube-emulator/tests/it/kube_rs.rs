@@ -468,6 +468,20 @@ async fn status_on_types_without_it_is_404() {
         "x",
     )
     .await;
+    // Protobuf bodies are decoded: one without the `k8s\0` envelope is a bad request.
+    assert_eq!(code, 400);
+    assert!(
+        body.contains("does not appear to be a protobuf message"),
+        "{body}"
+    );
+    let (code, body) = crate::common::raw(
+        &emu,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        &[("Content-Type", "application/cbor")],
+        "x",
+    )
+    .await;
     assert_eq!(code, 415);
     assert!(body.contains("not emulated"), "{body}");
     let (code, _) = crate::common::raw(
