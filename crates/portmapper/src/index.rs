@@ -189,6 +189,14 @@ fn dedup(keys: Vec<PmKey>) -> Vec<PmKey> {
         .collect()
 }
 
+/// The keys a relist no longer lists.
+fn missing<'a, K: Clone + Eq + Hash + 'a>(
+    known: impl Iterator<Item = &'a K>,
+    present: &HashSet<K>,
+) -> Vec<K> {
+    known.filter(|k| !present.contains(*k)).cloned().collect()
+}
+
 /// The PortMapping that controls `obj` (by ownerReference), with its UID.
 fn controller_of<K: Resource>(obj: &K) -> Option<(PmKey, String)> {
     let ns = obj.meta().namespace.clone()?;
@@ -223,6 +231,19 @@ impl Index {
     /// An empty index.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Deletes each key with `delete`; the PortMappings any of them affects, once each.
+    fn delete_each<K>(
+        &mut self,
+        keys: Vec<K>,
+        mut delete: impl FnMut(&mut Self, &K) -> Vec<PmKey>,
+    ) -> Vec<PmKey> {
+        let mut out = HashSet::new();
+        for key in &keys {
+            out.extend(delete(self, key));
+        }
+        out.into_iter().collect()
     }
 
     // ---- PortMappings ----------------------------------------------------------------------
@@ -302,17 +323,8 @@ impl Index {
 
     /// After a relist of PortMappings: forgets those not in `present`.
     pub fn retain_portmappings(&mut self, present: &HashSet<PmKey>) -> Vec<PmKey> {
-        let gone: Vec<PmKey> = self
-            .pms
-            .keys()
-            .filter(|k| !present.contains(*k))
-            .cloned()
-            .collect();
-        let mut out = HashSet::new();
-        for key in gone {
-            out.extend(self.delete_portmapping(&key));
-        }
-        out.into_iter().collect()
+        let gone = missing(self.pms.keys(), present);
+        self.delete_each(gone, Self::delete_portmapping)
     }
 
     fn unregister(&mut self, key: &PmKey, old: &PmFootprint) {
@@ -626,17 +638,8 @@ impl Index {
 
     /// After a relist of our slices: forgets those not in `present`.
     pub fn retain_slices(&mut self, present: &HashSet<ObjectRef<EndpointSlice>>) -> Vec<PmKey> {
-        let gone: Vec<_> = self
-            .slices
-            .keys()
-            .filter(|k| !present.contains(*k))
-            .cloned()
-            .collect();
-        let mut out = HashSet::new();
-        for key in gone {
-            out.extend(self.delete_slice(&key));
-        }
-        out.into_iter().collect()
+        let gone = missing(self.slices.keys(), present);
+        self.delete_each(gone, Self::delete_slice)
     }
 
     fn collect_owned(&self, ns: &str, footprint: &OwnedFootprint, out: &mut HashSet<PmKey>) {
@@ -747,17 +750,8 @@ impl Index {
 
     /// After a relist of native slices: forgets those not in `present`.
     pub fn retain_native_slices(&mut self, present: &HashSet<NativeKey>) -> Vec<PmKey> {
-        let gone: Vec<_> = self
-            .native
-            .keys()
-            .filter(|k| !present.contains(*k))
-            .cloned()
-            .collect();
-        let mut out = HashSet::new();
-        for key in gone {
-            out.extend(self.delete_native_slice(&key));
-        }
-        out.into_iter().collect()
+        let gone = missing(self.native.keys(), present);
+        self.delete_each(gone, Self::delete_native_slice)
     }
 
     /// The native slices of a Service.
@@ -808,17 +802,8 @@ impl Index {
 
     /// After a relist of our Endpoints objects: forgets those not in `present`.
     pub fn retain_endpoints(&mut self, present: &HashSet<ObjectRef<Endpoints>>) -> Vec<PmKey> {
-        let gone: Vec<_> = self
-            .endpoints
-            .keys()
-            .filter(|k| !present.contains(*k))
-            .cloned()
-            .collect();
-        let mut out = HashSet::new();
-        for key in gone {
-            out.extend(self.delete_endpoints(&key));
-        }
-        out.into_iter().collect()
+        let gone = missing(self.endpoints.keys(), present);
+        self.delete_each(gone, Self::delete_endpoints)
     }
 
     /// Our Endpoints objects controlled by the PortMapping with `uid`.
@@ -878,17 +863,8 @@ impl Index {
 
     /// After a relist of nodes: forgets those not in `present`.
     pub fn retain_nodes(&mut self, present: &HashSet<String>) -> Vec<PmKey> {
-        let gone: Vec<String> = self
-            .zones
-            .keys()
-            .filter(|k| !present.contains(*k))
-            .cloned()
-            .collect();
-        let mut out = HashSet::new();
-        for node in gone {
-            out.extend(self.delete_node(&node));
-        }
-        out.into_iter().collect()
+        let gone = missing(self.zones.keys(), present);
+        self.delete_each(gone, |index, node: &String| index.delete_node(node))
     }
 
     /// Node name → zone, for the nodes that have one.
