@@ -199,7 +199,7 @@ def check_defaults() -> None:
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
             "resourceNames": ["portmapper"],
-            "verbs": ["get", "patch"],
+            "verbs": ["get", "list", "watch", "update"],
         },
     ], lease_role["rules"]
     for binding in [o for o in objs if o["kind"].endswith("Binding")]:
