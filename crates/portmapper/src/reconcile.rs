@@ -372,7 +372,7 @@ async fn plan_and_apply(
         conditions.push(Desired::new(ct::STALLED, false, "ApplyFailed", "retrying"));
     } else {
         ctx.clear_warning(pm_ref, "EndpointSliceNameCollision");
-        conditions.extend(report::published(&plan.summary));
+        conditions.extend(report::planned(&plan));
     }
     if let Some(migration) = report::selector_migration(service) {
         if ctx.warn_once(pm_ref, "SelectorStillPresent") {

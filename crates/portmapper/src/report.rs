@@ -80,6 +80,16 @@ pub fn published(summary: &str) -> Vec<Desired> {
     ]
 }
 
+/// The conditions of a plan whose writes all succeeded: published, or — for an ExternalName
+/// Service, which has no endpoints — stalled until the Service changes type (a PortMapping
+/// that can publish nothing is not Ready).
+pub fn planned(plan: &portmapper_core::Plan) -> Vec<Desired> {
+    if plan.warnings.contains(&PlanWarning::ExternalName) {
+        return stalled("ExternalName", PlanWarning::ExternalName.to_string());
+    }
+    published(&plan.summary)
+}
+
 /// Whether the Service still has a (non-empty) selector.
 pub fn has_selector(service: &Service) -> bool {
     service

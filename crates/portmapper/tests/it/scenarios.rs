@@ -223,8 +223,19 @@ async fn external_name_service_publishes_nothing() {
     h.create(svc).await;
     ready_pods(&h, "ext", &[("pod-a", "http", "10.244.0.1")]).await;
     h.create(portmapping("ext", "ext")).await;
-    eventually("status", T, || async { h.portmapping("ext").await.status }).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Not Ready: a PortMapping that can publish nothing says so (issue 11 item 12).
+    let (status, reason, message) = eventually("Ready=False ExternalName", T, || async {
+        condition(&h, "ext", "Ready")
+            .await
+            .filter(|c| c.1 == "ExternalName")
+    })
+    .await;
+    assert_eq!(status, "False");
+    assert!(message.contains("ExternalName"), "{message}");
+    assert_eq!(
+        condition(&h, "ext", "Stalled").await.map(|c| c.0),
+        Some("True".to_string())
+    );
     assert!(h.slices("ext").await.is_empty());
 }
 
