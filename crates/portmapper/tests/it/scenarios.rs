@@ -224,7 +224,7 @@ async fn external_name_service_publishes_nothing() {
     ready_pods(&h, "ext", &[("pod-a", "http", "10.244.0.1")]).await;
     h.create(portmapping("ext", "ext")).await;
     // Not Ready: a PortMapping that can publish nothing says so (issue 11 item 12).
-    let (status, reason, message) = eventually("Ready=False ExternalName", T, || async {
+    let (status, _, message) = eventually("Ready=False ExternalName", T, || async {
         condition(&h, "ext", "Ready")
             .await
             .filter(|c| c.1 == "ExternalName")
