@@ -382,10 +382,18 @@ async fn plan_and_apply(
     } else {
         ctx.clear_warning(pm_ref, "SelectorStillPresent");
     }
+    // One Event per reason, naming every occurrence (three rejected pods are one Event that
+    // names all three, not one that names the first).
+    let mut by_reason: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
     for warning in &plan.warnings {
-        let reason = report::warning_reason(warning);
+        by_reason
+            .entry(report::warning_reason(warning))
+            .or_default()
+            .push(warning.to_string());
+    }
+    for (reason, notes) in by_reason {
         if ctx.warn_once(pm_ref, reason) {
-            warn_event(ctx, pm, pm_ref, reason, &warning.to_string()).await;
+            warn_event(ctx, pm, pm_ref, reason, &notes.join("; ")).await;
         }
     }
 

@@ -215,6 +215,33 @@ async fn same_second_portmappings_hand_the_slices_to_the_name_winner() {
     );
 }
 
+/// Issue 11 item 12: three pods with addresses EndpointSlices cannot carry give one Warning
+/// Event that names all three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_rejected_address_event_names_every_rejected_pod() {
+    let h = Harness::start().await;
+    h.create(service("web", &[("http", 8080)])).await;
+    ready_pods(&h, "web", &[("pod-ok", "http", "10.244.0.1")]).await;
+    for (name, ip) in [
+        ("pod-lo", "127.0.0.5"),
+        ("pod-ll", "169.254.0.7"),
+        ("pod-any", "0.0.0.0"),
+    ] {
+        ready_pods(&h, "web", &[(name, "http", ip)]).await;
+    }
+    h.create(portmapping("web", "web")).await;
+    let events = eventually("PodAddressRejected", T, || async {
+        let events = h.events("PodAddressRejected").await;
+        (!events.is_empty()).then_some(events)
+    })
+    .await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    let note = events[0].note.clone().unwrap_or_default();
+    for pod in ["pod-lo", "pod-ll", "pod-any"] {
+        assert!(note.contains(pod), "{pod} missing from {note:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn external_name_service_publishes_nothing() {
     let h = Harness::start().await;
