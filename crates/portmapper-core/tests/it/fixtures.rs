@@ -264,7 +264,8 @@ impl World {
             .collect()
     }
 
-    pub fn plan(&self) -> Plan {
+    /// The plan, or why there is none.
+    pub fn try_plan(&self) -> Result<Plan, portmapper_core::PlanError> {
         let (pods, slices) = (self.pod_refs(), self.slice_refs());
         plan(&PlanInput {
             port_mapping: &self.pm,
@@ -277,7 +278,10 @@ impl World {
             live_endpoints: self.endpoints.as_ref(),
             now: self.now,
         })
-        .expect("plan")
+    }
+
+    pub fn plan(&self) -> Plan {
+        self.try_plan().expect("plan")
     }
 
     /// Applies a plan the way the API server would store it (uid and resourceVersion set).

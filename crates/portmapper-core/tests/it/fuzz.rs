@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use portmapper_api::KeySource;
-use portmapper_core::{PlanError, PlanInput, plan};
+use portmapper_core::PlanError;
 use proptest::prelude::*;
 
 use crate::fixtures::*;
@@ -61,21 +61,6 @@ fn lists(value: &str, port: &str) -> bool {
     value.split(',').any(|entry| entry.trim() == port)
 }
 
-fn plan_of(w: &World) -> Result<portmapper_core::Plan, PlanError> {
-    let (pods, slices) = (w.pod_refs(), w.slice_refs());
-    plan(&PlanInput {
-        port_mapping: &w.pm,
-        service: &w.service,
-        pods: &pods,
-        node_zones: &w.zones,
-        network: &w.network,
-        live_slices: &slices,
-        take_over: &[],
-        live_endpoints: w.endpoints.as_ref(),
-        now: w.now,
-    })
-}
-
 fn published(p: &portmapper_core::Plan, slice: &str) -> Vec<String> {
     p.slices
         .iter()
@@ -97,7 +82,7 @@ proptest! {
             .map(|(i, v)| PodBuilder::new(&format!("p{i}"), &[&format!("10.0.0.{}", i + 1)]).ports(v).build())
             .collect();
         let w = World::new(port_mapping(&["http", "https"]), web_service(), pods);
-        let p = plan_of(&w).map_err(|e| TestCaseError::fail(format!("plan failed: {e}")))?;
+        let p = w.try_plan().map_err(|e| TestCaseError::fail(format!("plan failed: {e}")))?;
         for port in ["http", "https"] {
             let want: Vec<String> = values
                 .iter()
@@ -135,7 +120,7 @@ proptest! {
             })
             .collect();
         let w = World::new(pm, service(vec![sport("http", 80, None)]), pods);
-        let p = plan_of(&w).map_err(|e| TestCaseError::fail(format!("plan failed: {e}")))?;
+        let p = w.try_plan().map_err(|e| TestCaseError::fail(format!("plan failed: {e}")))?;
         let want: Vec<String> = values
             .iter()
             .enumerate()
@@ -183,7 +168,7 @@ proptest! {
             })
             .collect();
         let w = World::new(port_mapping(&["http"]), svc, pods);
-        let p = plan_of(&w).map_err(|e| TestCaseError::fail(format!("plan failed: {e}")))?;
+        let p = w.try_plan().map_err(|e| TestCaseError::fail(format!("plan failed: {e}")))?;
         for planned in &p.slices {
             let v6 = planned.slice.address_type == "IPv6";
             for e in &planned.slice.endpoints {
@@ -230,7 +215,7 @@ proptest! {
         svc.metadata.labels = Some(labels);
         svc.metadata.annotations = Some(annotations);
         let w = World::new(port_mapping(&["http", "https"]), svc, seed_pods());
-        match plan_of(&w) {
+        match w.try_plan() {
             Ok(p) => {
                 for planned in &p.slices {
                     let l = planned.slice.metadata.labels.clone().unwrap_or_default();

@@ -10,7 +10,7 @@ use kube_validation::IpFamily;
 use portmapper_api::check::HttpGetCheck;
 use portmapper_api::{Check, PortRule, TerminatingEndpoints, UnlistedPorts};
 use portmapper_core::{
-    Action, CheckPosition, Deletion, NetworkKey, PlanError, PlanInput, PlanWarning, Verdict, plan,
+    Action, CheckPosition, Deletion, NetworkKey, PlanError, PlanWarning, Verdict,
 };
 
 use crate::fixtures::*;
@@ -985,25 +985,14 @@ fn legacy_endpoints_owned_by_someone_else_are_left_alone() {
 fn missing_uid_or_wrong_service_is_an_error() {
     let mut w = seed_world();
     w.pm.metadata.uid = None;
-    fn plan_of(w: &World) -> Result<portmapper_core::Plan, PlanError> {
-        let (pods, slices) = (w.pod_refs(), w.slice_refs());
-        plan(&PlanInput {
-            port_mapping: &w.pm,
-            service: &w.service,
-            pods: &pods,
-            node_zones: &w.zones,
-            network: &w.network,
-            live_slices: &slices,
-            take_over: &[],
-            live_endpoints: None,
-            now: w.now,
-        })
-    }
-    assert_eq!(plan_of(&w), Err(PlanError::MissingMetadata("metadata.uid")));
+    assert_eq!(
+        w.try_plan(),
+        Err(PlanError::MissingMetadata("metadata.uid"))
+    );
     w.pm.metadata.uid = Some("u".into());
     w.service.metadata.name = Some("other".into());
     assert!(matches!(
-        plan_of(&w),
+        w.try_plan(),
         Err(PlanError::ServiceMismatch { .. })
     ));
 }
@@ -1023,18 +1012,7 @@ fn invalid_pool_selector_is_an_error_not_an_empty_pool() {
             ]),
         },
     );
-    let (pods, slices) = (w.pod_refs(), w.slice_refs());
-    let r = plan(&PlanInput {
-        port_mapping: &w.pm,
-        service: &w.service,
-        pods: &pods,
-        node_zones: &w.zones,
-        network: &w.network,
-        live_slices: &slices,
-        take_over: &[],
-        live_endpoints: None,
-        now: w.now,
-    });
+    let r = w.try_plan();
     assert!(matches!(r, Err(PlanError::Selector(_))));
 }
 

@@ -14,6 +14,14 @@ use crate::harness::*;
 
 const T: Duration = Duration::from_secs(15);
 
+/// Waits until `pm` has condition `type_` with `status`.
+async fn await_condition(h: &Harness, pm: &str, type_: &str, status: &str) {
+    eventually(&format!("{pm} {type_}={status}"), T, || async {
+        condition(h, pm, type_).await.filter(|c| c.0 == status)
+    })
+    .await;
+}
+
 async fn condition(h: &Harness, pm: &str, type_: &str) -> Option<(String, String, String)> {
     let pm = h.portmapping(pm).await;
     pm.status?
@@ -47,12 +55,7 @@ async fn missing_service_reports_stalled_and_publishes_nothing() {
 
     // Creating the Service heals it without touching the PortMapping.
     h.create(service("ghost", &[("http", 8080)])).await;
-    eventually("Ready after the Service appears", T, || async {
-        condition(&h, "ghost", "Ready")
-            .await
-            .filter(|c| c.0 == "True")
-    })
-    .await;
+    await_condition(&h, "ghost", "Ready", "True").await;
     assert_eq!(h.membership("ghost").await["ghost.http"], ["pod-a"]);
 }
 
@@ -88,12 +91,7 @@ async fn second_portmapping_for_a_service_reports_conflict_and_writes_nothing() 
     h.create(service("web", &[("http", 8080)])).await;
     ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
     h.create(portmapping("first", "web")).await;
-    eventually("first Ready", T, || async {
-        condition(&h, "first", "Ready")
-            .await
-            .filter(|c| c.0 == "True")
-    })
-    .await;
+    await_condition(&h, "first", "Ready", "True").await;
     let mut second = portmapping("second", "web");
     second["spec"]["defaultChecks"] = json!([]);
     h.create(second).await;
@@ -124,19 +122,9 @@ async fn deleting_the_publisher_hands_the_service_to_the_other_portmapping_at_on
     h.create(service("web", &[("http", 8080)])).await;
     ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
     h.create(portmapping("first", "web")).await;
-    eventually("first Ready", T, || async {
-        condition(&h, "first", "Ready")
-            .await
-            .filter(|c| c.0 == "True")
-    })
-    .await;
+    await_condition(&h, "first", "Ready", "True").await;
     h.create(portmapping("second", "web")).await;
-    eventually("second in Conflict", T, || async {
-        condition(&h, "second", "Conflict")
-            .await
-            .filter(|c| c.0 == "True")
-    })
-    .await;
+    await_condition(&h, "second", "Conflict", "True").await;
     let pms: Api<PortMapping> = Api::namespaced(h.client.clone(), NS);
     pms.delete("first", &DeleteParams::default()).await.unwrap();
     let second_uid = h.portmapping("second").await.uid().unwrap();
@@ -197,12 +185,7 @@ async fn same_second_portmappings_hand_the_slices_to_the_name_winner() {
         .then_some(())
     })
     .await;
-    eventually("zz in Conflict", T, || async {
-        condition(&h, "zz", "Conflict")
-            .await
-            .filter(|c| c.0 == "True")
-    })
-    .await;
+    await_condition(&h, "zz", "Conflict", "True").await;
     // The slices follow the pods again.
     h.set_pod_status("pod-b", &["10.244.0.2"], false).await;
     eventually("pod-b withdrawn", T, || async {
