@@ -259,18 +259,18 @@ impl<'a> DesiredEndpoint<'a> {
             (true, HintMode::Zone) => (self.facts.zone, None),
             (true, HintMode::Node) => (self.facts.zone, self.node()),
         };
-        let live_zones: Vec<&str> = live
-            .iter()
-            .flat_map(|h| h.for_zones.iter().flatten())
-            .map(|z| z.name.as_str())
-            .collect();
-        let live_nodes: Vec<&str> = live
-            .iter()
-            .flat_map(|h| h.for_nodes.iter().flatten())
-            .map(|n| n.name.as_str())
-            .collect();
-        live_zones.as_slice() == zones.as_slice()
-            && (live_nodes.as_slice() == nodes.as_slice() || live_nodes.is_empty())
+        // Compared as iterators: no allocation per endpoint on the converged path.
+        let live_zones = || {
+            live.into_iter()
+                .flat_map(|h| h.for_zones.iter().flatten())
+                .map(|z| z.name.as_str())
+        };
+        let live_nodes = || {
+            live.into_iter()
+                .flat_map(|h| h.for_nodes.iter().flatten())
+                .map(|n| n.name.as_str())
+        };
+        live_zones().eq(zones) && (live_nodes().eq(nodes) || live_nodes().next().is_none())
     }
 }
 
