@@ -170,10 +170,7 @@ fn decide(pm: &PortMapping, ctx: &Context, ns: &str, pm_ref: &ObjectRef<PortMapp
     if let Some(message) = report::invalid_spec_message(&errors) {
         return Decided::Stop(Outcome::stalled(ctx, "InvalidSpec", message));
     }
-    let (winner, pool) = {
-        let index = ctx.index.lock();
-        (index.service_winner(pm_ref), index.pool_pods(pm))
-    };
+    let winner = ctx.index.lock().service_winner(pm_ref);
     if let Some(winner) = winner {
         let mut outcome = Outcome::stalled(ctx, "ServiceClaimed", String::new());
         outcome.conditions = report::conflict(&winner.name, &pm.spec.service_ref.name);
@@ -186,6 +183,7 @@ fn decide(pm: &PortMapping, ctx: &Context, ns: &str, pm_ref: &ObjectRef<PortMapp
         let message = report::service_not_found_message(ns, &pm.spec.service_ref.name);
         return Decided::Withdraw(Outcome::stalled(ctx, "ServiceNotFound", message));
     };
+    let pool = ctx.index.lock().pool_pods(pm);
     let pods = match ctx.pods.store_for(&PodSource::of(pm)) {
         // The index names the pool's pods by key and value; the selector is checked here.
         Some(store) => pool
