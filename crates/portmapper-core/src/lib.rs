@@ -20,6 +20,6 @@ pub use probe_targets::{ProbeTarget, probe_targets};
 pub use target::{PodAddress, ResolvedPort, ResolvedTarget, pod_address, resolve_target_port};
 
 pub use planner::{
-    Action, Deletion, Plan, PlanError, PlanInput, PlanWarning, PlannedEndpoints, PlannedSlice,
-    plan, service_families,
+    Action, Deletion, EvalMemo, Plan, PlanError, PlanInput, PlanWarning, PlannedEndpoints,
+    PlannedSlice, plan, plan_with_memo, service_families,
 };

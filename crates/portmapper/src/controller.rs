@@ -16,6 +16,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use portmapper_api::PortMapping;
+use portmapper_core::EvalMemo;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -70,6 +71,9 @@ pub struct Context {
     /// Warning reasons already emitted per PortMapping, so each warning is sent once per
     /// occurrence and re-armed when its cause clears.
     pub warned: Mutex<HashMap<ObjectRef<PortMapping>, Vec<&'static str>>>,
+    /// What the last plan of each PortMapping evaluated, so the next re-evaluates only the pods
+    /// that changed (taken out for the plan, put back after it).
+    pub memos: Mutex<HashMap<ObjectRef<PortMapping>, EvalMemo>>,
 }
 
 impl Context {
@@ -83,6 +87,31 @@ impl Context {
             seen.push(reason);
             true
         }
+    }
+
+    /// The memo of `pm`'s last plan (empty the first time), to be handed back with
+    /// [`Context::keep_memo`].
+    pub fn take_memo(&self, pm: &ObjectRef<PortMapping>) -> EvalMemo {
+        let mut memos = self.memos.lock().unwrap_or_else(|p| p.into_inner());
+        memos.remove(pm).unwrap_or_default()
+    }
+
+    /// Keeps `memo` for `pm`'s next plan.
+    pub fn keep_memo(&self, pm: &ObjectRef<PortMapping>, memo: EvalMemo) {
+        let mut memos = self.memos.lock().unwrap_or_else(|p| p.into_inner());
+        memos.insert(pm.clone(), memo);
+    }
+
+    /// Drops what is kept per PortMapping once it is gone.
+    pub fn forget(&self, pm: &ObjectRef<PortMapping>) {
+        self.memos
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(pm);
+        self.warned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(pm);
     }
 
     /// Re-arms `reason` for `pm` once its cause has cleared.
@@ -281,6 +310,7 @@ pub async fn run_probing_with(
         leadership: leadership.clone(),
         metrics: metrics.clone(),
         warned: Mutex::new(HashMap::new()),
+        memos: Mutex::new(HashMap::new()),
     });
 
     // Readiness = every shared store has listed once; pod watches start lazily per pool.
@@ -370,6 +400,9 @@ pub async fn run_probing_with(
                         obj.name.clone(),
                     );
                     gone_ctx.prober.remove_mapping(&key);
+                    let mut gone = ObjectRef::<PortMapping>::new(&obj.name);
+                    gone.namespace.clone_from(&obj.namespace);
+                    gone_ctx.forget(&gone);
                     gone_ctx
                         .metrics
                         .forget((obj.namespace.as_deref().unwrap_or_default(), &obj.name));

@@ -270,7 +270,10 @@ async fn plan_and_apply(
         live_endpoints: live_endpoints.as_ref(),
         now: Timestamp::now(),
     };
-    let plan = match planner::plan(&input) {
+    let mut memo = ctx.take_memo(pm_ref);
+    let planned = planner::plan_with_memo(&input, &mut memo);
+    ctx.keep_memo(pm_ref, memo);
+    let plan = match planned {
         Ok(plan) => plan,
         Err(err) => {
             return Ok(Outcome::stalled(ctx, "PlanFailed", err.to_string()));
@@ -278,41 +281,14 @@ async fn plan_and_apply(
     };
 
     let mut conditions = Vec::new();
-    let mut collisions = Vec::new();
-    let mut first_error: Option<Error> = None;
     let live_names: std::collections::HashSet<&str> = owned
         .iter()
         .filter_map(|s| s.metadata.name.as_deref())
         .collect();
-    for planned in plan.slices.iter().filter(|s| s.action.is_write()) {
-        let name = planned.slice.name_any();
-        if matches!(planned.action, SliceAction::Create) && !live_names.contains(name.as_str()) {
-            match writer
-                .claim_slice(&name, &pm.uid().unwrap_or_default())
-                .await
-            {
-                Ok(Claim::Free) => {}
-                Ok(Claim::Taken { owner }) => {
-                    collisions.push(format!("EndpointSlice {name} already exists ({owner})"));
-                    continue;
-                }
-                Err(err) => {
-                    first_error.get_or_insert(err);
-                    continue;
-                }
-            }
-        }
-        if let Err(err) = writer.apply_slice(&planned.slice).await {
-            warn!(slice = %name, error = %err, "applying EndpointSlice failed");
-            first_error.get_or_insert(err);
-        }
-    }
-    for deletion in &plan.deletions {
-        let Some(uid) = &deletion.uid else { continue };
-        if let Err(err) = writer.delete_slice(&deletion.name, uid).await {
-            first_error.get_or_insert(err);
-        }
-    }
+    let pm_uid = pm.uid().unwrap_or_default();
+    let written = execute_slice_writes(writer, &plan, &live_names, &pm_uid).await;
+    let collisions = written.collisions;
+    let mut errors = written.errors;
     if plan.writes() > 0 {
         info!(writes = plan.writes(), summary = %plan.summary, "published changes");
     }
@@ -329,8 +305,13 @@ async fn plan_and_apply(
     )
     .await
     {
-        first_error.get_or_insert(err);
+        errors.push(err);
     }
+    for err in &errors {
+        // The condition names the first; the log keeps every one (each names its object).
+        warn!(error = %err, "write failed");
+    }
+    let first_error = (!errors.is_empty()).then(|| errors.swap_remove(0));
 
     let svc_labels = ServiceLabels {
         namespace: ns.to_string(),
@@ -431,6 +412,110 @@ async fn plan_and_apply(
         return Err(err);
     }
     Ok(outcome)
+}
+
+/// Slice writes of one plan in flight at once. The plan's writes are independent objects, so
+/// they need no order among themselves; sequential writes made a first publication of hundreds
+/// of slices wait one round trip per slice. Kept small so one PortMapping cannot flood the API
+/// server (reconciles of several PortMappings multiply it).
+const SLICE_WRITES_IN_FLIGHT: usize = 8;
+
+/// What the slice writes of one plan came to.
+struct SliceWrites {
+    /// Names someone else holds, described for the condition.
+    collisions: Vec<String>,
+    /// Every failed write, in plan order.
+    errors: Vec<Error>,
+}
+
+/// Performs the plan's slice applies, then its deletions (after the applies, so endpoints that
+/// move between slices are never missing from all of them), each phase with a few writes in
+/// flight. Decides nothing but whether a name about to be created is held by another owner.
+async fn execute_slice_writes(
+    writer: &Writer<'_>,
+    plan: &Plan,
+    live_names: &std::collections::HashSet<&str>,
+    pm_uid: &str,
+) -> SliceWrites {
+    use futures::StreamExt;
+
+    let applies: Vec<_> = plan
+        .slices
+        .iter()
+        .filter(|s| s.action.is_write())
+        .map(|planned| {
+            let create = matches!(planned.action, SliceAction::Create)
+                && !planned
+                    .slice
+                    .metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| live_names.contains(n));
+            apply_one(writer, &planned.slice, create.then_some(pm_uid))
+        })
+        .collect();
+    // `buffered` keeps plan order in the results, so conditions and logs are deterministic.
+    let mut results: Vec<Written> = futures::stream::iter(applies)
+        .buffered(SLICE_WRITES_IN_FLIGHT)
+        .collect()
+        .await;
+    let deletions: Vec<_> = plan
+        .deletions
+        .iter()
+        .filter_map(|d| Some(delete_one(writer, &d.name, d.uid.as_deref()?)))
+        .collect();
+    results.extend(
+        futures::stream::iter(deletions)
+            .buffered(SLICE_WRITES_IN_FLIGHT)
+            .collect::<Vec<_>>()
+            .await,
+    );
+    let mut out = SliceWrites {
+        collisions: Vec::new(),
+        errors: Vec::new(),
+    };
+    for result in results {
+        match result {
+            Written::Done => {}
+            Written::Collision(c) => out.collisions.push(c),
+            Written::Failed(e) => out.errors.push(e),
+        }
+    }
+    out
+}
+
+/// The result of one slice write.
+enum Written {
+    Done,
+    Collision(String),
+    Failed(Error),
+}
+
+/// Applies one slice; with `claim_for`, first makes sure nobody else holds the name (a create).
+async fn apply_one(writer: &Writer<'_>, slice: &EndpointSlice, claim_for: Option<&str>) -> Written {
+    if let Some(owner_uid) = claim_for {
+        let name = slice.name_any();
+        match writer.claim_slice(&name, owner_uid).await {
+            Ok(Claim::Free) => {}
+            Ok(Claim::Taken { owner }) => {
+                return Written::Collision(format!(
+                    "EndpointSlice {name} already exists ({owner})"
+                ));
+            }
+            Err(err) => return Written::Failed(err),
+        }
+    }
+    match writer.apply_slice(slice).await {
+        Ok(()) => Written::Done,
+        Err(err) => Written::Failed(err),
+    }
+}
+
+async fn delete_one(writer: &Writer<'_>, name: &str, uid: &str) -> Written {
+    match writer.delete_slice(name, uid).await {
+        Ok(_) => Written::Done,
+        Err(err) => Written::Failed(err),
+    }
 }
 
 fn slice_count(plan: &Plan) -> i32 {

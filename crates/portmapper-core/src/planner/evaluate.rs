@@ -8,13 +8,14 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_validation::IpFamily;
 use portmapper_api::TerminatingEndpoints;
 
+use super::memo::{EvalMemo, Outcome, PodMemo};
 use super::naming::{group_base_name, parse_chunk};
 use super::render::{DesiredEndpoint, EndpointFacts};
 use super::status::PodPortState;
 use super::types::{DecisionCounts, PlanWarning};
 use super::{Context, Member, static_target};
-use crate::decision::Decision;
-use crate::membership::{Evaluation, evaluate_port};
+use crate::decision::{Decision, Verdict};
+use crate::membership::{Evaluation, PortRules, evaluate_port};
 use crate::target::{
     PodAddress, ResolvedPort, ResolvedTarget, is_terminal, is_terminating, pod_address,
     resolve_target_port,
@@ -49,21 +50,43 @@ struct Evaluator<'c, 'a> {
     /// Memberships currently published, for Abstain; built on the first abstention only.
     published: Option<HashSet<(&'a str, IpFamily, &'a str)>>,
     rejected_warned: HashSet<(usize, String)>,
+    /// Remembered outcomes, aligned with `ctx.pods`, when planning with a memo.
+    memos: Option<Vec<PodMemo>>,
+    /// Per port: whether its checks read only the pod, so their verdict can be remembered.
+    pod_only: Vec<bool>,
     out: Evaluated<'a>,
 }
 
-/// Evaluates every membership and builds the groups.
+/// Evaluates every membership and builds the groups. With `memo`, outcomes of pods unchanged
+/// since the memo's last pass are reused instead of evaluated.
 pub(crate) fn evaluate<'a>(
     ctx: &Context<'a>,
     ours: &[&'a EndpointSlice],
     warnings: &mut Vec<PlanWarning>,
+    mut memo: Option<&mut EvalMemo>,
 ) -> Evaluated<'a> {
+    let slots = ctx.ports.len() * ctx.families.len();
+    let memos = memo.as_mut().map(|m| {
+        m.checkout(
+            &ctx.owner.uid,
+            ctx.spec,
+            ctx.service.spec.as_ref(),
+            ctx.pods,
+            slots,
+        )
+    });
     let mut e = Evaluator {
         ctx,
         ours,
         warnings,
         published: None,
         rejected_warned: HashSet::new(),
+        memos,
+        pod_only: ctx
+            .ports
+            .iter()
+            .map(|p| reads_only_the_pod(p.rules))
+            .collect(),
         out: Evaluated {
             groups: Vec::new(),
             states: vec![vec![None; ctx.pods.len()]; ctx.ports.len()],
@@ -72,48 +95,78 @@ pub(crate) fn evaluate<'a>(
         },
     };
     for port in 0..ctx.ports.len() {
-        for &family in ctx.families {
-            e.port_family(port, family);
+        for (family_idx, &family) in ctx.families.iter().enumerate() {
+            e.port_family(port, family_idx, family);
         }
+    }
+    if let (Some(memo), Some(memos)) = (memo, e.memos.take()) {
+        memo.check_in(ctx.pods, memos);
     }
     e.out
 }
 
+/// Whether no check of these rules (`anyOf` entries included) reads anything but the pod and
+/// the Service: no network check, no webhook.
+fn reads_only_the_pod(rules: PortRules<'_>) -> bool {
+    rules
+        .checks()
+        .iter()
+        .all(|c| c.kinds().iter().all(|k| !k.is_network()))
+}
+
 impl<'a> Evaluator<'_, 'a> {
-    fn port_family(&mut self, port_idx: usize, family: IpFamily) {
+    fn port_family(&mut self, port_idx: usize, family_idx: usize, family: IpFamily) {
         let ctx = self.ctx;
         let port = &ctx.ports[port_idx];
+        let slot = port_idx * ctx.families.len() + family_idx;
         let mut by_target: BTreeMap<Option<i32>, Vec<DesiredEndpoint<'a>>> = BTreeMap::new();
         let mut candidate_targets: BTreeSet<i32> = BTreeSet::new();
         for pod_idx in 0..ctx.pods.len() {
-            let pod = ctx.pods[pod_idx];
-            if is_terminal(pod) {
-                continue;
-            }
-            let target = match port.service_port {
-                None => None,
-                Some(sp) => match resolve_target_port(pod, sp) {
-                    Some(t) => Some(t),
-                    None => continue,
-                },
+            let remembered = self
+                .memos
+                .as_mut()
+                .and_then(|m| m[pod_idx].outcomes[slot].take());
+            let outcome = match remembered {
+                Some(o) => o,
+                None => self.outcome(port_idx, pod_idx, family),
             };
-            let address = match pod_address(pod, family) {
-                PodAddress::Usable(a) => a,
-                PodAddress::Missing => continue,
-                PodAddress::Rejected { ip, reason } => {
+            let endpoint = match &outcome {
+                Outcome::NotCandidate => None,
+                Outcome::Rejected { ip, reason } => {
                     self.reject(port_idx, pod_idx, ip, reason);
-                    continue;
+                    None
+                }
+                Outcome::Candidate {
+                    target,
+                    address,
+                    verdict,
+                } => {
+                    if let Some(t) = target {
+                        candidate_targets.insert(*t);
+                    }
+                    let computed;
+                    let verdict = match verdict {
+                        Some(v) => v,
+                        None => {
+                            computed = self.verdict(port_idx, pod_idx, family, *address);
+                            &computed
+                        }
+                    };
+                    self.member(port_idx, pod_idx, family, *target, *address, verdict)
+                        .map(|e| (e, *target))
                 }
             };
-            if let Some(t) = target {
-                candidate_targets.insert(t.number);
+            if self.pod_only[port_idx]
+                && let Some(m) = self.memos.as_mut()
+            {
+                m[pod_idx].outcomes[slot] = Some(outcome);
             }
-            let Some(endpoint) = self.member(port_idx, pod_idx, family, target, address) else {
+            let Some((endpoint, target)) = endpoint else {
                 continue;
             };
             let group_target = match (port.service_port, target) {
                 (Some(sp), Some(t)) => Some(if port.named_target {
-                    t.number
+                    t
                 } else {
                     static_target(sp)
                 }),
@@ -124,35 +177,60 @@ impl<'a> Evaluator<'_, 'a> {
         self.close_groups(port_idx, family, by_target, &candidate_targets);
     }
 
-    /// A pod whose address the API would reject: left out, warned about once.
-    fn reject(&mut self, port_idx: usize, pod_idx: usize, ip: String, reason: String) {
-        let pod = self.ctx.pods[pod_idx];
-        if self.rejected_warned.insert((pod_idx, ip.clone())) {
-            self.warnings.push(PlanWarning::RejectedPodAddress {
-                pod: pod.metadata.name.clone().unwrap_or_default(),
-                ip: ip.clone(),
-                reason: reason.clone(),
-            });
+    /// What the pod alone decides for one (port, family): candidacy, and the verdict when the
+    /// port's checks read only the pod.
+    fn outcome(&self, port_idx: usize, pod_idx: usize, family: IpFamily) -> Outcome {
+        let ctx = self.ctx;
+        let port = &ctx.ports[port_idx];
+        let pod = ctx.pods[pod_idx];
+        if is_terminal(pod) {
+            return Outcome::NotCandidate;
         }
-        merge_state(
-            &mut self.out.states[port_idx][pod_idx],
-            PodPortState::Excluded(format!("address {ip} cannot be published: {reason}")),
-        );
+        let target = match port.service_port {
+            None => None,
+            Some(sp) => match resolve_target_port(pod, sp) {
+                Some(t) => Some(t),
+                None => return Outcome::NotCandidate,
+            },
+        };
+        let address = match pod_address(pod, family) {
+            PodAddress::Usable(a) => a,
+            PodAddress::Missing => return Outcome::NotCandidate,
+            PodAddress::Rejected { ip, reason } => return Outcome::Rejected { ip, reason },
+        };
+        Outcome::Candidate {
+            target: target.map(|t| t.number),
+            address,
+            verdict: self.pod_only[port_idx]
+                .then(|| self.evaluate_checks(port_idx, pod_idx, family, target, address)),
+        }
     }
 
-    /// Decides one candidate; renders its endpoint when it is a member.
-    fn member(
-        &mut self,
+    /// The verdict of a candidate whose port's checks read more than the pod.
+    fn verdict(
+        &self,
+        port_idx: usize,
+        pod_idx: usize,
+        family: IpFamily,
+        address: IpAddr,
+    ) -> Verdict {
+        let ctx = self.ctx;
+        let target = ctx.ports[port_idx]
+            .service_port
+            .and_then(|sp| resolve_target_port(ctx.pods[pod_idx], sp));
+        self.evaluate_checks(port_idx, pod_idx, family, target, address)
+    }
+
+    fn evaluate_checks(
+        &self,
         port_idx: usize,
         pod_idx: usize,
         family: IpFamily,
         target: Option<ResolvedTarget<'a>>,
         address: IpAddr,
-    ) -> Option<DesiredEndpoint<'a>> {
+    ) -> Verdict {
         let ctx = self.ctx;
         let port = &ctx.ports[port_idx];
-        let pod = ctx.pods[pod_idx];
-        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let resolved = ResolvedPort {
             name: port.name,
             port: port.number,
@@ -161,16 +239,48 @@ impl<'a> Evaluator<'_, 'a> {
             address,
             family,
         };
-        let verdict = evaluate_port(
+        evaluate_port(
             port.rules,
             &Evaluation {
                 service: ctx.service,
-                pod,
+                pod: ctx.pods[pod_idx],
                 port: &resolved,
                 network: ctx.network,
                 publish_not_ready: ctx.pnr,
             },
+        )
+    }
+
+    /// A pod whose address the API would reject: left out, warned about once.
+    fn reject(&mut self, port_idx: usize, pod_idx: usize, ip: &str, reason: &str) {
+        let pod = self.ctx.pods[pod_idx];
+        if self.rejected_warned.insert((pod_idx, ip.to_owned())) {
+            self.warnings.push(PlanWarning::RejectedPodAddress {
+                pod: pod.metadata.name.clone().unwrap_or_default(),
+                ip: ip.to_owned(),
+                reason: reason.to_owned(),
+            });
+        }
+        merge_state(
+            &mut self.out.states[port_idx][pod_idx],
+            PodPortState::Excluded(format!("address {ip} cannot be published: {reason}")),
         );
+    }
+
+    /// Applies a candidate's verdict; renders its endpoint when it is a member.
+    fn member(
+        &mut self,
+        port_idx: usize,
+        pod_idx: usize,
+        family: IpFamily,
+        target: Option<i32>,
+        address: IpAddr,
+        verdict: &Verdict,
+    ) -> Option<DesiredEndpoint<'a>> {
+        let ctx = self.ctx;
+        let port = &ctx.ports[port_idx];
+        let pod = ctx.pods[pod_idx];
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         match verdict.decision {
             Decision::Include => self.out.decisions.include += 1,
             Decision::Exclude => self.out.decisions.exclude += 1,
@@ -229,7 +339,7 @@ impl<'a> Evaluator<'_, 'a> {
             self.out.members.push(Member {
                 pod: pod_idx,
                 port: port_idx,
-                target: target.map(|t| t.number),
+                target,
                 ready,
                 endpoint: endpoint.render(),
             });

@@ -39,6 +39,7 @@ mod compare;
 mod emit;
 mod evaluate;
 mod legacy;
+mod memo;
 pub mod naming;
 pub mod pack;
 pub mod render;
@@ -57,6 +58,7 @@ use portmapper_api::PortMappingSpec;
 
 pub use compare::{endpoint_eq, metadata_eq, ports_eq};
 pub use evaluate::published_memberships;
+pub use memo::EvalMemo;
 pub use types::{
     Action, DecisionCounts, Deletion, Plan, PlanError, PlanInput, PlanWarning, PlannedEndpoints,
     PlannedSlice,
@@ -230,6 +232,17 @@ fn classify_live<'a>(
 /// Computes the plan. Pure and deterministic: the same input always gives the same plan, and
 /// applying a plan then planning again gives a plan without writes.
 pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
+    plan_inner(input, None)
+}
+
+/// [`plan`], reusing what `memo` remembers of pods unchanged since its last pass (and
+/// remembering this pass): the same plan, at the cost of the pods that changed. Keep one memo
+/// per PortMapping.
+pub fn plan_with_memo(input: &PlanInput<'_>, memo: &mut EvalMemo) -> Result<Plan, PlanError> {
+    plan_inner(input, Some(memo))
+}
+
+fn plan_inner(input: &PlanInput<'_>, memo: Option<&mut EvalMemo>) -> Result<Plan, PlanError> {
     let pm = input.port_mapping;
     let spec = &pm.spec;
     let nonempty = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
@@ -294,7 +307,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
     };
 
     let ours_plain: Vec<&EndpointSlice> = ours.iter().map(|s| s.as_ref()).collect();
-    let evaluated = evaluate::evaluate(&ctx, &ours_plain, &mut out.warnings);
+    let evaluated = evaluate::evaluate(&ctx, &ours_plain, &mut out.warnings, memo);
     out.decisions = evaluated.decisions;
     let assignment = emit::assign_live(&evaluated.groups, &ours, &foreign, &mut out.deletions);
     emit::emit_slices(&ctx, evaluated.groups, &assignment, &mut out)?;

@@ -14,7 +14,7 @@ use portmapper_api::check::PortNamesCheck;
 use portmapper_api::{
     Check, KeySource, PodPool, PortMapping, PortMappingSpec, PortRule, ServiceRef,
 };
-use portmapper_core::{NetworkDecisions, Plan, PlanInput, plan};
+use portmapper_core::{EvalMemo, NetworkDecisions, Plan, PlanInput, plan, plan_with_memo};
 
 pub const NS: &str = "shop";
 pub const GROUP_KEY: &str = "example.com/group";
@@ -266,8 +266,16 @@ impl World {
 
     /// The plan, or why there is none.
     pub fn try_plan(&self) -> Result<Plan, portmapper_core::PlanError> {
+        self.try_plan_with(None)
+    }
+
+    /// The plan, with `memo` when given (the operator's incremental path).
+    pub fn try_plan_with(
+        &self,
+        memo: Option<&mut EvalMemo>,
+    ) -> Result<Plan, portmapper_core::PlanError> {
         let (pods, slices) = (self.pod_refs(), self.slice_refs());
-        plan(&PlanInput {
+        let input = PlanInput {
             port_mapping: &self.pm,
             service: &self.service,
             pods: &pods,
@@ -277,7 +285,11 @@ impl World {
             take_over: &[],
             live_endpoints: self.endpoints.as_ref(),
             now: self.now,
-        })
+        };
+        match memo {
+            Some(memo) => plan_with_memo(&input, memo),
+            None => plan(&input),
+        }
     }
 
     pub fn plan(&self) -> Plan {

@@ -488,3 +488,111 @@ proptest! {
         }
     }
 }
+
+/// One change between two plans, as watch events would bring it.
+#[derive(Clone, Debug)]
+enum Event {
+    /// Replace pod `i` (modulo the pool size) with a new generation of its fields.
+    Change(prop::sample::Index, PodGen),
+    Add(PodGen),
+    Remove(prop::sample::Index),
+    /// Network result of pod `i` for one family (0 include, 1 exclude, 2 abstain, 3 none).
+    Network(prop::sample::Index, u8, u8),
+    /// A spec or Service change: every remembered outcome is void.
+    MaxPerSlice(i32),
+    PublishNotReady(bool),
+    Families(u8),
+    /// Nothing changed: a resync.
+    Resync,
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        6 => (any::<prop::sample::Index>(), pod_gen()).prop_map(|(i, p)| Event::Change(i, p)),
+        2 => pod_gen().prop_map(Event::Add),
+        2 => any::<prop::sample::Index>().prop_map(Event::Remove),
+        2 => (any::<prop::sample::Index>(), 0u8..2, 0u8..4).prop_map(|(i, f, v)| Event::Network(i, f, v)),
+        1 => (1i32..5).prop_map(Event::MaxPerSlice),
+        1 => any::<bool>().prop_map(Event::PublishNotReady),
+        1 => (0u8..4).prop_map(Event::Families),
+        2 => Just(Event::Resync),
+    ]
+}
+
+fn apply_event(s: &mut Scenario, e: &Event) {
+    match e {
+        Event::Change(i, p) if !s.pods.is_empty() => {
+            let i = i.index(s.pods.len());
+            s.pods[i] = p.clone();
+        }
+        Event::Add(p) => s.pods.push(p.clone()),
+        Event::Remove(i) if !s.pods.is_empty() => {
+            let i = i.index(s.pods.len());
+            s.pods.remove(i);
+        }
+        Event::Network(i, f, v) if !s.pods.is_empty() => {
+            let i = i.index(s.pods.len());
+            s.pods[i].net[usize::from(*f)] = *v;
+        }
+        Event::MaxPerSlice(m) => s.max = *m,
+        Event::PublishNotReady(b) => s.pnr = *b,
+        Event::Families(f) => s.families = *f,
+        _ => {}
+    }
+}
+
+/// Gives every pod of `next` a resourceVersion as the API server would: the previous one when
+/// the object is unchanged, a new one when anything in it changed.
+fn stamp_versions(prev: &[k8s_openapi::api::core::v1::Pod], next: &mut World, counter: &mut u64) {
+    for pod in &mut next.pods {
+        let before = prev
+            .iter()
+            .find(|p| p.metadata.uid == pod.metadata.uid)
+            .filter(|p| {
+                let mut p = (*p).clone();
+                p.metadata.resource_version = None;
+                p == *pod
+            });
+        pod.metadata.resource_version = Some(match before {
+            Some(p) => p.metadata.resource_version.clone().unwrap_or_default(),
+            None => {
+                *counter += 1;
+                counter.to_string()
+            }
+        });
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// The incremental path (a memo kept across plans, as the operator keeps one per
+    /// PortMapping) plans exactly what a full plan of the same inputs plans, at every step of a
+    /// random sequence of pod, network, spec and Service changes, with the plans applied.
+    #[test]
+    fn incremental_plans_equal_full_plans_along_random_event_sequences(
+        start in scenario(),
+        events in prop::collection::vec(event(), 1..24),
+    ) {
+        let mut s = start;
+        let mut counter = 0u64;
+        let mut w = world(&s);
+        stamp_versions(&[], &mut w, &mut counter);
+        let mut memo = portmapper_core::EvalMemo::default();
+        for (step, e) in std::iter::once(&Event::Resync).chain(&events).enumerate() {
+            apply_event(&mut s, e);
+            let mut next = world(&s);
+            stamp_versions(&w.pods, &mut next, &mut counter);
+            next.slices = std::mem::take(&mut w.slices);
+            next.endpoints = w.endpoints.take();
+            next.next_uid = w.next_uid;
+            w = next;
+            let full = w.try_plan();
+            let incremental = w.try_plan_with(Some(&mut memo));
+            prop_assert_eq!(&incremental, &full, "step {} after {:?}", step, e);
+            if let Ok(p) = full {
+                w.apply(&p);
+            }
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! Memory of one PortMapping's last evaluation, so a plan after one pod event re-evaluates that
+//! pod, not the pool.
+//!
+//! What is remembered per (pod, Service port, IP family) is what the pod's own object decides:
+//! whether it is a candidate (terminal, target port, address of the family), and for ports whose
+//! checks read nothing but the pod (no network check, no webhook) the checks' verdict. Keyed by
+//! pod UID and resourceVersion: the API server changes the resourceVersion on every change of the
+//! object, so an unchanged pair is an unchanged pod. Everything else a plan reads (network
+//! results, the published state for Abstain, node zones, the time) is read afresh every pass, and
+//! any change of the PortMapping's spec or the Service's spec forgets everything.
+//!
+//! The memo only skips work: a plan with a memo equals the plan without one for the same inputs
+//! (a property test checks it on random event sequences).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::{Pod, ServiceSpec};
+use portmapper_api::PortMappingSpec;
+
+use crate::decision::Verdict;
+
+/// Per-PortMapping memory of the last evaluation. Start with `EvalMemo::default()`, pass the same
+/// value to every [`plan_with_memo`](super::plan_with_memo) of that PortMapping.
+#[derive(Debug, Default)]
+pub struct EvalMemo {
+    inputs: Option<Inputs>,
+    pods: HashMap<String, PodMemo>,
+}
+
+impl EvalMemo {
+    /// Pods remembered (for tests and metrics).
+    pub fn len(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+
+    /// Forgets everything when the inputs every outcome depends on changed, then hands out the
+    /// remembered outcomes of `pods`, aligned with them (a fresh slot for a new or changed pod).
+    pub(crate) fn checkout(
+        &mut self,
+        pm_uid: &str,
+        spec: &PortMappingSpec,
+        service: Option<&ServiceSpec>,
+        pods: &[&Pod],
+        slots: usize,
+    ) -> Vec<PodMemo> {
+        let same = self.inputs.as_ref().is_some_and(|i| {
+            i.pm_uid == pm_uid && i.spec == *spec && i.service.as_ref() == service
+        });
+        if !same {
+            self.pods.clear();
+            self.inputs = Some(Inputs {
+                pm_uid: pm_uid.to_owned(),
+                spec: spec.clone(),
+                service: service.cloned(),
+            });
+        }
+        pods.iter()
+            .map(|pod| {
+                let version = identity(pod);
+                let kept = version.and_then(|(uid, rv)| {
+                    self.pods
+                        .remove(uid)
+                        .filter(|m| m.resource_version == rv && m.outcomes.len() == slots)
+                });
+                kept.unwrap_or_else(|| PodMemo {
+                    resource_version: version.map(|(_, rv)| rv.to_owned()).unwrap_or_default(),
+                    outcomes: vec![None; slots],
+                })
+            })
+            .collect()
+    }
+
+    /// Remembers the outcomes of this pass (pods without UID or resourceVersion are not
+    /// remembered); pods not in this pass are forgotten.
+    pub(crate) fn check_in(&mut self, pods: &[&Pod], memos: Vec<PodMemo>) {
+        self.pods.clear();
+        self.pods.reserve(memos.len());
+        for (pod, memo) in pods.iter().zip(memos) {
+            if let Some((uid, _)) = identity(pod) {
+                self.pods.insert(uid.to_owned(), memo);
+            }
+        }
+    }
+}
+
+/// UID and resourceVersion, when the pod has both.
+fn identity(pod: &Pod) -> Option<(&str, &str)> {
+    let uid = pod.metadata.uid.as_deref().filter(|u| !u.is_empty())?;
+    let rv = pod
+        .metadata
+        .resource_version
+        .as_deref()
+        .filter(|v| !v.is_empty())?;
+    Some((uid, rv))
+}
+
+/// What every remembered outcome depends on besides its pod.
+#[derive(Debug)]
+struct Inputs {
+    pm_uid: String,
+    spec: PortMappingSpec,
+    service: Option<ServiceSpec>,
+}
+
+/// One pod's remembered outcomes, `[port × families + family]`; `None` = not remembered.
+#[derive(Debug, Clone)]
+pub(crate) struct PodMemo {
+    resource_version: String,
+    pub outcomes: Vec<Option<Outcome>>,
+}
+
+/// What a (pod, Service port, IP family) comes to from the pod alone.
+#[derive(Debug, Clone)]
+pub(crate) enum Outcome {
+    /// Not a candidate: terminal, the target port does not resolve, or no address of the family.
+    NotCandidate,
+    /// An address of the family the API would reject.
+    Rejected { ip: String, reason: String },
+    /// A candidate: its target port (`None` for the portless pseudo-port), its address and, when
+    /// the port's checks read only the pod, their verdict.
+    Candidate {
+        target: Option<i32>,
+        address: IpAddr,
+        verdict: Option<Verdict>,
+    },
+}
