@@ -8,7 +8,7 @@
 //! them returns the PortMappings to reconcile. Pure and synchronous, so it is tested without an
 //! API server (the pattern of linkerd2's `policy-controller/k8s/index`).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -136,7 +136,9 @@ pub struct Index {
     annotation_keys: HashMap<String, HashMap<String, usize>>,
 
     pods: HashMap<PodKey, PodFootprint>,
-    pods_by_pool: HashMap<PoolKey, HashSet<ObjectRef<Pod>>>,
+    /// Pool pods by name (one namespace per pool), so a pool reads out in a stable order
+    /// without sorting on every reconcile.
+    pods_by_pool: HashMap<PoolKey, BTreeMap<String, ObjectRef<Pod>>>,
     pods_by_node: HashMap<String, HashSet<PodKey>>,
 
     slices: HashMap<ObjectRef<EndpointSlice>, OwnedFootprint>,
@@ -462,7 +464,7 @@ impl Index {
             self.pods_by_pool
                 .entry(pool.clone())
                 .or_default()
-                .insert(key.pod.clone());
+                .insert(key.pod.name.clone(), key.pod.clone());
         }
         if let Some(node) = &footprint.node {
             self.pods_by_node
@@ -540,7 +542,7 @@ impl Index {
     fn unregister_pod(&mut self, key: &PodKey, old: &PodFootprint) {
         for pool in &old.pools {
             if let Some(set) = self.pods_by_pool.get_mut(pool) {
-                set.remove(&key.pod);
+                set.remove(&key.pod.name);
                 if set.is_empty() {
                     self.pods_by_pool.remove(pool);
                 }
@@ -558,16 +560,13 @@ impl Index {
 
     /// The pods of a PortMapping's pool (by key and value), as the pool's watch has them.
     pub fn pool_pods(&self, pm: &PortMapping) -> Vec<ObjectRef<Pod>> {
-        let mut pods: Vec<ObjectRef<Pod>> = self
-            .pods_by_pool
+        // By name: a stable input order, so plans do not depend on hash order.
+        self.pods_by_pool
             .get(&PoolKey::of(pm))
             .into_iter()
-            .flatten()
+            .flat_map(BTreeMap::values)
             .cloned()
-            .collect();
-        // Stable input order, so plans do not depend on hash order.
-        pods.sort_by(|a, b| a.name.cmp(&b.name));
-        pods
+            .collect()
     }
 
     // ---- Our EndpointSlices ----------------------------------------------------------------

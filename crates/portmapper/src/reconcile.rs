@@ -185,12 +185,8 @@ fn decide(pm: &PortMapping, ctx: &Context, ns: &str, pm_ref: &ObjectRef<PortMapp
     };
     let pool = ctx.index.lock().pool_pods(pm);
     let pods = match ctx.pods.store_for(&PodSource::of(pm)) {
-        // The index names the pool's pods by key and value; the selector is checked here.
-        Some(store) => pool
-            .iter()
-            .filter_map(|p| store.get(p))
-            .filter(|p| portmapper_core::pod_in_pool(&pm.spec, ns, p).unwrap_or(false))
-            .collect(),
+        // The index names the pool's pods by key and value; the planner checks the selector.
+        Some(store) => pool.iter().filter_map(|p| store.get(p)).collect(),
         None => {
             // Not even status: a restart must not flap a Ready PortMapping while caches sync.
             debug!(portmapping = %pm_ref, "pod cache not synced yet; writing nothing");
