@@ -68,8 +68,8 @@ async fn istio_ambient_caveat_appears_once_per_transition_and_clears() {
     h.create(portmapping("web", "web")).await;
     eventually("per-port membership", T, || async {
         let m = h.membership("web").await;
-        (m.get("web.http").map(Vec::as_slice) == Some(&["pod-a", "pod-b"][..])
-            && m.get("web.https").map(Vec::as_slice) == Some(&["pod-b", "pod-c"][..]))
+        (m.get("web.http").is_some_and(|p| p == &["pod-a", "pod-b"])
+            && m.get("web.https").is_some_and(|p| p == &["pod-b", "pod-c"]))
         .then_some(())
     })
     .await;
