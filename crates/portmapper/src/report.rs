@@ -203,8 +203,12 @@ mod tests {
     #[test]
     fn a_caveat_already_true_with_its_reason_is_not_announced_again() {
         let caveat = Desired::new(ct::CONSUMER_CAVEAT, true, ISTIO_AMBIENT, "now");
-        let previous =
-            crate::conditions::merge(&[], &[caveat.clone()], Some(1), Timestamp::UNIX_EPOCH);
+        let previous = crate::conditions::merge(
+            &[],
+            std::slice::from_ref(&caveat),
+            Some(1),
+            Timestamp::UNIX_EPOCH,
+        );
         assert!(already_reported(&previous, &caveat));
         let other_reason = Desired::new(ct::CONSUMER_CAVEAT, true, "Other", "x");
         assert!(!already_reported(&previous, &other_reason));
