@@ -121,8 +121,14 @@ pub fn ambient_pods<'a>(pods: &[&'a Pod]) -> BTreeSet<&'a str> {
 
 /// The Istio ambient caveat of a plan: what its slices publish, against the pool pods.
 pub fn istio_ambient(plan: &Plan, pods: &[&Pod]) -> Option<IstioAmbientCaveat> {
+    let ambient = ambient_pods(pods);
+    // Every reconcile asks; without an enrolled pod (the common case) the member sets, which
+    // cost a pass over every endpoint, are not built at all.
+    if ambient.is_empty() {
+        return None;
+    }
     let members = port_members(plan.slices.iter().map(|s| s.slice.as_ref()));
-    istio_ambient_caveat(&members, &ambient_pods(pods))
+    istio_ambient_caveat(&members, &ambient)
 }
 
 fn names(pods: &[String]) -> String {
@@ -303,6 +309,40 @@ mod tests {
         ];
         let refs: Vec<&Pod> = pods.iter().collect();
         assert_eq!(ambient_pods(&refs), BTreeSet::from(["a"]));
+    }
+
+    #[test]
+    fn a_plan_is_read_through_its_slices_and_the_pool_annotations() {
+        use crate::planner::{Action, PlannedSlice};
+        use std::sync::Arc;
+        let plan = Plan {
+            slices: [
+                slice(Some("http"), 80, "IPv4", &["a", "b"]),
+                slice(Some("https"), 443, "IPv4", &["b"]),
+            ]
+            .into_iter()
+            .map(|s| PlannedSlice {
+                slice: Arc::new(s),
+                action: Action::Unchanged,
+            })
+            .collect(),
+            ..Plan::default()
+        };
+        let enrolled = [pod("a", Some("enabled")), pod("b", None)];
+        let refs: Vec<&Pod> = enrolled.iter().collect();
+        let caveat = istio_ambient(&plan, &refs).unwrap();
+        assert_eq!(caveat.ambient_pods, ["a"]);
+        assert_eq!(
+            caveat.ports,
+            [WidenedPort {
+                port: "https".into(),
+                members: 1,
+                extra: vec!["a".into()],
+            }]
+        );
+        let plain = [pod("a", None), pod("b", Some("pending"))];
+        let refs: Vec<&Pod> = plain.iter().collect();
+        assert_eq!(istio_ambient(&plan, &refs), None);
     }
 
     #[test]
