@@ -9,7 +9,7 @@
 //! ssa::record_update(old: Option<&Value>, new: &Value, manager, subresource, schema, now) -> Value
 //! ssa::update_manager_name(field_manager: Option<&str>, user_agent: Option<&str>) -> String
 //! ssa::revert_timestamp_only_changes(new: &mut Value, old: &Value) -> bool
-//! Conflicts::to_status() -> Value   // the 409 Status of spec §4.6
+//! Conflicts::to_status() -> Value   // the 409 Status of docs/emulator-spec.md §4.6
 //! ```
 //! `schema` is a [`semantics::BuiltinSchema::for_kind(group, kind)`](semantics::BuiltinSchema) or a
 //! [`semantics::CrdSchema::new(open_api_v3_schema, has_status_subresource)`](semantics::CrdSchema).

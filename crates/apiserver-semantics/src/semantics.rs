@@ -96,8 +96,8 @@ fn pod_spec_is_map(rest: &[&str]) -> bool {
         || matches!(rest, [_, "[]", "resources", "limits" | "requests"])
 }
 
-/// Built-in types: the markers of k8s.io/api that matter for the emulated kinds (§4.4); other
-/// fields fall back to atomic lists and struct objects.
+/// Built-in types: the markers of k8s.io/api that matter for the emulated kinds
+/// (docs/emulator-spec.md §4.4); other fields fall back to atomic lists and struct objects.
 #[derive(Clone, Debug)]
 pub struct BuiltinSchema {
     group: String,
@@ -179,7 +179,7 @@ impl ObjectSchema for BuiltinSchema {
     }
 
     fn has_status_subresource(&self) -> bool {
-        // Spec §2.6: the built-ins served with /status.
+        // docs/emulator-spec.md §2.6: the built-ins served with /status.
         matches!(
             (self.group.as_str(), self.kind.as_str()),
             (

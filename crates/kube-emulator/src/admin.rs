@@ -3,7 +3,7 @@
 //! | Method + path | Effect |
 //! |---|---|
 //! | `GET /__emu/faults` | rules with fire counts |
-//! | `POST /__emu/faults` | add a rule (JSON of spec §7.1) → `{"id":…}` |
+//! | `POST /__emu/faults` | add a rule (JSON of docs/emulator-spec.md §7.1) → `{"id":…}` |
 //! | `DELETE /__emu/faults[/ID]` | remove all / one |
 //! | `POST /__emu/seed` `{"seed":N}` | reseed the fault RNG |
 //! | `GET /__emu/requests` / `DELETE` | request log / clear it |

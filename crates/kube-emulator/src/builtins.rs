@@ -1,5 +1,6 @@
-//! Built-in type behaviour: defaulting (spec §6) and the validation call sites. The validation rules
-//! themselves live in the `kube-validation` crate (one implementation shared with the planner).
+//! Built-in type behaviour: defaulting (docs/emulator-spec.md §6) and the validation call sites.
+//! The validation rules themselves live in the `kube-validation` crate (one implementation shared
+//! with the planner).
 
 use serde_json::{Value, json};
 
@@ -274,7 +275,8 @@ fn default_service(
     Ok(())
 }
 
-/// Checks of the CRD definition itself (spec §5.1); everything else is in [`crate::validation`].
+/// Checks of the CRD definition itself (docs/emulator-spec.md §5.1); everything else is in
+/// [`crate::validation`].
 pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
     let _ = old;
     if rt.group == "apiextensions.k8s.io" {
@@ -351,7 +353,7 @@ fn validate_crd(obj: &Value) -> Vec<Cause> {
     c
 }
 
-/// How a built-in timestamp field is serialised (spec §2.2).
+/// How a built-in timestamp field is serialised (docs/emulator-spec.md §2.2).
 #[derive(Clone, Copy)]
 enum TimeKind {
     /// `metav1.Time`: RFC 3339, seconds.

@@ -1,4 +1,4 @@
-//! The emulator's clock (spec §7.1): the source of every time the server sets —
+//! The emulator's clock (docs/emulator-spec.md §7.1): the source of every time the server sets —
 //! `creationTimestamp`, `deletionTimestamp`, managedFields `time`, controller-written condition
 //! times, Table ages — and of the time-based expiry of the event history and of `continue`
 //! tokens. Tests install a manual clock and move it, so time-dependent behaviour is exercised

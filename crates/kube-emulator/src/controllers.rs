@@ -1,6 +1,6 @@
-//! The emulated control plane loops: CRD establishment (spec §5.1), namespace deletion (§2.10) and
-//! the ownerReference garbage collector (§2.9). They write through the store like any client, so
-//! watch events, resourceVersions and finalizers behave naturally.
+//! The emulated control plane loops: CRD establishment (docs/emulator-spec.md §5.1), namespace
+//! deletion (§2.10) and the ownerReference garbage collector (§2.9). They write through the store
+//! like any client, so watch events, resourceVersions and finalizers behave naturally.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -545,7 +545,7 @@ fn remove_finalizer(st: &mut State, gr: &GroupResource, k: &str, f: &str) {
     }
 }
 
-/// Pre-create the system namespaces (spec §2.10).
+/// Pre-create the system namespaces (docs/emulator-spec.md §2.10).
 pub fn bootstrap(st: &mut State) {
     let ns_rt = st.types.get(&GroupResource::new("", "namespaces")).cloned();
     let Some(rt) = ns_rt else { return };

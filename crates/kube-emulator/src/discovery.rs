@@ -1,5 +1,6 @@
-//! Discovery documents (spec §1.8): legacy `/api`, `/apis`, group and group-version lists, and the
-//! aggregated v2 form. Built from the served types, so CRDs appear once Established.
+//! Discovery documents (docs/emulator-spec.md §1.8): legacy `/api`, `/apis`, group and
+//! group-version lists, and the aggregated v2 form. Built from the served types, so CRDs appear
+//! once Established.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

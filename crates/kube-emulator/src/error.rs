@@ -1,4 +1,4 @@
-//! Kubernetes `Status` errors (spec §1.6) and the crate's own startup errors.
+//! Kubernetes `Status` errors (docs/emulator-spec.md §1.6) and the crate's own startup errors.
 
 use serde_json::{Value, json};
 

@@ -1,6 +1,6 @@
-//! Fault injection (spec §7): the rule model of §7.1 and the actions of the §7.2 catalogue.
-//! Rules are matched per request; the first matching rule whose `after`/`probability` gates pass
-//! fires (and counts down `times`).
+//! Fault injection (docs/emulator-spec.md §7): the rule model of §7.1 and the actions of the §7.2
+//! catalogue. Rules are matched per request; the first matching rule whose `after`/`probability`
+//! gates pass fires (and counts down `times`).
 
 use std::sync::Mutex;
 
@@ -142,7 +142,7 @@ pub enum Action {
     },
 }
 
-/// One rule (JSON shape of spec §7.1).
+/// One rule (JSON shape of docs/emulator-spec.md §7.1).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Rule {

@@ -1,4 +1,4 @@
-//! The kubeconfig the emulator writes (spec §1.1).
+//! The kubeconfig the emulator writes (docs/emulator-spec.md §1.1).
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -2,8 +2,8 @@
 //!
 //! An in-memory Kubernetes API server on `127.0.0.1`, faithful enough that kube-rs
 //! (`Api`, `watcher`, `reflector`, `Controller`, finalizers, server-side apply, leases) and the
-//! real `kubectl` run against it unchanged. Built to `shared/reference/apiserver-emulator-spec.md`;
-//! what is and is not emulated is listed in `docs/emulator.md`.
+//! real `kubectl` run against it unchanged. Built to `docs/emulator-spec.md` (the `§N` in the
+//! sources are its sections); what is and is not emulated is listed in `docs/emulator.md`.
 //!
 //! ## In-process use (tests)
 //! ```no_run

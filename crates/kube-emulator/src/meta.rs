@@ -1,4 +1,5 @@
-//! Object metadata helpers: server-populated fields, normalisation (spec §2.1–2.2), conversions.
+//! Object metadata helpers: server-populated fields, normalisation (docs/emulator-spec.md
+//! §2.1–2.2), conversions.
 
 use rand::Rng;
 use serde_json::{Map, Value, json};

@@ -1,6 +1,6 @@
-//! The resource verbs (spec §2): get, list, create, update, patch, delete, deletecollection.
-//! Every function runs with the store lock held, so each request is atomic and its watch events
-//! are ordered with its commit.
+//! The resource verbs (docs/emulator-spec.md §2): get, list, create, update, patch, delete,
+//! deletecollection. Every function runs with the store lock held, so each request is atomic and
+//! its watch events are ordered with its commit.
 
 use std::sync::Arc;
 
@@ -295,8 +295,8 @@ pub fn list(
         let rest = &snap.items[from..];
         page(rest, limit, rv, id)
     } else {
-        // Exact reads (spec §3.3: `resourceVersionMatch=Exact`, or a legacy `resourceVersion=N`
-        // with `limit`) of an older revision are served from the event history.
+        // Exact reads (docs/emulator-spec.md §3.3: `resourceVersionMatch=Exact`, or a legacy
+        // `resourceVersion=N` with `limit`) of an older revision are served from the event history.
         let mut at = stale_read_rv(st, q, stale);
         if let Some(n) = rv_param.filter(|r| *r != "0") {
             let n: u64 = n
@@ -661,7 +661,7 @@ fn update_pipeline(
             )],
         ));
     }
-    // Subresource split (spec §2.6).
+    // Subresource split (docs/emulator-spec.md §2.6).
     let sub = t.sub.as_deref();
     match sub {
         Some("status") => {
@@ -763,7 +763,8 @@ fn update_pipeline(
         admit(st, t, &mut new, Some(&old), false, w)?
     };
     meta::normalise(&mut new);
-    // Generation (spec §2.7): never through /status, never on metadata-only changes.
+    // Generation (docs/emulator-spec.md §2.7): never through /status, never on metadata-only
+    // changes.
     if sub.is_none() && rt.generation != GenerationPolicy::None {
         let spec_changed = meta::spec_part(&old, rt.status_subresource)
             != meta::spec_part(&new, rt.status_subresource);
@@ -797,7 +798,7 @@ fn update_pipeline(
         meta::normalise(&mut new);
     }
     let k = t.key();
-    // Finalizer removal completes a pending deletion (spec §2.8).
+    // Finalizer removal completes a pending deletion (docs/emulator-spec.md §2.8).
     if terminating && meta::finalizers(&new).is_empty() && rt.plural != "namespaces" {
         st.remove(&rt.gr(), &k);
         return Ok(Updated { obj: new, warnings });

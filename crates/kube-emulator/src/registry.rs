@@ -23,7 +23,7 @@ impl GroupResource {
     }
 }
 
-/// When `metadata.generation` bumps (spec §2.7).
+/// When `metadata.generation` bumps (docs/emulator-spec.md §2.7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GenerationPolicy {
     /// No generation field.
@@ -151,7 +151,7 @@ fn builtin(
     }
 }
 
-/// The built-in types served (spec §1.8 P0 set).
+/// The built-in types served (docs/emulator-spec.md §1.8 P0 set).
 pub fn builtins() -> Vec<ResourceType> {
     use GenerationPolicy as G;
     let mut v = vec![

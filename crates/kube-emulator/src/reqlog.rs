@@ -1,4 +1,5 @@
-//! Request log with per-client counters, so tests can count API writes (spec §7.1).
+//! Request log with per-client counters, so tests can count API writes (docs/emulator-spec.md
+//! §7.1).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -1,4 +1,5 @@
-//! Request parsing: URL path grammar (spec §1.2), query parameters (§1.3) and content negotiation (§1.4).
+//! Request parsing: URL path grammar (docs/emulator-spec.md §1.2), query parameters (§1.3) and
+//! content negotiation (§1.4).
 
 use std::collections::HashMap;
 
@@ -239,7 +240,7 @@ pub fn negotiate(accept: Option<&str>) -> Option<Output> {
     None
 }
 
-/// The patch flavours (§1.4).
+/// The patch flavours (docs/emulator-spec.md §1.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PatchType {
     /// RFC 7386.

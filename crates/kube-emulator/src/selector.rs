@@ -1,4 +1,4 @@
-//! Label selectors (full grammar, spec §3.1) and field selectors (§3.2).
+//! Label selectors (full grammar, docs/emulator-spec.md §3.1) and field selectors (§3.2).
 
 use serde_json::Value;
 

@@ -1,6 +1,6 @@
 //! The versioned in-memory store: one global resourceVersion, per-type object maps, a global event
-//! log (ring buffer) and the watch subscribers (spec §2, §3.6). Everything observable happens under
-//! one mutex so watch order equals commit order.
+//! log (ring buffer) and the watch subscribers (docs/emulator-spec.md §2, §3.6). Everything
+//! observable happens under one mutex so watch order equals commit order.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -101,7 +101,8 @@ impl Subscriber {
         self.labels.matches(obj) && self.fields.matches(obj)
     }
 
-    /// Events this subscriber sees for one log entry (selector transitions, spec §3.4).
+    /// Events this subscriber sees for one log entry (selector transitions, docs/emulator-spec.md
+    /// §3.4).
     pub fn translate(&self, e: &LogEntry) -> Option<WatchMsg> {
         if e.gr != self.gr {
             return None;
@@ -429,7 +430,7 @@ impl State {
 
     /// The objects of a type as they were at revision `at`, sorted by key, filtered: the
     /// current objects with every logged change newer than `at` undone (newest first). `None`
-    /// when `at` is older than the retained history (spec §3.3: 410 Expired).
+    /// when `at` is older than the retained history (docs/emulator-spec.md §3.3: 410 Expired).
     pub fn select_at(
         &self,
         gr: &GroupResource,

@@ -1,5 +1,5 @@
-//! `meta.k8s.io/v1` Table responses for `kubectl get` (spec §5.7); the rendering itself (CRD
-//! printer columns, kubectl's built-in columns, ages) is `apiserver_semantics::table`.
+//! `meta.k8s.io/v1` Table responses for `kubectl get` (docs/emulator-spec.md §5.7); the rendering
+//! itself (CRD printer columns, kubectl's built-in columns, ages) is `apiserver_semantics::table`.
 
 use apiserver_semantics::table::{self as t, IncludeObject, TableSource};
 use serde_json::{Value, json};

@@ -1,5 +1,6 @@
-//! Watch streams (spec §3.4): start position by resourceVersion, ordered events from the store,
-//! bookmarks, `timeoutSeconds`, 410 as an ERROR event, `sendInitialEvents`, and the watch faults.
+//! Watch streams (docs/emulator-spec.md §3.4): start position by resourceVersion, ordered events
+//! from the store, bookmarks, `timeoutSeconds`, 410 as an ERROR event, `sendInitialEvents`, and the
+//! watch faults.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -37,10 +37,10 @@ fn go_string_slice(values: &[String]) -> BadValue {
     BadValue::Raw(format!("[]string{{{}}}", quoted.join(", ")))
 }
 
-/// Applies the defaults clients read back (§6.2), except cluster IP and nodePort allocation,
-/// which need cluster state: type ClusterIP, sessionAffinity None, ports protocol TCP and
-/// targetPort = port, internalTrafficPolicy Cluster, and for non-ExternalName Services
-/// ipFamilyPolicy SingleStack and ipFamilies from the cluster IP (else IPv4);
+/// Applies the defaults clients read back (docs/emulator-spec.md §6.2), except cluster IP and
+/// nodePort allocation, which need cluster state: type ClusterIP, sessionAffinity None, ports
+/// protocol TCP and targetPort = port, internalTrafficPolicy Cluster, and for non-ExternalName
+/// Services ipFamilyPolicy SingleStack and ipFamilies from the cluster IP (else IPv4);
 /// externalTrafficPolicy Cluster and allocateLoadBalancerNodePorts for external types.
 pub fn default_service(service: &mut Service) {
     let spec = service.spec.get_or_insert_with(ServiceSpec::default);

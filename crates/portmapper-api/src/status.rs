@@ -16,6 +16,10 @@ pub mod condition_types {
     pub const CONFLICT: &str = "Conflict";
     /// The Service still has a selector: native slices are published beside ours.
     pub const SELECTOR_MIGRATION: &str = "SelectorMigration";
+    /// A consumer of the slices is known to ignore per-port membership here (reason
+    /// `IstioAmbient`: published pods are enrolled in Istio ambient and the ports have
+    /// different members); present only while it holds. See docs/consumers.md.
+    pub const CONSUMER_CAVEAT: &str = "ConsumerCaveat";
 }
 
 /// Most excluded pods listed per port; the counts stay exact beyond it.
@@ -28,7 +32,7 @@ pub struct PortMappingStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Standard conditions: Ready, Reconciling, Stalled, Conflict, SelectorMigration.
+    /// Standard conditions: Ready, Reconciling, Stalled, Conflict, SelectorMigration, ConsumerCaveat.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

@@ -3,6 +3,7 @@
 //! the tests share one definition of what must be published.
 
 pub mod check;
+pub mod consumers;
 pub mod decision;
 pub mod membership;
 pub mod network;

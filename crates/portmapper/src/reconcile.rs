@@ -357,6 +357,17 @@ async fn plan_and_apply(
     } else {
         ctx.clear_warning(pm_ref, "SelectorStillPresent");
     }
+    if let Some(caveat) = report::consumer_caveat(&plan, &pods) {
+        let previous = pm.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
+        if ctx.warn_once(pm_ref, report::ISTIO_AMBIENT)
+            && !report::already_reported(previous, &caveat)
+        {
+            warn_event(ctx, pm, pm_ref, report::ISTIO_AMBIENT, &caveat.message).await;
+        }
+        conditions.push(caveat);
+    } else {
+        ctx.clear_warning(pm_ref, report::ISTIO_AMBIENT);
+    }
     // One Event per reason, naming every occurrence (three rejected pods are one Event that
     // names all three, not one that names the first).
     let mut by_reason: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();

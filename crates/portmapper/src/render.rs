@@ -386,9 +386,11 @@ fn preview(
         live_endpoints: None,
         now: Timestamp::UNIX_EPOCH,
     };
+    let mut caveat = None;
     match planner::plan(&input) {
         Ok(plan) => {
             desired = report::planned(&plan);
+            caveat = report::consumer_caveat(&plan, &pods);
             status.ports = plan.ports.clone();
             status.summary = Some(plan.summary.clone()).filter(|s| !s.is_empty());
             status.endpoint_slices = Some(i32::try_from(plan.slices.len()).unwrap_or(i32::MAX));
@@ -421,6 +423,15 @@ fn preview(
             migration.message
         ));
         desired.push(migration);
+    }
+    // After SelectorMigration, in the order the live reconcile reports them.
+    if let Some(caveat) = caveat {
+        out.notes.push(format!(
+            "Warning Event {}: {}",
+            report::ISTIO_AMBIENT,
+            caveat.message
+        ));
+        desired.push(caveat);
     }
     status.conditions =
         conditions::merge(&[], &desired, pm.metadata.generation, Timestamp::UNIX_EPOCH);

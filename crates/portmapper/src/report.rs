@@ -2,7 +2,8 @@
 //! Event reason of each planner warning. Pure, so the live reconcile and the offline
 //! `portmapper render` preview report exactly the same status.
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{Resource, ResourceExt};
 use kube_validation::field::FieldError;
 use portmapper_api::PortMapping;
@@ -116,6 +117,26 @@ pub fn selector_migration(service: &Service) -> Option<Desired> {
     })
 }
 
+/// The condition reason (and Warning Event reason) of the Istio ambient caveat.
+pub const ISTIO_AMBIENT: &str = "IstioAmbient";
+
+/// `ConsumerCaveat=True` while a consumer is known to ignore this plan's per-port membership:
+/// published pods are enrolled in Istio ambient and the ports have different members. Absent
+/// otherwise, like `SelectorMigration`. Its message is also the Warning Event's note.
+pub fn consumer_caveat(plan: &portmapper_core::Plan, pods: &[&Pod]) -> Option<Desired> {
+    portmapper_core::consumers::istio_ambient(plan, pods)
+        .map(|caveat| Desired::new(ct::CONSUMER_CAVEAT, true, ISTIO_AMBIENT, caveat.to_string()))
+}
+
+/// Whether `previous` already reports `desired` as True with the same reason: the Event of a
+/// caveat goes out on the transition only, also across restarts and leader changes (the
+/// in-memory warn-once set starts empty there).
+pub fn already_reported(previous: &[Condition], desired: &Desired) -> bool {
+    previous
+        .iter()
+        .any(|c| c.type_ == desired.type_ && c.status == "True" && c.reason == desired.reason)
+}
+
 /// The Warning Event reason of a planner warning.
 pub fn warning_reason(warning: &PlanWarning) -> &'static str {
     use PlanWarning as W;
@@ -177,6 +198,28 @@ mod tests {
         let all = [y.clone(), x.clone()];
         assert_eq!(conflict_winner(&y, &all), Some("x".into()));
         assert_eq!(conflict_winner(&x, &all), None);
+    }
+
+    #[test]
+    fn a_caveat_already_true_with_its_reason_is_not_announced_again() {
+        let caveat = Desired::new(ct::CONSUMER_CAVEAT, true, ISTIO_AMBIENT, "now");
+        let previous = crate::conditions::merge(
+            &[],
+            std::slice::from_ref(&caveat),
+            Some(1),
+            Timestamp::UNIX_EPOCH,
+        );
+        assert!(already_reported(&previous, &caveat));
+        let other_reason = Desired::new(ct::CONSUMER_CAVEAT, true, "Other", "x");
+        assert!(!already_reported(&previous, &other_reason));
+        let was_false = crate::conditions::merge(
+            &[],
+            &[Desired::new(ct::CONSUMER_CAVEAT, false, ISTIO_AMBIENT, "")],
+            Some(1),
+            Timestamp::UNIX_EPOCH,
+        );
+        assert!(!already_reported(&was_false, &caveat));
+        assert!(!already_reported(&[], &caveat));
     }
 
     #[test]

@@ -1,7 +1,7 @@
-//! CRD `openAPIV3Schema` handling (spec §5.2–§5.5): structural check, pruning of unknown fields
-//! and non-nullable nulls, defaulting, OpenAPI v3 value validation with kube-openapi's message
-//! shapes, `x-kubernetes-list-type` invariants, and CEL `x-kubernetes-validations` through
-//! `kube-cel`.
+//! CRD `openAPIV3Schema` handling (docs/emulator-spec.md §5.2–§5.5): structural check, pruning of
+//! unknown fields and non-nullable nulls, defaulting, OpenAPI v3 value validation with
+//! kube-openapi's message shapes, `x-kubernetes-list-type` invariants, and CEL
+//! `x-kubernetes-validations` through `kube-cel`.
 //!
 //! Validation follows kube-openapi's validator order per node (type, junctors, string, format,
 //! number, items, enum, object) and its early exits (first string failure only; a

@@ -1,4 +1,5 @@
-//! Server-side apply (spec §4) and the managedFields bookkeeping of non-apply writes.
+//! Server-side apply (docs/emulator-spec.md §4) and the managedFields bookkeeping of non-apply
+//! writes.
 
 use crate::field_error::go_quote;
 use crate::fieldpath::{FieldSet, PathElement, path_string};
@@ -106,7 +107,7 @@ impl Conflicts {
         )
     }
 
-    /// The 409 Status object of §4.6.
+    /// The 409 Status object of docs/emulator-spec.md §4.6.
     pub fn to_status(&self) -> Value {
         let causes: Vec<Value> = self
             .0
@@ -172,7 +173,8 @@ fn filter_set(set: &FieldSet, subresource: Option<&str>, has_status: bool) -> Fi
     out
 }
 
-/// Removes `null` members of objects (an apply of `null` means "not set, not owned", §4.7).
+/// Removes `null` members of objects (an apply of `null` means "not set, not owned",
+/// docs/emulator-spec.md §4.7).
 fn strip_nulls(v: &Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
@@ -490,10 +492,10 @@ pub fn record_update(
 }
 
 /// Upstream's `IgnoreManagedFieldsTimestampsTransformer`: when `new` equals `old` apart from
-/// managedFields, and the managedFields differ only in `time`, the old times are put back so
-/// the write is a no-op (no resourceVersion bump, no watch event — spec §0 rule 5). Call it on
-/// the final object (after defaulting and normalisation) of every update, patch and apply.
-/// Returns `true` when it reverted timestamps.
+/// managedFields, and the managedFields differ only in `time`, the old times are put back so the
+/// write is a no-op (no resourceVersion bump, no watch event — docs/emulator-spec.md §0 rule 5).
+/// Call it on the final object (after defaulting and normalisation) of every update, patch and
+/// apply. Returns `true` when it reverted timestamps.
 pub fn revert_timestamp_only_changes(new: &mut Value, old: &Value) -> bool {
     let entries = |v: &Value| -> Vec<Value> {
         v.get("metadata")

@@ -1,7 +1,7 @@
-//! Server-side `Table` output (spec §5.7): CRD `additionalPrinterColumns` (apiextensions
-//! `tableconvertor`) and the built-in printers of kube-apiserver (`pkg/printers/internalversion`)
-//! for the kinds the emulator serves; other kinds get the apiserver default (Name, Created At).
-//! Ages use apimachinery's `HumanDuration`.
+//! Server-side `Table` output (docs/emulator-spec.md §5.7): CRD `additionalPrinterColumns`
+//! (apiextensions `tableconvertor`) and the built-in printers of kube-apiserver
+//! (`pkg/printers/internalversion`) for the kinds the emulator serves; other kinds get the
+//! apiserver default (Name, Created At). Ages use apimachinery's `HumanDuration`.
 
 use crate::jsonpath::{JsonPath, to_text};
 use serde_json::{Map, Value, json};

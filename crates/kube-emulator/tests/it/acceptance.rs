@@ -1,7 +1,7 @@
-//! The P0 acceptance test of spec §10, with a kube-rs Controller as the operator: the reflector
-//! reaches InitDone, a CR change produces exactly one reconcile, a status apply does not trigger
-//! another, deleting the CR runs cleanup and GC removes the owned slice, and a forced 410 causes
-//! exactly one relist.
+//! The P0 acceptance test of docs/emulator-spec.md §10, with a kube-rs Controller as the operator:
+//! the reflector reaches InitDone, a CR change produces exactly one reconcile, a status apply does
+//! not trigger another, deleting the CR runs cleanup and GC removes the owned slice, and a forced
+//! 410 causes exactly one relist.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

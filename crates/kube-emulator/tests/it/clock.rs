@@ -1,5 +1,5 @@
-//! The injectable clock (spec §7.1): server-set times come from it, and the time-based expiry
-//! of continue tokens and of the event history follows it.
+//! The injectable clock (docs/emulator-spec.md §7.1): server-set times come from it, and the
+//! time-based expiry of continue tokens and of the event history follows it.
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
-//! Fault injection: one test per catalogue entry of spec §7.2, asserting the wire behaviour and
-//! kube's reaction (§7.3).
+//! Fault injection: one test per catalogue entry of docs/emulator-spec.md §7.2, asserting the wire
+//! behaviour and kube's reaction (§7.3).
 
 use std::time::{Duration, Instant};
 
@@ -504,7 +504,7 @@ async fn readiness_fault() {
     assert_eq!(raw(&emu, "GET", "/readyz", &[], "").await.0, 200);
 }
 
-/// Spec §7.4 recipe 5: a permanent 500 on list must not turn into a hot loop.
+/// docs/emulator-spec.md §7.4 recipe 5: a permanent 500 on list must not turn into a hot loop.
 #[tokio::test]
 async fn permanent_list_failure_backs_off() {
     let emu = emu().await;

@@ -1,5 +1,5 @@
-//! Reads of older revisions (spec §3.3): exact-resourceVersion lists materialised from the event
-//! history, paged from one snapshot, 410 once the history no longer reaches back.
+//! Reads of older revisions (docs/emulator-spec.md §3.3): exact-resourceVersion lists materialised
+//! from the event history, paged from one snapshot, 410 once the history no longer reaches back.
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, VersionMatch};

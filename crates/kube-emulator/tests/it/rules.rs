@@ -1,4 +1,4 @@
-//! One test per rule of spec §0; each would fail if the rule were broken.
+//! One test per rule of docs/emulator-spec.md §0; each would fail if the rule were broken.
 
 use std::time::Duration;
 

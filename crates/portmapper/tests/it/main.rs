@@ -4,6 +4,7 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod consumers;
 mod fuzz;
 mod harness;
 mod hostile;

@@ -303,3 +303,36 @@ fn nodes_give_zones_and_hints() {
     assert!(text.contains("zone: zone-a"), "{text}");
     assert!(text.contains("forZones:\n    - name: zone-a"), "{text}");
 }
+
+/// The preview reports the Istio ambient caveat as the live reconcile does: the colocated-broker
+/// example (client on two brokers, admin on three) with one broker enrolled in ambient.
+#[test]
+fn render_reports_the_istio_ambient_caveat() {
+    let src = repo().join("examples/colocated-broker/manifests");
+    let dir =
+        std::env::temp_dir().join(format!("portmapper-render-ambient-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for file in ["00-service.yaml", "10-pods.yaml", "20-portmapping.yaml"] {
+        let mut text = std::fs::read_to_string(src.join(file)).unwrap();
+        if file == "10-pods.yaml" {
+            let plain = "  name: broker-0\n  namespace: default\n  labels: {example.com/pool: broker}\n  annotations: {example.com/ports: \"client,admin\"}";
+            assert!(
+                text.contains(plain),
+                "the example still has broker-0 as written here"
+            );
+            text = text.replace(
+                plain,
+                "  name: broker-0\n  namespace: default\n  labels: {example.com/pool: broker}\n  annotations: {example.com/ports: \"client,admin\", ambient.istio.io/redirection: enabled}",
+            );
+        }
+        std::fs::write(dir.join(file), text).unwrap();
+    }
+    let out = render(&["-f", dir.to_str().unwrap()]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("type: ConsumerCaveat"), "{text}");
+    assert!(text.contains("reason: IstioAmbient"));
+    assert!(text.contains("port client (2 published) also reaches broker-2"));
+    assert!(text.contains("Warning Event IstioAmbient: "));
+}
