@@ -26,6 +26,16 @@ use crate::decision::Verdict;
 pub struct EvalMemo {
     inputs: Option<Inputs>,
     pods: HashMap<String, PodMemo>,
+    last_pass: PassStats,
+}
+
+/// What the last pass with a memo did, per pod.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PassStats {
+    /// Pods whose remembered outcomes were reused.
+    pub reused: usize,
+    /// Pods evaluated afresh (new, changed, or everything after a spec or Service change).
+    pub evaluated: usize,
 }
 
 impl EvalMemo {
@@ -37,6 +47,11 @@ impl EvalMemo {
     /// Whether nothing is remembered.
     pub fn is_empty(&self) -> bool {
         self.pods.is_empty()
+    }
+
+    /// What the last pass reused and evaluated.
+    pub fn last_pass(&self) -> PassStats {
+        self.last_pass
     }
 
     /// Forgets everything when the inputs every outcome depends on changed, then hands out the
@@ -60,7 +75,9 @@ impl EvalMemo {
                 service: service.cloned(),
             });
         }
-        pods.iter()
+        let mut stats = PassStats::default();
+        let memos = pods
+            .iter()
             .map(|pod| {
                 let version = identity(pod);
                 let kept = version.and_then(|(uid, rv)| {
@@ -68,12 +85,19 @@ impl EvalMemo {
                         .remove(uid)
                         .filter(|m| m.resource_version == rv && m.outcomes.len() == slots)
                 });
+                if kept.is_some() {
+                    stats.reused += 1;
+                } else {
+                    stats.evaluated += 1;
+                }
                 kept.unwrap_or_else(|| PodMemo {
                     resource_version: version.map(|(_, rv)| rv.to_owned()).unwrap_or_default(),
                     outcomes: vec![None; slots],
                 })
             })
-            .collect()
+            .collect();
+        self.last_pass = stats;
+        memos
     }
 
     /// Remembers the outcomes of this pass (pods without UID or resourceVersion are not

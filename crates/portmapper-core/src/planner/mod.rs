@@ -58,7 +58,7 @@ use portmapper_api::PortMappingSpec;
 
 pub use compare::{endpoint_eq, metadata_eq, ports_eq};
 pub use evaluate::published_memberships;
-pub use memo::EvalMemo;
+pub use memo::{EvalMemo, PassStats};
 pub use types::{
     Action, DecisionCounts, Deletion, Plan, PlanError, PlanInput, PlanWarning, PlannedEndpoints,
     PlannedSlice,

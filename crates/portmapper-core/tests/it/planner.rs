@@ -2066,3 +2066,55 @@ fn named_target_placeholder_stays_at_the_published_group_rather_than_the_lowest(
     );
     assert_eq!(pod_names(w.slice("web.grpc.p8443").unwrap()), vec!["b"]);
 }
+
+/// The incremental path's cost is the pods that changed: after one pod event a plan with the
+/// memo evaluates that pod alone, a resync evaluates none, and a spec change evaluates all —
+/// and every one of those plans equals the full plan.
+#[test]
+fn a_plan_with_the_memo_evaluates_only_the_pods_that_changed() {
+    let pods: Vec<k8s_openapi::api::core::v1::Pod> = (0..300)
+        .map(|i| {
+            let ip = format!("10.0.{}.{}", i / 200, i % 200 + 1);
+            let mut pod = PodBuilder::new(&format!("p{i:03}"), &[ip.as_str()])
+                .ports(if i % 2 == 0 { "http,https" } else { "http" })
+                .build();
+            pod.metadata.resource_version = Some("1".into());
+            pod
+        })
+        .collect();
+    let svc = service(vec![
+        sport("http", 80, Some(IntOrString::Int(8080))),
+        sport("https", 443, Some(IntOrString::Int(8443))),
+    ]);
+    let mut w = World::new(port_mapping(&["http", "https"]), svc, pods);
+    let mut memo = portmapper_core::EvalMemo::default();
+    let mut step = |w: &mut World, memo: &mut portmapper_core::EvalMemo| {
+        let incremental = w.try_plan_with(Some(memo)).expect("plan");
+        assert_eq!(incremental, w.plan(), "the memo changes nothing");
+        w.apply(&incremental);
+        (memo.last_pass().evaluated, memo.last_pass().reused)
+    };
+    assert_eq!(step(&mut w, &mut memo), (300, 0), "first pass: everything");
+    assert_eq!(step(&mut w, &mut memo), (0, 300), "resync: nothing");
+
+    let pod = w.pod_mut("p007");
+    if let Some(c) = pod.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+        c[0].status = "False".into();
+    }
+    pod.metadata.resource_version = Some("2".into());
+    assert_eq!(step(&mut w, &mut memo), (1, 299), "one pod event: that pod");
+    let http_endpoints: usize = w
+        .slices
+        .iter()
+        .filter(|s| s.ports.iter().flatten().any(|p| p.name.as_deref() == Some("http")))
+        .map(|s| s.endpoints.len())
+        .sum();
+    assert_eq!(http_endpoints, 299, "and the flip is published");
+
+    w.pods.retain(|p| p.metadata.name.as_deref() != Some("p008"));
+    assert_eq!(step(&mut w, &mut memo), (0, 299), "a deletion evaluates nothing");
+
+    w.pm.spec.max_endpoints_per_slice = 50;
+    assert_eq!(step(&mut w, &mut memo), (299, 0), "a spec change: everything");
+    assert_eq!(memo.len(), 299, "deleted pods are forgotten");
+}
