@@ -77,12 +77,13 @@ impl Writer<'_> {
         })
     }
 
-    /// Server-side applies a whole slice.
-    pub async fn apply_slice(&self, slice: &EndpointSlice) -> Result<(), Error> {
+    /// Server-side applies a whole slice; returns the resourceVersion the API server stored.
+    pub async fn apply_slice(&self, slice: &EndpointSlice) -> Result<Option<String>, Error> {
         self.guard()?;
         let name = slice.name_any();
         let api: Api<EndpointSlice> = Api::namespaced(self.client.clone(), self.namespace);
-        api.patch(&name, &Self::params(), &Patch::Apply(slice))
+        let stored = api
+            .patch(&name, &Self::params(), &Patch::Apply(slice))
             .await
             .map_err(|e| {
                 Error::kube(
@@ -92,7 +93,7 @@ impl Writer<'_> {
             })?;
         self.metrics.write("apply", "endpointslices");
         debug!(namespace = self.namespace, slice = %name, "applied EndpointSlice");
-        Ok(())
+        Ok(stored.metadata.resource_version)
     }
 
     /// Deletes a slice, only if it is still the object we saw (UID precondition), so a stale

@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -18,6 +19,8 @@ use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use portmapper_api::{KeySource, PortMapping};
+
+use crate::own_writes::OwnWrites;
 
 /// A PortMapping, by namespace and name.
 pub type PmKey = ObjectRef<PortMapping>;
@@ -122,6 +125,8 @@ struct OwnedFootprint {
     pods: Vec<String>,
     /// `kubernetes.io/service-name`.
     service: Option<String>,
+    /// The version the cache holds (slices only), to tell whether our own write is in yet.
+    resource_version: Option<String>,
 }
 
 /// The index of one operator instance. Not thread-safe by itself: the operator keeps it behind
@@ -156,6 +161,9 @@ pub struct Index {
     endpoints_by_owner: HashMap<String, HashSet<ObjectRef<Endpoints>>>,
 
     zones: HashMap<String, Option<String>>,
+
+    /// Our slice writes the slice cache has not shown yet.
+    own_writes: OwnWrites,
 }
 
 /// What applying a PortMapping asks of the caller besides reconciles.
@@ -585,7 +593,10 @@ impl Index {
                 .filter_map(|e| e.target_ref.as_ref()?.uid.clone())
                 .collect(),
             service: slice.labels().get(LABEL_SERVICE_NAME).cloned(),
+            resource_version: slice.metadata.resource_version.clone(),
         };
+        self.own_writes
+            .observed(&key, footprint.resource_version.as_deref());
         let mut affected = HashSet::new();
         if let Some(old) = self.slices.remove(&key) {
             self.collect_owned(&ns_of(slice), &old, &mut affected);
@@ -617,6 +628,7 @@ impl Index {
     /// One of our slices is gone: its owner, and every PortMapping of its Service (its name is
     /// free now, e.g. for the PortMapping that takes over a deleted publisher's Service).
     pub fn delete_slice(&mut self, key: &ObjectRef<EndpointSlice>) -> Vec<PmKey> {
+        self.own_writes.observed_gone(key);
         let mut affected = HashSet::new();
         if let Some(old) = self.slices.remove(key) {
             let ns = key.namespace.clone().unwrap_or_default();
@@ -639,6 +651,37 @@ impl Index {
     pub fn retain_slices(&mut self, present: &HashSet<ObjectRef<EndpointSlice>>) -> Vec<PmKey> {
         let gone = missing(self.slices.keys(), present);
         self.delete_each(gone, Self::delete_slice)
+    }
+
+    /// The PortMapping with UID `owner` applied `slice` and the API server answered with
+    /// `resource_version`. Nothing to await when the watch already brought that version.
+    pub fn wrote_slice(
+        &mut self,
+        owner: &str,
+        slice: ObjectRef<EndpointSlice>,
+        resource_version: String,
+        now: Instant,
+    ) {
+        let seen = self
+            .slices
+            .get(&slice)
+            .is_some_and(|f| f.resource_version.as_deref() == Some(resource_version.as_str()));
+        if !seen {
+            self.own_writes.wrote(owner, slice, resource_version, now);
+        }
+    }
+
+    /// The PortMapping with UID `owner` deleted `slice`. Nothing to await when the watch
+    /// already removed it.
+    pub fn deleted_slice(&mut self, owner: &str, slice: ObjectRef<EndpointSlice>, now: Instant) {
+        if self.slices.contains_key(&slice) {
+            self.own_writes.deleted(owner, slice, now);
+        }
+    }
+
+    /// Whether a slice write of the PortMapping with UID `owner` has not reached the cache.
+    pub fn own_writes_pending(&mut self, owner: &str, now: Instant) -> bool {
+        self.own_writes.pending(owner, now)
     }
 
     fn collect_owned(&self, ns: &str, footprint: &OwnedFootprint, out: &mut HashSet<PmKey>) {
@@ -774,6 +817,7 @@ impl Index {
             orphan_of: orphan_service(endpoints),
             pods: Vec::new(),
             service: None,
+            resource_version: None,
         };
         let mut affected = self.delete_endpoints(&key);
         let mut more = HashSet::new();

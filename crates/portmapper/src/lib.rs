@@ -16,6 +16,7 @@ pub mod leader;
 pub mod metrics;
 pub mod migration;
 pub mod migration_exec;
+pub mod own_writes;
 pub mod owner;
 pub mod pods;
 pub mod probing;

@@ -39,6 +39,12 @@ pub struct DecisionLabels {
     pub decision: &'static str,
 }
 
+/// Labels of [`Metrics::plan_pods`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvaluationLabels {
+    pub evaluation: &'static str,
+}
+
 /// Labels with one fixed-vocabulary value.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
@@ -83,6 +89,9 @@ pub struct Metrics {
     pub endpoints_published: Family<PortLabels, Gauge>,
     pub endpointslices_managed: Family<ServiceLabels, Gauge>,
     pub membership_checks: Family<DecisionLabels, Counter>,
+    /// Pool pods per plan by whether the last plan's outcomes were reused (`reused`) or the pod
+    /// was evaluated (`evaluated`: new, changed, or after a spec or Service change).
+    pub plan_pods: Family<EvaluationLabels, Counter>,
     pub native_cleanup_deletions: Family<ResourceLabels, Counter>,
     pub name_collisions: Family<ServiceLabels, Counter>,
     pub reconciles: Family<ResultLabels, Counter>,
@@ -118,6 +127,7 @@ impl Metrics {
         let endpoints_published = Family::<PortLabels, Gauge>::default();
         let endpointslices_managed = Family::<ServiceLabels, Gauge>::default();
         let membership_checks = Family::<DecisionLabels, Counter>::default();
+        let plan_pods = Family::<EvaluationLabels, Counter>::default();
         let native_cleanup_deletions = Family::<ResourceLabels, Counter>::default();
         let name_collisions = Family::<ServiceLabels, Counter>::default();
         let reconciles = Family::<ResultLabels, Counter>::default();
@@ -144,6 +154,11 @@ impl Metrics {
             "membership_checks",
             "Membership decisions per Service by outcome (include, exclude, abstain)",
             membership_checks.clone(),
+        );
+        registry.register(
+            "plan_pods",
+            "Pool pods per plan: outcomes reused from the previous plan, or evaluated",
+            plan_pods.clone(),
         );
         registry.register(
             "native_cleanup_deletions",
@@ -197,6 +212,7 @@ impl Metrics {
             endpoints_published,
             endpointslices_managed,
             membership_checks,
+            plan_pods,
             native_cleanup_deletions,
             name_collisions,
             reconciles,

@@ -27,6 +27,9 @@ use crate::report;
 
 /// How soon to look again while something we wait for (a cache, probe results) is pending.
 const PENDING_RETRY: Duration = Duration::from_secs(2);
+/// How soon to look again when our own writes have not reached the cache (their watch events
+/// normally wake the PortMapping first; this bounds a lost event).
+const OWN_WRITES_RETRY: Duration = Duration::from_secs(1);
 /// How soon to look again at a name someone else holds: its release reaches no watch of ours
 /// (foreign slices are outside our label-selected cache).
 const COLLISION_RETRY: Duration = Duration::from_secs(15);
@@ -108,6 +111,12 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
         return Ok(Action::requeue(PENDING_RETRY));
     }
 
+    if ctx.index.lock().own_writes_pending(&uid, Instant::now()) {
+        // Planning now would read a cache without our last writes and undo or repeat them; the
+        // watch event that brings the last of them wakes this PortMapping.
+        debug!(portmapping = %pm_ref, "own writes not in the cache yet; waiting");
+        return Ok(Action::requeue(OWN_WRITES_RETRY));
+    }
     let outcome = match decide(pm, ctx, &ns, &pm_ref) {
         Decided::Wait => return Ok(Action::requeue(PENDING_RETRY)),
         Decided::Stop(outcome) => {
@@ -268,7 +277,14 @@ async fn plan_and_apply(
     };
     let mut memo = ctx.take_memo(pm_ref);
     let planned = planner::plan_with_memo(&input, &mut memo);
+    let pass = memo.last_pass();
     ctx.keep_memo(pm_ref, memo);
+    for (evaluation, n) in [("reused", pass.reused), ("evaluated", pass.evaluated)] {
+        ctx.metrics
+            .plan_pods
+            .get_or_create(&crate::metrics::EvaluationLabels { evaluation })
+            .inc_by(u64::try_from(n).unwrap_or(u64::MAX));
+    }
     let plan = match planned {
         Ok(plan) => plan,
         Err(err) => {
@@ -282,7 +298,7 @@ async fn plan_and_apply(
         .filter_map(|s| s.metadata.name.as_deref())
         .collect();
     let pm_uid = pm.uid().unwrap_or_default();
-    let written = execute_slice_writes(writer, &plan, &live_names, &pm_uid).await;
+    let written = execute_slice_writes(writer, &ctx.index, &plan, &live_names, &pm_uid).await;
     let collisions = written.collisions;
     let mut errors = written.errors;
     if plan.writes() > 0 {
@@ -440,6 +456,7 @@ struct SliceWrites {
 /// flight. Decides nothing but whether a name about to be created is held by another owner.
 async fn execute_slice_writes(
     writer: &Writer<'_>,
+    index: &crate::index::SharedIndex,
     plan: &Plan,
     live_names: &std::collections::HashSet<&str>,
     pm_uid: &str,
@@ -481,9 +498,27 @@ async fn execute_slice_writes(
         collisions: Vec::new(),
         errors: Vec::new(),
     };
-    for result in results {
+    // What the next plan must find in the cache before it may run (see `own_writes`): the
+    // applies in plan order, then the deletions.
+    let names = plan
+        .slices
+        .iter()
+        .filter(|s| s.action.is_write())
+        .map(|s| s.slice.name_any())
+        .chain(
+            plan.deletions
+                .iter()
+                .filter(|d| d.uid.is_some())
+                .map(|d| d.name.clone()),
+        );
+    let now = Instant::now();
+    let mut idx = index.lock();
+    for (name, result) in names.zip(results) {
+        let slice = ObjectRef::<EndpointSlice>::new(&name).within(writer.namespace);
         match result {
-            Written::Done => {}
+            Written::Applied(Some(version)) => idx.wrote_slice(pm_uid, slice, version, now),
+            Written::Deleted => idx.deleted_slice(pm_uid, slice, now),
+            Written::Applied(None) | Written::Done => {}
             Written::Collision(c) => out.collisions.push(c),
             Written::Failed(e) => out.errors.push(e),
         }
@@ -493,6 +528,11 @@ async fn execute_slice_writes(
 
 /// The result of one slice write.
 enum Written {
+    /// Applied; the resourceVersion stored.
+    Applied(Option<String>),
+    /// Deleted by this call.
+    Deleted,
+    /// Nothing left to do (already gone).
     Done,
     Collision(String),
     Failed(Error),
@@ -513,14 +553,15 @@ async fn apply_one(writer: &Writer<'_>, slice: &EndpointSlice, claim_for: Option
         }
     }
     match writer.apply_slice(slice).await {
-        Ok(()) => Written::Done,
+        Ok(stored) => Written::Applied(stored),
         Err(err) => Written::Failed(err),
     }
 }
 
 async fn delete_one(writer: &Writer<'_>, name: &str, uid: &str) -> Written {
     match writer.delete_slice(name, uid).await {
-        Ok(_) => Written::Done,
+        Ok(true) => Written::Deleted,
+        Ok(false) => Written::Done,
         Err(err) => Written::Failed(err),
     }
 }

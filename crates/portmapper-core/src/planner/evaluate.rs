@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_validation::IpFamily;
 use portmapper_api::TerminatingEndpoints;
+use portmapper_api::check::CheckKind;
 
 use super::memo::{EvalMemo, Outcome, PodMemo};
 use super::naming::{group_base_name, parse_chunk};
@@ -108,10 +109,16 @@ pub(crate) fn evaluate<'a>(
 /// Whether no check of these rules (`anyOf` entries included) reads anything but the pod and
 /// the Service: no network check, no webhook.
 fn reads_only_the_pod(rules: PortRules<'_>) -> bool {
-    rules
-        .checks()
-        .iter()
-        .all(|c| c.kinds().iter().all(|k| !k.is_network()))
+    fn pod_only(check: &portmapper_api::Check) -> bool {
+        check.kinds().iter().all(|k| match k {
+            // Leaves cannot nest `anyOf`.
+            CheckKind::AnyOf(entries) => entries
+                .iter()
+                .all(|e| e.kinds().iter().all(|k| !k.is_network())),
+            k => !k.is_network(),
+        })
+    }
+    rules.checks().iter().all(pod_only)
 }
 
 impl<'a> Evaluator<'_, 'a> {

@@ -2106,15 +2106,29 @@ fn a_plan_with_the_memo_evaluates_only_the_pods_that_changed() {
     let http_endpoints: usize = w
         .slices
         .iter()
-        .filter(|s| s.ports.iter().flatten().any(|p| p.name.as_deref() == Some("http")))
+        .filter(|s| {
+            s.ports
+                .iter()
+                .flatten()
+                .any(|p| p.name.as_deref() == Some("http"))
+        })
         .map(|s| s.endpoints.len())
         .sum();
     assert_eq!(http_endpoints, 299, "and the flip is published");
 
-    w.pods.retain(|p| p.metadata.name.as_deref() != Some("p008"));
-    assert_eq!(step(&mut w, &mut memo), (0, 299), "a deletion evaluates nothing");
+    w.pods
+        .retain(|p| p.metadata.name.as_deref() != Some("p008"));
+    assert_eq!(
+        step(&mut w, &mut memo),
+        (0, 299),
+        "a deletion evaluates nothing"
+    );
 
     w.pm.spec.max_endpoints_per_slice = 50;
-    assert_eq!(step(&mut w, &mut memo), (299, 0), "a spec change: everything");
+    assert_eq!(
+        step(&mut w, &mut memo),
+        (299, 0),
+        "a spec change: everything"
+    );
     assert_eq!(memo.len(), 299, "deleted pods are forgotten");
 }

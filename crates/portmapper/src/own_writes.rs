@@ -1,0 +1,179 @@
+//! Our own slice writes the slice cache has not shown yet (the native controller's
+//! EndpointSliceTracker): a plan made against a cache that lags our writes would see a slice we
+//! just created as missing, or one we just emptied as still full, and re-pack — duplicating
+//! endpoints across slices and writing again after convergence. A PortMapping with writes still
+//! in flight through the watch is not planned; the watch event that brings the write wakes it.
+//!
+//! Exact, because a watch delivers one object's versions in order: the expectation of a write
+//! is met by the event carrying the resourceVersion the API server answered with (a later
+//! writer's event can only come after it), that of a deletion by the delete event.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::reflector::ObjectRef;
+
+/// How long an expectation may wait for its event. Past it the cache is taken as the truth: a
+/// watch restart can skip the very version we wrote (a relist shows a later one), and the
+/// object may have been replaced in between.
+pub const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(10);
+
+type SliceRef = ObjectRef<EndpointSlice>;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Awaited {
+    /// The event with this resourceVersion.
+    Version(String),
+    /// The delete event.
+    Gone,
+}
+
+#[derive(Debug)]
+struct Expectation {
+    owner: String,
+    awaited: Awaited,
+    since: Instant,
+}
+
+/// Writes per slice, and the slices per owner (PortMapping UID) that still await their event.
+#[derive(Debug, Default)]
+pub struct OwnWrites {
+    by_slice: HashMap<SliceRef, Expectation>,
+    by_owner: HashMap<String, HashSet<SliceRef>>,
+}
+
+impl OwnWrites {
+    /// `owner` wrote `slice`; the API server answered with `resource_version`.
+    pub fn wrote(&mut self, owner: &str, slice: SliceRef, resource_version: String, now: Instant) {
+        self.expect(owner, slice, Awaited::Version(resource_version), now);
+    }
+
+    /// `owner` deleted `slice`.
+    pub fn deleted(&mut self, owner: &str, slice: SliceRef, now: Instant) {
+        self.expect(owner, slice, Awaited::Gone, now);
+    }
+
+    fn expect(&mut self, owner: &str, slice: SliceRef, awaited: Awaited, since: Instant) {
+        self.forget(&slice);
+        self.by_owner
+            .entry(owner.to_owned())
+            .or_default()
+            .insert(slice.clone());
+        self.by_slice.insert(
+            slice,
+            Expectation {
+                owner: owner.to_owned(),
+                awaited,
+                since,
+            },
+        );
+    }
+
+    /// The cache now holds `slice` at `resource_version`.
+    pub fn observed(&mut self, slice: &SliceRef, resource_version: Option<&str>) {
+        let met = self.by_slice.get(slice).is_some_and(|e| match &e.awaited {
+            Awaited::Version(v) => Some(v.as_str()) == resource_version,
+            Awaited::Gone => false,
+        });
+        if met {
+            self.forget(slice);
+        }
+    }
+
+    /// `slice` left the cache: whatever was awaited of it, the cache has moved past it.
+    pub fn observed_gone(&mut self, slice: &SliceRef) {
+        self.forget(slice);
+    }
+
+    /// Whether a write of `owner` has not reached the cache yet (expired expectations are
+    /// dropped here).
+    pub fn pending(&mut self, owner: &str, now: Instant) -> bool {
+        let Some(slices) = self.by_owner.get(owner) else {
+            return false;
+        };
+        let expired: Vec<SliceRef> = slices
+            .iter()
+            .filter(|s| {
+                self.by_slice
+                    .get(*s)
+                    .is_none_or(|e| now.duration_since(e.since) >= EXPECTATION_TIMEOUT)
+            })
+            .cloned()
+            .collect();
+        for s in &expired {
+            tracing::debug!(slice = %s, "own write never showed in the cache; trusting the cache");
+            self.forget(s);
+        }
+        self.by_owner.get(owner).is_some_and(|s| !s.is_empty())
+    }
+
+    fn forget(&mut self, slice: &SliceRef) {
+        if let Some(e) = self.by_slice.remove(slice)
+            && let Some(set) = self.by_owner.get_mut(&e.owner)
+        {
+            set.remove(slice);
+            if set.is_empty() {
+                self.by_owner.remove(&e.owner);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slice(name: &str) -> SliceRef {
+        ObjectRef::new(name).within("shop")
+    }
+
+    #[test]
+    fn a_write_is_pending_until_its_own_version_is_seen() {
+        let t0 = Instant::now();
+        let mut w = OwnWrites::default();
+        w.wrote("pm", slice("web.http"), "7".into(), t0);
+        assert!(w.pending("pm", t0));
+        assert!(!w.pending("other", t0), "per owner");
+        w.observed(&slice("web.http"), Some("6"));
+        assert!(w.pending("pm", t0), "an older version is not ours");
+        w.observed(&slice("web.http"), Some("7"));
+        assert!(!w.pending("pm", t0));
+    }
+
+    #[test]
+    fn a_deletion_is_pending_until_the_delete_event() {
+        let t0 = Instant::now();
+        let mut w = OwnWrites::default();
+        w.deleted("pm", slice("web.http.2"), t0);
+        w.observed(&slice("web.http.2"), Some("9"));
+        assert!(
+            w.pending("pm", t0),
+            "an apply event of the deleted slice is older"
+        );
+        w.observed_gone(&slice("web.http.2"));
+        assert!(!w.pending("pm", t0));
+    }
+
+    #[test]
+    fn the_latest_write_of_a_slice_is_the_one_awaited() {
+        let t0 = Instant::now();
+        let mut w = OwnWrites::default();
+        w.wrote("pm", slice("web.http"), "7".into(), t0);
+        w.wrote("pm", slice("web.http"), "8".into(), t0);
+        w.observed(&slice("web.http"), Some("7"));
+        assert!(w.pending("pm", t0));
+        w.observed(&slice("web.http"), Some("8"));
+        assert!(!w.pending("pm", t0));
+    }
+
+    #[test]
+    fn an_expectation_never_met_expires() {
+        let t0 = Instant::now();
+        let mut w = OwnWrites::default();
+        w.wrote("pm", slice("web.http"), "7".into(), t0);
+        assert!(w.pending("pm", t0 + EXPECTATION_TIMEOUT / 2));
+        assert!(!w.pending("pm", t0 + EXPECTATION_TIMEOUT));
+        assert!(w.by_slice.is_empty() && w.by_owner.is_empty());
+    }
+}
