@@ -178,6 +178,9 @@ impl<'a> Evaluator<'_, 'a> {
         }
         let terminating = is_terminating(pod);
         let ours = self.ours;
+        // Why a published membership stays only because a check abstained: the status lists it,
+        // so `portmapper status` can tell a kept pod from an included one.
+        let mut kept = None;
         let mut excluded = match verdict.decision {
             Decision::Include => None,
             Decision::Exclude => Some(verdict.reason().to_owned()),
@@ -187,6 +190,7 @@ impl<'a> Evaluator<'_, 'a> {
                     .get_or_insert_with(|| published_memberships(ours))
                     .contains(&(port.name, family, uid)) =>
             {
+                kept = Some(verdict.reason().to_owned());
                 None
             }
             Decision::Abstain => Some(format!(
@@ -206,7 +210,7 @@ impl<'a> Evaluator<'_, 'a> {
             return None;
         }
         let ready = ctx.pnr || !terminating;
-        merge_state(slot, PodPortState::Published { ready });
+        merge_state(slot, PodPortState::Published { ready, kept });
         let zone = pod
             .spec
             .as_ref()

@@ -583,13 +583,20 @@ fn abstain_keeps_what_is_published_and_publishes_nothing_new() {
     ]
     .into_iter()
     .collect();
-    w.step();
+    let p = w.step();
     assert_eq!(pod_names(w.slice("web.http").unwrap()), vec!["a"]);
+    assert!(p.ports[0].kept.is_empty(), "included, not kept");
+    assert_eq!(p.ports[0].kept_total, 0);
     // The prober loses its results: memberships freeze.
     w.network = Default::default();
     let p = w.plan();
     assert!(p.is_converged());
     assert_eq!(p.ports[0].ready, 1);
+    // The status says which published pod is only kept, and why.
+    assert_eq!(p.ports[0].kept.len(), 1);
+    assert_eq!(p.ports[0].kept[0].pod, "a");
+    assert_eq!(p.ports[0].kept[0].reason, "httpGet: no result yet");
+    assert_eq!(p.ports[0].kept_total, 1);
 }
 
 #[test]
