@@ -1051,3 +1051,417 @@ pub fn main(args: StatusArgs, program: &str) -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    const UID: &str = "pm-uid";
+
+    fn pm(status: Value) -> PortMapping {
+        let mut v = json!({
+            "apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping",
+            "metadata": {"name": "web", "namespace": "ns", "uid": UID, "generation": 2},
+            "spec": {"serviceRef": {"name": "web"}, "pods": {"key": "app"}},
+        });
+        if !status.is_null() {
+            v["status"] = status;
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn service(ports: Value, families: Option<Value>) -> Service {
+        let mut v = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": "ns"},
+            "spec": {"ports": ports},
+        });
+        if let Some(f) = families {
+            v["spec"]["ipFamilies"] = f;
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn two_ports() -> Service {
+        service(
+            json!([{"name": "https", "port": 443}, {"name": "http", "port": 80}]),
+            None,
+        )
+    }
+
+    /// `endpoints`: (pod, ready, serving, terminating).
+    fn slice(
+        name: &str,
+        family: &str,
+        port: &str,
+        owner: &str,
+        endpoints: &[(&str, bool, bool, bool)],
+    ) -> EndpointSlice {
+        serde_json::from_value(json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": name, "namespace": "ns", "ownerReferences": [{
+                "apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping", "name": "web",
+                "uid": owner, "controller": true}]},
+            "addressType": family,
+            "ports": [{"name": port, "port": 8080}],
+            "endpoints": endpoints.iter().enumerate().map(|(i, (pod, r, s, t))| json!({
+                "addresses": [if family == "IPv6" { format!("fd00::{}", i + 1) } else { format!("10.0.0.{}", i + 1) }],
+                "conditions": {"ready": r, "serving": s, "terminating": t},
+                "targetRef": {"kind": "Pod", "name": pod, "namespace": "ns"},
+            })).collect::<Vec<_>>(),
+        }))
+        .unwrap()
+    }
+
+    fn status(ports: Value) -> Value {
+        json!({
+            "observedGeneration": 2,
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "Published", "message": "ok",
+                 "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                {"type": "Stalled", "status": "False", "reason": "Published", "message": "up to date",
+                 "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            ],
+            "ports": ports,
+        })
+    }
+
+    fn cells(view: &View, family: usize) -> Vec<(String, Vec<(State, Option<String>)>)> {
+        view.families[family]
+            .pods
+            .iter()
+            .map(|r| {
+                (
+                    r.pod.clone(),
+                    r.ports
+                        .iter()
+                        .map(|c| (c.state, c.reason.clone()))
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    fn marks(view: &View, family: usize) -> Vec<String> {
+        view.families[family]
+            .pods
+            .iter()
+            .map(|r| {
+                let m: String = r.ports.iter().map(|c| c.state.mark()).collect();
+                format!("{} {m}", r.pod)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn published_excluded_and_not_candidate_in_service_port_order() {
+        let pm = pm(status(json!([
+            {"name": "https", "port": 443, "ready": 1, "notReady": 0, "candidates": 2,
+             "excluded": [{"pod": "pod-a", "reason": "portNames: not listed"}], "excludedTotal": 1},
+            {"name": "http", "port": 80, "ready": 1, "notReady": 0, "candidates": 1},
+        ])));
+        let slices = [
+            slice(
+                "web.http",
+                "IPv4",
+                "http",
+                UID,
+                &[("pod-a", true, true, false)],
+            ),
+            slice(
+                "web.https",
+                "IPv4",
+                "https",
+                UID,
+                &[("pod-b", true, true, false)],
+            ),
+        ];
+        let view = matrix(&pm, &two_ports(), &slices);
+        let names: Vec<&str> = view.ports.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["https", "http"], "the Service's order");
+        assert_eq!(view.families.len(), 1);
+        assert_eq!(view.families[0].family, "IPv4");
+        assert_eq!(
+            cells(&view, 0),
+            vec![
+                (
+                    "pod-a".to_owned(),
+                    vec![
+                        (State::Excluded, Some("portNames: not listed".to_owned())),
+                        (State::Ready, None)
+                    ]
+                ),
+                (
+                    "pod-b".to_owned(),
+                    // http's excluded list is complete and empty: pod-b is no candidate there.
+                    vec![(State::Ready, None), (State::NotCandidate, None)]
+                ),
+            ]
+        );
+        assert!(view.notes.is_empty(), "{:?}", view.notes);
+    }
+
+    #[test]
+    fn not_ready_terminating_and_kept_have_their_own_marks() {
+        let pm = pm(status(json!([
+            {"name": "http", "port": 80, "ready": 2, "notReady": 2, "candidates": 4,
+             "kept": [{"pod": "pod-c", "reason": "httpGet: no result yet"}], "keptTotal": 1},
+        ])));
+        let svc = service(json!([{"name": "http", "port": 80}]), None);
+        let slices = [slice(
+            "web.http",
+            "IPv4",
+            "http",
+            UID,
+            &[
+                ("pod-d", false, true, true),
+                ("pod-b", false, false, false),
+                ("pod-c", true, true, false),
+                ("pod-a", true, true, false),
+            ],
+        )];
+        let view = matrix(&pm, &svc, &slices);
+        assert_eq!(
+            marks(&view, 0),
+            ["pod-a ✔", "pod-b ◐", "pod-c ~", "pod-d ↓"]
+        );
+        let c = &view.families[0].pods[2].ports[0];
+        assert_eq!(c.reason.as_deref(), Some("httpGet: no result yet"));
+        let d = &view.families[0].pods[3].ports[0];
+        assert_eq!(
+            (d.ready, d.serving, d.terminating),
+            (Some(false), Some(true), Some(true))
+        );
+    }
+
+    #[test]
+    fn a_truncated_excluded_list_makes_unlisted_pods_unknown_and_says_so() {
+        let pm = pm(status(json!([
+            {"name": "http", "port": 80, "ready": 1, "notReady": 0, "candidates": 23,
+             "excluded": [{"pod": "pod-b", "reason": "podReady: not ready"}], "excludedTotal": 22},
+            {"name": "https", "port": 443, "ready": 1, "notReady": 0, "candidates": 1},
+        ])));
+        let slices = [
+            slice(
+                "web.http",
+                "IPv4",
+                "http",
+                UID,
+                &[("pod-a", true, true, false)],
+            ),
+            slice(
+                "web.https",
+                "IPv4",
+                "https",
+                UID,
+                &[("pod-c", true, true, false)],
+            ),
+        ];
+        let view = matrix(&pm, &two_ports(), &slices);
+        // Columns: https, http.
+        assert_eq!(marks(&view, 0), ["pod-a -✔", "pod-b -✘", "pod-c ✔?"]);
+        assert_eq!(
+            view.families[0].pods[2].ports[1].reason.as_deref(),
+            Some("not published; the status lists 1 of 22 excluded pods")
+        );
+        assert_eq!(
+            view.notes,
+            [
+                "http: the status lists 1 of 22 excluded pods; the others show ? (not published, \
+              reason not listed)"
+            ]
+        );
+    }
+
+    #[test]
+    fn dual_stack_has_one_matrix_per_family_and_cannot_tell_a_missing_family() {
+        let pm = pm(status(json!([
+            {"name": "http", "port": 80, "ready": 2, "notReady": 0, "candidates": 2},
+        ])));
+        let svc = service(
+            json!([{"name": "http", "port": 80}]),
+            Some(json!(["IPv6", "IPv4"])),
+        );
+        let slices = [
+            slice(
+                "web.http",
+                "IPv4",
+                "http",
+                UID,
+                &[("pod-a", true, true, false), ("pod-b", true, true, false)],
+            ),
+            slice(
+                "web.http.v6",
+                "IPv6",
+                "http",
+                UID,
+                &[("pod-a", true, true, false)],
+            ),
+        ];
+        let view = matrix(&pm, &svc, &slices);
+        let families: Vec<&str> = view.families.iter().map(|f| f.family.as_str()).collect();
+        assert_eq!(families, ["IPv6", "IPv4"], "primary first");
+        assert_eq!(marks(&view, 0), ["pod-a ✔", "pod-b ?"]);
+        assert_eq!(
+            view.families[0].pods[1].ports[0].reason.as_deref(),
+            Some("published on IPv4 only; the status does not say why not here")
+        );
+        assert_eq!(marks(&view, 1), ["pod-a ✔", "pod-b ✔"]);
+    }
+
+    #[test]
+    fn stale_status_foreign_slices_and_disagreement_are_reported() {
+        let mut st = status(json!([
+            {"name": "http", "port": 80, "ready": 0, "notReady": 0, "candidates": 1,
+             "excluded": [{"pod": "pod-a", "reason": "podReady: not ready"}], "excludedTotal": 1},
+        ]));
+        st["observedGeneration"] = json!(1);
+        let pm = pm(st);
+        let svc = service(json!([{"name": "http", "port": 80}]), None);
+        let slices = [
+            slice(
+                "web.http",
+                "IPv4",
+                "http",
+                UID,
+                &[("pod-a", true, true, false)],
+            ),
+            slice(
+                "other.http",
+                "IPv4",
+                "http",
+                "other-uid",
+                &[("pod-z", true, true, false)],
+            ),
+        ];
+        let view = matrix(&pm, &svc, &slices);
+        assert_eq!(marks(&view, 0), ["pod-a ?"], "pod-z is another owner's");
+        assert!(
+            view.families[0].pods[0].ports[0]
+                .reason
+                .as_deref()
+                .unwrap()
+                .starts_with("published, but the status excludes it (podReady: not ready)")
+        );
+        assert_eq!(view.notes.len(), 2, "{:?}", view.notes);
+        assert!(
+            view.notes[0]
+                .starts_with("the status describes generation 1 but the spec is at generation 2")
+        );
+        assert!(
+            view.notes[1].starts_with("1 slice(s) of Service web are controlled by another object")
+        );
+    }
+
+    #[test]
+    fn without_status_only_the_slices_decide() {
+        let pm = pm(Value::Null);
+        let svc = service(json!([{"port": 80}]), None);
+        let slices = [slice(
+            "web.80",
+            "IPv4",
+            "",
+            UID,
+            &[("pod-a", true, true, false)],
+        )];
+        let view = matrix(&pm, &svc, &slices);
+        assert_eq!(view.ports[0].name, "80", "an unnamed port shows its number");
+        assert_eq!(marks(&view, 0), ["pod-a ✔"]);
+        assert!(view.notes[0].starts_with("the PortMapping has no status yet"));
+        let text = table(&view);
+        assert!(text.contains("Conditions: none\n"), "{text}");
+        assert!(text.contains("Ready/candidates: 80 -\n"), "{text}");
+    }
+
+    #[test]
+    fn the_table_prints_header_conditions_matrix_reasons_and_legend() {
+        let mut st = status(json!([
+            {"name": "https", "port": 443, "ready": 1, "notReady": 0, "candidates": 2,
+             "excluded": [{"pod": "pod-a", "reason": "portNames: not listed"}], "excludedTotal": 1},
+            {"name": "http", "port": 80, "ready": 1, "notReady": 0, "candidates": 1},
+        ]));
+        st["conditions"][1] = json!({"type": "Stalled", "status": "True", "reason": "InvalidSpec",
+            "message": "spec.ports[0]: no such port", "lastTransitionTime": "2026-01-01T00:00:00Z"});
+        let pm = pm(st);
+        let slices = [
+            slice(
+                "web.http",
+                "IPv4",
+                "http",
+                UID,
+                &[("pod-a", true, true, false)],
+            ),
+            slice(
+                "web.https",
+                "IPv4",
+                "https",
+                UID,
+                &[("pod-b", true, true, false)],
+            ),
+        ];
+        let text = table(&matrix(&pm, &two_ports(), &slices));
+        let expected = "\
+PortMapping ns/web  Service web  generation 2  observedGeneration 2
+Conditions: Ready=True (Published)  Stalled=True (InvalidSpec)
+  Stalled: spec.ports[0]: no such port
+Ready/candidates: https 1/2, http 1/1
+
+IPv4   https  http
+pod-a  ✘      ✔
+pod-b  ✔      -
+  ✘ pod-a https: portNames: not listed
+
+"
+        .to_owned()
+            + LEGEND
+            + "\n";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn the_json_shape_is_stable() {
+        let pm = pm(status(json!([
+            {"name": "http", "port": 80, "ready": 1, "notReady": 0, "candidates": 2,
+             "excluded": [{"pod": "pod-b", "reason": "podReady: not ready"}], "excludedTotal": 1},
+        ])));
+        let svc = service(json!([{"name": "http", "port": 80}]), None);
+        let slices = [slice(
+            "web.http",
+            "IPv4",
+            "http",
+            UID,
+            &[("pod-a", true, true, false)],
+        )];
+        let view = matrix(&pm, &svc, &slices);
+        let value: Value = serde_json::from_str(&json(&view, true).unwrap()).unwrap();
+        assert_eq!(
+            value,
+            json!({
+                "schema": "portmapper.dev/status/v1",
+                "namespace": "ns", "name": "web", "service": "web",
+                "generation": 2, "observedGeneration": 2,
+                "conditions": [
+                    {"type": "Ready", "status": "True", "reason": "Published", "message": "ok"},
+                    {"type": "Stalled", "status": "False", "reason": "Published", "message": "up to date"},
+                ],
+                "ports": [{"name": "http", "port": 80, "ready": 1, "notReady": 0, "candidates": 2,
+                           "excludedListed": 1, "excludedTotal": 1, "keptListed": 0, "keptTotal": 0}],
+                "families": [{"family": "IPv4", "pods": [
+                    {"pod": "pod-a", "ports": [{"port": "http", "state": "ready",
+                        "ready": true, "serving": true, "terminating": false}]},
+                    {"pod": "pod-b", "ports": [{"port": "http", "state": "excluded",
+                        "reason": "podReady: not ready"}]},
+                ]}],
+                "notes": [],
+            })
+        );
+        assert!(
+            !json(&view, true).unwrap().trim_end().contains('\n'),
+            "one line per frame"
+        );
+    }
+}
