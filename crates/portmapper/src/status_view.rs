@@ -851,54 +851,100 @@ enum Changed {
     Slice(watcher::Event<EndpointSlice>),
 }
 
+/// The latest state of one watch: what it shows, a relist in progress (swapped in at its end,
+/// so a relist never shows a transient "not found" or a half list), and whether its first list
+/// completed.
+struct Watched<K> {
+    current: BTreeMap<String, K>,
+    relist: Option<BTreeMap<String, K>>,
+    synced: bool,
+}
+
+impl<K> Default for Watched<K> {
+    fn default() -> Self {
+        Self {
+            current: BTreeMap::new(),
+            relist: None,
+            synced: false,
+        }
+    }
+}
+
+impl<K: kube::Resource> Watched<K> {
+    fn apply(&mut self, event: watcher::Event<K>) {
+        match event {
+            watcher::Event::Apply(o) => {
+                self.current.insert(o.name_any(), o);
+            }
+            watcher::Event::Delete(o) => {
+                self.current.remove(&o.name_any());
+            }
+            watcher::Event::Init => self.relist = Some(BTreeMap::new()),
+            watcher::Event::InitApply(o) => {
+                self.relist
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(o.name_any(), o);
+            }
+            watcher::Event::InitDone => {
+                self.current = self.relist.take().unwrap_or_default();
+                self.synced = true;
+            }
+        }
+    }
+
+    /// The one object of a watch by name.
+    fn only(&self) -> Option<&K> {
+        self.current.values().next()
+    }
+}
+
 /// The latest objects, kept from the watch events (a small store: one PortMapping, one Service,
 /// a few slices).
 #[derive(Default)]
 struct Live {
-    pm: Option<PortMapping>,
-    service: Option<Service>,
-    slices: BTreeMap<String, EndpointSlice>,
-    /// Slices collected during a (re)list, swapped in at its end.
-    slices_init: Option<BTreeMap<String, EndpointSlice>>,
-    /// Each watch has delivered its first complete list.
-    synced: [bool; 3],
+    pm: Watched<PortMapping>,
+    service: Watched<Service>,
+    slices: Watched<EndpointSlice>,
 }
 
 impl Live {
     fn apply(&mut self, changed: Changed) {
         match changed {
-            Changed::PortMapping(e) => one(&mut self.pm, &mut self.synced[0], e),
-            Changed::Service(e) => one(&mut self.service, &mut self.synced[1], e),
-            Changed::Slice(e) => match e {
-                watcher::Event::Apply(s) => {
-                    self.slices.insert(s.name_any(), s);
-                }
-                watcher::Event::Delete(s) => {
-                    self.slices.remove(&s.name_any());
-                }
-                watcher::Event::Init => self.slices_init = Some(BTreeMap::new()),
-                watcher::Event::InitApply(s) => {
-                    self.slices_init
-                        .get_or_insert_with(BTreeMap::new)
-                        .insert(s.name_any(), s);
-                }
-                watcher::Event::InitDone => {
-                    self.slices = self.slices_init.take().unwrap_or_default();
-                    self.synced[2] = true;
-                }
-            },
+            Changed::PortMapping(e) => self.pm.apply(e),
+            Changed::Service(e) => self.service.apply(e),
+            Changed::Slice(e) => self.slices.apply(e),
         }
     }
-}
 
-/// Applies an event of a watch of one named object.
-fn one<K>(slot: &mut Option<K>, synced: &mut bool, event: watcher::Event<K>) {
-    match event {
-        watcher::Event::Apply(o) | watcher::Event::InitApply(o) => *slot = Some(o),
-        watcher::Event::Delete(_) => *slot = None,
-        // A relist that no longer finds the object ends with InitDone and no InitApply.
-        watcher::Event::Init => *slot = None,
-        watcher::Event::InitDone => *synced = true,
+    fn synced(&self) -> bool {
+        self.pm.synced && self.service.synced && self.slices.synced
+    }
+
+    /// The frame to print now, or `None` while a watch has not listed yet.
+    fn frame(
+        &self,
+        namespace: &str,
+        name: &str,
+        output: Output,
+        watch: bool,
+    ) -> Result<Option<String>, StatusError> {
+        if !self.synced() {
+            return Ok(None);
+        }
+        let Some(pm) = self.pm.only() else {
+            return Ok(Some(format!(
+                "PortMapping {namespace}/{name} not found (deleted?); waiting for it\n"
+            )));
+        };
+        let Some(service) = self.service.only() else {
+            return Ok(Some(format!(
+                "Service {namespace}/{} not found; PortMapping {name} publishes nothing; \
+                 waiting for it\n",
+                pm.spec.service_ref.name
+            )));
+        };
+        let slices: Vec<EndpointSlice> = self.slices.current.values().cloned().collect();
+        render(&matrix(pm, service, &slices), output, watch).map(Some)
     }
 }
 
@@ -913,21 +959,6 @@ where
     watcher(api, config)
         .default_backoff()
         .map(move |e| e.map(wrap))
-}
-
-/// What a watch frame prints when an object is missing (it may come back).
-fn missing_frame(namespace: &str, name: &str, live: &Live) -> Option<String> {
-    match (&live.pm, &live.service) {
-        (None, _) => Some(format!(
-            "PortMapping {namespace}/{name} not found (deleted?); waiting for it\n"
-        )),
-        (Some(pm), None) => Some(format!(
-            "Service {namespace}/{} not found; PortMapping {name} publishes nothing; waiting \
-             for it\n",
-            pm.spec.service_ref.name
-        )),
-        _ => None,
-    }
 }
 
 async fn watch(
@@ -975,10 +1006,7 @@ async fn watch(
             }
             Some(Ok(changed)) => live.apply(changed),
         }
-        if !live.synced.iter().all(|s| *s) {
-            continue;
-        }
-        if let Some(pm) = &live.pm
+        if let Some(pm) = live.pm.only()
             && pm.spec.service_ref.name != service
         {
             // The slices watch selects by Service name: another Service needs another watch.
@@ -991,15 +1019,8 @@ async fn watch(
             stdout.flush()?;
             return Ok(());
         }
-        let frame = match missing_frame(namespace, name, &live) {
-            Some(frame) => frame,
-            None => match (&live.pm, &live.service) {
-                (Some(pm), Some(svc)) => {
-                    let slices: Vec<EndpointSlice> = live.slices.values().cloned().collect();
-                    render(&matrix(pm, svc, &slices), output, true)?
-                }
-                _ => continue,
-            },
+        let Some(frame) = live.frame(namespace, name, output, true)? else {
+            continue;
         };
         // Events that change nothing the view shows (a resync, another field) print nothing.
         if frame != last {
@@ -1462,6 +1483,90 @@ pod-b  ✔      -
         assert!(
             !json(&view, true).unwrap().trim_end().contains('\n'),
             "one line per frame"
+        );
+    }
+
+    fn synced_live() -> Live {
+        let mut live = Live::default();
+        let svc = service(json!([{"name": "http", "port": 80}]), None);
+        for e in [
+            Changed::PortMapping(watcher::Event::InitApply(pm(Value::Null))),
+            Changed::PortMapping(watcher::Event::InitDone),
+            Changed::Service(watcher::Event::InitApply(svc)),
+            Changed::Service(watcher::Event::InitDone),
+            Changed::Slice(watcher::Event::InitApply(slice(
+                "web.http",
+                "IPv4",
+                "http",
+                UID,
+                &[("pod-a", true, true, false)],
+            ))),
+            Changed::Slice(watcher::Event::InitDone),
+        ] {
+            live.apply(e);
+        }
+        live
+    }
+
+    fn frame(live: &Live) -> Option<String> {
+        live.frame("ns", "web", Output::Json, true).unwrap()
+    }
+
+    #[test]
+    fn watch_frames_wait_for_every_list_and_follow_deletes() {
+        let mut live = Live::default();
+        live.apply(Changed::PortMapping(watcher::Event::InitApply(pm(
+            Value::Null,
+        ))));
+        live.apply(Changed::PortMapping(watcher::Event::InitDone));
+        assert_eq!(
+            frame(&live),
+            None,
+            "the Service and slice watches have not listed"
+        );
+        let mut live = synced_live();
+        let first: Value = serde_json::from_str(&frame(&live).unwrap()).unwrap();
+        assert_eq!(first["families"][0]["pods"][0]["pod"], "pod-a");
+        live.apply(Changed::Slice(watcher::Event::Delete(slice(
+            "web.http",
+            "IPv4",
+            "http",
+            UID,
+            &[],
+        ))));
+        let after: Value = serde_json::from_str(&frame(&live).unwrap()).unwrap();
+        assert_eq!(after["families"][0]["pods"], json!([]));
+        live.apply(Changed::Service(watcher::Event::Delete(two_ports())));
+        assert_eq!(
+            frame(&live).unwrap(),
+            "Service ns/web not found; PortMapping web publishes nothing; waiting for it\n"
+        );
+        live.apply(Changed::PortMapping(watcher::Event::Delete(pm(
+            Value::Null,
+        ))));
+        assert_eq!(
+            frame(&live).unwrap(),
+            "PortMapping ns/web not found (deleted?); waiting for it\n"
+        );
+    }
+
+    #[test]
+    fn a_relist_shows_the_old_state_until_it_completes() {
+        let mut live = synced_live();
+        let before = frame(&live).unwrap();
+        live.apply(Changed::Slice(watcher::Event::Init));
+        live.apply(Changed::PortMapping(watcher::Event::Init));
+        assert_eq!(
+            frame(&live).unwrap(),
+            before,
+            "no half list, no transient not found"
+        );
+        live.apply(Changed::PortMapping(watcher::Event::InitDone));
+        live.apply(Changed::Slice(watcher::Event::InitDone));
+        // The relist found neither: the PortMapping is gone.
+        assert_eq!(
+            frame(&live).unwrap(),
+            "PortMapping ns/web not found (deleted?); waiting for it\n"
         );
     }
 }

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::harness::*;
 
 /// The status command's User-Agent (the emulator's request log tells it from the operator).
-const STATUS_AGENT: &str = "portmapper/0.1.0 (status)";
+const STATUS_AGENT: &str = concat!("portmapper/", env!("CARGO_PKG_VERSION"), " (status)");
 
 fn portmapper_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_portmapper"))
