@@ -1230,7 +1230,7 @@ mod tests {
     fn not_ready_terminating_and_kept_have_their_own_marks() {
         let pm = pm(status(json!([
             {"name": "http", "port": 80, "ready": 2, "notReady": 2, "candidates": 4,
-             "kept": [{"pod": "pod-c", "reason": "httpGet: no result yet"}], "keptTotal": 1},
+             "kept": [{"pod": "pod-c", "reason": "httpGet: no verdict yet (no route)"}], "keptTotal": 1},
         ])));
         let svc = service(json!([{"name": "http", "port": 80}]), None);
         let slices = [slice(
@@ -1251,7 +1251,10 @@ mod tests {
             ["pod-a ✔", "pod-b ◐", "pod-c ~", "pod-d ↓"]
         );
         let c = &view.families[0].pods[2].ports[0];
-        assert_eq!(c.reason.as_deref(), Some("httpGet: no result yet"));
+        assert_eq!(
+            c.reason.as_deref(),
+            Some("httpGet: no verdict yet (no route)")
+        );
         let d = &view.families[0].pods[3].ports[0];
         assert_eq!(
             (d.ready, d.serving, d.terminating),
