@@ -19,13 +19,13 @@ fn portmapper_bin() -> PathBuf {
 }
 
 /// Runs a command off the runtime's threads (the emulator and the operator run on them).
-async fn output(mut cmd: Command) -> Output {
+pub async fn output(mut cmd: Command) -> Output {
     tokio::task::spawn_blocking(move || cmd.output().expect("command runs"))
         .await
         .unwrap()
 }
 
-fn status_cmd(h: &Harness, args: &[&str]) -> Command {
+pub fn status_cmd(h: &Harness, args: &[&str]) -> Command {
     let mut cmd = Command::new(portmapper_bin());
     cmd.arg("status")
         .args(args)
@@ -35,7 +35,7 @@ fn status_cmd(h: &Harness, args: &[&str]) -> Command {
     cmd
 }
 
-fn text(bytes: &[u8]) -> String {
+pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
