@@ -1151,7 +1151,10 @@ mod tests {
         })
     }
 
-    fn cells(view: &View, family: usize) -> Vec<(String, Vec<(State, Option<String>)>)> {
+    /// Pod → (state, reason) per column.
+    type Cells = Vec<(String, Vec<(State, Option<String>)>)>;
+
+    fn cells(view: &View, family: usize) -> Cells {
         view.families[family]
             .pods
             .iter()
