@@ -7,8 +7,9 @@
 //! so (`?`) instead of guessing. [`matrix`] is pure; [`print`] turns it into a table or JSON;
 //! [`live`] reads the objects through the kubeconfig, once or on every change (`--watch`).
 //!
-//! Exit codes: 0 printed (or `--watch` stopped by Ctrl-C); 1 the kubeconfig, the API (not
-//! found, forbidden, unreachable) or the output failed; 2 usage (from clap).
+//! Exit codes: 0 printed (or `--watch` stopped by Ctrl-C, or by its reader closing the pipe);
+//! 1 the kubeconfig, the API (not found, forbidden, unreachable) or the output failed; 2 usage
+//! (from clap).
 
 pub mod live;
 pub mod print;

@@ -391,6 +391,11 @@ pub fn main(args: StatusArgs, program: &str) -> ExitCode {
     };
     match runtime.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`| head`, `| jq` that exited): it has what it wanted, as
+        // kubectl's output stops there too.
+        Err(StatusError::Output(err)) if err.kind() == std::io::ErrorKind::BrokenPipe => {
+            ExitCode::SUCCESS
+        }
         Err(err) => {
             tracing::debug!(error = %err, "status failed");
             eprintln!("{program}: error: {err}");

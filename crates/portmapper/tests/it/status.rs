@@ -389,3 +389,41 @@ async fn watch_prints_a_new_frame_when_a_pod_changes_without_polling() {
     assert!(status.success(), "exit on Ctrl-C: {status:?}");
     reader.join().unwrap();
 }
+
+/// `portmapper status --watch | head -n 1`: once the reader has gone, the next frame ends the
+/// watch quietly with exit 0 (no "Broken pipe" error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_ends_quietly_when_the_reader_goes_away() {
+    let h = published_web().await;
+    let mut child = status_cmd(&h, &["web", "--watch", "-o", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let first = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        line
+        // The reader, and with it the pipe's read end, is dropped here.
+    })
+    .await
+    .unwrap();
+    let frame: Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(state(&frame, "pod-a", "https").as_deref(), Some("excluded"));
+    h.patch_pod(
+        "pod-a",
+        json!({"metadata": {"annotations": {"example.com/ports": "http,https"}}}),
+    )
+    .await;
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        text(&out.stderr)
+    );
+    assert_eq!(text(&out.stderr), "");
+}
