@@ -68,9 +68,17 @@ pub struct PortStatus {
     /// Number of candidates left out.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub excluded_total: i32,
+    /// Published pods whose checks could not tell (abstained, e.g. no probe result), kept on
+    /// the port because they were already published; with the reason (at most 20 listed;
+    /// `keptTotal` counts all). They are counted in `ready`/`notReady` too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<ExcludedPod>,
+    /// Number of published pods kept by an abstention.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub kept_total: i32,
 }
 
-/// One pod left out of a port, with the reason.
+/// One pod left out of a port (or kept on it by an abstention), with the reason.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExcludedPod {

@@ -206,13 +206,24 @@ fn port_label(ctx: &CheckContext<'_>) -> String {
     }
 }
 
+/// How a network check without any result abstains (`httpGet: no result yet`).
+pub const NO_RESULT_YET: &str = "no result yet";
+
+/// Whether an abstention is only a network check without any result yet (the reason ends with
+/// [`NO_RESULT_YET`], also inside `anyOf: …`): a new target, or every target of a restarted
+/// operator until its first probe. The planner does not report such memberships as kept, so a
+/// restart writes no status twice for a state that lasts one probe period.
+pub fn is_no_result_yet(reason: &str) -> bool {
+    reason.ends_with(NO_RESULT_YET)
+}
+
 fn network(name: &str, ctx: &CheckContext<'_>) -> Verdict {
     let uid = ctx.pod.metadata.uid.as_deref().unwrap_or_default();
     match ctx
         .network
         .get(uid, ctx.port.name, ctx.port.family, ctx.position)
     {
-        None => Verdict::abstain(format!("{name}: no result yet")),
+        None => Verdict::abstain(format!("{name}: {NO_RESULT_YET}")),
         Some(v) => match &v.reason {
             Some(r) if !r.starts_with(name) => Verdict {
                 decision: v.decision,

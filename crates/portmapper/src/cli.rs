@@ -28,6 +28,9 @@ pub enum Command {
     Demo(DemoArgs),
     /// Preview offline what the operator would publish for manifests (no cluster needed).
     Render(crate::render::RenderArgs),
+    /// Show the pods × ports membership of a live PortMapping, per IP family (also
+    /// `kubectl portmapper status` when installed as the `kubectl-portmapper` plugin).
+    Status(crate::status_view::StatusArgs),
 }
 
 /// `portmapper demo`.

@@ -9,6 +9,7 @@ pub mod controller;
 pub mod demo;
 #[cfg(feature = "demo")]
 pub mod demo_pods;
+pub mod entry;
 pub mod error;
 pub mod http;
 pub mod index;
@@ -24,6 +25,7 @@ pub mod reconcile;
 pub mod render;
 pub mod report;
 pub mod run;
+pub mod status_view;
 pub mod telemetry;
 pub mod watch_health;
 pub mod watches;

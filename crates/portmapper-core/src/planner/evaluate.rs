@@ -15,6 +15,7 @@ use super::render::{DesiredEndpoint, EndpointFacts};
 use super::status::PodPortState;
 use super::types::{DecisionCounts, PlanWarning};
 use super::{Context, Member, static_target};
+use crate::check::is_no_result_yet;
 use crate::decision::{Decision, Verdict};
 use crate::membership::{Evaluation, PortRules, evaluate_port};
 use crate::target::{
@@ -295,6 +296,11 @@ impl<'a> Evaluator<'_, 'a> {
         }
         let terminating = is_terminating(pod);
         let ours = self.ours;
+        // Why a published membership stays only because a check abstained: the status lists it,
+        // so `portmapper status` can tell a kept pod from an included one. Not while a network
+        // check merely has no result yet (a restarted operator's first period): that would
+        // rewrite every status twice per restart.
+        let mut kept = None;
         let mut excluded = match verdict.decision {
             Decision::Include => None,
             Decision::Exclude => Some(verdict.reason().to_owned()),
@@ -304,6 +310,7 @@ impl<'a> Evaluator<'_, 'a> {
                     .get_or_insert_with(|| published_memberships(ours))
                     .contains(&(port.name, family, uid)) =>
             {
+                kept = (!is_no_result_yet(verdict.reason())).then(|| verdict.reason().to_owned());
                 None
             }
             Decision::Abstain => Some(format!(
@@ -323,7 +330,7 @@ impl<'a> Evaluator<'_, 'a> {
             return None;
         }
         let ready = ctx.pnr || !terminating;
-        merge_state(slot, PodPortState::Published { ready });
+        merge_state(slot, PodPortState::Published { ready, kept });
         let zone = pod
             .spec
             .as_ref()

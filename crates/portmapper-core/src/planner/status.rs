@@ -8,8 +8,9 @@ use super::PortView;
 /// What happened to one pod on one port, merged across families.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum PodPortState {
-    /// Published in at least one family (ready in at least one when `ready`).
-    Published { ready: bool },
+    /// Published in at least one family (ready in at least one when `ready`); `kept` is the
+    /// abstention's reason when at least one family keeps it only because a check abstained.
+    Published { ready: bool, kept: Option<String> },
     /// A candidate left out everywhere; the first reason seen.
     Excluded(String),
 }
@@ -17,9 +18,19 @@ pub(crate) enum PodPortState {
 impl PodPortState {
     pub(crate) fn merge(self, other: Self) -> Self {
         match (self, other) {
-            (Self::Published { ready: a }, Self::Published { ready: b }) => {
-                Self::Published { ready: a || b }
-            }
+            (
+                Self::Published {
+                    ready: a,
+                    kept: kept_a,
+                },
+                Self::Published {
+                    ready: b,
+                    kept: kept_b,
+                },
+            ) => Self::Published {
+                ready: a || b,
+                kept: kept_a.or(kept_b),
+            },
             (p @ Self::Published { .. }, Self::Excluded(_))
             | (Self::Excluded(_), p @ Self::Published { .. }) => p,
             (e @ Self::Excluded(_), Self::Excluded(_)) => e,
@@ -42,20 +53,33 @@ pub(crate) fn port_statuses(
         let Some(number) = port.number else { continue };
         let (mut ready, mut not_ready) = (0usize, 0usize);
         let mut excluded: Vec<ExcludedPod> = Vec::new();
+        let mut kept: Vec<ExcludedPod> = Vec::new();
+        let named = |pod: usize, reason: &String| ExcludedPod {
+            pod: pod_names.get(pod).copied().unwrap_or_default().to_owned(),
+            reason: reason.clone(),
+        };
         for (pod, state) in states.iter().enumerate() {
             match state {
-                Some(PodPortState::Published { ready: true }) => ready += 1,
-                Some(PodPortState::Published { ready: false }) => not_ready += 1,
-                Some(PodPortState::Excluded(reason)) => excluded.push(ExcludedPod {
-                    pod: pod_names.get(pod).copied().unwrap_or_default().to_owned(),
-                    reason: reason.clone(),
-                }),
+                Some(PodPortState::Published { ready: r, kept: k }) => {
+                    if *r {
+                        ready += 1;
+                    } else {
+                        not_ready += 1;
+                    }
+                    if let Some(reason) = k {
+                        kept.push(named(pod, reason));
+                    }
+                }
+                Some(PodPortState::Excluded(reason)) => excluded.push(named(pod, reason)),
                 None => {}
             }
         }
         excluded.sort_by(|a, b| a.pod.cmp(&b.pod));
         let total = excluded.len();
         excluded.truncate(MAX_EXCLUDED_LISTED);
+        kept.sort_by(|a, b| a.pod.cmp(&b.pod));
+        let kept_total = kept.len();
+        kept.truncate(MAX_EXCLUDED_LISTED);
         out.push(PortStatus {
             name: port.name.to_owned(),
             port: number,
@@ -64,6 +88,8 @@ pub(crate) fn port_statuses(
             candidates: count(ready + not_ready + total),
             excluded,
             excluded_total: count(total),
+            kept,
+            kept_total: count(kept_total),
         });
     }
     out
@@ -89,16 +115,27 @@ pub(crate) fn summary(ports: &[PortStatus]) -> String {
 mod tests {
     use super::*;
 
+    fn published(ready: bool, kept: Option<&str>) -> PodPortState {
+        PodPortState::Published {
+            ready,
+            kept: kept.map(str::to_owned),
+        }
+    }
+
     #[test]
     fn published_in_any_family_beats_excluded() {
-        let m =
-            PodPortState::Excluded("no v6".into()).merge(PodPortState::Published { ready: false });
-        assert_eq!(m, PodPortState::Published { ready: false });
-        let m =
-            PodPortState::Published { ready: false }.merge(PodPortState::Published { ready: true });
-        assert_eq!(m, PodPortState::Published { ready: true });
+        let m = PodPortState::Excluded("no v6".into()).merge(published(false, None));
+        assert_eq!(m, published(false, None));
+        let m = published(false, None).merge(published(true, None));
+        assert_eq!(m, published(true, None));
         let m = PodPortState::Excluded("a".into()).merge(PodPortState::Excluded("b".into()));
         assert_eq!(m, PodPortState::Excluded("a".into()));
+    }
+
+    #[test]
+    fn a_family_kept_by_an_abstention_marks_the_pod_kept() {
+        let m = published(true, None).merge(published(true, Some("httpGet: no result yet")));
+        assert_eq!(m, published(true, Some("httpGet: no result yet")));
     }
 
     #[test]

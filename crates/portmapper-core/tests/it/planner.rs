@@ -583,13 +583,35 @@ fn abstain_keeps_what_is_published_and_publishes_nothing_new() {
     ]
     .into_iter()
     .collect();
-    w.step();
+    let p = w.step();
     assert_eq!(pod_names(w.slice("web.http").unwrap()), vec!["a"]);
-    // The prober loses its results: memberships freeze.
+    assert!(p.ports[0].kept.is_empty(), "included, not kept");
+    assert_eq!(p.ports[0].kept_total, 0);
+    // The prober loses its results (an operator restart): memberships freeze, and the status
+    // does not list them as kept, so a restart does not rewrite it twice within a period.
     w.network = Default::default();
     let p = w.plan();
     assert!(p.is_converged());
     assert_eq!(p.ports[0].ready, 1);
+    assert!(p.ports[0].kept.is_empty(), "{:?}", p.ports[0].kept);
+    // Probes that answer but cannot tell (no route from the operator): the status says which
+    // published pod is only kept, and why.
+    w.network = [probe(
+        "uid-a",
+        Verdict::abstain("no verdict yet (no route)"),
+    )]
+    .into_iter()
+    .collect();
+    let p = w.plan();
+    assert!(p.is_converged());
+    assert_eq!(p.ports[0].ready, 1);
+    assert_eq!(p.ports[0].kept.len(), 1);
+    assert_eq!(p.ports[0].kept[0].pod, "a");
+    assert_eq!(
+        p.ports[0].kept[0].reason,
+        "httpGet: no verdict yet (no route)"
+    );
+    assert_eq!(p.ports[0].kept_total, 1);
 }
 
 #[test]

@@ -15,4 +15,5 @@ mod ownership;
 mod probing;
 mod render;
 mod scenarios;
+mod status;
 mod watches;

@@ -28,7 +28,7 @@ const ENV: &str = "PORTMAPPER_IT_IN_NETNS";
 const SETUP: &str = "ip link set lo up && ip route add local 10.244.0.0/16 dev lo";
 const INNER: &str = "probing::inner_";
 /// Inner tests below; the outer test checks that every one of them ran and passed.
-const INNER_TESTS: usize = 9;
+const INNER_TESTS: usize = 10;
 
 #[test]
 fn network_checks_through_the_operator_in_own_network_namespace() {
@@ -715,4 +715,76 @@ async fn inner_webhook_outage_freezes_memberships() {
     assert_eq!(m["frozen.p"], ["frozen-a"], "memberships stay as they were");
     let reason = excluded_reason(&h, "frozen", "p", "frozen-b", |_| true).await;
     assert!(reason.starts_with("webhook: decided"), "{reason}");
+}
+
+/// An operator restarted while the webhook is down has no verdict for anyone: the published pod
+/// is kept, the status lists it under `kept` with the reason, and `portmapper status` marks it
+/// `~` (the other pod stays out, ✘).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs only inside the network namespace made by network_checks_through_the_operator_in_own_network_namespace"]
+async fn inner_restart_during_a_webhook_outage_reports_kept_memberships() {
+    if !in_netns() {
+        return;
+    }
+    let (a, b, hook) = (ip(10, 1), ip(10, 2), ip(10, 100));
+    let decider: Handler = Arc::new(|_, body| {
+        let Ok(review) = serde_json::from_slice::<MembershipReview>(body) else {
+            return (400, String::new());
+        };
+        let decision = if review.pod.name == "outage-a" {
+            "Include"
+        } else {
+            "Exclude"
+        };
+        (
+            200,
+            json!({"decision": decision, "reason": "decided"}).to_string(),
+        )
+    });
+    let webhook = http_server((hook, 7000).into(), decider).await;
+    let mut h = Harness::start().await;
+    one_check(
+        &h,
+        "outage",
+        8080,
+        json!({"webhook": {"url": format!("http://{hook}:7000/")}}),
+        [("outage-a", a), ("outage-b", b)],
+    )
+    .await;
+    wait_members(&h, "outage", "p", &["outage-a"]).await;
+    let kept_now = |pm: &portmapper_api::PortMapping| {
+        pm.status
+            .as_ref()
+            .and_then(|s| s.ports.iter().find(|p| p.name == "p"))
+            .map(|p| (p.kept.clone(), p.kept_total))
+    };
+    assert_eq!(kept_now(&h.portmapping("outage").await), Some((vec![], 0)));
+
+    h.stop_controller().await;
+    drop(webhook);
+    h.run_controller();
+    let kept = eventually("outage-a kept", Duration::from_secs(20), || async {
+        let (kept, total) = kept_now(&h.portmapping("outage").await)?;
+        (total == 1).then_some(kept)
+    })
+    .await;
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].pod, "outage-a");
+    assert!(
+        kept[0].reason.starts_with("webhook: no verdict yet"),
+        "{}",
+        kept[0].reason
+    );
+    assert_eq!(h.membership("outage").await["outage.p"], ["outage-a"]);
+
+    let out = crate::status::output(crate::status::status_cmd(&h, &["outage"])).await;
+    let stdout = crate::status::text(&out.stdout);
+    assert!(out.status.success(), "{}", crate::status::text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines.contains(&"outage-a  ~"), "{stdout}");
+    assert!(lines.contains(&"outage-b  ✘"), "{stdout}");
+    assert!(
+        lines.contains(&format!("  ~ outage-a p: {}", kept[0].reason).as_str()),
+        "{stdout}"
+    );
 }
