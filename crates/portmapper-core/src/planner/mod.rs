@@ -43,6 +43,7 @@ pub mod naming;
 pub mod pack;
 pub mod render;
 mod status;
+mod trigger;
 mod types;
 
 use std::collections::{BTreeMap, HashSet};
@@ -109,8 +110,8 @@ pub(crate) struct Context<'a> {
     /// `publishNotReadyAddresses` in force.
     pub pnr: bool,
     pub hints: HintMode,
-    /// `PlanInput::now`, rendered.
-    pub now: &'a str,
+    /// `PlanInput::now`: trigger times are never later.
+    pub now: k8s_openapi::jiff::Timestamp,
 }
 
 /// The IP families the Service publishes, primary first: `spec.ipFamilies`, else the family of
@@ -195,6 +196,26 @@ fn port_views<'a>(service: &'a Service, spec: &'a PortMappingSpec) -> Vec<PortVi
         .collect()
 }
 
+/// `spec.ports` entries matching no Service port (the portless pseudo-port of a headless Service
+/// has no name, so every entry is unknown there).
+fn unknown_ports(spec: &PortMappingSpec, ports: &[PortView<'_>]) -> Option<PlanWarning> {
+    let named = |p: &&PortView<'_>| p.service_port.is_some() && !p.name.is_empty();
+    let entries: Vec<String> = spec
+        .ports
+        .iter()
+        .filter(|rule| !ports.iter().filter(named).any(|p| p.name == rule.name))
+        .map(|rule| rule.name.clone())
+        .collect();
+    (!entries.is_empty()).then(|| PlanWarning::UnknownPort {
+        entries,
+        service_ports: ports
+            .iter()
+            .filter(named)
+            .map(|p| p.name.to_owned())
+            .collect(),
+    })
+}
+
 fn static_target(sp: &ServicePort) -> i32 {
     match &sp.target_port {
         Some(IntOrString::Int(n)) if *n != 0 => *n,
@@ -276,6 +297,9 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
     }
     let families = service_families(service);
     let ports = port_views(service, spec);
+    if let Some(w) = unknown_ports(spec, &ports) {
+        out.warnings.push(w);
+    }
     let now = input.now.to_string();
     let ctx = Context {
         spec,
@@ -290,7 +314,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
         node_zones: input.node_zones,
         pnr: publish_not_ready(spec, service),
         hints,
-        now: &now,
+        now: input.now,
     };
 
     let ours_plain: Vec<&EndpointSlice> = ours.iter().map(|s| s.as_ref()).collect();

@@ -118,6 +118,15 @@ pub enum PlanWarning {
         /// Addresses before truncation.
         total: usize,
     },
+    /// `spec.ports[].name` entries that name no port of the Service: their checks apply to
+    /// nothing (a typo, or a Service port renamed under the PortMapping), and the port they were
+    /// meant for falls back to `defaultChecks` / `unlistedPorts`.
+    UnknownPort {
+        /// The unmatched entries' names, in spec order.
+        entries: Vec<String>,
+        /// The Service's port names (unnamed ports have none), in Service order.
+        service_ports: Vec<String>,
+    },
 }
 
 impl fmt::Display for PlanWarning {
@@ -145,6 +154,28 @@ impl fmt::Display for PlanWarning {
                 f,
                 "the Endpoints object of this Service is controlled by another owner; it is left alone"
             ),
+            Self::UnknownPort {
+                entries,
+                service_ports,
+            } => {
+                let quoted = |names: &[String]| {
+                    names
+                        .iter()
+                        .map(|n| format!("{n:?}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                let ports = if service_ports.is_empty() {
+                    "it has no named ports".to_owned()
+                } else {
+                    format!("its ports are {}", quoted(service_ports))
+                };
+                write!(
+                    f,
+                    "spec.ports names {} but the Service has no such port ({ports}); those checks apply to nothing and unlisted ports use spec.defaultChecks / spec.unlistedPorts",
+                    quoted(entries)
+                )
+            }
             Self::LegacyEndpointsTruncated { total } => {
                 write!(
                     f,
