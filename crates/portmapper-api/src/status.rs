@@ -16,6 +16,9 @@ pub mod condition_types {
     pub const CONFLICT: &str = "Conflict";
     /// The Service still has a selector: native slices are published beside ours.
     pub const SELECTOR_MIGRATION: &str = "SelectorMigration";
+    /// A `spec.ports[].name` names no port of the Service (its checks apply to nothing; the
+    /// other ports still publish).
+    pub const PORT_NOT_FOUND: &str = "PortNotFound";
 }
 
 /// Most excluded pods listed per port; the counts stay exact beyond it.
@@ -28,7 +31,8 @@ pub struct PortMappingStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Standard conditions: Ready, Reconciling, Stalled, Conflict, SelectorMigration.
+    /// Standard conditions: Ready, Reconciling, Stalled, Conflict, SelectorMigration,
+    /// PortNotFound.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

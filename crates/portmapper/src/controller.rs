@@ -1,6 +1,6 @@
 //! Wiring: reflectors, the kube-runtime Controller, and the shared reconcile context.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use portmapper_api::PortMapping;
+use portmapper_api::{PortMapping, PortMappingStatus};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -67,30 +67,90 @@ pub struct Context {
     pub recorder: Recorder,
     /// Probes network checks outside reconciles; reconciles read its cached results.
     pub prober: portmapper_probe::Prober,
-    /// Warning reasons already emitted per PortMapping, so each warning is sent once per
-    /// occurrence and re-armed when its cause clears.
-    pub warned: Mutex<HashMap<ObjectRef<PortMapping>, Vec<&'static str>>>,
+    /// Warning reasons already emitted per PortMapping, each with the occurrence it was sent
+    /// for (e.g. the squatter's UID), so each warning is sent once per occurrence and re-armed
+    /// when its cause clears.
+    pub warned: Mutex<HashMap<ObjectRef<PortMapping>, BTreeMap<&'static str, BTreeSet<String>>>>,
+    /// The status this operator last wrote per PortMapping, with the resourceVersion of the
+    /// object it was computed from: until our own write reaches the cache, the cached object
+    /// still carries the older status, and comparing with it would re-send the same status.
+    pub status_written: Mutex<HashMap<ObjectRef<PortMapping>, (String, PortMappingStatus)>>,
 }
 
 impl Context {
     /// Records that `reason` was warned for `pm`; true the first time.
     pub fn warn_once(&self, pm: &ObjectRef<PortMapping>, reason: &'static str) -> bool {
+        self.warn_occurrence(pm, reason, "")
+    }
+
+    /// Records that `reason` was warned for `pm` about `occurrence`; true when that is not the
+    /// occurrence last warned about (a new squatter is a new occurrence, the same one at every
+    /// retry is not).
+    pub fn warn_occurrence(
+        &self,
+        pm: &ObjectRef<PortMapping>,
+        reason: &'static str,
+        occurrence: &str,
+    ) -> bool {
+        !self
+            .new_occurrences(pm, reason, BTreeSet::from([occurrence.to_owned()]))
+            .is_empty()
+    }
+
+    /// The occurrences in `current` that were not there when `slot` was last looked at for
+    /// `pm` (each is warned about once); `current` becomes what was seen, so an occurrence
+    /// that goes away and comes back is new again.
+    pub fn new_occurrences(
+        &self,
+        pm: &ObjectRef<PortMapping>,
+        slot: &'static str,
+        current: BTreeSet<String>,
+    ) -> Vec<String> {
         let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
-        let seen = warned.entry(pm.clone()).or_default();
-        if seen.contains(&reason) {
-            false
-        } else {
-            seen.push(reason);
-            true
-        }
+        let seen = warned
+            .entry(pm.clone())
+            .or_default()
+            .entry(slot)
+            .or_default();
+        let new = current.difference(seen).cloned().collect();
+        *seen = current;
+        new
     }
 
     /// Re-arms `reason` for `pm` once its cause has cleared.
     pub fn clear_warning(&self, pm: &ObjectRef<PortMapping>, reason: &'static str) {
         let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(seen) = warned.get_mut(pm) {
-            seen.retain(|r| *r != reason);
+            seen.remove(reason);
         }
+    }
+
+    /// The status the server holds for `pm` as far as this operator knows: the one it last
+    /// wrote when `pm` is still the object that write was computed from (the cache has not
+    /// seen the write yet), else `pm`'s own.
+    pub fn known_status(&self, pm: &PortMapping) -> PortMappingStatus {
+        let written = self
+            .status_written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match (
+            written.get(&ObjectRef::from_obj(pm)),
+            &pm.metadata.resource_version,
+        ) {
+            (Some((rv, status)), Some(current)) if rv == current => status.clone(),
+            _ => pm.status.clone().unwrap_or_default(),
+        }
+    }
+
+    /// Records a status written for `pm` (computed from `pm`).
+    pub fn status_was_written(&self, pm: &PortMapping, status: &PortMappingStatus) {
+        let Some(rv) = pm.metadata.resource_version.clone() else {
+            return;
+        };
+        self.status_written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(ObjectRef::from_obj(pm), (rv, status.clone()));
     }
 }
 
@@ -281,6 +341,7 @@ pub async fn run_probing_with(
         leadership: leadership.clone(),
         metrics: metrics.clone(),
         warned: Mutex::new(HashMap::new()),
+        status_written: Mutex::new(HashMap::new()),
     });
 
     // Readiness = every shared store has listed once; pod watches start lazily per pool.

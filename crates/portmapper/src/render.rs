@@ -389,6 +389,7 @@ fn preview(
     match planner::plan(&input) {
         Ok(plan) => {
             desired = report::planned(&plan);
+            desired.extend(report::port_not_found(&plan));
             status.ports = plan.ports.clone();
             status.summary = Some(plan.summary.clone()).filter(|s| !s.is_empty());
             status.endpoint_slices = Some(i32::try_from(plan.slices.len()).unwrap_or(i32::MAX));

@@ -13,5 +13,6 @@ mod migration;
 mod ownership;
 mod probing;
 mod render;
+mod reporting;
 mod scenarios;
 mod watches;
