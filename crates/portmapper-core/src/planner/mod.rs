@@ -25,8 +25,8 @@
 //! - Metadata: Service labels minus reserved ones, `service.kubernetes.io/headless` for
 //!   headless Services, `kubernetes.io/service-name`, `managed-by: portmapper.dev`, a controller
 //!   owner reference to the PortMapping with `blockOwnerDeletion: true`, and
-//!   `last-change-trigger-time` = `PlanInput::now` on written slices only (unchanged slices keep
-//!   theirs).
+//!   `last-change-trigger-time` on written slices only (unchanged slices keep theirs): the
+//!   latest timestamped cause of the write, else `PlanInput::now` ([`trigger`]).
 //! - Placeholder: a port × family without members keeps one empty slice (with its port): at the
 //!   static target, or for a named target at an already published group, else the lowest number
 //!   a candidate resolves; none when no candidate resolves the name.

@@ -34,7 +34,8 @@ pub struct PlanInput<'a> {
     pub take_over: &'a [String],
     /// The Endpoints object named after the Service, if one exists.
     pub live_endpoints: Option<&'a Endpoints>,
-    /// The time of this reconcile: the `last-change-trigger-time` of written objects.
+    /// The time of this reconcile: no `last-change-trigger-time` is later, and it stands for
+    /// changes that carry no time of their own (legacy Endpoints are stamped with it).
     pub now: Timestamp,
 }
 
