@@ -15,4 +15,5 @@ mod probing;
 mod render;
 mod reporting;
 mod scenarios;
+mod trigger;
 mod watches;
