@@ -70,12 +70,15 @@ pub struct Context {
     /// Warning reasons already emitted per PortMapping, each with the occurrence it was sent
     /// for (e.g. the squatter's UID), so each warning is sent once per occurrence and re-armed
     /// when its cause clears.
-    pub warned: Mutex<HashMap<ObjectRef<PortMapping>, BTreeMap<&'static str, BTreeSet<String>>>>,
+    pub warned: Mutex<HashMap<ObjectRef<PortMapping>, Warned>>,
     /// The status this operator last wrote per PortMapping, with the resourceVersion of the
     /// object it was computed from: until our own write reaches the cache, the cached object
     /// still carries the older status, and comparing with it would re-send the same status.
     pub status_written: Mutex<HashMap<ObjectRef<PortMapping>, (String, PortMappingStatus)>>,
 }
+
+/// Per warning slot, the occurrences last warned about.
+pub type Warned = BTreeMap<&'static str, BTreeSet<String>>;
 
 impl Context {
     /// Records that `reason` was warned for `pm`; true the first time.

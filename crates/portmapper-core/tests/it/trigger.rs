@@ -15,12 +15,8 @@ fn world() -> World {
 
 fn trigger(w: &World, slice: &str) -> String {
     w.slice(slice)
-        .unwrap()
-        .metadata
-        .annotations
-        .as_ref()
-        .unwrap()[TRIGGER]
-        .clone()
+        .and_then(|s| s.metadata.annotations.as_ref()?.get(TRIGGER).cloned())
+        .expect("a written slice has a trigger time")
 }
 
 /// `secs` before the world's clock.
@@ -38,10 +34,8 @@ fn set_ready(w: &mut World, pod: &str, ready: bool, at: Timestamp) {
         .pod_mut(pod)
         .status
         .as_mut()
-        .unwrap()
-        .conditions
-        .as_mut()
-        .unwrap();
+        .and_then(|s| s.conditions.as_mut())
+        .expect("fixture pods have conditions");
     conditions[0].status = if ready { "True" } else { "False" }.into();
     conditions[0].last_transition_time = Some(Time(at));
 }
