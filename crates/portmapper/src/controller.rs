@@ -145,6 +145,19 @@ impl Context {
         }
     }
 
+    /// Drops what was remembered about a deleted PortMapping: a new one of the same name starts
+    /// with its own warnings and status.
+    pub fn forget_portmapping(&self, pm: &ObjectRef<PortMapping>) {
+        self.warned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(pm);
+        self.status_written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(pm);
+    }
+
     /// Records a status written for `pm` (computed from `pm`).
     pub fn status_was_written(&self, pm: &PortMapping, status: &PortMappingStatus) {
         let Some(rv) = pm.metadata.resource_version.clone() else {
@@ -437,6 +450,11 @@ pub async fn run_probing_with(
                     gone_ctx
                         .metrics
                         .forget((obj.namespace.as_deref().unwrap_or_default(), &obj.name));
+                    let mut gone = ObjectRef::<PortMapping>::new(&obj.name);
+                    if let Some(ns) = &obj.namespace {
+                        gone = gone.within(ns);
+                    }
+                    gone_ctx.forget_portmapping(&gone);
                 }
                 Err(err) => warn!(error = %err, "reconcile failed"),
             }

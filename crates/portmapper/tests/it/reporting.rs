@@ -273,3 +273,31 @@ async fn a_status_change_is_patched_once_while_the_portmapping_cache_lags() {
     h.emu.faults().remove(&lag);
     h.emu.faults().remove(&drop);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_portmapping_deleted_and_created_again_is_warned_again() {
+    let h = Harness::start().await;
+    h.create(service("web", &[("http", 8080)])).await;
+    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
+    let mut pm = portmapping("web", "web");
+    pm["spec"]["ports"] = json!([{"name": "htttp", "checks": [{"podReady": {}}]}]);
+    h.create(pm.clone()).await;
+    eventually("the first UnknownPort Event", T, || async {
+        (publications(&h, "UnknownPort").await == 1).then_some(())
+    })
+    .await;
+    let api: Api<PortMapping> = Api::namespaced(h.client.clone(), NS);
+    api.delete("web", &Default::default()).await.unwrap();
+    // The operator forgets a deleted PortMapping in one step: its metric series go with it.
+    eventually("the PortMapping forgotten", T, || async {
+        (!h.metrics_text().contains(r#"service="web""#)).then_some(())
+    })
+    .await;
+    h.create(pm).await;
+    eventually(
+        "an UnknownPort Event for the new PortMapping",
+        T,
+        || async { (publications(&h, "UnknownPort").await == 2).then_some(()) },
+    )
+    .await;
+}
