@@ -20,6 +20,9 @@ pub mod condition_types {
     /// `IstioAmbient`: published pods are enrolled in Istio ambient and the ports have
     /// different members); present only while it holds. See docs/consumers.md.
     pub const CONSUMER_CAVEAT: &str = "ConsumerCaveat";
+    /// A `spec.ports[].name` names no port of the Service (its checks apply to nothing; the
+    /// other ports still publish).
+    pub const PORT_NOT_FOUND: &str = "PortNotFound";
 }
 
 /// Most excluded pods listed per port; the counts stay exact beyond it.
@@ -32,7 +35,8 @@ pub struct PortMappingStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Standard conditions: Ready, Reconciling, Stalled, Conflict, SelectorMigration, ConsumerCaveat.
+    /// Standard conditions: Ready, Reconciling, Stalled, Conflict, SelectorMigration,
+    /// ConsumerCaveat, PortNotFound.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

@@ -21,7 +21,12 @@ pub enum Claim {
     /// example one whose managed-by label someone stripped): apply.
     Free,
     /// Another owner has the name: never overwrite it.
-    Taken { owner: String },
+    Taken {
+        /// Who holds it, for the message.
+        owner: String,
+        /// The squatter's UID: one occurrence of the collision per squatter object.
+        uid: Option<String>,
+    },
 }
 
 /// Writes on behalf of one PortMapping.
@@ -64,6 +69,7 @@ impl Writer<'_> {
                 Claim::Free
             }
             Some(slice) => Claim::Taken {
+                uid: slice.metadata.uid.clone(),
                 owner: foreign_manager(&slice)
                     .map(|m| format!("managed by {m}"))
                     .or_else(|| {

@@ -1,6 +1,6 @@
 //! Wiring: reflectors, the kube-runtime Controller, and the shared reconcile context.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use portmapper_api::PortMapping;
+use portmapper_api::{PortMapping, PortMappingStatus};
 use portmapper_core::EvalMemo;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -68,25 +68,60 @@ pub struct Context {
     pub recorder: Recorder,
     /// Probes network checks outside reconciles; reconciles read its cached results.
     pub prober: portmapper_probe::Prober,
-    /// Warning reasons already emitted per PortMapping, so each warning is sent once per
-    /// occurrence and re-armed when its cause clears.
-    pub warned: Mutex<HashMap<ObjectRef<PortMapping>, Vec<&'static str>>>,
     /// What the last plan of each PortMapping evaluated, so the next re-evaluates only the pods
     /// that changed (taken out for the plan, put back after it).
     pub memos: Mutex<HashMap<ObjectRef<PortMapping>, EvalMemo>>,
+    /// Warning reasons already emitted per PortMapping, each with the occurrence it was sent
+    /// for (e.g. the squatter's UID), so each warning is sent once per occurrence and re-armed
+    /// when its cause clears.
+    pub warned: Mutex<HashMap<ObjectRef<PortMapping>, Warned>>,
+    /// The status this operator last wrote per PortMapping, with the resourceVersion of the
+    /// object it was computed from: until our own write reaches the cache, the cached object
+    /// still carries the older status, and comparing with it would re-send the same status.
+    pub status_written: Mutex<HashMap<ObjectRef<PortMapping>, (String, PortMappingStatus)>>,
 }
+
+/// Per warning slot, the occurrences last warned about.
+pub type Warned = BTreeMap<&'static str, BTreeSet<String>>;
 
 impl Context {
     /// Records that `reason` was warned for `pm`; true the first time.
     pub fn warn_once(&self, pm: &ObjectRef<PortMapping>, reason: &'static str) -> bool {
+        self.warn_occurrence(pm, reason, "")
+    }
+
+    /// Records that `reason` was warned for `pm` about `occurrence`; true when that is not the
+    /// occurrence last warned about (a new squatter is a new occurrence, the same one at every
+    /// retry is not).
+    pub fn warn_occurrence(
+        &self,
+        pm: &ObjectRef<PortMapping>,
+        reason: &'static str,
+        occurrence: &str,
+    ) -> bool {
+        !self
+            .new_occurrences(pm, reason, BTreeSet::from([occurrence.to_owned()]))
+            .is_empty()
+    }
+
+    /// The occurrences in `current` that were not there when `slot` was last looked at for
+    /// `pm` (each is warned about once); `current` becomes what was seen, so an occurrence
+    /// that goes away and comes back is new again.
+    pub fn new_occurrences(
+        &self,
+        pm: &ObjectRef<PortMapping>,
+        slot: &'static str,
+        current: BTreeSet<String>,
+    ) -> Vec<String> {
         let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
-        let seen = warned.entry(pm.clone()).or_default();
-        if seen.contains(&reason) {
-            false
-        } else {
-            seen.push(reason);
-            true
-        }
+        let seen = warned
+            .entry(pm.clone())
+            .or_default()
+            .entry(slot)
+            .or_default();
+        let new = current.difference(seen).cloned().collect();
+        *seen = current;
+        new
     }
 
     /// The memo of `pm`'s last plan (empty the first time), to be handed back with
@@ -102,7 +137,33 @@ impl Context {
         memos.insert(pm.clone(), memo);
     }
 
-    /// Drops what is kept per PortMapping once it is gone.
+    /// Re-arms `reason` for `pm` once its cause has cleared.
+    pub fn clear_warning(&self, pm: &ObjectRef<PortMapping>, reason: &'static str) {
+        let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(seen) = warned.get_mut(pm) {
+            seen.remove(reason);
+        }
+    }
+
+    /// The status the server holds for `pm` as far as this operator knows: the one it last
+    /// wrote when `pm` is still the object that write was computed from (the cache has not
+    /// seen the write yet), else `pm`'s own.
+    pub fn known_status(&self, pm: &PortMapping) -> PortMappingStatus {
+        let written = self
+            .status_written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match (
+            written.get(&ObjectRef::from_obj(pm)),
+            &pm.metadata.resource_version,
+        ) {
+            (Some((rv, status)), Some(current)) if rv == current => status.clone(),
+            _ => pm.status.clone().unwrap_or_default(),
+        }
+    }
+
+    /// Drops what was remembered about a deleted PortMapping: a new one of the same name starts
+    /// with its own memo, warnings and status.
     pub fn forget(&self, pm: &ObjectRef<PortMapping>) {
         self.memos
             .lock()
@@ -112,14 +173,21 @@ impl Context {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(pm);
+        self.status_written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(pm);
     }
 
-    /// Re-arms `reason` for `pm` once its cause has cleared.
-    pub fn clear_warning(&self, pm: &ObjectRef<PortMapping>, reason: &'static str) {
-        let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(seen) = warned.get_mut(pm) {
-            seen.retain(|r| *r != reason);
-        }
+    /// Records a status written for `pm` (computed from `pm`).
+    pub fn status_was_written(&self, pm: &PortMapping, status: &PortMappingStatus) {
+        let Some(rv) = pm.metadata.resource_version.clone() else {
+            return;
+        };
+        self.status_written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(ObjectRef::from_obj(pm), (rv, status.clone()));
     }
 }
 
@@ -311,6 +379,7 @@ pub async fn run_probing_with(
         metrics: metrics.clone(),
         warned: Mutex::new(HashMap::new()),
         memos: Mutex::new(HashMap::new()),
+        status_written: Mutex::new(HashMap::new()),
     });
 
     // Readiness = every shared store has listed once; pod watches start lazily per pool.
@@ -400,12 +469,14 @@ pub async fn run_probing_with(
                         obj.name.clone(),
                     );
                     gone_ctx.prober.remove_mapping(&key);
-                    let mut gone = ObjectRef::<PortMapping>::new(&obj.name);
-                    gone.namespace.clone_from(&obj.namespace);
-                    gone_ctx.forget(&gone);
                     gone_ctx
                         .metrics
                         .forget((obj.namespace.as_deref().unwrap_or_default(), &obj.name));
+                    let mut gone = ObjectRef::<PortMapping>::new(&obj.name);
+                    if let Some(ns) = &obj.namespace {
+                        gone = gone.within(ns);
+                    }
+                    gone_ctx.forget(&gone);
                 }
                 Err(err) => warn!(error = %err, "reconcile failed"),
             }

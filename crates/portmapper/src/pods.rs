@@ -140,7 +140,8 @@ impl Drop for PodWatches {
     }
 }
 
-/// Keeps only what membership and rendering read: identity, labels, annotations, deletion,
+/// Keeps only what membership and rendering read: identity, labels, annotations, deletion (and
+/// its grace period),
 /// scheduling, hostname/subdomain, container names/ports, phase, IPs, conditions and container
 /// readiness. Images, env, volumes and managedFields are dropped to bound memory.
 pub fn strip_pod(pod: &mut Pod) {
@@ -154,6 +155,8 @@ pub fn strip_pod(pod: &mut Pod) {
         annotations: meta.annotations,
         creation_timestamp: meta.creation_timestamp,
         deletion_timestamp: meta.deletion_timestamp,
+        // With the deletion timestamp it dates the deletion request (slice trigger time).
+        deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
         owner_references: meta.owner_references,
         ..ObjectMeta::default()
     };
@@ -185,5 +188,40 @@ pub fn strip_pod(pod: &mut Pod) {
             init_container_statuses: status.init_container_statuses,
             ..PodStatus::default()
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodCondition;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    #[test]
+    fn stripping_keeps_what_dates_a_change() {
+        let at = Time(Timestamp::from_second(1_800_000_000).unwrap());
+        let mut pod = Pod {
+            metadata: ObjectMeta {
+                creation_timestamp: Some(at.clone()),
+                deletion_timestamp: Some(at.clone()),
+                deletion_grace_period_seconds: Some(30),
+                ..ObjectMeta::default()
+            },
+            status: Some(PodStatus {
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    last_transition_time: Some(at.clone()),
+                    ..PodCondition::default()
+                }]),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        };
+        let kept = pod.clone();
+        strip_pod(&mut pod);
+        assert_eq!(pod.metadata, kept.metadata);
+        assert_eq!(pod.status, kept.status);
     }
 }

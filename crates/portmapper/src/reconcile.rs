@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
@@ -33,6 +33,8 @@ const OWN_WRITES_RETRY: Duration = Duration::from_secs(1);
 /// How soon to look again at a name someone else holds: its release reaches no watch of ours
 /// (foreign slices are outside our label-selected cache).
 const COLLISION_RETRY: Duration = Duration::from_secs(15);
+/// The `warned` slot of claim collisions (Event reason `EndpointSliceNameCollision`).
+const COLLISION_SLOT: &str = "EndpointSliceNameCollision/claim";
 
 /// Entry point for the Controller.
 pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -156,7 +158,7 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
             .await?
         }
     };
-    write_status(pm, &writer, &outcome).await?;
+    write_status(pm, ctx, &writer, &outcome).await?;
     Ok(Action::requeue(outcome.requeue))
 }
 
@@ -299,8 +301,22 @@ async fn plan_and_apply(
         .collect();
     let pm_uid = pm.uid().unwrap_or_default();
     let written = execute_slice_writes(writer, &ctx.index, &plan, &live_names, &pm_uid).await;
-    let collisions = written.collisions;
     let mut errors = written.errors;
+    let mut collisions = Vec::new();
+    // Each squatter object (name/UID) is one occurrence: warned when first seen, not at every
+    // retry; another object at the name (a new UID) is a new one.
+    let mut squatters: BTreeMap<String, (String, Option<String>, String)> = BTreeMap::new();
+    for squatter in written.collisions {
+        squatters.insert(
+            format!(
+                "{}/{}",
+                squatter.name,
+                squatter.uid.clone().unwrap_or_default()
+            ),
+            (squatter.name, squatter.uid, squatter.message.clone()),
+        );
+        collisions.push(squatter.message);
+    }
     if plan.writes() > 0 {
         info!(writes = plan.writes(), summary = %plan.summary, "published changes");
     }
@@ -333,7 +349,26 @@ async fn plan_and_apply(
     if !collisions.is_empty() {
         ctx.metrics.name_collisions.get_or_create(&svc_labels).inc();
         let message = collisions.join("; ");
-        warn_event(ctx, pm, pm_ref, "EndpointSliceNameCollision", &message).await;
+        // Its own slot: planner ForeignSlice warnings share the Event reason.
+        let keys = squatters.keys().cloned().collect();
+        for key in ctx.new_occurrences(pm_ref, COLLISION_SLOT, keys) {
+            let Some((name, uid, note)) = squatters.get(&key) else {
+                continue;
+            };
+            // The squatter as the Event's `related` object: kube's Recorder folds repeats of a
+            // (reason, regarding, related) into one series, so a second squatter is an Event
+            // of its own, naming it, instead of a repeat of the first one's note.
+            let related = ObjectReference {
+                api_version: Some("discovery.k8s.io/v1".to_owned()),
+                kind: Some("EndpointSlice".to_owned()),
+                namespace: Some(ns.to_owned()),
+                name: Some(name.clone()),
+                uid: uid.clone(),
+                ..ObjectReference::default()
+            };
+            let reason = "EndpointSliceNameCollision";
+            publish_warning(ctx, pm, pm_ref, reason, note, Some(related)).await;
+        }
         conditions.push(Desired::new(
             ct::READY,
             false,
@@ -362,9 +397,11 @@ async fn plan_and_apply(
         ));
         conditions.push(Desired::new(ct::STALLED, false, "ApplyFailed", "retrying"));
     } else {
-        ctx.clear_warning(pm_ref, "EndpointSliceNameCollision");
+        ctx.clear_warning(pm_ref, COLLISION_SLOT);
         conditions.extend(report::planned(&plan));
     }
+    // Beside Ready: the other ports publish, so this does not make the PortMapping unready.
+    conditions.extend(report::port_not_found(&plan));
     if let Some(migration) = report::selector_migration(service) {
         if ctx.warn_once(pm_ref, "SelectorStillPresent") {
             warn_event(ctx, pm, pm_ref, "SelectorStillPresent", &migration.message).await;
@@ -393,10 +430,23 @@ async fn plan_and_apply(
             .or_default()
             .push(warning.to_string());
     }
-    for (reason, notes) in by_reason {
-        if ctx.warn_once(pm_ref, reason) {
-            warn_event(ctx, pm, pm_ref, reason, &notes.join("; ")).await;
+    for (reason, notes) in &by_reason {
+        let note = notes.join("; ");
+        // Unknown ports are one occurrence per set of unmatched entries (a second typo, or a
+        // Service port renamed while one is already unknown, is news); the others once while
+        // they last.
+        let occurrence = if *reason == "UnknownPort" {
+            note.as_str()
+        } else {
+            ""
+        };
+        if ctx.warn_occurrence(pm_ref, reason, occurrence) {
+            warn_event(ctx, pm, pm_ref, reason, &note).await;
         }
+    }
+    // Re-armed once the cause clears, so the next time it happens is an Event again.
+    if !by_reason.contains_key("UnknownPort") {
+        ctx.clear_warning(pm_ref, "UnknownPort");
     }
 
     record_gauges(ctx, pm_ref, ns, service, &plan);
@@ -431,7 +481,7 @@ async fn plan_and_apply(
     };
     if let Some(err) = first_error {
         // Report what we know first, then let the error policy retry.
-        write_status(pm, writer, &outcome).await?;
+        write_status(pm, ctx, writer, &outcome).await?;
         return Err(err);
     }
     Ok(outcome)
@@ -445,8 +495,8 @@ const SLICE_WRITES_IN_FLIGHT: usize = 8;
 
 /// What the slice writes of one plan came to.
 struct SliceWrites {
-    /// Names someone else holds, described for the condition.
-    collisions: Vec<String>,
+    /// Names someone else holds.
+    collisions: Vec<Squatter>,
     /// Every failed write, in plan order.
     errors: Vec<Error>,
 }
@@ -526,6 +576,14 @@ async fn execute_slice_writes(
     out
 }
 
+/// An object of another owner at a name the plan would create.
+struct Squatter {
+    name: String,
+    uid: Option<String>,
+    /// For the condition and the Event.
+    message: String,
+}
+
 /// The result of one slice write.
 enum Written {
     /// Applied; the resourceVersion stored.
@@ -534,7 +592,7 @@ enum Written {
     Deleted,
     /// Nothing left to do (already gone).
     Done,
-    Collision(String),
+    Collision(Squatter),
     Failed(Error),
 }
 
@@ -544,10 +602,9 @@ async fn apply_one(writer: &Writer<'_>, slice: &EndpointSlice, claim_for: Option
         let name = slice.name_any();
         match writer.claim_slice(&name, owner_uid).await {
             Ok(Claim::Free) => {}
-            Ok(Claim::Taken { owner }) => {
-                return Written::Collision(format!(
-                    "EndpointSlice {name} already exists ({owner})"
-                ));
+            Ok(Claim::Taken { owner, uid }) => {
+                let message = format!("EndpointSlice {name} already exists ({owner})");
+                return Written::Collision(Squatter { name, uid, message });
             }
             Err(err) => return Written::Failed(err),
         }
@@ -612,12 +669,24 @@ pub(crate) async fn warn_event(
     reason: &str,
     note: &str,
 ) {
+    publish_warning(ctx, pm, pm_ref, reason, note, None).await;
+}
+
+/// A Warning Event about `pm`, with `related` as its secondary object.
+async fn publish_warning(
+    ctx: &Context,
+    pm: &PortMapping,
+    pm_ref: &ObjectRef<PortMapping>,
+    reason: &str,
+    note: &str,
+    related: Option<ObjectReference>,
+) {
     let event = Event {
         type_: EventType::Warning,
         reason: reason.to_string(),
         note: Some(truncate_note(note)),
         action: "Reconcile".to_string(),
-        secondary: None,
+        secondary: related,
     };
     if !ctx.leadership.is_leader() {
         return;
@@ -642,10 +711,13 @@ fn truncate_note(note: &str) -> String {
 
 async fn write_status(
     pm: &PortMapping,
+    ctx: &Context,
     writer: &Writer<'_>,
     outcome: &Outcome,
 ) -> Result<(), Error> {
-    let previous = pm.status.clone().unwrap_or_default();
+    // What the server holds, including a write of ours the cache has not delivered yet: a
+    // reconcile in that window would otherwise re-send the status it just wrote.
+    let previous = ctx.known_status(pm);
     let (ports, summary) = match (&outcome.plan, outcome.withdrawn) {
         (Some(plan), _) => (
             plan.ports.clone(),
@@ -671,5 +743,7 @@ async fn write_status(
         return Ok(());
     }
     debug!(portmapping = %pm.name_any(), "status changed; applying");
-    writer.apply_status(pm, &status).await
+    writer.apply_status(pm, &status).await?;
+    ctx.status_was_written(pm, &status);
+    Ok(())
 }

@@ -391,6 +391,7 @@ fn preview(
         Ok(plan) => {
             desired = report::planned(&plan);
             caveat = report::consumer_caveat(&plan, &pods);
+            desired.extend(report::port_not_found(&plan));
             status.ports = plan.ports.clone();
             status.summary = Some(plan.summary.clone()).filter(|s| !s.is_empty());
             status.endpoint_slices = Some(i32::try_from(plan.slices.len()).unwrap_or(i32::MAX));

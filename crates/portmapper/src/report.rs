@@ -91,6 +91,16 @@ pub fn planned(plan: &portmapper_core::Plan) -> Vec<Desired> {
     published(&plan.summary)
 }
 
+/// `PortNotFound=True` (reason `UnknownPort`) while `spec.ports` names ports the Service lacks.
+/// Ready is left to the outcome: the other ports still publish, and a condition that is only
+/// there while something is wrong (as `Conflict`) is what `kubectl wait` and dashboards read.
+pub fn port_not_found(plan: &portmapper_core::Plan) -> Option<Desired> {
+    plan.warnings.iter().find_map(|w| {
+        matches!(w, PlanWarning::UnknownPort { .. })
+            .then(|| Desired::new(ct::PORT_NOT_FOUND, true, "UnknownPort", w.to_string()))
+    })
+}
+
 /// Whether the Service still has a (non-empty) selector.
 pub fn has_selector(service: &Service) -> bool {
     service
@@ -147,6 +157,7 @@ pub fn warning_reason(warning: &PlanWarning) -> &'static str {
         W::ForeignSlice { .. } => "EndpointSliceNameCollision",
         W::ForeignEndpoints => "EndpointsCollision",
         W::LegacyEndpointsTruncated { .. } => "LegacyEndpointsTruncated",
+        W::UnknownPort { .. } => "UnknownPort",
     }
 }
 

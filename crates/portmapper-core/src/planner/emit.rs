@@ -13,6 +13,7 @@ use super::evaluate::Group;
 use super::naming::{chunk_name, parse_chunk};
 use super::pack::{LiveChunk, pack};
 use super::render::{ANNOTATION_TRIGGER_TIME, slice_labels};
+use super::trigger::{WrittenChunk, chunk_trigger_time, read_conditions};
 use super::types::{Action, Deletion, Plan, PlanError, PlannedSlice};
 use super::{Context, deletion};
 
@@ -90,6 +91,8 @@ pub(crate) fn emit_slices(
             _ => Vec::new(),
         };
         let live = &assignment.live[g];
+        // Only read when a chunk of this group is written.
+        let mut conditions: Option<Vec<&str>> = None;
         let live_chunks: Vec<LiveChunk<'_>> = live
             .iter()
             .map(|(chunk, s)| LiveChunk {
@@ -126,12 +129,24 @@ pub(crate) fn emit_slices(
                     continue;
                 }
             };
-            // The trigger time moves with content only (unchanged slices keep their own).
+            // The trigger time moves with content only (unchanged slices keep their own), and
+            // names when the change that caused this write happened.
+            let trigger = chunk_trigger_time(
+                &WrittenChunk {
+                    desired: &desired,
+                    endpoints: &chunk.endpoints,
+                    live: live_slice.map(AsRef::as_ref),
+                    drift: chunk.live.is_some_and(|i| live_chunks[i].drift),
+                },
+                ctx.pods,
+                conditions.get_or_insert_with(|| read_conditions(port.rules)),
+                ctx.now,
+            );
             let mut metadata = template.clone();
             metadata.name = Some(chunk_name(&group.base, chunk.chunk));
             metadata.annotations = Some(BTreeMap::from([(
                 ANNOTATION_TRIGGER_TIME.to_owned(),
-                ctx.now.to_owned(),
+                trigger.to_string(),
             )]));
             let slice = EndpointSlice {
                 metadata,

@@ -25,8 +25,8 @@
 //! - Metadata: Service labels minus reserved ones, `service.kubernetes.io/headless` for
 //!   headless Services, `kubernetes.io/service-name`, `managed-by: portmapper.dev`, a controller
 //!   owner reference to the PortMapping with `blockOwnerDeletion: true`, and
-//!   `last-change-trigger-time` = `PlanInput::now` on written slices only (unchanged slices keep
-//!   theirs).
+//!   `last-change-trigger-time` on written slices only (unchanged slices keep theirs): the
+//!   latest timestamped cause of the write, else `PlanInput::now` ([`trigger`]).
 //! - Placeholder: a port × family without members keeps one empty slice (with its port): at the
 //!   static target, or for a named target at an already published group, else the lowest number
 //!   a candidate resolves; none when no candidate resolves the name.
@@ -44,6 +44,7 @@ pub mod naming;
 pub mod pack;
 pub mod render;
 mod status;
+mod trigger;
 mod types;
 
 use std::collections::{BTreeMap, HashSet};
@@ -111,8 +112,8 @@ pub(crate) struct Context<'a> {
     /// `publishNotReadyAddresses` in force.
     pub pnr: bool,
     pub hints: HintMode,
-    /// `PlanInput::now`, rendered.
-    pub now: &'a str,
+    /// `PlanInput::now`: trigger times are never later.
+    pub now: k8s_openapi::jiff::Timestamp,
 }
 
 /// The IP families the Service publishes, primary first: `spec.ipFamilies`, else the family of
@@ -195,6 +196,26 @@ fn port_views<'a>(service: &'a Service, spec: &'a PortMappingSpec) -> Vec<PortVi
             }
         })
         .collect()
+}
+
+/// `spec.ports` entries matching no Service port (the portless pseudo-port of a headless Service
+/// has no name, so every entry is unknown there).
+fn unknown_ports(spec: &PortMappingSpec, ports: &[PortView<'_>]) -> Option<PlanWarning> {
+    let named = |p: &&PortView<'_>| p.service_port.is_some() && !p.name.is_empty();
+    let entries: Vec<String> = spec
+        .ports
+        .iter()
+        .filter(|rule| !ports.iter().filter(named).any(|p| p.name == rule.name))
+        .map(|rule| rule.name.clone())
+        .collect();
+    (!entries.is_empty()).then(|| PlanWarning::UnknownPort {
+        entries,
+        service_ports: ports
+            .iter()
+            .filter(named)
+            .map(|p| p.name.to_owned())
+            .collect(),
+    })
 }
 
 fn static_target(sp: &ServicePort) -> i32 {
@@ -289,6 +310,9 @@ fn plan_inner(input: &PlanInput<'_>, memo: Option<&mut EvalMemo>) -> Result<Plan
     }
     let families = service_families(service);
     let ports = port_views(service, spec);
+    if let Some(w) = unknown_ports(spec, &ports) {
+        out.warnings.push(w);
+    }
     let now = input.now.to_string();
     let ctx = Context {
         spec,
@@ -303,7 +327,7 @@ fn plan_inner(input: &PlanInput<'_>, memo: Option<&mut EvalMemo>) -> Result<Plan
         node_zones: input.node_zones,
         pnr: publish_not_ready(spec, service),
         hints,
-        now: &now,
+        now: input.now,
     };
 
     let ours_plain: Vec<&EndpointSlice> = ours.iter().map(|s| s.as_ref()).collect();

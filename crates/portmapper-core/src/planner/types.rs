@@ -34,7 +34,8 @@ pub struct PlanInput<'a> {
     pub take_over: &'a [String],
     /// The Endpoints object named after the Service, if one exists.
     pub live_endpoints: Option<&'a Endpoints>,
-    /// The time of this reconcile: the `last-change-trigger-time` of written objects.
+    /// The time of this reconcile: no `last-change-trigger-time` is later, and it stands for
+    /// changes that carry no time of their own (legacy Endpoints are stamped with it).
     pub now: Timestamp,
 }
 
@@ -118,6 +119,15 @@ pub enum PlanWarning {
         /// Addresses before truncation.
         total: usize,
     },
+    /// `spec.ports[].name` entries that name no port of the Service: their checks apply to
+    /// nothing (a typo, or a Service port renamed under the PortMapping), and the port they were
+    /// meant for falls back to `defaultChecks` / `unlistedPorts`.
+    UnknownPort {
+        /// The unmatched entries' names, in spec order.
+        entries: Vec<String>,
+        /// The Service's port names (unnamed ports have none), in Service order.
+        service_ports: Vec<String>,
+    },
 }
 
 impl fmt::Display for PlanWarning {
@@ -145,6 +155,28 @@ impl fmt::Display for PlanWarning {
                 f,
                 "the Endpoints object of this Service is controlled by another owner; it is left alone"
             ),
+            Self::UnknownPort {
+                entries,
+                service_ports,
+            } => {
+                let quoted = |names: &[String]| {
+                    names
+                        .iter()
+                        .map(|n| format!("{n:?}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                let ports = if service_ports.is_empty() {
+                    "it has no named ports".to_owned()
+                } else {
+                    format!("its ports are {}", quoted(service_ports))
+                };
+                write!(
+                    f,
+                    "spec.ports names {} but the Service has no such port ({ports}); those checks apply to nothing and unlisted ports use spec.defaultChecks / spec.unlistedPorts",
+                    quoted(entries)
+                )
+            }
             Self::LegacyEndpointsTruncated { total } => {
                 write!(
                     f,

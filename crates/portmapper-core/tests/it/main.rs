@@ -6,3 +6,4 @@ mod hostile;
 mod planner;
 mod probe_targets;
 mod properties;
+mod trigger;

@@ -14,6 +14,8 @@ mod migration;
 mod ownership;
 mod probing;
 mod render;
+mod reporting;
 mod scenarios;
 mod status;
+mod trigger;
 mod watches;
