@@ -70,6 +70,9 @@ pub struct Context {
     /// Warning reasons already emitted per PortMapping, so each warning is sent once per
     /// occurrence and re-armed when its cause clears.
     pub warned: Mutex<HashMap<ObjectRef<PortMapping>, Vec<&'static str>>>,
+    /// Failure counts and retry windows per PortMapping: a reconcile inside its window writes
+    /// nothing (watch events would otherwise retry a failing PortMapping at the event rate).
+    pub backoff: crate::backoff::Backoffs,
 }
 
 impl Context {
@@ -281,6 +284,7 @@ pub async fn run_probing_with(
         leadership: leadership.clone(),
         metrics: metrics.clone(),
         warned: Mutex::new(HashMap::new()),
+        backoff: crate::backoff::Backoffs::default(),
     });
 
     // Readiness = every shared store has listed once; pod watches start lazily per pool.
@@ -370,9 +374,16 @@ pub async fn run_probing_with(
                         obj.name.clone(),
                     );
                     gone_ctx.prober.remove_mapping(&key);
+                    let mut gone = ObjectRef::<PortMapping>::new(&obj.name);
+                    gone.namespace = obj.namespace.clone();
+                    gone_ctx.backoff.forget(&gone);
                     gone_ctx
                         .metrics
                         .forget((obj.namespace.as_deref().unwrap_or_default(), &obj.name));
+                }
+                // The error policy logged it, once per change of error (see `backoff.rs`).
+                Err(controller::Error::ReconcilerFailed(err, obj)) => {
+                    debug!(portmapping = %obj, error = %err, "reconcile failed")
                 }
                 Err(err) => warn!(error = %err, "reconcile failed"),
             }

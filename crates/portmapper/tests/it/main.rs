@@ -4,11 +4,13 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod faults;
 mod fuzz;
 mod harness;
 mod hostile;
 mod leader;
 mod lifecycle;
+mod log_capture;
 mod migration;
 mod ownership;
 mod probing;
