@@ -81,9 +81,10 @@ impl Class {
             }
             // Connection refused or reset, timeouts, a body cut short.
             Error::Kube { .. } => Self::Transient,
-            Error::Config(_) | Error::Leader(_) | Error::Encode { .. } | Error::MissingMetadata(_) => {
-                Self::Permanent
-            }
+            Error::Config(_)
+            | Error::Leader(_)
+            | Error::Encode { .. }
+            | Error::MissingMetadata(_) => Self::Permanent,
         })
     }
 
@@ -202,7 +203,12 @@ impl Backoffs {
 
     /// Records a failed reconcile of `pm` and opens its next window; `None` when the error is
     /// not a failure of the object (see [`Class::of`]).
-    pub fn failed(&self, pm: &ObjectRef<PortMapping>, err: &Error, now: Instant) -> Option<Failure> {
+    pub fn failed(
+        &self,
+        pm: &ObjectRef<PortMapping>,
+        err: &Error,
+        now: Instant,
+    ) -> Option<Failure> {
         let class = Class::of(err)?;
         let message = err.to_string();
         let mut entries = self.entries();
@@ -271,7 +277,10 @@ mod tests {
                 retry_after_seconds: retry_after,
             });
         }
-        Error::kube("applying EndpointSlice ns/web.http", kube::Error::Api(status.boxed()))
+        Error::kube(
+            "applying EndpointSlice ns/web.http",
+            kube::Error::Api(status.boxed()),
+        )
     }
 
     fn pm() -> ObjectRef<PortMapping> {
@@ -362,10 +371,16 @@ mod tests {
         assert_eq!(b.remaining(&pm(), now), None);
         let mut last = None;
         for n in 1..=12 {
-            let f = b.failed(&pm(), &api_error(500, "InternalError", 0), now).unwrap();
+            let f = b
+                .failed(&pm(), &api_error(500, "InternalError", 0), now)
+                .unwrap();
             let full = Policy::default().delay(Class::Transient, n);
             assert_eq!(f.failures, n);
-            assert!(f.delay <= full && f.delay >= full * 3 / 4, "{n}: {:?}", f.delay);
+            assert!(
+                f.delay <= full && f.delay >= full * 3 / 4,
+                "{n}: {:?}",
+                f.delay
+            );
             assert_eq!(b.remaining(&pm(), now), Some(f.delay));
             // Only the first of identical failures is worth a warning.
             assert_eq!(f.changed, n == 1);
@@ -377,7 +392,9 @@ mod tests {
         assert_eq!(b.remaining(&pm(), now), None);
         assert_eq!(b.succeeded(&pm()), None);
         // After the success the ladder starts over.
-        let f = b.failed(&pm(), &api_error(500, "InternalError", 0), now).unwrap();
+        let f = b
+            .failed(&pm(), &api_error(500, "InternalError", 0), now)
+            .unwrap();
         assert_eq!((f.failures, f.changed), (1, true));
         assert!(f.delay <= Duration::from_millis(5));
     }
@@ -389,12 +406,18 @@ mod tests {
         for _ in 0..5 {
             b.failed(&pm(), &api_error(500, "InternalError", 0), now);
         }
-        let f = b.failed(&pm(), &api_error(409, "Conflict", 0), now).unwrap();
+        let f = b
+            .failed(&pm(), &api_error(409, "Conflict", 0), now)
+            .unwrap();
         assert_eq!((f.failures, f.changed), (6, true));
-        let f = b.failed(&pm(), &api_error(403, "Forbidden", 0), now).unwrap();
+        let f = b
+            .failed(&pm(), &api_error(403, "Forbidden", 0), now)
+            .unwrap();
         assert_eq!((f.failures, f.changed), (1, true));
         assert!(f.delay >= Duration::from_millis(7500), "{:?}", f.delay);
-        let f = b.failed(&pm(), &api_error(403, "Forbidden", 0), now).unwrap();
+        let f = b
+            .failed(&pm(), &api_error(403, "Forbidden", 0), now)
+            .unwrap();
         assert_eq!((f.failures, f.changed), (2, false));
         // Another PortMapping is unaffected.
         let other = ObjectRef::new("other").within("ns");

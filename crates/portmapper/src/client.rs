@@ -63,7 +63,9 @@ pub fn gated(
         // runs immediately before the inner stack sends.
         .with_layer(&BufferLayer::new(1024));
     Ok(if retry {
-        builder.with_layer(&RetryLayer::new(ShortRetry::default())).build()
+        builder
+            .with_layer(&RetryLayer::new(ShortRetry::default()))
+            .build()
     } else {
         builder.build()
     })
@@ -229,15 +231,25 @@ mod tests {
     fn short_retry_retries_twice_quickly_and_never_sleeps_a_servers_wait() {
         let mut p = ShortRetry::default();
         let first = p.pause(StatusCode::TOO_MANY_REQUESTS, None).unwrap();
-        assert!(first >= ShortRetry::BASE && first < 2 * ShortRetry::BASE, "{first:?}");
+        assert!(
+            first >= ShortRetry::BASE && first < 2 * ShortRetry::BASE,
+            "{first:?}"
+        );
         let second = p.pause(StatusCode::SERVICE_UNAVAILABLE, Some("0")).unwrap();
         assert!(second >= 2 * ShortRetry::BASE && second < 4 * ShortRetry::BASE);
-        assert_eq!(p.pause(StatusCode::GATEWAY_TIMEOUT, None), None, "a third retry");
+        assert_eq!(
+            p.pause(StatusCode::GATEWAY_TIMEOUT, None),
+            None,
+            "a third retry"
+        );
 
         let mut p = ShortRetry::default();
         assert_eq!(p.pause(StatusCode::TOO_MANY_REQUESTS, Some("1")), None);
         assert_eq!(
-            p.pause(StatusCode::SERVICE_UNAVAILABLE, Some("Wed, 21 Oct 2026 07:28:00 GMT")),
+            p.pause(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some("Wed, 21 Oct 2026 07:28:00 GMT")
+            ),
             None
         );
         for status in [

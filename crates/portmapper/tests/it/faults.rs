@@ -49,12 +49,7 @@ async fn wait_members(h: &Harness, name: &str, pods: &[&str]) -> Duration {
     wait_members_within(h, name, pods, CONVERGE).await
 }
 
-async fn wait_members_within(
-    h: &Harness,
-    name: &str,
-    pods: &[&str],
-    within: Duration,
-) -> Duration {
+async fn wait_members_within(h: &Harness, name: &str, pods: &[&str], within: Duration) -> Duration {
     let started = Instant::now();
     let slice = format!("{name}.http");
     let want: Vec<String> = pods.iter().map(|p| format!("{name}-{p}")).collect();
@@ -179,7 +174,11 @@ async fn persistent_fault(
         attempts.iter().all(|r| r.status >= 400),
         "a slice write got through the fault: {attempts:?}"
     );
-    assert_eq!(fired as usize, attempts.len(), "every attempt met the fault");
+    assert_eq!(
+        fired as usize,
+        attempts.len(),
+        "every attempt met the fault"
+    );
     assert!(
         expected.contains(&attempts.len()),
         "{} slice write attempts in {WINDOW:?} (expected {expected:?}); {} pod flips",
