@@ -22,7 +22,8 @@
 //! and then hits a forbidden write starts the permanent ladder from its first step.
 //!
 //! Jitter takes up to a quarter off each delay (never adds to it), so PortMappings that failed
-//! together spread out and the caps stay upper bounds.
+//! together spread out and the caps stay upper bounds. A server's `Retry-After` is never
+//! shortened: up to a quarter of it is added instead.
 
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
@@ -223,7 +224,19 @@ impl Backoffs {
             entry.failures = 0;
         }
         entry.failures = entry.failures.saturating_add(1);
-        let delay = self.jittered(self.policy.delay(class, entry.failures));
+        let n = entry.failures;
+        let delay = match class {
+            Class::Throttled {
+                retry_after: Some(wait),
+            } => {
+                let wait = wait.min(self.policy.retry_after_cap);
+                let ladder = self.jittered(self.policy.delay(Class::Transient, n));
+                // Never sooner than the server asked; spread above its wait, so PortMappings
+                // throttled together do not all come back in the same instant.
+                ladder.max(wait + self.spread(wait))
+            }
+            _ => self.jittered(self.policy.delay(class, n)),
+        };
         entry.not_before = now + delay;
         let changed = entry.last_error != message;
         entry.last_error = message;
@@ -247,14 +260,19 @@ impl Backoffs {
 
     /// Takes up to a quarter off `d`.
     fn jittered(&self, d: Duration) -> Duration {
+        d.saturating_sub(self.spread(d))
+    }
+
+    /// A random duration below a quarter of `d`.
+    fn spread(&self, d: Duration) -> Duration {
         let draw = self.draws.fetch_add(1, Ordering::Relaxed);
         let quarter = u64::try_from(d.as_micros() / 4).unwrap_or(u64::MAX);
-        let off = self
+        let micros = self
             .random
             .hash_one(draw)
             .checked_rem(quarter.max(1))
             .unwrap_or(0);
-        d.saturating_sub(Duration::from_micros(off))
+        Duration::from_micros(micros)
     }
 }
 
@@ -397,6 +415,28 @@ mod tests {
             .unwrap();
         assert_eq!((f.failures, f.changed), (1, true));
         assert!(f.delay <= Duration::from_millis(5));
+    }
+
+    #[test]
+    fn a_throttled_window_is_never_shorter_than_the_servers_wait() {
+        let b = Backoffs::default();
+        let now = Instant::now();
+        for n in 1..=12u32 {
+            let f = b
+                .failed(&pm(), &api_error(429, "TooManyRequests", 1), now)
+                .unwrap();
+            assert_eq!(f.failures, n);
+            // The later of the server's 1 s (plus up to a quarter) and the ladder's step (less
+            // up to a quarter): 1–1.25 s at first, the ladder's 4 s cap in the end.
+            let full = Policy::default().delay(Class::Transient, n);
+            let low = Duration::from_secs(1).max(full * 3 / 4);
+            let high = Duration::from_millis(1250).max(full);
+            assert!(
+                f.delay >= low && f.delay <= high,
+                "{n}: {:?} not in {low:?}..={high:?}",
+                f.delay
+            );
+        }
     }
 
     #[test]
