@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::harness::*;
 use crate::log_capture;
+use crate::observer::Observer;
 
 /// How long each persistent fault lasts.
 const WINDOW: Duration = Duration::from_secs(20);
@@ -22,8 +23,9 @@ const FLIP_EVERY: Duration = Duration::from_millis(250);
 const CONVERGE: Duration = Duration::from_secs(15);
 
 /// A Service `name` (port http), pods `<name>-a` and `<name>-b` published, and `<name>-c` not
-/// Ready yet; the operator running through its production client.
-async fn world(name: &str) -> Harness {
+/// Ready yet; the operator running through its production client; an invariant observer on
+/// the slices, for which `name`'s http port must never go dark (pod a stays Ready throughout).
+async fn world(name: &str) -> (Harness, Observer) {
     log_capture::install();
     let mut h = Harness::new().await;
     h.create(service(name, &[("http", 8080)])).await;
@@ -42,7 +44,8 @@ async fn world(name: &str) -> Harness {
     h.create(portmapping(name, name)).await;
     h.run_operator_with(|_| {});
     wait_members(&h, name, &["a", "b"]).await;
-    h
+    let observer = Observer::start(h.client.clone(), &[(name, "http")]).await;
+    (h, observer)
 }
 
 async fn wait_members(h: &Harness, name: &str, pods: &[&str]) -> Duration {
@@ -151,7 +154,7 @@ async fn persistent_fault(
     expected: std::ops::RangeInclusive<usize>,
     converge: Duration,
 ) {
-    let h = world(name).await;
+    let (h, observer) = world(name).await;
     let from = h.emu.requests().elapsed();
     let warned_before = warnings(name).len();
     let rule = h.emu.inject(on_slice_writes(action, name));
@@ -212,6 +215,9 @@ async fn persistent_fault(
     })
     .await;
     println!("{name}: converged {took:?} after the fault was removed");
+    let versions = observer.assert_held();
+    assert!(versions >= 1, "the observer saw no write of the slices");
+    println!("{name}: no blackout, no lasting duplicate in {versions} slice versions");
 }
 
 /// Issue 11 item 10: 500 on every slice write. Without a per-object backoff every pod event
@@ -276,7 +282,7 @@ async fn forbidden_slice_writes_are_not_retried_fast() {
 async fn a_throttling_storm_is_reported_while_it_lasts_and_converges_after_it() {
     let name = "throttled";
     let storm = Duration::from_secs(10);
-    let h = world(name).await;
+    let (h, observer) = world(name).await;
     let from = h.emu.requests().elapsed();
     let warned_before = warnings(name).len();
     let rule = h.emu.inject(on_slice_writes(
@@ -328,4 +334,7 @@ async fn a_throttling_storm_is_reported_while_it_lasts_and_converges_after_it() 
     })
     .await;
     println!("{name}: converged {took:?} after the storm ended");
+    let versions = observer.assert_held();
+    assert!(versions >= 1, "the observer saw no write of the slices");
+    println!("{name}: no blackout, no lasting duplicate in {versions} slice versions");
 }

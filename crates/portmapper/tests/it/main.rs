@@ -12,6 +12,7 @@ mod leader;
 mod lifecycle;
 mod log_capture;
 mod migration;
+mod observer;
 mod ownership;
 mod probing;
 mod render;
