@@ -166,6 +166,8 @@ pub struct Failure {
 
 #[derive(Debug)]
 struct Entry {
+    /// The PortMapping's `metadata.generation` at the failure: a new spec is tried at once.
+    generation: Option<i64>,
     ladder: Ladder,
     failures: u32,
     not_before: Instant,
@@ -195,10 +197,21 @@ impl Backoffs {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// How long `pm` must still wait before a reconcile may write (None: it may now).
-    pub fn remaining(&self, pm: &ObjectRef<PortMapping>, now: Instant) -> Option<Duration> {
+    /// How long `pm` (at `generation`) must still wait before a reconcile may write (None: it
+    /// may now). A spec changed since the failure is tried at once: the change may be the fix
+    /// (a 422 waits up to 5 minutes otherwise), and spec changes are made by people, not loops.
+    pub fn remaining(
+        &self,
+        pm: &ObjectRef<PortMapping>,
+        generation: Option<i64>,
+        now: Instant,
+    ) -> Option<Duration> {
         let entries = self.entries();
-        let left = entries.get(pm)?.not_before.checked_duration_since(now)?;
+        let entry = entries.get(pm)?;
+        if entry.generation != generation {
+            return None;
+        }
+        let left = entry.not_before.checked_duration_since(now)?;
         (!left.is_zero()).then_some(left)
     }
 
@@ -207,6 +220,7 @@ impl Backoffs {
     pub fn failed(
         &self,
         pm: &ObjectRef<PortMapping>,
+        generation: Option<i64>,
         err: &Error,
         now: Instant,
     ) -> Option<Failure> {
@@ -214,6 +228,7 @@ impl Backoffs {
         let message = err.to_string();
         let mut entries = self.entries();
         let entry = entries.entry(pm.clone()).or_insert_with(|| Entry {
+            generation,
             ladder: class.ladder(),
             failures: 0,
             not_before: now,
@@ -223,6 +238,7 @@ impl Backoffs {
             entry.ladder = class.ladder();
             entry.failures = 0;
         }
+        entry.generation = generation;
         entry.failures = entry.failures.saturating_add(1);
         let n = entry.failures;
         let delay = match class {
@@ -300,6 +316,8 @@ mod tests {
             kube::Error::Api(status.boxed()),
         )
     }
+
+    const G: Option<i64> = Some(1);
 
     fn pm() -> ObjectRef<PortMapping> {
         ObjectRef::new("web").within("ns")
@@ -386,11 +404,11 @@ mod tests {
     fn a_failure_opens_a_jittered_window_that_a_success_closes() {
         let b = Backoffs::default();
         let now = Instant::now();
-        assert_eq!(b.remaining(&pm(), now), None);
+        assert_eq!(b.remaining(&pm(), G, now), None);
         let mut last = None;
         for n in 1..=12 {
             let f = b
-                .failed(&pm(), &api_error(500, "InternalError", 0), now)
+                .failed(&pm(), G, &api_error(500, "InternalError", 0), now)
                 .unwrap();
             let full = Policy::default().delay(Class::Transient, n);
             assert_eq!(f.failures, n);
@@ -399,22 +417,39 @@ mod tests {
                 "{n}: {:?}",
                 f.delay
             );
-            assert_eq!(b.remaining(&pm(), now), Some(f.delay));
+            assert_eq!(b.remaining(&pm(), G, now), Some(f.delay));
             // Only the first of identical failures is worth a warning.
             assert_eq!(f.changed, n == 1);
             last = Some(f);
         }
         let last = last.unwrap();
-        assert_eq!(b.remaining(&pm(), now + last.delay), None);
+        assert_eq!(b.remaining(&pm(), G, now + last.delay), None);
         assert_eq!(b.succeeded(&pm()), Some(12));
-        assert_eq!(b.remaining(&pm(), now), None);
+        assert_eq!(b.remaining(&pm(), G, now), None);
         assert_eq!(b.succeeded(&pm()), None);
         // After the success the ladder starts over.
         let f = b
-            .failed(&pm(), &api_error(500, "InternalError", 0), now)
+            .failed(&pm(), G, &api_error(500, "InternalError", 0), now)
             .unwrap();
         assert_eq!((f.failures, f.changed), (1, true));
         assert!(f.delay <= Duration::from_millis(5));
+    }
+
+    #[test]
+    fn a_new_generation_is_tried_at_once_and_keeps_the_count() {
+        let b = Backoffs::default();
+        let now = Instant::now();
+        let f = b
+            .failed(&pm(), G, &api_error(422, "Invalid", 0), now)
+            .unwrap();
+        assert_eq!(b.remaining(&pm(), G, now), Some(f.delay));
+        assert_eq!(b.remaining(&pm(), Some(2), now), None);
+        // Failing again at the new generation climbs on, from the new generation's window.
+        let f = b
+            .failed(&pm(), Some(2), &api_error(422, "Invalid", 0), now)
+            .unwrap();
+        assert_eq!(f.failures, 2);
+        assert_eq!(b.remaining(&pm(), Some(2), now), Some(f.delay));
     }
 
     #[test]
@@ -423,7 +458,7 @@ mod tests {
         let now = Instant::now();
         for n in 1..=12u32 {
             let f = b
-                .failed(&pm(), &api_error(429, "TooManyRequests", 1), now)
+                .failed(&pm(), G, &api_error(429, "TooManyRequests", 1), now)
                 .unwrap();
             assert_eq!(f.failures, n);
             // The later of the server's 1 s (plus up to a quarter) and the ladder's step (less
@@ -444,26 +479,26 @@ mod tests {
         let b = Backoffs::default();
         let now = Instant::now();
         for _ in 0..5 {
-            b.failed(&pm(), &api_error(500, "InternalError", 0), now);
+            b.failed(&pm(), G, &api_error(500, "InternalError", 0), now);
         }
         let f = b
-            .failed(&pm(), &api_error(409, "Conflict", 0), now)
+            .failed(&pm(), G, &api_error(409, "Conflict", 0), now)
             .unwrap();
         assert_eq!((f.failures, f.changed), (6, true));
         let f = b
-            .failed(&pm(), &api_error(403, "Forbidden", 0), now)
+            .failed(&pm(), G, &api_error(403, "Forbidden", 0), now)
             .unwrap();
         assert_eq!((f.failures, f.changed), (1, true));
         assert!(f.delay >= Duration::from_millis(7500), "{:?}", f.delay);
         let f = b
-            .failed(&pm(), &api_error(403, "Forbidden", 0), now)
+            .failed(&pm(), G, &api_error(403, "Forbidden", 0), now)
             .unwrap();
         assert_eq!((f.failures, f.changed), (2, false));
         // Another PortMapping is unaffected.
         let other = ObjectRef::new("other").within("ns");
-        assert_eq!(b.remaining(&other, now), None);
-        assert_eq!(b.failed(&pm(), &Error::NotLeader, now), None);
+        assert_eq!(b.remaining(&other, G, now), None);
+        assert_eq!(b.failed(&pm(), G, &Error::NotLeader, now), None);
         b.forget(&pm());
-        assert_eq!(b.remaining(&pm(), now), None);
+        assert_eq!(b.remaining(&pm(), G, now), None);
     }
 }

@@ -43,7 +43,11 @@ pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action
     // Inside the window a failure opened: write nothing, come back when it ends. Watch events
     // (a pod flip, our own status write) trigger reconciles at once, whatever the error policy
     // returned, so the window is enforced here.
-    if let Some(wait) = ctx.backoff.remaining(&pm_ref, tokio::time::Instant::now()) {
+    let generation = pm.metadata.generation;
+    if let Some(wait) = ctx
+        .backoff
+        .remaining(&pm_ref, generation, tokio::time::Instant::now())
+    {
         debug!(portmapping = %pm_ref, wait_ms = wait.as_millis(), "backing off after a failure; writing nothing");
         ctx.metrics
             .reconciles
@@ -70,10 +74,12 @@ pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action
 /// per change of error: repeats of the same failure are logged at debug level.
 pub fn error_policy(pm: Arc<PortMapping>, err: &Error, ctx: Arc<Context>) -> Action {
     let pm_ref = ObjectRef::from_obj(pm.as_ref());
-    let Some(failure) = ctx
-        .backoff
-        .failed(&pm_ref, err, tokio::time::Instant::now())
-    else {
+    let Some(failure) = ctx.backoff.failed(
+        &pm_ref,
+        pm.metadata.generation,
+        err,
+        tokio::time::Instant::now(),
+    ) else {
         // Not leading: a new leader re-reconciles everything.
         return Action::await_change();
     };
