@@ -353,3 +353,63 @@ async fn a_throttling_storm_is_reported_while_it_lasts_and_converges_after_it() 
     assert!(versions >= 1, "the observer saw no write of the slices");
     println!("{name}: no blackout, no lasting duplicate in {versions} slice versions");
 }
+
+/// The same storm on every write of the operator, its status included: status cannot say so
+/// then (that write fails too) and is retried with the rest. Each PortMapping pass costs two
+/// attempts (the slice, then the status), still spaced by the `Retry-After`, and everything
+/// converges once the storm ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttling_storm_on_every_write_is_retried_and_converges_after_it() {
+    let name = "throttled-all";
+    let storm = Duration::from_secs(10);
+    let (h, observer) = world(name).await;
+    let from = h.emu.requests().elapsed();
+    let mut rule = Rule::new(Action::Status {
+        code: 429,
+        reason: None,
+        message: None,
+        retry_after_seconds: Some(1),
+    })
+    .verbs(&["create", "update", "patch", "delete"]);
+    rule.matcher.user_agent = Some(OPERATOR_USER_AGENT.into());
+    let rule = h.emu.inject(rule);
+    let seen = churn(&h, name, storm, "too many requests").await;
+    let slices = operator_writes(&h, name, from, "slices");
+    let status = operator_writes(&h, name, from, "status");
+    println!(
+        "{name}: {} slice and {} status write attempts in a {storm:?} 429 storm on every write \
+         ({} pod flips)",
+        slices.len(),
+        status.len(),
+        seen.flips
+    );
+    assert!(
+        slices.iter().chain(&status).all(|r| r.status == 429),
+        "a write got through the storm"
+    );
+    let bound = usize::try_from(storm.as_secs()).unwrap() + 1;
+    assert!(
+        (3..=bound).contains(&slices.len()),
+        "{} slice write attempts in a {storm:?} storm (≤ {bound})",
+        slices.len()
+    );
+    // One status attempt per pass, after its failed slice write.
+    assert!(
+        (1..=slices.len()).contains(&status.len()),
+        "{} status write attempts for {} slice attempts",
+        status.len(),
+        slices.len()
+    );
+    // The status write failed too: it still says what it said before the storm.
+    assert_eq!(seen.failing, 0, "{seen:?}");
+
+    assert!(h.emu.faults().remove(&rule));
+    let took = wait_members(&h, name, &["a", "b", "c"]).await;
+    eventually("Ready again", CONVERGE, || async {
+        is_ready(&h, name).await.then_some(())
+    })
+    .await;
+    println!("{name}: converged {took:?} after the storm ended");
+    let versions = observer.assert_held();
+    assert!(versions >= 1, "the observer saw no write of the slices");
+}
