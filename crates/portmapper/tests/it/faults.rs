@@ -135,6 +135,47 @@ async fn churn(h: &Harness, name: &str, window: Duration, failing_text: &str) ->
     seen
 }
 
+/// 429 with `Retry-After: 1`.
+fn too_many_requests() -> Action {
+    Action::Status {
+        code: 429,
+        reason: None,
+        message: None,
+        retry_after_seconds: Some(1),
+    }
+}
+
+/// The Retry-After (1 s) spaces a PortMapping's attempts: at most one per second of `storm`,
+/// plus the first.
+fn assert_spaced_by_retry_after(attempts: usize, storm: Duration) {
+    let bound = usize::try_from(storm.as_secs()).unwrap() + 1;
+    assert!(
+        (3..=bound).contains(&attempts),
+        "{attempts} slice write attempts in a {storm:?} storm (≤ {bound})"
+    );
+}
+
+/// Removes the fault `rule`; then pods a, b and c are published within `within`, the
+/// PortMapping is Ready again, and the observer saw no blackout and no lasting duplicate.
+async fn converges_after(
+    h: &Harness,
+    observer: &Observer,
+    name: &str,
+    rule: &str,
+    within: Duration,
+) {
+    assert!(h.emu.faults().remove(rule));
+    let took = wait_members_within(h, name, &["a", "b", "c"], within).await;
+    eventually("Ready again", CONVERGE, || async {
+        is_ready(h, name).await.then_some(())
+    })
+    .await;
+    println!("{name}: converged {took:?} after the fault was removed");
+    let versions = observer.assert_held();
+    assert!(versions >= 1, "the observer saw no write of the slices");
+    println!("{name}: no blackout, no lasting duplicate in {versions} slice versions");
+}
+
 /// Warnings the operator logged about PortMapping `name` (naming it, or inside its reconcile),
 /// one line each. kube's client also logs an ERROR per 5xx answer (target
 /// `kube_client::client::builder`, one per attempt counted above); those are not ours to
@@ -217,16 +258,7 @@ async fn persistent_fault(
     assert_eq!((status.as_str(), reason.as_str()), ("False", "ApplyFailed"));
     assert!(message.contains(&format!("{name}.http")), "{message}");
 
-    assert!(h.emu.faults().remove(&rule));
-    let took = wait_members_within(&h, name, &["a", "b", "c"], converge).await;
-    eventually("Ready again", CONVERGE, || async {
-        is_ready(&h, name).await.then_some(())
-    })
-    .await;
-    println!("{name}: converged {took:?} after the fault was removed");
-    let versions = observer.assert_held();
-    assert!(versions >= 1, "the observer saw no write of the slices");
-    println!("{name}: no blackout, no lasting duplicate in {versions} slice versions");
+    converges_after(&h, &observer, name, &rule, converge).await;
 }
 
 /// Issue 11 item 10: 500 on every slice write. Without a per-object backoff every pod event
@@ -281,8 +313,8 @@ async fn forbidden_slice_writes_are_not_retried_fast() {
     .await;
 }
 
-/// Issue 11 item 2: a 10 s storm (`PORTMAPPER_STORM_SECONDS`) of 429 + `Retry-After: 1` on the slice writes while pods
-/// churn. kube's default client retries (15, sleeping the `Retry-After`) held the write inside
+/// Issue 11 item 2: a 10 s storm (`PORTMAPPER_STORM_SECONDS`) of 429 + `Retry-After: 1` on the
+/// slice writes while pods churn. kube's default client retries (15, sleeping the `Retry-After`) held the write inside
 /// the client, so status said `Ready=True` throughout and nothing was logged; now the client
 /// hands the 429 back at once, status says `Ready=False/ApplyFailed` with the error, the
 /// PortMapping waits out the `Retry-After` (one attempt per second at most), and the slices
@@ -300,15 +332,7 @@ async fn a_throttling_storm_is_reported_while_it_lasts_and_converges_after_it() 
     let (h, observer) = world(name).await;
     let from = h.emu.requests().elapsed();
     let warned_before = warnings(name).len();
-    let rule = h.emu.inject(on_slice_writes(
-        Action::Status {
-            code: 429,
-            reason: None,
-            message: None,
-            retry_after_seconds: Some(1),
-        },
-        name,
-    ));
+    let rule = h.emu.inject(on_slice_writes(too_many_requests(), name));
     let seen = churn(&h, name, storm, "too many requests").await;
     let attempts = operator_writes(&h, name, from, "slices");
     let warned = warnings(name).split_off(warned_before);
@@ -325,13 +349,7 @@ async fn a_throttling_storm_is_reported_while_it_lasts_and_converges_after_it() 
         attempts.iter().all(|r| r.status == 429),
         "a slice write got through the storm"
     );
-    // The Retry-After (1 s) spaces the attempts: at most one per second, plus the first.
-    let bound = usize::try_from(storm.as_secs()).unwrap() + 1;
-    assert!(
-        (3..=bound).contains(&attempts.len()),
-        "{} slice write attempts in a {storm:?} storm (≤ {bound})",
-        attempts.len()
-    );
+    assert_spaced_by_retry_after(attempts.len(), storm);
     assert!(
         seen.failing > 0 && seen.failing + 2 >= seen.samples,
         "status did not say the writes fail during the storm: {seen:?}"
@@ -342,16 +360,7 @@ async fn a_throttling_storm_is_reported_while_it_lasts_and_converges_after_it() 
         "one warning per change of error, not per retry: {warned:#?}"
     );
 
-    assert!(h.emu.faults().remove(&rule));
-    let took = wait_members(&h, name, &["a", "b", "c"]).await;
-    eventually("Ready again", CONVERGE, || async {
-        is_ready(&h, name).await.then_some(())
-    })
-    .await;
-    println!("{name}: converged {took:?} after the storm ended");
-    let versions = observer.assert_held();
-    assert!(versions >= 1, "the observer saw no write of the slices");
-    println!("{name}: no blackout, no lasting duplicate in {versions} slice versions");
+    converges_after(&h, &observer, name, &rule, CONVERGE).await;
 }
 
 /// The same storm on every write of the operator, its status included: status cannot say so
@@ -364,13 +373,7 @@ async fn a_throttling_storm_on_every_write_is_retried_and_converges_after_it() {
     let storm = Duration::from_secs(10);
     let (h, observer) = world(name).await;
     let from = h.emu.requests().elapsed();
-    let mut rule = Rule::new(Action::Status {
-        code: 429,
-        reason: None,
-        message: None,
-        retry_after_seconds: Some(1),
-    })
-    .verbs(&["create", "update", "patch", "delete"]);
+    let mut rule = Rule::new(too_many_requests()).verbs(&["create", "update", "patch", "delete"]);
     rule.matcher.user_agent = Some(OPERATOR_USER_AGENT.into());
     let rule = h.emu.inject(rule);
     let seen = churn(&h, name, storm, "too many requests").await;
@@ -387,12 +390,7 @@ async fn a_throttling_storm_on_every_write_is_retried_and_converges_after_it() {
         slices.iter().chain(&status).all(|r| r.status == 429),
         "a write got through the storm"
     );
-    let bound = usize::try_from(storm.as_secs()).unwrap() + 1;
-    assert!(
-        (3..=bound).contains(&slices.len()),
-        "{} slice write attempts in a {storm:?} storm (≤ {bound})",
-        slices.len()
-    );
+    assert_spaced_by_retry_after(slices.len(), storm);
     // One status attempt per pass, after its failed slice write.
     assert!(
         (1..=slices.len()).contains(&status.len()),
@@ -403,13 +401,5 @@ async fn a_throttling_storm_on_every_write_is_retried_and_converges_after_it() {
     // The status write failed too: it still says what it said before the storm.
     assert_eq!(seen.failing, 0, "{seen:?}");
 
-    assert!(h.emu.faults().remove(&rule));
-    let took = wait_members(&h, name, &["a", "b", "c"]).await;
-    eventually("Ready again", CONVERGE, || async {
-        is_ready(&h, name).await.then_some(())
-    })
-    .await;
-    println!("{name}: converged {took:?} after the storm ended");
-    let versions = observer.assert_held();
-    assert!(versions >= 1, "the observer saw no write of the slices");
+    converges_after(&h, &observer, name, &rule, CONVERGE).await;
 }
