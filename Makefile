@@ -51,9 +51,11 @@ unit:
 
 ## soak: the long variants. The fuzz targets (every test named fuzz_*) with FUZZ_CASES cases each
 ## instead of `make test`'s 64 (PORTMAPPER_FUZZ_CASES); about 15 minutes at the default on 2 cores.
+## Then the issue's 60 s throttling storm instead of `make test`'s 10 s (about 70 s).
 FUZZ_CASES ?= 10000
 soak:
 	PORTMAPPER_FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test --workspace --locked -- fuzz_
+	PORTMAPPER_STORM_SECONDS=60 $(CARGO) test -p portmapper --locked --test it -- faults::a_throttling_storm_is_reported
 
 ## crds: regenerate the CRD YAML from the Rust types (and the Helm chart's copy).
 crds:

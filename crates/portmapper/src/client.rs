@@ -4,17 +4,19 @@
 //! layer, immediately before a request (or a retry of it) leaves, so a replica that was paused
 //! between deciding a write and sending it cannot publish stale state after losing the Lease.
 
+use std::collections::hash_map::RandomState;
 use std::future::Future;
+use std::hash::BuildHasher;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use hyper::header::{HeaderValue, USER_AGENT};
-use hyper::{Method, Request};
-use kube::client::retry::RetryPolicy;
+use hyper::{Method, Request, Response, StatusCode};
 use kube::client::{Body, ClientBuilder};
 use kube::{Client, Config};
 use tower::buffer::BufferLayer;
-use tower::retry::RetryLayer;
+use tower::retry::{Policy, RetryLayer};
 use tower::{BoxError, Layer, Service};
 
 use crate::error::Error;
@@ -51,7 +53,7 @@ pub fn gated(
 ) -> Result<Client, Error> {
     set_user_agent(&mut config, user_agent)?;
     // kube's own retry layer sits below any layer we add, so it would re-send a write after the
-    // deadline: turn it off and put the same policy above the gate instead.
+    // deadline: turn it off and put our (bounded) retries above the gate instead.
     let retry = config.default_retry;
     config.default_retry = false;
     let builder = ClientBuilder::try_from(config)
@@ -62,7 +64,7 @@ pub fn gated(
         .with_layer(&BufferLayer::new(1024));
     Ok(if retry {
         builder
-            .with_layer(&RetryLayer::new(RetryPolicy::server_retry()))
+            .with_layer(&RetryLayer::new(ShortRetry::default()))
             .build()
     } else {
         builder.build()
@@ -75,6 +77,79 @@ fn set_user_agent(config: &mut Config, user_agent: &str) -> Result<(), Error> {
     config.headers.retain(|(name, _)| *name != USER_AGENT);
     config.headers.push((USER_AGENT, value));
     Ok(())
+}
+
+/// Retries of one request inside the client: at most [`ShortRetry::RETRIES`], short
+/// (10 ms, 20 ms, with up to as much again of jitter), and only for 429 / 503 / 504 answers that
+/// carry no `Retry-After` longer than zero. kube's default (`RetryPolicy::server_retry`: 15
+/// retries, exponential from 5 ms to 1000 s, sleeping whatever `Retry-After` says) kept a
+/// reconcile inside one request for tens of seconds after a throttling storm had ended, while
+/// its status still said it was up to date (issue 11 item 2). When the server names a wait, the
+/// error goes back to the reconcile at once: it reports the failure in status and its
+/// PortMapping's backoff honours the wait (`backoff.rs`) without holding a worker meanwhile.
+#[derive(Clone, Debug, Default)]
+pub struct ShortRetry {
+    attempt: u32,
+}
+
+impl ShortRetry {
+    /// Retries per request.
+    pub const RETRIES: u32 = 2;
+    /// The first retry's pause; each further one doubles it.
+    pub const BASE: Duration = Duration::from_millis(10);
+
+    /// The pause before retrying `status` (answered with `retry_after`, the header's value),
+    /// or None to hand the error back.
+    fn pause(&mut self, status: StatusCode, retry_after: Option<&str>) -> Option<Duration> {
+        let retryable = matches!(
+            status,
+            StatusCode::TOO_MANY_REQUESTS
+                | StatusCode::SERVICE_UNAVAILABLE
+                | StatusCode::GATEWAY_TIMEOUT
+        );
+        // A `Retry-After` we cannot read (an HTTP date) counts as a wait too.
+        let server_wait = retry_after.is_some_and(|v| v.trim().parse::<u64>() != Ok(0));
+        if !retryable || server_wait || self.attempt >= Self::RETRIES {
+            return None;
+        }
+        let base = Self::BASE * (1 << self.attempt);
+        self.attempt += 1;
+        // A fresh RandomState per pause: the policy is cloned for every request, so a stored
+        // one would hand every request the same jitter.
+        let span = u64::try_from(base.as_millis()).unwrap_or(u64::MAX).max(1);
+        let jitter_ms = RandomState::new().hash_one(self.attempt) % span;
+        Some(base + Duration::from_millis(jitter_ms))
+    }
+}
+
+impl<Res> Policy<Request<Body>, Response<Res>, BoxError> for ShortRetry {
+    type Future = tokio::time::Sleep;
+
+    fn retry(
+        &mut self,
+        _req: &mut Request<Body>,
+        result: &mut Result<Response<Res>, BoxError>,
+    ) -> Option<Self::Future> {
+        let response = result.as_ref().ok()?;
+        let retry_after = response
+            .headers()
+            .get(hyper::header::RETRY_AFTER)
+            .map(|v| v.to_str().unwrap_or("unreadable"));
+        self.pause(response.status(), retry_after)
+            .map(tokio::time::sleep)
+    }
+
+    fn clone_request(&mut self, req: &Request<Body>) -> Option<Request<Body>> {
+        // Only buffered bodies can be sent twice (every `Api` call's are; watches are not retried).
+        let body = req.body().try_clone()?;
+        let mut clone = Request::new(body);
+        *clone.method_mut() = req.method().clone();
+        *clone.uri_mut() = req.uri().clone();
+        *clone.version_mut() = req.version();
+        *clone.headers_mut() = req.headers().clone();
+        *clone.extensions_mut() = req.extensions().clone();
+        Some(clone)
+    }
 }
 
 /// The error a refused write fails with (turned into [`Error::NotLeader`] by [`Error::kube`]).
@@ -151,6 +226,41 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn short_retry_retries_twice_quickly_and_never_sleeps_a_servers_wait() {
+        let mut p = ShortRetry::default();
+        let first = p.pause(StatusCode::TOO_MANY_REQUESTS, None).unwrap();
+        assert!(
+            first >= ShortRetry::BASE && first < 2 * ShortRetry::BASE,
+            "{first:?}"
+        );
+        let second = p.pause(StatusCode::SERVICE_UNAVAILABLE, Some("0")).unwrap();
+        assert!(second >= 2 * ShortRetry::BASE && second < 4 * ShortRetry::BASE);
+        assert_eq!(
+            p.pause(StatusCode::GATEWAY_TIMEOUT, None),
+            None,
+            "a third retry"
+        );
+
+        let mut p = ShortRetry::default();
+        assert_eq!(p.pause(StatusCode::TOO_MANY_REQUESTS, Some("1")), None);
+        assert_eq!(
+            p.pause(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some("Wed, 21 Oct 2026 07:28:00 GMT")
+            ),
+            None
+        );
+        for status in [
+            StatusCode::INTERNAL_SERVER_ERROR,
+            StatusCode::CONFLICT,
+            StatusCode::FORBIDDEN,
+            StatusCode::OK,
+        ] {
+            assert_eq!(p.pause(status, None), None, "{status}");
+        }
+    }
 
     #[test]
     fn user_agent_names_product_version_and_identity() {

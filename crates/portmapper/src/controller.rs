@@ -79,6 +79,9 @@ pub struct Context {
     /// object it was computed from: until our own write reaches the cache, the cached object
     /// still carries the older status, and comparing with it would re-send the same status.
     pub status_written: Mutex<HashMap<ObjectRef<PortMapping>, (String, PortMappingStatus)>>,
+    /// Failure counts and retry windows per PortMapping: a reconcile inside its window writes
+    /// nothing (watch events would otherwise retry a failing PortMapping at the event rate).
+    pub backoff: crate::backoff::Backoffs,
 }
 
 /// Per warning slot, the occurrences last warned about.
@@ -177,6 +180,7 @@ impl Context {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(pm);
+        self.backoff.forget(pm);
     }
 
     /// Records a status written for `pm` (computed from `pm`).
@@ -380,6 +384,7 @@ pub async fn run_probing_with(
         warned: Mutex::new(HashMap::new()),
         memos: Mutex::new(HashMap::new()),
         status_written: Mutex::new(HashMap::new()),
+        backoff: crate::backoff::Backoffs::default(),
     });
 
     // Readiness = every shared store has listed once; pod watches start lazily per pool.
@@ -477,6 +482,10 @@ pub async fn run_probing_with(
                         gone = gone.within(ns);
                     }
                     gone_ctx.forget(&gone);
+                }
+                // The error policy logged it, once per change of error (see `backoff.rs`).
+                Err(controller::Error::ReconcilerFailed(err, obj)) => {
+                    debug!(portmapping = %obj, error = %err, "reconcile failed")
                 }
                 Err(err) => warn!(error = %err, "reconcile failed"),
             }

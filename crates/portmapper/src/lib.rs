@@ -1,6 +1,7 @@
 //! The portmapper operator: decide (membership) → plan (pure, in `portmapper-core`) → apply.
 
 pub mod apply;
+pub mod backoff;
 pub mod cli;
 pub mod client;
 pub mod conditions;

@@ -172,7 +172,7 @@ impl Metrics {
         );
         registry.register(
             "reconcile",
-            "Reconciles by result (success, error)",
+            "Reconciles by result (success, error; backoff: put off, inside the retry window of an earlier failure)",
             reconciles.clone(),
         );
         registry.register(

@@ -44,24 +44,57 @@ pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action
         name = %pm.name_any(),
         generation = pm.metadata.generation.unwrap_or_default(),
     );
+    let pm_ref = ObjectRef::from_obj(pm.as_ref());
+    // Inside the window a failure opened: write nothing, come back when it ends. Watch events
+    // (a pod flip, our own status write) trigger reconciles at once, whatever the error policy
+    // returned, so the window is enforced here.
+    let generation = pm.metadata.generation;
+    if let Some(wait) = ctx
+        .backoff
+        .remaining(&pm_ref, generation, tokio::time::Instant::now())
+    {
+        debug!(portmapping = %pm_ref, wait_ms = wait.as_millis(), "backing off after a failure; writing nothing");
+        ctx.metrics
+            .reconciles
+            .get_or_create(&crate::metrics::ResultLabels { result: "backoff" })
+            .inc();
+        return Ok(Action::requeue(wait));
+    }
     let started = Instant::now();
     let result = reconcile_inner(&pm, &ctx).instrument(span).await;
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
     controller::record(&ctx.metrics, &result);
+    if result.is_ok()
+        && let Some(failures) = ctx.backoff.succeeded(&pm_ref)
+    {
+        info!(portmapping = %pm_ref, failures, "reconciled again after failures");
+    }
     result
 }
 
-/// Retry failed reconciles after a pause (writes already made are kept; the next pass resumes).
-pub fn error_policy(pm: Arc<PortMapping>, err: &Error, _ctx: Arc<Context>) -> Action {
-    match err {
-        Error::NotLeader => Action::await_change(),
-        _ => {
-            warn!(portmapping = %pm.name_any(), error = %err, "reconcile failed; retrying");
-            Action::requeue(Duration::from_secs(5))
-        }
+/// Retry failed reconciles after the PortMapping's backoff (`backoff.rs`: exponential per
+/// object, by error class); writes already made are kept and the next pass resumes. Warns once
+/// per change of error: repeats of the same failure are logged at debug level.
+pub fn error_policy(pm: Arc<PortMapping>, err: &Error, ctx: Arc<Context>) -> Action {
+    let pm_ref = ObjectRef::from_obj(pm.as_ref());
+    let Some(failure) = ctx.backoff.failed(
+        &pm_ref,
+        pm.metadata.generation,
+        err,
+        tokio::time::Instant::now(),
+    ) else {
+        // Not leading: a new leader re-reconciles everything.
+        return Action::await_change();
+    };
+    let retry_ms = failure.delay.as_millis();
+    if failure.changed {
+        warn!(portmapping = %pm_ref, error = %err, failures = failure.failures, retry_ms, "reconcile failed; backing off");
+    } else {
+        debug!(portmapping = %pm_ref, error = %err, failures = failure.failures, retry_ms, "reconcile failed again; backing off");
     }
+    Action::requeue(failure.delay)
 }
 
 /// What a reconcile concluded, before it is written as status.
@@ -336,8 +369,9 @@ async fn plan_and_apply(
         errors.push(err);
     }
     for err in &errors {
-        // The condition names the first; the log keeps every one (each names its object).
-        warn!(error = %err, "write failed");
+        // The condition names the first; every one is logged here at debug, and the error
+        // policy warns once per change of error (see `backoff.rs`).
+        debug!(error = %err, "write failed");
     }
     let first_error = (!errors.is_empty()).then(|| errors.swap_remove(0));
 

@@ -23,6 +23,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub const NS: &str = "default";
+/// The User-Agent prefix of the operator's requests under [`Harness::run_operator_with`].
+pub const OPERATOR_USER_AGENT: &str = "portmapper/";
 
 pub struct Harness {
     pub emu: Emulator,
@@ -84,6 +86,22 @@ impl Harness {
     }
 
     pub fn run_controller_with(&mut self, adjust: impl FnOnce(&mut Settings)) {
+        self.spawn_controller(self.client.clone(), adjust);
+    }
+
+    /// Runs the controller through the client `portmapper run` builds (`client::gated`: our
+    /// User-Agent `portmapper/<version> (test)`, our bounded retries, the write gate), so its
+    /// retry behaviour is the production one and fault rules can single out its requests by
+    /// User-Agent ([`OPERATOR_USER_AGENT`]) while the test's own client is left alone.
+    pub fn run_operator_with(&mut self, adjust: impl FnOnce(&mut Settings)) {
+        let config = self.emu.kube_config().expect("kube config");
+        let user_agent = portmapper::client::user_agent(Some("test"));
+        let client = portmapper::client::gated(config, &user_agent, Leadership::always())
+            .expect("operator client");
+        self.spawn_controller(client, adjust);
+    }
+
+    fn spawn_controller(&mut self, client: Client, adjust: impl FnOnce(&mut Settings)) {
         let mut settings = Settings {
             namespace: None,
             concurrency: 4,
@@ -93,8 +111,7 @@ impl Harness {
             probe_concurrency: 16,
         };
         adjust(&mut settings);
-        let (client, metrics, shutdown, readiness) = (
-            self.client.clone(),
+        let (metrics, shutdown, readiness) = (
             self.metrics.clone(),
             self.shutdown.clone(),
             self.readiness.clone(),

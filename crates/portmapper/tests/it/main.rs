@@ -5,12 +5,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod consumers;
+mod faults;
 mod fuzz;
 mod harness;
 mod hostile;
 mod leader;
 mod lifecycle;
+mod log_capture;
 mod migration;
+mod observer;
 mod ownership;
 mod probing;
 mod render;
