@@ -2110,7 +2110,7 @@ fn a_plan_with_the_memo_evaluates_only_the_pods_that_changed() {
     ]);
     let mut w = World::new(port_mapping(&["http", "https"]), svc, pods);
     let mut memo = portmapper_core::EvalMemo::default();
-    let mut step = |w: &mut World, memo: &mut portmapper_core::EvalMemo| {
+    let step = |w: &mut World, memo: &mut portmapper_core::EvalMemo| {
         let incremental = w.try_plan_with(Some(memo)).expect("plan");
         assert_eq!(incremental, w.plan(), "the memo changes nothing");
         w.apply(&incremental);
