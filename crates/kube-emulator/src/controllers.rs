@@ -41,6 +41,10 @@ pub async fn run(core: Arc<Core>, mut shutdown: watch::Receiver<bool>) {
 pub fn pass(st: &mut State, cfg: &crate::server::Config) -> bool {
     let mut changed = crds(st, cfg);
     changed |= namespaces(st);
+    let pending = std::mem::take(&mut st.gc_pending);
+    if !st.gc_dirty && !pending.iter().all(|(gr, k)| owners_present(st, gr, k)) {
+        st.gc_dirty = true;
+    }
     if st.gc_dirty {
         st.gc_dirty = false;
         changed |= gc(st);
@@ -366,6 +370,34 @@ struct Node {
 
 /// `metadata.<field>` without `Value::pointer`'s path parsing: the collector reads it for every
 /// stored object on every pass.
+/// Whether every owner the object names exists (same uid; a namespaced owner in the object's
+/// namespace), found by kind and name. False when one is missing or its kind is not served:
+/// then the full pass decides.
+fn owners_present(st: &State, gr: &GroupResource, k: &str) -> bool {
+    let Some(o) = st.get(gr, k) else {
+        return true;
+    };
+    let ns = str_at(&o, "/metadata/namespace");
+    let refs = meta_field(&o, "ownerReferences")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    refs.iter().all(|r| {
+        let field = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or_default();
+        let group = field("apiVersion").rsplit_once('/').map_or("", |(g, _)| g);
+        let Some(rt) = st
+            .types
+            .values()
+            .find(|rt| rt.kind == field("kind") && rt.group == group)
+        else {
+            return false;
+        };
+        let key = crate::store::key(ns.filter(|_| rt.namespaced), field("name"));
+        st.get(&rt.gr(), &key)
+            .is_some_and(|owner| str_at(&owner, "/metadata/uid") == Some(field("uid")))
+    })
+}
+
 fn meta_field<'a>(o: &'a Value, field: &str) -> Option<&'a Value> {
     o.get("metadata")?.get(field)
 }

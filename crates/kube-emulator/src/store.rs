@@ -240,9 +240,13 @@ pub struct State {
     pub clock: Arc<Clock>,
     /// `dryRun=All` in progress: writes compute their result but change nothing.
     pub dry_run: bool,
-    /// Something the garbage collector cares about changed since its last pass (a removal,
-    /// ownerReferences, a deletion mark): lets it skip full scans under plain write load.
+    /// The garbage collector needs a full pass: an object was removed or is being deleted (it
+    /// may be an owner), or a snapshot was restored.
     pub gc_dirty: bool,
+    /// Objects whose ownerReferences appeared or changed since the last pass: the collector only
+    /// checks that their owners exist (a full pass only when one does not), so writes of
+    /// dependents cost a lookup per owner, not a scan of the store.
+    pub gc_pending: Vec<(GroupResource, String)>,
 }
 
 impl State {
@@ -268,6 +272,7 @@ impl State {
             clock,
             dry_run: false,
             gc_dirty: true,
+            gc_pending: Vec::new(),
         }
     }
 
@@ -291,15 +296,19 @@ impl State {
     }
 
     fn push(&mut self, entry: LogEntry) {
-        let gc_relevant = |o: &Value| {
-            o.pointer("/metadata/ownerReferences").is_some()
-                || o.pointer("/metadata/deletionTimestamp").is_some()
-        };
+        let marked = |o: &Value| o.pointer("/metadata/deletionTimestamp").is_some();
+        fn owners(o: &Value) -> Option<&Value> {
+            o.pointer("/metadata/ownerReferences")
+        }
         if entry.etype == EventType::Deleted
-            || gc_relevant(&entry.obj)
-            || entry.prev.as_deref().is_some_and(gc_relevant)
+            || marked(&entry.obj)
+            || entry.prev.as_deref().is_some_and(marked)
         {
             self.gc_dirty = true;
+        } else if owners(&entry.obj).is_some()
+            && owners(&entry.obj) != entry.prev.as_deref().and_then(owners)
+        {
+            self.gc_pending.push((entry.gr.clone(), entry.key.clone()));
         }
         self.watchers.retain(|w| match w.translate(&entry) {
             // A watcher that cannot keep up is closed; the client re-watches (real servers do the same).

@@ -512,3 +512,67 @@ async fn kube_event_recorder_create_then_series_patch() {
         .collect();
     assert_eq!(writes, vec!["create", "patch"]);
 }
+
+/// Writes of dependents are checked against their owners one by one (no full pass per write):
+/// a dependent created for an owner that does not exist, or re-pointed at one, is still
+/// collected; one whose owners exist is kept through any number of writes.
+#[tokio::test]
+async fn gc_collects_dependents_written_with_absent_owners() {
+    let emu = emu().await;
+    let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
+    let owner = api
+        .create(&PostParams::default(), &cm("owner", json!([])))
+        .await
+        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &cm("kept", json!([oref(&owner, false)])),
+    )
+    .await
+    .unwrap();
+    let ghost = json!([{"apiVersion":"v1","kind":"ConfigMap","name":"ghost","uid":"0000-ghost"}]);
+    api.create(
+        &PostParams::default(),
+        &cm("orphaned-at-birth", ghost.clone()),
+    )
+    .await
+    .unwrap();
+    // Same name as the owner, another uid: not its owner.
+    let impostor =
+        json!([{"apiVersion":"v1","kind":"ConfigMap","name":"owner","uid":"0000-other"}]);
+    api.create(&PostParams::default(), &cm("wrong-uid", impostor))
+        .await
+        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &cm("repointed", json!([oref(&owner, false)])),
+    )
+    .await
+    .unwrap();
+    for i in 0..5 {
+        api.patch(
+            "kept",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": format!("v{i}")}})),
+        )
+        .await
+        .unwrap();
+    }
+    api.patch(
+        "repointed",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"ownerReferences": ghost}})),
+    )
+    .await
+    .unwrap();
+    eventually("dependents of absent owners collected", async || {
+        api.get_opt("orphaned-at-birth").await.unwrap().is_none()
+            && api.get_opt("wrong-uid").await.unwrap().is_none()
+            && api.get_opt("repointed").await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        api.get_opt("kept").await.unwrap().is_some(),
+        "its owner exists"
+    );
+}
