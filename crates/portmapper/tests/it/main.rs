@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod consumers;
+mod crashes;
 mod faults;
 mod fuzz;
 mod harness;
@@ -16,6 +17,7 @@ mod migration;
 mod observer;
 mod ownership;
 mod probing;
+mod procs;
 mod render;
 mod reporting;
 mod scenarios;
