@@ -6,6 +6,7 @@
 
 mod consumers;
 mod crashes;
+mod failover;
 mod faults;
 mod fuzz;
 mod harness;
