@@ -7,6 +7,7 @@
 mod consumers;
 mod crashes;
 mod failover;
+mod fault_matrix;
 mod faults;
 mod fuzz;
 mod harness;
