@@ -42,7 +42,12 @@ fn object_writes(h: &Harness) -> Vec<LoggedRequest> {
 }
 
 /// The first object write by `op` at or after `from` (emulator time).
-async fn first_write_after(h: &Harness, op: &Operator, from: Duration, within: Duration) -> Duration {
+async fn first_write_after(
+    h: &Harness,
+    op: &Operator,
+    from: Duration,
+    within: Duration,
+) -> Duration {
     eventually(
         &format!("a write by {} after {from:?}", op.identity),
         within,
@@ -108,7 +113,10 @@ fn assert_single_writer(h: &Harness) -> Vec<(String, usize)> {
     }
     let mut seen = std::collections::BTreeSet::new();
     for (ua, _) in &runs {
-        assert!(seen.insert(ua.clone()), "{ua} wrote again after another leader: {runs:?}");
+        assert!(
+            seen.insert(ua.clone()),
+            "{ua} wrote again after another leader: {runs:?}"
+        );
     }
     runs
 }
@@ -170,7 +178,10 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
     leader.kill9();
     let first = first_write_after(&h, &standby, t0, Duration::from_secs(20)).await;
     let kill9 = first - t0;
-    println!("kill -9 of {}: {} wrote {kill9:?} later", leader.identity, standby.identity);
+    println!(
+        "kill -9 of {}: {} wrote {kill9:?} later",
+        leader.identity, standby.identity
+    );
     assert!(
         kill9 <= Duration::from_secs(LEASE_SECONDS + 2),
         "takeover after kill -9 took {kill9:?}"
@@ -184,7 +195,10 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
     leader.signal("TERM");
     let first = first_write_after(&h, &standby, t0, Duration::from_secs(20)).await;
     let sigterm = first - t0;
-    println!("SIGTERM of {}: {} wrote {sigterm:?} later", leader.identity, standby.identity);
+    println!(
+        "SIGTERM of {}: {} wrote {sigterm:?} later",
+        leader.identity, standby.identity
+    );
     assert!(
         sigterm <= Duration::from_secs(2),
         "takeover after SIGTERM took {sigterm:?}"
@@ -204,7 +218,10 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
     paused.signal("STOP");
     let first = first_write_after(&h, &standby, t0, Duration::from_secs(20)).await;
     let sigstop = first - t0;
-    println!("SIGSTOP of {}: {} wrote {sigstop:?} later", paused.identity, standby.identity);
+    println!(
+        "SIGSTOP of {}: {} wrote {sigstop:?} later",
+        paused.identity, standby.identity
+    );
     assert!(
         sigstop <= Duration::from_secs(LEASE_SECONDS + 2),
         "takeover after SIGSTOP took {sigstop:?}"
@@ -213,18 +230,27 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
     paused.signal("CONT");
     // Proof it runs again: a request of its own (the Lease) after SIGCONT; then two more
     // writes by the new leader, so anything the ex-leader sent on resuming is in the log.
-    eventually("the ex-leader's first request after SIGCONT", Duration::from_secs(20), || async {
-        h.emu
-            .requests()
-            .filter(|r| r.user_agent == paused.user_agent && r.since_start >= resumed)
-            .first()
-            .map(|_| ())
-    })
+    eventually(
+        "the ex-leader's first request after SIGCONT",
+        Duration::from_secs(20),
+        || async {
+            h.emu
+                .requests()
+                .filter(|r| r.user_agent == paused.user_agent && r.since_start >= resumed)
+                .first()
+                .map(|_| ())
+        },
+    )
     .await;
     let after = h.emu.requests().elapsed();
     let next = first_write_after(&h, &standby, after, Duration::from_secs(20)).await;
-    first_write_after(&h, &standby, next + Duration::from_millis(1), Duration::from_secs(20))
-        .await;
+    first_write_after(
+        &h,
+        &standby,
+        next + Duration::from_millis(1),
+        Duration::from_secs(20),
+    )
+    .await;
     churning.store(false, Ordering::Relaxed);
     let flips = churn.await.unwrap();
 

@@ -57,7 +57,10 @@ async fn converged(h: &Harness, observer: &Observer, name: &str, case: &str, fro
         "{case}: converged {took:?} after the fault ended; {versions} slice versions, no \
          blackout, no lasting duplicate"
     );
-    assert!(took <= TARGET, "{case}: converged {took:?} after the fault (target {TARGET:?})");
+    assert!(
+        took <= TARGET,
+        "{case}: converged {took:?} after the fault (target {TARGET:?})"
+    );
 }
 
 /// `rule` (restricted to the operator's requests) for [`WINDOW`] while pods churn; returns the
@@ -108,7 +111,10 @@ async fn slice_writes_answered_503_with_retry_after_are_spaced_and_converge() {
         "unavail",
     );
     let (c, fired) = under("unavail", "503 + Retry-After", rule).await;
-    assert_eq!(fired as usize, c.slice_writes, "every slice write met the 503");
+    assert_eq!(
+        fired as usize, c.slice_writes,
+        "every slice write met the 503"
+    );
     assert!(
         (1..=16).contains(&c.slice_writes),
         "{} slice writes in {WINDOW:?} (≤ 16)",
@@ -130,7 +136,10 @@ async fn slice_writes_answered_503_without_retry_after_back_off_and_converge() {
         "unavail-bare",
     );
     let (c, fired) = under("unavail-bare", "503 without Retry-After", rule).await;
-    assert_eq!(fired as usize, c.slice_writes, "every slice write met the 503");
+    assert_eq!(
+        fired as usize, c.slice_writes,
+        "every slice write met the 503"
+    );
     assert!(
         (1..=40).contains(&c.slice_writes),
         "{} slice writes in {WINDOW:?} (≤ 40)",
@@ -162,7 +171,11 @@ async fn the_already_exists_race_on_creates_never_meets_a_slice_write() {
             && r.resource == "endpointslices"
             && r.user_agent.starts_with(OPERATOR_USER_AGENT)
     });
-    assert_eq!(creates.len(), 0, "slices are applied, never POSTed: {creates:?}");
+    assert_eq!(
+        creates.len(),
+        0,
+        "slices are applied, never POSTed: {creates:?}"
+    );
     println!(
         "AlreadyExists race: fired {} times on the operator's POSTs; the new slice was applied",
         h.emu.faults().fired(&id).unwrap_or(0)
@@ -179,7 +192,11 @@ async fn watch_drop(name: &str, mode: DropMode) {
     let (c, fired) = under(name, &format!("watch drop {mode:?}"), rule).await;
     assert!(fired > 0, "no watch was dropped");
     // Re-watches are paced (issue 11 item 9: ≤ 60 in 20 s of resets, all watches).
-    assert!(c.watches <= 60, "{} watch requests in {WINDOW:?}", c.watches);
+    assert!(
+        c.watches <= 60,
+        "{} watch requests in {WINDOW:?}",
+        c.watches
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,7 +222,11 @@ async fn watches_expiring_with_410_relist_and_converge_without_duplicates() {
     let (c, fired) = under("gone", "watch 410", rule).await;
     assert!(fired > 0, "no watch met the 410");
     assert!(c.lists > 0, "no relist after 410");
-    assert!(c.watches <= 60, "{} watch requests in {WINDOW:?}", c.watches);
+    assert!(
+        c.watches <= 60,
+        "{} watch requests in {WINDOW:?}",
+        c.watches
+    );
 }
 
 /// 300 ms on every request of the operator.

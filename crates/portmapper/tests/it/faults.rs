@@ -52,7 +52,12 @@ async fn wait_members(h: &Harness, name: &str, pods: &[&str]) -> Duration {
     wait_members_within(h, name, pods, CONVERGE).await
 }
 
-pub(crate) async fn wait_members_within(h: &Harness, name: &str, pods: &[&str], within: Duration) -> Duration {
+pub(crate) async fn wait_members_within(
+    h: &Harness,
+    name: &str,
+    pods: &[&str],
+    within: Duration,
+) -> Duration {
     let started = Instant::now();
     let slice = format!("{name}.http");
     let want: Vec<String> = pods.iter().map(|p| format!("{name}-{p}")).collect();
@@ -76,7 +81,12 @@ pub(crate) fn on_slice_writes(action: Action, name: &str) -> Rule {
 
 /// The operator's write requests on `name`'s slices (`slices`) or its status (`status`) since
 /// `from` (emulator time).
-pub(crate) fn operator_writes(h: &Harness, name: &str, from: Duration, what: &str) -> Vec<LoggedRequest> {
+pub(crate) fn operator_writes(
+    h: &Harness,
+    name: &str,
+    from: Duration,
+    what: &str,
+) -> Vec<LoggedRequest> {
     let slices = format!("{name}.");
     h.emu.requests().filter(|r| {
         r.since_start >= from

@@ -151,7 +151,8 @@ impl Operator {
         tokio::task::spawn_blocking(move || {
             let mut s = TcpStream::connect(&addr).ok()?;
             s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-            s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+            s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+                .ok()?;
             let mut body = String::new();
             s.read_to_string(&mut body).ok()?;
             let total = body
