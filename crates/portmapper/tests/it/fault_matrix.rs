@@ -169,10 +169,10 @@ async fn slice_writes_answered_503_without_retry_after_back_off_and_converge() {
 
 /// The AlreadyExists race (the object created just before a POST is handled) on every create
 /// the operator sends. Slices are created by server-side apply (a PATCH), which has no
-/// AlreadyExists, so the race can only meet the operator's POSTs (Events): the slices of a
-/// new PortMapping are published all the same and no slice create is ever sent.
+/// AlreadyExists: the slices of a new PortMapping are published and no slice create is ever
+/// sent. The race does meet the operator's Event POSTs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_already_exists_race_on_creates_never_meets_a_slice_write() {
+async fn the_already_exists_race_meets_only_event_posts_and_costs_no_retry() {
     let (h, observer) = world("race").await;
     let mut rule = Rule::new(Action::AlreadyExistsRace).verbs(&["create"]);
     rule.matcher.user_agent = Some(OPERATOR_USER_AGENT.into());
@@ -195,6 +195,54 @@ async fn the_already_exists_race_on_creates_never_meets_a_slice_write() {
         creates.len(),
         0,
         "slices are applied, never POSTed: {creates:?}"
+    );
+    // The operator's POSTs are its Events: a `ports` entry naming no Service port makes it
+    // send an `UnknownPort` Warning, and the race creates that Event first, so the POST gets
+    // 409 AlreadyExists. The Event exists once, the race costs no retry storm, and the slice
+    // stays published.
+    let pms: kube::Api<portmapper_api::PortMapping> = kube::Api::namespaced(h.client.clone(), NS);
+    let from = h.emu.requests().elapsed();
+    pms.patch(
+        "race-2",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&serde_json::json!({"spec": {"ports": [
+            {"name": "htttp", "checks": [{"podReady": {}}]}
+        ]}})),
+    )
+    .await
+    .unwrap();
+    eventually("the UnknownPort Event", TARGET, || async {
+        (!h.events("UnknownPort").await.is_empty()).then_some(())
+    })
+    .await;
+    eventually("the race met the Event's POST", TARGET, || async {
+        (h.emu.faults().fired(&id).unwrap_or(0) > 0).then_some(())
+    })
+    .await;
+    let posts = h.emu.requests().filter(|r| {
+        r.since_start >= from
+            && r.verb == "create"
+            && r.resource == "events"
+            && r.user_agent.starts_with(OPERATOR_USER_AGENT)
+    });
+    println!(
+        "AlreadyExists race on the Event: {} POSTs ({:?}), {} UnknownPort Event(s)",
+        posts.len(),
+        posts.iter().map(|r| r.status).collect::<Vec<_>>(),
+        h.events("UnknownPort").await.len()
+    );
+    assert!(
+        posts.iter().any(|r| r.status == 409),
+        "the POST met AlreadyExists: {posts:?}"
+    );
+    assert!(
+        posts.len() <= 3,
+        "{} Event POSTs after the race",
+        posts.len()
+    );
+    assert_eq!(
+        h.membership("race-2").await.get("race-2.http"),
+        Some(&vec!["race-2-a".to_string()])
     );
     println!(
         "AlreadyExists race: fired {} times on the operator's POSTs; the new slice was applied",
