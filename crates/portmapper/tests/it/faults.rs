@@ -18,14 +18,14 @@ use crate::observer::Observer;
 /// How long each persistent fault lasts.
 const WINDOW: Duration = Duration::from_secs(20);
 /// Pause between two pod flips: each flip is a watch event that wants a write.
-const FLIP_EVERY: Duration = Duration::from_millis(250);
+pub(crate) const FLIP_EVERY: Duration = Duration::from_millis(250);
 /// Generous bound for convergence after a fault is removed (the figure itself is printed).
-const CONVERGE: Duration = Duration::from_secs(15);
+pub(crate) const CONVERGE: Duration = Duration::from_secs(15);
 
 /// A Service `name` (port http), pods `<name>-a` and `<name>-b` published, and `<name>-c` not
 /// Ready yet; the operator running through its production client; an invariant observer on
 /// the slices, for which `name`'s http port must never go dark (pod a stays Ready throughout).
-async fn world(name: &str) -> (Harness, Observer) {
+pub(crate) async fn world(name: &str) -> (Harness, Observer) {
     log_capture::install();
     let mut h = Harness::new().await;
     h.create(service(name, &[("http", 8080)])).await;
@@ -52,7 +52,12 @@ async fn wait_members(h: &Harness, name: &str, pods: &[&str]) -> Duration {
     wait_members_within(h, name, pods, CONVERGE).await
 }
 
-async fn wait_members_within(h: &Harness, name: &str, pods: &[&str], within: Duration) -> Duration {
+pub(crate) async fn wait_members_within(
+    h: &Harness,
+    name: &str,
+    pods: &[&str],
+    within: Duration,
+) -> Duration {
     let started = Instant::now();
     let slice = format!("{name}.http");
     let want: Vec<String> = pods.iter().map(|p| format!("{name}-{p}")).collect();
@@ -64,7 +69,7 @@ async fn wait_members_within(h: &Harness, name: &str, pods: &[&str], within: Dur
 }
 
 /// The fault on the operator's writes of `name`'s slices.
-fn on_slice_writes(action: Action, name: &str) -> Rule {
+pub(crate) fn on_slice_writes(action: Action, name: &str) -> Rule {
     let mut rule = Rule::new(action)
         .verbs(&["create", "update", "patch"])
         .resource("discovery.k8s.io", "endpointslices")
@@ -76,7 +81,12 @@ fn on_slice_writes(action: Action, name: &str) -> Rule {
 
 /// The operator's write requests on `name`'s slices (`slices`) or its status (`status`) since
 /// `from` (emulator time).
-fn operator_writes(h: &Harness, name: &str, from: Duration, what: &str) -> Vec<LoggedRequest> {
+pub(crate) fn operator_writes(
+    h: &Harness,
+    name: &str,
+    from: Duration,
+    what: &str,
+) -> Vec<LoggedRequest> {
     let slices = format!("{name}.");
     h.emu.requests().filter(|r| {
         r.since_start >= from
@@ -101,8 +111,8 @@ async fn ready_condition(h: &Harness, name: &str) -> Option<(String, String, Str
 
 /// What the churn saw of the status while the fault lasted.
 #[derive(Debug, Default)]
-struct Seen {
-    flips: usize,
+pub(crate) struct Seen {
+    pub(crate) flips: usize,
     /// Samples with `Ready=False` / `ApplyFailed` whose message contains the expected text.
     failing: usize,
     samples: usize,
@@ -111,7 +121,7 @@ struct Seen {
 /// Makes pod c Ready (a member that cannot be published while the fault lasts, so every
 /// reconcile meanwhile has a write to attempt), then flips pod b every [`FLIP_EVERY`] for
 /// `window`, sampling the status after each flip. Leaves b Ready.
-async fn churn(h: &Harness, name: &str, window: Duration, failing_text: &str) -> Seen {
+pub(crate) async fn churn(h: &Harness, name: &str, window: Duration, failing_text: &str) -> Seen {
     let (b, c) = (format!("{name}-b"), format!("{name}-c"));
     h.set_pod_status(&c, &["10.244.0.3"], true).await;
     let started = Instant::now();
@@ -157,7 +167,7 @@ fn assert_spaced_by_retry_after(attempts: usize, storm: Duration) {
 
 /// Removes the fault `rule`; then pods a, b and c are published within `within`, the
 /// PortMapping is Ready again, and the observer saw no blackout and no lasting duplicate.
-async fn converges_after(
+pub(crate) async fn converges_after(
     h: &Harness,
     observer: &Observer,
     name: &str,

@@ -5,6 +5,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod consumers;
+mod crashes;
+mod failover;
+mod fault_matrix;
 mod faults;
 mod fuzz;
 mod harness;
@@ -16,6 +19,7 @@ mod migration;
 mod observer;
 mod ownership;
 mod probing;
+mod procs;
 mod render;
 mod reporting;
 mod scenarios;

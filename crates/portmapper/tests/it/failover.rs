@@ -1,0 +1,268 @@
+//! Failover between two real `portmapper run` processes with leader election on and a short
+//! Lease (4 s, grace 1 s), while a pod flips every 200 ms so the leader always has something
+//! to write: kill -9, SIGTERM and SIGSTOP/SIGCONT of the leader. `leader.rs` covers the
+//! election in process (a stuck leader's deadline, the gate, default identities); here the
+//! signals reach real processes. Every write is attributed by User-Agent
+//! (`portmapper/<version> (<identity>)`) from the emulator's request log, and the writers
+//! must form one run each: no write by an old identity after the next leader's first write.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
+use kube_emulator::reqlog::LoggedRequest;
+use serde_json::json;
+
+use crate::harness::*;
+use crate::observer::Observer;
+use crate::procs::Operator;
+
+const SVC: &str = "fo";
+const LEASE_SECONDS: u64 = 4;
+const ELECTION: &[&str] = &[
+    "--leader-elect=true",
+    "--lease-duration-seconds",
+    "4",
+    "--lease-grace-seconds",
+    "1",
+];
+
+fn start(h: &Harness, identity: &str) -> Operator {
+    Operator::start(h, identity, ELECTION)
+}
+
+/// Writes other than to the Lease, by anyone running the operator, in log order.
+fn object_writes(h: &Harness) -> Vec<LoggedRequest> {
+    h.emu.requests().filter(|r| {
+        r.is_write() && r.resource != "leases" && r.user_agent.starts_with(OPERATOR_USER_AGENT)
+    })
+}
+
+/// The first object write by `op` at or after `from` (emulator time).
+async fn first_write_after(
+    h: &Harness,
+    op: &Operator,
+    from: Duration,
+    within: Duration,
+) -> Duration {
+    eventually(
+        &format!("a write by {} after {from:?}", op.identity),
+        within,
+        || async {
+            object_writes(h)
+                .into_iter()
+                .find(|r| r.user_agent == op.user_agent && r.since_start >= from)
+                .map(|r| r.since_start)
+        },
+    )
+    .await
+}
+
+/// `op` is the active writer: it writes two pod flips from now on (so a fault hits a leader
+/// busy writing, not an idle one).
+async fn writing(h: &Harness, op: &Operator) {
+    let from = h.emu.requests().elapsed();
+    let first = first_write_after(h, op, from, Duration::from_secs(20)).await;
+    first_write_after(
+        h,
+        op,
+        first + Duration::from_millis(1),
+        Duration::from_secs(20),
+    )
+    .await;
+}
+
+/// `op` is running as a standby: it has asked for the Lease at least once.
+async fn is_standby(h: &Harness, op: &Operator) {
+    eventually(
+        &format!("{} polling the Lease", op.identity),
+        Duration::from_secs(20),
+        || async {
+            h.emu
+                .requests()
+                .filter(|r| r.user_agent == op.user_agent && r.resource == "leases")
+                .first()
+                .map(|_| ())
+        },
+    )
+    .await;
+}
+
+async fn holder(h: &Harness) -> Option<String> {
+    let api: Api<Lease> = Api::namespaced(h.client.clone(), NS);
+    api.get_opt("portmapper")
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+        .filter(|s| !s.is_empty())
+}
+
+/// Single writer at every moment: consecutive writes by one identity form one run, and no
+/// identity has two runs. Returns the writers in order.
+fn assert_single_writer(h: &Harness) -> Vec<(String, usize)> {
+    let mut runs: Vec<(String, usize)> = Vec::new();
+    for r in object_writes(h) {
+        match runs.last_mut() {
+            Some((ua, n)) if *ua == r.user_agent => *n += 1,
+            _ => runs.push((r.user_agent.clone(), 1)),
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (ua, _) in &runs {
+        assert!(
+            seen.insert(ua.clone()),
+            "{ua} wrote again after another leader: {runs:?}"
+        );
+    }
+    runs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer() {
+    let h = Harness::new().await;
+    h.create(service(SVC, &[("http", 8080)])).await;
+    ready_pods(
+        &h,
+        SVC,
+        &[
+            ("fo-0", "http", "10.244.2.1"),
+            ("fo-1", "http", "10.244.2.2"),
+        ],
+    )
+    .await;
+    h.create(portmapping(SVC, SVC)).await;
+    let observer = Observer::start(h.client.clone(), &[(SVC, "http")]).await;
+
+    let a = start(&h, "fo-a");
+    let b = start(&h, "fo-b");
+    let leader = eventually("a leader", Duration::from_secs(20), || holder(&h)).await;
+    let (mut leader, standby) = if leader == a.identity { (a, b) } else { (b, a) };
+    eventually("published", Duration::from_secs(20), || async {
+        (h.membership(SVC).await.get("fo.http")? == &["fo-0", "fo-1"]).then_some(())
+    })
+    .await;
+    is_standby(&h, &standby).await;
+
+    // fo-1 flips every 200 ms (fo-0 stays Ready, so the port must never go dark).
+    let churning = Arc::new(AtomicBool::new(true));
+    let churn = {
+        let (api, churning) = (
+            Api::<Pod>::namespaced(h.client.clone(), NS),
+            churning.clone(),
+        );
+        tokio::spawn(async move {
+            let mut ready = true;
+            let mut flips = 0_usize;
+            while churning.load(Ordering::Relaxed) {
+                ready = !ready;
+                let status = json!({"status": {"phase": "Running", "podIP": "10.244.2.2",
+                    "podIPs": [{"ip": "10.244.2.2"}],
+                    "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}});
+                api.patch_status("fo-1", &PatchParams::default(), &Patch::Merge(&status))
+                    .await
+                    .unwrap();
+                flips += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            flips
+        })
+    };
+
+    // 1. kill -9: the standby writes within the Lease duration + 2 s.
+    writing(&h, &leader).await;
+    let t0 = h.emu.requests().elapsed();
+    leader.kill9();
+    let first = first_write_after(&h, &standby, t0, Duration::from_secs(20)).await;
+    let kill9 = first - t0;
+    println!(
+        "kill -9 of {}: {} wrote {kill9:?} later",
+        leader.identity, standby.identity
+    );
+    assert!(
+        kill9 <= Duration::from_secs(LEASE_SECONDS + 2),
+        "takeover after kill -9 took {kill9:?}"
+    );
+
+    // 2. SIGTERM: the released Lease is taken by a running standby within 2 s.
+    let (mut leader, standby) = (standby, start(&h, "fo-c"));
+    is_standby(&h, &standby).await;
+    writing(&h, &leader).await;
+    let t0 = h.emu.requests().elapsed();
+    leader.signal("TERM");
+    let first = first_write_after(&h, &standby, t0, Duration::from_secs(20)).await;
+    let sigterm = first - t0;
+    println!(
+        "SIGTERM of {}: {} wrote {sigterm:?} later",
+        leader.identity, standby.identity
+    );
+    assert!(
+        sigterm <= Duration::from_secs(2),
+        "takeover after SIGTERM took {sigterm:?}"
+    );
+    assert!(
+        leader.wait_exit(Duration::from_secs(10)).await,
+        "SIGTERM exits 0\n{}",
+        leader.log_text()
+    );
+
+    // 3. SIGSTOP until the standby has taken over, then SIGCONT: the resumed ex-leader writes
+    // nothing (its deadline passed while it was stopped).
+    let (paused, standby) = (standby, start(&h, "fo-d"));
+    is_standby(&h, &standby).await;
+    writing(&h, &paused).await;
+    let t0 = h.emu.requests().elapsed();
+    paused.signal("STOP");
+    let first = first_write_after(&h, &standby, t0, Duration::from_secs(20)).await;
+    let sigstop = first - t0;
+    println!(
+        "SIGSTOP of {}: {} wrote {sigstop:?} later",
+        paused.identity, standby.identity
+    );
+    assert!(
+        sigstop <= Duration::from_secs(LEASE_SECONDS + 2),
+        "takeover after SIGSTOP took {sigstop:?}"
+    );
+    let resumed = h.emu.requests().elapsed();
+    paused.signal("CONT");
+    // Proof it runs again: a request of its own (the Lease) after SIGCONT; then two more
+    // writes by the new leader, so anything the ex-leader sent on resuming is in the log.
+    eventually(
+        "the ex-leader's first request after SIGCONT",
+        Duration::from_secs(20),
+        || async {
+            h.emu
+                .requests()
+                .filter(|r| r.user_agent == paused.user_agent && r.since_start >= resumed)
+                .first()
+                .map(|_| ())
+        },
+    )
+    .await;
+    let after = h.emu.requests().elapsed();
+    let next = first_write_after(&h, &standby, after, Duration::from_secs(20)).await;
+    first_write_after(
+        &h,
+        &standby,
+        next + Duration::from_millis(1),
+        Duration::from_secs(20),
+    )
+    .await;
+    churning.store(false, Ordering::Relaxed);
+    let flips = churn.await.unwrap();
+
+    let stale: Vec<_> = object_writes(&h)
+        .into_iter()
+        .filter(|r| r.user_agent == paused.user_agent && r.since_start >= t0)
+        .collect();
+    assert!(stale.is_empty(), "the paused ex-leader wrote: {stale:?}");
+    let runs = assert_single_writer(&h);
+    let versions = observer.assert_held();
+    println!(
+        "failover: {flips} pod flips; writers in order {runs:?}; {versions} slice versions, no \
+         blackout, no lasting duplicate"
+    );
+}
