@@ -54,7 +54,10 @@ impl Default for WatchPolicy {
         Self {
             stall_after: Duration::from_secs(120),
             backoff_initial: Duration::from_secs(1),
-            backoff_max: Duration::from_secs(30),
+            // Low enough that the first re-watch after a reset storm comes within the issue's
+            // 5 s convergence target (3 s + 25 % jitter); 20 s of resets still cost each watch
+            // about 8 requests.
+            backoff_max: Duration::from_secs(3),
             healthy_after: Duration::from_secs(30),
         }
     }
