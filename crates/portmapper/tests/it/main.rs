@@ -7,6 +7,7 @@
 mod consumers;
 mod faults;
 mod fuzz;
+mod gate;
 mod harness;
 mod hostile;
 mod leader;
