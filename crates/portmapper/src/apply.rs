@@ -3,11 +3,11 @@
 //! is not the leader.
 
 use k8s_openapi::api::core::v1::{Endpoints, Pod};
-use portmapper_core::{PUBLISHED_GATE, PodGate};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Client, ResourceExt};
 use portmapper_api::{MANAGER, PortMapping, PortMappingStatus};
+use portmapper_core::{PUBLISHED_GATE, PodGate};
 use serde_json::json;
 use tracing::{debug, info};
 

@@ -52,7 +52,9 @@ pub struct GatesWritten(Mutex<HashMap<String, Sent>>);
 impl GatesWritten {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Sent>> {
         // A panic while holding it leaves a map of hints only: keep using it.
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

@@ -82,7 +82,10 @@ fn desired(
         let message = if published.is_empty() {
             "the pod is meant to serve no port of the Service".to_owned()
         } else {
-            format!("published on every port it serves: {}", published.join(", "))
+            format!(
+                "published on every port it serves: {}",
+                published.join(", ")
+            )
         };
         (true, REASON_PUBLISHED, message)
     } else {

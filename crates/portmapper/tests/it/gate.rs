@@ -55,11 +55,15 @@ async fn gate_of(h: &Harness, name: &str) -> Option<PodCondition> {
 
 /// Waits until the pod's gate has this status and message.
 async fn wait_gate(h: &Harness, name: &str, status: &str, message: &str) -> PodCondition {
-    eventually(&format!("{name} gate {status}: {message}"), WAIT, || async {
-        gate_of(h, name)
-            .await
-            .filter(|c| c.status == status && c.message.as_deref() == Some(message))
-    })
+    eventually(
+        &format!("{name} gate {status}: {message}"),
+        WAIT,
+        || async {
+            gate_of(h, name)
+                .await
+                .filter(|c| c.status == status && c.message.as_deref() == Some(message))
+        },
+    )
     .await
 }
 
@@ -95,7 +99,13 @@ async fn the_gate_turns_true_after_publication_and_false_when_a_port_drops_the_p
     h.set_pod_status("pod-c", &["10.244.0.3"], true).await;
     h.create(portmapping("web", "web")).await;
 
-    let a = wait_gate(&h, "pod-a", "True", "published on every port it serves: http").await;
+    let a = wait_gate(
+        &h,
+        "pod-a",
+        "True",
+        "published on every port it serves: http",
+    )
+    .await;
     let b = wait_gate(
         &h,
         "pod-b",
@@ -133,7 +143,13 @@ async fn the_gate_turns_true_after_publication_and_false_when_a_port_drops_the_p
         json!({"metadata": {"annotations": {"example.com/ports": "http"}}}),
     )
     .await;
-    let b2 = wait_gate(&h, "pod-b", "True", "published on every port it serves: http").await;
+    let b2 = wait_gate(
+        &h,
+        "pod-b",
+        "True",
+        "published on every port it serves: http",
+    )
+    .await;
     assert_eq!(b2.last_transition_time, b.last_transition_time);
     assert_eq!(h.membership("web").await["web.https"], ["pod-c"]);
 
