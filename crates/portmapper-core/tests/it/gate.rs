@@ -15,7 +15,7 @@ fn set_condition(pod: &mut Pod, type_: &str, status: &str) {
     let conditions = pod
         .status
         .as_mut()
-        .unwrap()
+        .expect("test fixture")
         .conditions
         .get_or_insert_with(Vec::new);
     conditions.retain(|c| c.type_ != type_);
@@ -30,7 +30,7 @@ fn set_condition(pod: &mut Pod, type_: &str, status: &str) {
 /// False (it waits for the gate).
 fn gated(builder: PodBuilder) -> Pod {
     let mut pod = builder.build();
-    pod.spec.as_mut().unwrap().readiness_gates = Some(vec![PodReadinessGate {
+    pod.spec.as_mut().expect("test fixture").readiness_gates = Some(vec![PodReadinessGate {
         condition_type: PUBLISHED_GATE.into(),
     }]);
     set_condition(&mut pod, "Ready", "False");
@@ -45,8 +45,14 @@ fn apply_gates(w: &mut World, plan: &Plan) {
             .pods
             .iter_mut()
             .find(|p| p.metadata.uid.as_deref() == Some(g.uid.as_str()))
-            .unwrap();
-        let conditions = pod.status.as_mut().unwrap().conditions.as_mut().unwrap();
+            .expect("test fixture");
+        let conditions = pod
+            .status
+            .as_mut()
+            .expect("test fixture")
+            .conditions
+            .as_mut()
+            .expect("test fixture");
         conditions.retain(|c| c.type_ != PUBLISHED_GATE);
         conditions.push(PodCondition {
             type_: PUBLISHED_GATE.into(),
@@ -95,11 +101,11 @@ fn a_published_gated_pod_gets_true_once_and_then_nothing() {
     let p = step(&mut w);
     // podReady read ContainersReady: the gated pods are published although Ready is False.
     assert_eq!(
-        pod_names(w.slice("web.http").unwrap()),
+        pod_names(w.slice("web.http").expect("test fixture")),
         vec!["pod-a", "pod-b", "pod-c"]
     );
     assert_eq!(
-        pod_names(w.slice("web.https").unwrap()),
+        pod_names(w.slice("web.https").expect("test fixture")),
         vec!["pod-b", "pod-c"]
     );
     assert_eq!(
@@ -139,7 +145,7 @@ fn a_port_the_pod_stops_serving_no_longer_counts_and_the_transition_time_stays()
         .metadata
         .annotations
         .as_mut()
-        .unwrap()
+        .expect("test fixture")
         .insert(PORTS_KEY.into(), "http".into());
     let p = step(&mut w);
     assert_eq!(
@@ -164,7 +170,7 @@ fn an_unhealthy_gated_pod_gets_false_naming_every_port_and_why() {
     set_condition(w.pod_mut("pod-b"), "ContainersReady", "False");
     let p = step(&mut w);
     assert_eq!(
-        pod_names(w.slice("web.https").unwrap()),
+        pod_names(w.slice("web.https").expect("test fixture")),
         vec!["pod-c"],
         "pod-b dropped"
     );
@@ -224,7 +230,10 @@ fn a_pod_waiting_for_its_probe_is_not_published_yet() {
     let t1 = t0 + k8s_openapi::jiff::SignedDuration::from_secs(3);
     w.now = t1;
     let p = step(&mut w);
-    assert_eq!(pod_names(w.slice("web.http").unwrap()), vec!["a"]);
+    assert_eq!(
+        pod_names(w.slice("web.http").expect("test fixture")),
+        vec!["a"]
+    );
     assert_eq!(
         p.pod_gates,
         vec![PodGate {
@@ -266,9 +275,15 @@ fn plans_with_and_without_memo_agree_on_gates() {
         pod.metadata.resource_version = Some("1".into());
     }
     let full = w.plan();
-    assert_eq!(w.try_plan_with(Some(&mut memo)).unwrap(), full);
+    assert_eq!(
+        w.try_plan_with(Some(&mut memo)).expect("test fixture"),
+        full
+    );
     // The same pods again: the memo reuses every outcome, the gates are still planned.
-    assert_eq!(w.try_plan_with(Some(&mut memo)).unwrap(), full);
+    assert_eq!(
+        w.try_plan_with(Some(&mut memo)).expect("test fixture"),
+        full
+    );
     assert_eq!(memo.last_pass().reused, 3);
     assert_eq!(full.pod_gates.len(), 2);
 }
