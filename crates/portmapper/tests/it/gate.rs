@@ -202,3 +202,78 @@ async fn the_gate_turns_true_after_publication_and_false_when_a_port_drops_the_p
         (1, 3, 0)
     );
 }
+
+/// Until the pod cache shows our patch, a plan made from the stale pod asks for the same gate
+/// again; the executor does not resend it. A different gate, or a newer pod, is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_already_sent_is_not_resent_while_the_cache_lags() {
+    use portmapper::apply::Writer;
+    use portmapper::gates::{GatesWritten, write_gates};
+    use portmapper::leader::Leadership;
+    use portmapper_core::PodGate;
+
+    let h = Harness::new().await;
+    h.create(gated_pod("pod-a", "http")).await;
+    kubelet(&h, "pod-a", "10.244.0.1", true).await;
+    let api: Api<Pod> = Api::namespaced(h.client.clone(), NS);
+    // The pod as the cache holds it when the plan is made.
+    let stale = api.get("pod-a").await.unwrap();
+    let leadership = Leadership::always();
+    let writer = Writer {
+        client: &h.client,
+        namespace: NS,
+        leadership: &leadership,
+        metrics: &h.metrics,
+    };
+    let gate = PodGate {
+        pod: "pod-a".into(),
+        uid: stale.metadata.uid.clone().unwrap(),
+        status: true,
+        reason: "Published",
+        message: "published on every port it serves: http".into(),
+        last_transition_time: None,
+    };
+    let remembered = GatesWritten::default();
+    let gates = std::slice::from_ref(&gate);
+    for _ in 0..2 {
+        let errors = write_gates(&writer, &remembered, gates, &[&stale], true).await;
+        assert!(errors.is_empty(), "{errors:?}");
+    }
+    assert_eq!(
+        gate_writes(&h, "pod-a"),
+        1,
+        "the second plan's gate was not resent"
+    );
+    // Slices not all written: a True gate waits.
+    let fresh = api.get("pod-a").await.unwrap();
+    assert_ne!(
+        fresh.metadata.resource_version,
+        stale.metadata.resource_version
+    );
+    let mut changed = gate.clone();
+    changed.message = "published on every port it serves: http, https".into();
+    let errors = write_gates(&writer, &remembered, &[changed.clone()], &[&fresh], false).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(
+        gate_writes(&h, "pod-a"),
+        1,
+        "True waits for the slice writes"
+    );
+    // The cache moved on: the gate planned from the newer pod is written.
+    let errors = write_gates(&writer, &remembered, &[changed], &[&fresh], true).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(gate_writes(&h, "pod-a"), 2);
+    assert_eq!(
+        gate_of(&h, "pod-a").await.and_then(|c| c.message),
+        Some("published on every port it serves: http, https".into())
+    );
+    // A pod replaced under the same name (new UID) is refused, not overwritten.
+    let mut other = gate.clone();
+    other.uid = "another-uid".into();
+    let errors = write_gates(&writer, &GatesWritten::default(), &[other], &[&fresh], true).await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(
+        gate_of(&h, "pod-a").await.and_then(|c| c.message),
+        Some("published on every port it serves: http, https".into())
+    );
+}
