@@ -226,4 +226,21 @@ mod tests {
         assert_eq!(pod.metadata, kept.metadata);
         assert_eq!(pod.status, kept.status);
     }
+
+    #[test]
+    fn stripping_keeps_the_readiness_gates() {
+        use k8s_openapi::api::core::v1::{PodReadinessGate, PodSpec};
+        let gates = vec![PodReadinessGate {
+            condition_type: portmapper_core::PUBLISHED_GATE.into(),
+        }];
+        let mut pod = Pod {
+            spec: Some(PodSpec {
+                readiness_gates: Some(gates.clone()),
+                ..PodSpec::default()
+            }),
+            ..Pod::default()
+        };
+        strip_pod(&mut pod);
+        assert_eq!(pod.spec.and_then(|s| s.readiness_gates), Some(gates));
+    }
 }
