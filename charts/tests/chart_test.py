@@ -148,6 +148,14 @@ def check_defaults() -> None:
         assert not missing, f"{o['kind']}/{o['metadata']['name']} lacks {missing}"
         if o["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
             assert o["metadata"]["namespace"] == NAMESPACE, o["metadata"]
+    # Pods: read, and only the status subresource patched (the publication gate condition);
+    # never the pod object itself.
+    pod_rules = {r for r in rules(objs) if r[3].startswith("pods")}
+    assert pod_rules == {
+        ("ClusterRole", "", "", "pods", "list"),
+        ("ClusterRole", "", "", "pods", "watch"),
+        ("ClusterRole", "", "", "pods/status", "patch"),
+    }, pod_rules
     deploy = one(objs, "Deployment")
     assert deploy["spec"]["replicas"] == 2
     pod = deploy["spec"]["template"]["spec"]
@@ -245,6 +253,10 @@ def _watch_namespace(objs: list[Obj]) -> None:
     assert binding["subjects"][0]["namespace"] == NAMESPACE
     assert [o["metadata"]["name"] for o in objs if o["kind"] == "ClusterRole"] == ["portmapper-nodes"]
     assert ("Role", "team-a", "discovery.k8s.io", "endpointslices", "patch") in rules(objs)
+    # The gate's pod writes stay in the watched namespace too.
+    assert [r for r in rules(objs) if r[3] == "pods/status"] == [
+        ("Role", "team-a", "", "pods/status", "patch")
+    ], rules(objs)
     assert env(objs)["PORTMAPPER_WATCH_NAMESPACE"] == "team-a"
     assert "namespace team-a (Role)" in notes({"watchNamespace": "team-a"})
 

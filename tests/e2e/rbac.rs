@@ -147,8 +147,9 @@ fn used(requests: &[Value]) -> BTreeSet<Access> {
 }
 
 fn set_pod_status(cluster: &Cluster, pod: &str, ip: &str) {
+    // ContainersReady too: web-2 is gated on publication, and podReady reads it for a gated pod.
     let patch = json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
-        "conditions": [{"type": "Ready", "status": "True"}]}});
+        "conditions": [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]}});
     cluster.ok(&[
         "patch",
         "pod",
@@ -186,6 +187,12 @@ fn native_world(cluster: &Cluster) {
             "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
                 "ports": [{"name": "http", "containerPort": 8080}]}]}})
     };
+    // web-2 opts in to the publication gate: the operator patches its pods/status.
+    let gated = |name: &str| {
+        let mut p = pod(name);
+        p["spec"]["readinessGates"] = json!([{"conditionType": "portmapper.dev/published"}]);
+        p
+    };
     apply_json(
         cluster,
         json!({"apiVersion": "v1", "kind": "List", "items": [
@@ -194,7 +201,7 @@ fn native_world(cluster: &Cluster) {
                 "labels": {"topology.kubernetes.io/zone": "zone-a"}}},
             {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "default"},
                 "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 8080, "targetPort": 8080}]}},
-            pod("web-1"), pod("web-2"),
+            pod("web-1"), gated("web-2"),
             {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "web", "namespace": "default",
                 "annotations": {"endpoints.kubernetes.io/last-change-trigger-time": "2026-01-01T00:00:00Z"}},
                 "subsets": [{"addresses": [{"ip": "10.244.0.1"}], "ports": [{"name": "http", "port": 8080}]}]},

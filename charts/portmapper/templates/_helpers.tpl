@@ -90,6 +90,12 @@ portmappings/finalizers (see the comment there).
 - apiGroups: [""]
   resources: ["services", "pods"]
   verbs: ["list", "watch"]
+# The publication readiness gate: the portmapper.dev/published condition of pool pods that
+# list it in spec.readinessGates (a strategic merge patch of that one condition; see
+# docs/security.md). Scoped like the rest: the watched namespace with watchNamespace.
+- apiGroups: [""]
+  resources: ["pods/status"]
+  verbs: ["patch"]
 # EndpointSlices: watches, a GET before claiming a name, server-side apply (patch, and create:
 # an apply that creates the object is authorized as create too), UID-preconditioned deletes
 # (stray slices, native leftovers of a selector migration).

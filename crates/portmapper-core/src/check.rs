@@ -6,7 +6,7 @@
 //! network checks: they say whether the pod is healthy) but never *backing* checks (portNames,
 //! podCondition: they say whether the pod is meant to serve the port at all) nor notTerminating.
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, PodCondition, Service};
 use portmapper_api::check::{
     ConditionStatus, ContainerReadyCheck, PodConditionCheck, PortNamesCheck,
 };
@@ -103,17 +103,74 @@ impl MembershipCheck for CheckKind<'_> {
     }
 }
 
-fn pod_ready(pod: &Pod) -> Verdict {
-    let ready = pod
-        .status
+/// The readiness gate (pod condition type) portmapper sets once a pod is published: pods opt in
+/// by listing it in `spec.readinessGates`.
+pub const PUBLISHED_GATE: &str = "portmapper.dev/published";
+
+/// Whether the pod lists [`PUBLISHED_GATE`] among its readiness gates.
+pub fn has_published_gate(pod: &Pod) -> bool {
+    readiness_gates(pod).any(|g| g == PUBLISHED_GATE)
+}
+
+fn readiness_gates(pod: &Pod) -> impl Iterator<Item = &str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .map(|g| g.condition_type.as_str())
+}
+
+fn condition<'p>(pod: &'p Pod, type_: &str) -> Option<&'p PodCondition> {
+    pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+        .and_then(|c| c.iter().find(|c| c.type_ == type_))
+}
+
+fn pod_ready(pod: &Pod) -> Verdict {
+    if has_published_gate(pod) {
+        return gated_pod_ready(pod);
+    }
+    let ready = condition(pod, "Ready");
     match ready {
         Some(c) if c.status == "True" => Verdict::INCLUDE,
         Some(c) => Verdict::exclude(format!("podReady: pod is not Ready (Ready={})", c.status)),
         None => Verdict::exclude("podReady: pod has no Ready condition"),
     }
+}
+
+/// podReady for a pod gated on [`PUBLISHED_GATE`]: kubelet makes it Ready only once our gate is
+/// True, and we set the gate only once the pod is published, so reading `Ready` would never
+/// publish it. Ready is ContainersReady and every readiness gate: read those, minus ours.
+fn gated_pod_ready(pod: &Pod) -> Verdict {
+    match condition(pod, "ContainersReady") {
+        Some(c) if c.status == "True" => {}
+        Some(c) => {
+            return Verdict::exclude(format!(
+                "podReady: containers are not ready (ContainersReady={})",
+                c.status
+            ));
+        }
+        None => return Verdict::exclude("podReady: pod has no ContainersReady condition"),
+    }
+    for gate in readiness_gates(pod).filter(|g| *g != PUBLISHED_GATE) {
+        match condition(pod, gate) {
+            Some(c) if c.status == "True" => {}
+            Some(c) => {
+                return Verdict::exclude(format!(
+                    "podReady: readiness gate {gate} is not True ({gate}={})",
+                    c.status
+                ));
+            }
+            None => {
+                return Verdict::exclude(format!(
+                    "podReady: readiness gate {gate} has no condition"
+                ));
+            }
+        }
+    }
+    Verdict::INCLUDE
 }
 
 fn container_ready(check: &ContainerReadyCheck, ctx: &CheckContext<'_>) -> Verdict {
@@ -333,6 +390,72 @@ mod tests {
             eval(CheckKind::PodReady, &p, &port("http", None), &n, false).reason(),
             "podReady: pod has no Ready condition"
         );
+    }
+
+    #[test]
+    fn pod_ready_of_a_gated_pod_reads_containers_ready_and_the_other_gates() {
+        use k8s_openapi::api::core::v1::{PodReadinessGate, PodSpec};
+        let n = NetworkDecisions::new();
+        let condition = |type_: &str, status: &str| PodCondition {
+            type_: type_.into(),
+            status: status.into(),
+            ..PodCondition::default()
+        };
+        let mut p = pod();
+        p.spec = Some(PodSpec {
+            readiness_gates: Some(vec![
+                PodReadinessGate {
+                    condition_type: PUBLISHED_GATE.into(),
+                },
+                PodReadinessGate {
+                    condition_type: "example.com/warm".into(),
+                },
+            ]),
+            ..PodSpec::default()
+        });
+        // Ready is False because our own gate is not True yet: it must not matter.
+        p.status.as_mut().unwrap().conditions = Some(vec![
+            condition("Ready", "False"),
+            condition("ContainersReady", "True"),
+            condition(PUBLISHED_GATE, "False"),
+            condition("example.com/warm", "True"),
+        ]);
+        let v = eval(CheckKind::PodReady, &p, &port("http", None), &n, false);
+        assert_eq!(v.decision, Decision::Include, "{}", v.reason());
+
+        let conditions = p.status.as_mut().unwrap().conditions.as_mut().unwrap();
+        conditions[3].status = "False".into();
+        let v = eval(CheckKind::PodReady, &p, &port("http", None), &n, false);
+        assert_eq!(
+            v.reason(),
+            "podReady: readiness gate example.com/warm is not True (example.com/warm=False)"
+        );
+        conditions_mut(&mut p).retain(|c| c.type_ != "example.com/warm");
+        let v = eval(CheckKind::PodReady, &p, &port("http", None), &n, false);
+        assert_eq!(
+            v.reason(),
+            "podReady: readiness gate example.com/warm has no condition"
+        );
+        conditions_mut(&mut p).push(condition("example.com/warm", "True"));
+        conditions_mut(&mut p)[1].status = "False".into();
+        let v = eval(CheckKind::PodReady, &p, &port("http", None), &n, false);
+        assert_eq!(
+            v.reason(),
+            "podReady: containers are not ready (ContainersReady=False)"
+        );
+        conditions_mut(&mut p).remove(1);
+        let v = eval(CheckKind::PodReady, &p, &port("http", None), &n, false);
+        assert_eq!(v.reason(), "podReady: pod has no ContainersReady condition");
+
+        // Without our gate, podReady reads Ready as before.
+        p.spec = None;
+        conditions_mut(&mut p).push(condition("ContainersReady", "True"));
+        let v = eval(CheckKind::PodReady, &p, &port("http", None), &n, false);
+        assert_eq!(v.reason(), "podReady: pod is not Ready (Ready=False)");
+    }
+
+    fn conditions_mut(p: &mut Pod) -> &mut Vec<PodCondition> {
+        p.status.as_mut().unwrap().conditions.as_mut().unwrap()
     }
 
     #[test]

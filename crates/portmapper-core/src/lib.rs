@@ -12,7 +12,7 @@ pub mod pool;
 pub mod probe_targets;
 pub mod target;
 
-pub use check::{CheckContext, MembershipCheck};
+pub use check::{CheckContext, MembershipCheck, PUBLISHED_GATE, has_published_gate};
 pub use decision::{Decision, Verdict, all_of, any_of};
 pub use membership::{Evaluation, PortRules, evaluate_port, port_rules, publish_not_ready};
 pub use network::{CheckPosition, NetworkDecisions, NetworkKey};
@@ -22,5 +22,5 @@ pub use target::{PodAddress, ResolvedPort, ResolvedTarget, pod_address, resolve_
 
 pub use planner::{
     Action, Deletion, EvalMemo, Plan, PlanError, PlanInput, PlanWarning, PlannedEndpoints,
-    PlannedSlice, plan, plan_with_memo, service_families,
+    PlannedSlice, PodGate, plan, plan_with_memo, service_families,
 };

@@ -2,11 +2,12 @@
 //! here was chosen by the planner or the reconcile, and every write is refused when this replica
 //! is not the leader.
 
-use k8s_openapi::api::core::v1::Endpoints;
+use k8s_openapi::api::core::v1::{Endpoints, Pod};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Client, ResourceExt};
 use portmapper_api::{MANAGER, PortMapping, PortMappingStatus};
+use portmapper_core::{PUBLISHED_GATE, PodGate};
 use serde_json::json;
 use tracing::{debug, info};
 
@@ -232,6 +233,55 @@ impl Writer<'_> {
             })?;
         self.metrics.write("apply", "portmappings/status");
         Ok(())
+    }
+}
+
+impl Writer<'_> {
+    /// Sets the `portmapper.dev/published` condition of one pod through `pods/status`: a
+    /// strategic merge patch keyed by condition type, so kubelet's conditions and other gates
+    /// are left alone. The UID in the body makes the API server refuse a newer pod of the same
+    /// name (a StatefulSet's replacement). True when written, false when the pod is gone.
+    pub async fn patch_pod_gate(&self, gate: &PodGate) -> Result<bool, Error> {
+        self.guard()?;
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), self.namespace);
+        let body = json!({
+            "metadata": {"uid": gate.uid},
+            "status": {"conditions": [{
+                "type": PUBLISHED_GATE,
+                "status": if gate.status { "True" } else { "False" },
+                "reason": gate.reason,
+                "message": gate.message,
+                "lastTransitionTime": gate.last_transition_time,
+            }]},
+        });
+        let params = PatchParams {
+            field_manager: Some(MANAGER.into()),
+            ..PatchParams::default()
+        };
+        match api
+            .patch_status(&gate.pod, &params, &Patch::Strategic(body))
+            .await
+        {
+            Ok(_) => {
+                self.metrics.write("patch", "pods/status");
+                debug!(
+                    namespace = self.namespace,
+                    pod = %gate.pod,
+                    status = gate.status,
+                    reason = gate.reason,
+                    "set publication gate"
+                );
+                Ok(true)
+            }
+            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(false),
+            Err(e) => Err(Error::kube(
+                format!(
+                    "setting condition {PUBLISHED_GATE} of Pod {}/{}",
+                    self.namespace, gate.pod
+                ),
+                e,
+            )),
+        }
     }
 }
 

@@ -82,6 +82,8 @@ pub struct Context {
     /// Failure counts and retry windows per PortMapping: a reconcile inside its window writes
     /// nothing (watch events would otherwise retry a failing PortMapping at the event rate).
     pub backoff: crate::backoff::Backoffs,
+    /// Publication gates written that the pod cache may not show yet (see `gates.rs`).
+    pub gates_written: crate::gates::GatesWritten,
 }
 
 /// Per warning slot, the occurrences last warned about.
@@ -385,6 +387,7 @@ pub async fn run_probing_with(
         memos: Mutex::new(HashMap::new()),
         status_written: Mutex::new(HashMap::new()),
         backoff: crate::backoff::Backoffs::default(),
+        gates_written: crate::gates::GatesWritten::default(),
     });
 
     // Readiness = every shared store has listed once; pod watches start lazily per pool.

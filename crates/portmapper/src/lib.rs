@@ -12,6 +12,7 @@ pub mod demo;
 pub mod demo_pods;
 pub mod entry;
 pub mod error;
+pub mod gates;
 pub mod http;
 pub mod index;
 pub mod leader;

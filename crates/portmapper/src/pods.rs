@@ -142,8 +142,8 @@ impl Drop for PodWatches {
 
 /// Keeps only what membership and rendering read: identity, labels, annotations, deletion (and
 /// its grace period),
-/// scheduling, hostname/subdomain, container names/ports, phase, IPs, conditions and container
-/// readiness. Images, env, volumes and managedFields are dropped to bound memory.
+/// scheduling, readiness gates, hostname/subdomain, container names/ports, phase, IPs, conditions
+/// and container readiness. Images, env, volumes and managedFields are dropped to bound memory.
 pub fn strip_pod(pod: &mut Pod) {
     let meta = std::mem::take(&mut pod.metadata);
     pod.metadata = ObjectMeta {
@@ -173,6 +173,8 @@ pub fn strip_pod(pod: &mut Pod) {
                 .init_containers
                 .map(|v| v.into_iter().map(slim).collect()),
             node_name: spec.node_name,
+            // The publication gate is opt-in through it (podReady and the planner read it).
+            readiness_gates: spec.readiness_gates,
             hostname: spec.hostname,
             subdomain: spec.subdomain,
             ..PodSpec::default()
@@ -223,5 +225,22 @@ mod tests {
         strip_pod(&mut pod);
         assert_eq!(pod.metadata, kept.metadata);
         assert_eq!(pod.status, kept.status);
+    }
+
+    #[test]
+    fn stripping_keeps_the_readiness_gates() {
+        use k8s_openapi::api::core::v1::{PodReadinessGate, PodSpec};
+        let gates = vec![PodReadinessGate {
+            condition_type: portmapper_core::PUBLISHED_GATE.into(),
+        }];
+        let mut pod = Pod {
+            spec: Some(PodSpec {
+                readiness_gates: Some(gates.clone()),
+                ..PodSpec::default()
+            }),
+            ..Pod::default()
+        };
+        strip_pod(&mut pod);
+        assert_eq!(pod.spec.and_then(|s| s.readiness_gates), Some(gates));
     }
 }

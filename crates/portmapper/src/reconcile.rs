@@ -334,7 +334,18 @@ async fn plan_and_apply(
         .collect();
     let pm_uid = pm.uid().unwrap_or_default();
     let written = execute_slice_writes(writer, &ctx.index, &plan, &live_names, &pm_uid).await;
+    // Gates after the slices: a pod is marked published only once its slices are stored.
+    let slices_written = written.errors.is_empty() && written.collisions.is_empty();
+    let gate_errors = crate::gates::write_gates(
+        writer,
+        &ctx.gates_written,
+        &plan.pod_gates,
+        &pods,
+        slices_written,
+    )
+    .await;
     let mut errors = written.errors;
+    errors.extend(gate_errors);
     let mut collisions = Vec::new();
     // Each squatter object (name/UID) is one occurrence: warned when first seen, not at every
     // retry; another object at the name (a new UID) is a new one.

@@ -38,6 +38,7 @@
 mod compare;
 mod emit;
 mod evaluate;
+mod gate;
 mod legacy;
 mod memo;
 pub mod naming;
@@ -59,10 +60,11 @@ use portmapper_api::PortMappingSpec;
 
 pub use compare::{endpoint_eq, metadata_eq, ports_eq};
 pub use evaluate::published_memberships;
+pub use gate::{REASON_NO_ADDRESS, REASON_NOT_PUBLISHED, REASON_PUBLISHED};
 pub use memo::{EvalMemo, PassStats};
 pub use types::{
     Action, DecisionCounts, Deletion, Plan, PlanError, PlanInput, PlanWarning, PlannedEndpoints,
-    PlannedSlice,
+    PlannedSlice, PodGate,
 };
 
 use crate::membership::{PortRules, port_rules, publish_not_ready};
@@ -374,6 +376,7 @@ fn plan_inner(input: &PlanInput<'_>, memo: Option<&mut EvalMemo>) -> Result<Plan
         .iter()
         .map(|p| p.metadata.name.as_deref().unwrap_or_default())
         .collect();
+    out.pod_gates = gate::pod_gates(&ctx, &evaluated.states);
     out.ports = port_statuses(&ports, &evaluated.states, &names);
     out.summary = status::summary(&out.ports);
     out.warnings.sort();

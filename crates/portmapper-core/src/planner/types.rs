@@ -206,6 +206,27 @@ pub struct Plan {
     pub warnings: Vec<PlanWarning>,
     /// How every (pod, port, family) membership was decided, for metrics.
     pub decisions: DecisionCounts,
+    /// Publication gate conditions to write (pods listing `portmapper.dev/published` in
+    /// `spec.readinessGates` whose current condition differs), in pool order. Written after the
+    /// slices of the same plan.
+    pub pod_gates: Vec<PodGate>,
+}
+
+/// The `portmapper.dev/published` condition one gated pod must carry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodGate {
+    /// Pod name (in the PortMapping's namespace).
+    pub pod: String,
+    /// Pod UID: the write must not land on a newer pod of the same name.
+    pub uid: String,
+    /// True: published on every port it is meant to serve.
+    pub status: bool,
+    /// `Published`, `NotPublished` or `NoAddress`.
+    pub reason: &'static str,
+    /// Which ports leave it out and why, or where it is published.
+    pub message: String,
+    /// Kept from the current condition unless the status flips (then the plan's time).
+    pub last_transition_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// Membership decisions of one plan, by outcome (before Abstain falls back to the live state).
@@ -226,6 +247,7 @@ impl Plan {
             + self.deletions.len()
             + usize::from(self.endpoints.as_ref().is_some_and(|e| e.action.is_write()))
             + usize::from(self.endpoints_deletion.is_some())
+            + self.pod_gates.len()
     }
 
     /// Whether everything is already as desired.

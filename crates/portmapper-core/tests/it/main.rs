@@ -2,6 +2,7 @@
 
 mod fixtures;
 mod fuzz;
+mod gate;
 mod hostile;
 mod planner;
 mod probe_targets;

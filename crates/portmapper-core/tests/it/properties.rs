@@ -574,6 +574,32 @@ fn wrap_network_check_in_any_of(w: &mut World, s: &Scenario) {
 
 /// Gives every pod of `next` a resourceVersion as the API server would: the previous one when
 /// the object is unchanged, a new one when anything in it changed.
+/// Gates every other pod on publication (`portmapper.dev/published`), with ContainersReady
+/// mirroring Ready: the publication gates (`Plan::pod_gates`) are planned too, from the same
+/// evaluation, memo or not.
+fn gate_even_pods(w: &mut World) {
+    use k8s_openapi::api::core::v1::{PodCondition, PodReadinessGate};
+    for pod in w.pods.iter_mut().step_by(2) {
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.readiness_gates = Some(vec![PodReadinessGate {
+                condition_type: portmapper_core::PUBLISHED_GATE.into(),
+            }]);
+        }
+        if let Some(conditions) = pod.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+            let ready = conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .map(|c| c.status.clone())
+                .unwrap_or_else(|| "False".into());
+            conditions.push(PodCondition {
+                type_: "ContainersReady".into(),
+                status: ready,
+                ..PodCondition::default()
+            });
+        }
+    }
+}
+
 fn stamp_versions(prev: &[k8s_openapi::api::core::v1::Pod], next: &mut World, counter: &mut u64) {
     for pod in &mut next.pods {
         let before = prev
@@ -605,6 +631,7 @@ proptest! {
         start in scenario(),
         events in prop::collection::vec(event(), 1..24),
         any_of in any::<bool>(),
+        gated in any::<bool>(),
     ) {
         let mut s = start;
         let mut counter = 0u64;
@@ -613,6 +640,9 @@ proptest! {
             let mut w = world(s);
             if any_of {
                 wrap_network_check_in_any_of(&mut w, s);
+            }
+            if gated {
+                gate_even_pods(&mut w);
             }
             w
         };

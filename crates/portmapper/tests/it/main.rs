@@ -10,6 +10,7 @@ mod failover;
 mod fault_matrix;
 mod faults;
 mod fuzz;
+mod gate;
 mod harness;
 mod hostile;
 mod leader;

@@ -40,6 +40,8 @@ struct State {
     duplicates: BTreeMap<String, BTreeSet<EndpointKey>>,
     blackouts: Vec<String>,
     lasting_duplicates: Vec<String>,
+    /// Per port once published, the fewest ready endpoints any later version had.
+    fewest_ready: BTreeMap<PortKey, usize>,
 }
 
 /// A running observer; dropping it stops the watch.
@@ -60,6 +62,8 @@ pub struct Report {
     pub versions: usize,
     pub blackouts: Vec<String>,
     pub lasting_duplicates: Vec<String>,
+    /// (Service, port, address type) → the fewest ready endpoints seen once it was published.
+    pub fewest_ready: BTreeMap<PortKey, usize>,
 }
 
 impl Observer {
@@ -122,6 +126,7 @@ impl Observer {
             versions: st.versions,
             blackouts: st.blackouts.clone(),
             lasting_duplicates: st.lasting_duplicates.clone(),
+            fewest_ready: st.fewest_ready.clone(),
         }
     }
 
@@ -188,6 +193,11 @@ impl State {
             if *n > 0 {
                 self.published.insert(key.clone());
             }
+        }
+        for key in &self.published {
+            let n = ready.get(key).copied().unwrap_or(0);
+            let fewest = self.fewest_ready.entry(key.clone()).or_insert(n);
+            *fewest = (*fewest).min(n);
         }
         for key in &self.published {
             let served = must_serve.contains(&(key.0.clone(), key.1.clone()));

@@ -1,0 +1,177 @@
+//! The publication readiness gate: for every pool pod that lists [`PUBLISHED_GATE`] in
+//! `spec.readinessGates`, the condition it should carry, so that a rollout waits until the pod
+//! is in the slices of every port it is meant to serve.
+//!
+//! A port counts when the pod is a candidate there and the port's *backing* checks (portNames,
+//! podCondition, notTerminating: whether the pod is meant to serve the port at all) include it.
+//! Health checks (podReady, which reads ContainersReady for a gated pod, containerReady, probes,
+//! webhooks) are what the gate waits for: a pod failing a probe keeps its gate False, which is
+//! the point (a Ready pod missing from a port's slices is what made rollouts outrun publication).
+//! The plan carries only the pods whose current condition differs, so a converged pool costs no
+//! write.
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::Context;
+use super::status::PodPortState;
+use super::types::PodGate;
+use crate::check::{PUBLISHED_GATE, has_published_gate};
+use crate::decision::Decision;
+use crate::membership::{Evaluation, evaluate_port};
+use crate::target::{
+    PodAddress, ResolvedPort, is_terminal, is_terminating, pod_address, resolve_target_port,
+};
+
+/// Reason of the True condition.
+pub const REASON_PUBLISHED: &str = "Published";
+/// Reason of the False condition when a port the pod is meant to serve leaves it out.
+pub const REASON_NOT_PUBLISHED: &str = "NotPublished";
+/// Reason of the False condition while the pod has no IP address.
+pub const REASON_NO_ADDRESS: &str = "NoAddress";
+
+/// The gate changes of one plan, in pool order.
+pub(crate) fn pod_gates(ctx: &Context<'_>, states: &[Vec<Option<PodPortState>>]) -> Vec<PodGate> {
+    let mut out = Vec::new();
+    for (pod_idx, &pod) in ctx.pods.iter().enumerate() {
+        // A terminating pod is on its way out: its readiness no longer gates anything, and a
+        // write per terminating pod would only add load during a rollout.
+        if !has_published_gate(pod) || is_terminal(pod) || is_terminating(pod) {
+            continue;
+        }
+        let (status, reason, message) = desired(ctx, pod_idx, states);
+        if let Some(gate) = change(ctx, pod, status, reason, message) {
+            out.push(gate);
+        }
+    }
+    out
+}
+
+fn desired(
+    ctx: &Context<'_>,
+    pod_idx: usize,
+    states: &[Vec<Option<PodPortState>>],
+) -> (bool, &'static str, String) {
+    let pod = ctx.pods[pod_idx];
+    let has_ip = pod.status.as_ref().is_some_and(|s| {
+        s.pod_ip.as_deref().is_some_and(|ip| !ip.is_empty())
+            || s.pod_ips.as_ref().is_some_and(|ips| !ips.is_empty())
+    });
+    if !has_ip {
+        // Not a candidate anywhere yet; True now would let Ready through the moment the pod
+        // gets its address, before any slice names it.
+        return (
+            false,
+            REASON_NO_ADDRESS,
+            "the pod has no IP address yet".to_owned(),
+        );
+    }
+    let mut published = Vec::new();
+    let mut missing = Vec::new();
+    for (port_idx, port) in ctx.ports.iter().enumerate() {
+        let label = port.key.as_deref().unwrap_or("(portless)");
+        match &states[port_idx][pod_idx] {
+            Some(PodPortState::Published { .. }) => published.push(label),
+            Some(PodPortState::Excluded(reason)) if meant_to_serve(ctx, port_idx, pod) => {
+                missing.push(format!("port {label}: {reason}"));
+            }
+            Some(PodPortState::Excluded(_)) | None => {}
+        }
+    }
+    if missing.is_empty() {
+        let message = if published.is_empty() {
+            "the pod is meant to serve no port of the Service".to_owned()
+        } else {
+            format!(
+                "published on every port it serves: {}",
+                published.join(", ")
+            )
+        };
+        (true, REASON_PUBLISHED, message)
+    } else {
+        (
+            false,
+            REASON_NOT_PUBLISHED,
+            format!("not published on {}", missing.join("; ")),
+        )
+    }
+}
+
+/// Whether the port's backing checks include the pod in some family: evaluated with the health
+/// checks bypassed, as under `publishNotReadyAddresses`.
+fn meant_to_serve(ctx: &Context<'_>, port_idx: usize, pod: &Pod) -> bool {
+    let port = &ctx.ports[port_idx];
+    let target = match port.service_port {
+        None => None,
+        Some(sp) => match resolve_target_port(pod, sp) {
+            Some(t) => Some(t),
+            None => return false,
+        },
+    };
+    ctx.families
+        .iter()
+        .any(|&family| match pod_address(pod, family) {
+            PodAddress::Missing => false,
+            // Meant to serve, but its address cannot be published: the gate must say so.
+            PodAddress::Rejected { .. } => true,
+            PodAddress::Usable(address) => {
+                let resolved = ResolvedPort {
+                    name: port.name,
+                    port: port.number,
+                    protocol: port.protocol,
+                    target,
+                    address,
+                    family,
+                };
+                let verdict = evaluate_port(
+                    port.rules,
+                    &Evaluation {
+                        service: ctx.service,
+                        pod,
+                        port: &resolved,
+                        network: ctx.network,
+                        publish_not_ready: true,
+                    },
+                );
+                verdict.decision != Decision::Exclude
+            }
+        })
+}
+
+/// The write to make, if the pod's condition differs from the desired one. The transition time
+/// moves only when the status flips (as kubelet does for its own conditions).
+fn change(
+    ctx: &Context<'_>,
+    pod: &Pod,
+    status: bool,
+    reason: &'static str,
+    message: String,
+) -> Option<PodGate> {
+    let text = if status { "True" } else { "False" };
+    let current = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == PUBLISHED_GATE));
+    if current.is_some_and(|c| {
+        c.status == text
+            && c.reason.as_deref() == Some(reason)
+            && c.message.as_deref() == Some(message.as_str())
+    }) {
+        return None;
+    }
+    let last_transition_time = match current {
+        Some(c) if c.status == text && c.last_transition_time.is_some() => {
+            c.last_transition_time.clone()
+        }
+        _ => Some(Time(ctx.now)),
+    };
+    Some(PodGate {
+        pod: pod.metadata.name.clone().unwrap_or_default(),
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        status,
+        reason,
+        message,
+        last_transition_time,
+    })
+}

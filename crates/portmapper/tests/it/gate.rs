@@ -1,0 +1,337 @@
+//! The publication readiness gate against the emulator: the operator sets
+//! `portmapper.dev/published` on gated pool pods through `pods/status`, after the slices naming
+//! them are written, and only when the condition changes (exact counts from the request log).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use kube::api::{Api, Patch, PatchParams};
+use kube_emulator::reqlog::LoggedRequest;
+use portmapper_core::PUBLISHED_GATE;
+use serde_json::json;
+
+use crate::harness::*;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A pool pod that opts in to the gate.
+fn gated_pod(name: &str, ports: &str) -> serde_json::Value {
+    let mut p = pod(name, "web", ports);
+    p["spec"]["readinessGates"] = json!([{"conditionType": PUBLISHED_GATE}]);
+    p
+}
+
+/// Plays kubelet: address and container readiness through a strategic merge patch keyed by
+/// condition type (as kubelet's status manager leaves other owners' conditions alone). Ready
+/// stays False: with our gate unset kubelet would not make it True, and podReady must not wait
+/// for it.
+async fn kubelet(h: &Harness, name: &str, ip: &str, containers_ready: bool) {
+    let api: Api<Pod> = Api::namespaced(h.client.clone(), NS);
+    let ready = if containers_ready { "True" } else { "False" };
+    let status = json!({"status": {
+        "phase": "Running",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "conditions": [
+            {"type": "ContainersReady", "status": ready},
+            {"type": "Ready", "status": "False"},
+        ],
+    }});
+    api.patch_status(name, &PatchParams::default(), &Patch::Strategic(status))
+        .await
+        .unwrap();
+}
+
+async fn gate_of(h: &Harness, name: &str) -> Option<PodCondition> {
+    let api: Api<Pod> = Api::namespaced(h.client.clone(), NS);
+    api.get(name)
+        .await
+        .unwrap()
+        .status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == PUBLISHED_GATE)
+}
+
+/// Waits until the pod's gate has this status and message.
+async fn wait_gate(h: &Harness, name: &str, status: &str, message: &str) -> PodCondition {
+    eventually(
+        &format!("{name} gate {status}: {message}"),
+        WAIT,
+        || async {
+            gate_of(h, name)
+                .await
+                .filter(|c| c.status == status && c.message.as_deref() == Some(message))
+        },
+    )
+    .await
+}
+
+/// The operator's requests, in log order.
+fn operator_requests(h: &Harness) -> Vec<LoggedRequest> {
+    h.emu
+        .requests()
+        .filter(|r| r.is_write() && r.field_manager == portmapper_api::MANAGER)
+}
+
+fn is_gate_write(r: &LoggedRequest) -> bool {
+    r.resource == "pods" && r.subresource == "status"
+}
+
+fn gate_writes(h: &Harness, pod: &str) -> usize {
+    operator_requests(h)
+        .iter()
+        .filter(|r| is_gate_write(r) && r.name == pod)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gate_turns_true_after_publication_and_false_when_a_port_drops_the_pod() {
+    let h = Harness::start().await;
+    h.create(service("web", &[("http", 8080), ("https", 8443)]))
+        .await;
+    h.create(gated_pod("pod-a", "http")).await;
+    h.create(gated_pod("pod-b", "http,https")).await;
+    // Not gated: never written to.
+    h.create(pod("pod-c", "web", "http,https")).await;
+    kubelet(&h, "pod-a", "10.244.0.1", true).await;
+    kubelet(&h, "pod-b", "10.244.0.2", true).await;
+    h.set_pod_status("pod-c", &["10.244.0.3"], true).await;
+    h.create(portmapping("web", "web")).await;
+
+    let a = wait_gate(
+        &h,
+        "pod-a",
+        "True",
+        "published on every port it serves: http",
+    )
+    .await;
+    let b = wait_gate(
+        &h,
+        "pod-b",
+        "True",
+        "published on every port it serves: http, https",
+    )
+    .await;
+    assert_eq!(a.reason.as_deref(), Some("Published"));
+    assert!(b.last_transition_time.is_some());
+    // Ready is False (kubelet waits for our gate): podReady read ContainersReady instead.
+    let membership = h.membership("web").await;
+    assert_eq!(membership["web.http"], ["pod-a", "pod-b", "pod-c"]);
+    assert_eq!(membership["web.https"], ["pod-b", "pod-c"]);
+    // One write per gated pod, each after the slice writes that publish it.
+    let writes = operator_requests(&h);
+    let first_gate = writes.iter().position(is_gate_write).unwrap();
+    let last_slice = writes
+        .iter()
+        .rposition(|r| r.resource == "endpointslices")
+        .unwrap();
+    assert!(last_slice < first_gate, "{writes:#?}");
+    assert_eq!(
+        (
+            gate_writes(&h, "pod-a"),
+            gate_writes(&h, "pod-b"),
+            gate_writes(&h, "pod-c")
+        ),
+        (1, 1, 0)
+    );
+
+    // pod-b stops serving https by its own annotation: still True (the port no longer counts),
+    // one message change, the transition time kept.
+    h.patch_pod(
+        "pod-b",
+        json!({"metadata": {"annotations": {"example.com/ports": "http"}}}),
+    )
+    .await;
+    let b2 = wait_gate(
+        &h,
+        "pod-b",
+        "True",
+        "published on every port it serves: http",
+    )
+    .await;
+    assert_eq!(b2.last_transition_time, b.last_transition_time);
+    assert_eq!(h.membership("web").await["web.https"], ["pod-c"]);
+
+    // pod-b's containers fail: http drops it, and the gate says which port and why.
+    kubelet(&h, "pod-b", "10.244.0.2", false).await;
+    let b3 = wait_gate(
+        &h,
+        "pod-b",
+        "False",
+        "not published on port http: podReady: containers are not ready (ContainersReady=False)",
+    )
+    .await;
+    assert_eq!(b3.reason.as_deref(), Some("NotPublished"));
+    // (That the flip moves lastTransitionTime is a planner test with a manual clock: this one
+    // may run within one second.)
+    assert!(b3.last_transition_time.is_some());
+    // kubelet's own conditions survived our patches, ours survived kubelet's.
+    let pod: Pod = Api::namespaced(h.client.clone(), NS)
+        .get("pod-b")
+        .await
+        .unwrap();
+    let types: Vec<String> = pod
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .map(|c| c.type_)
+        .collect();
+    assert!(types.contains(&"ContainersReady".to_owned()), "{types:?}");
+    assert!(types.contains(&PUBLISHED_GATE.to_owned()), "{types:?}");
+    assert_eq!(h.membership("web").await["web.http"], ["pod-a", "pod-c"]);
+
+    // Converged: one write per change of pod-b's condition, none for pod-a after its first.
+    // The PortMapping's status write follows the gate writes in the same reconcile, so once it
+    // shows pod-b excluded every gate write of that reconcile is in the log.
+    eventually("status shows pod-b excluded from http", WAIT, || async {
+        let pm = h.portmapping("web").await;
+        pm.status
+            .filter(|s| s.ports.iter().any(|p| p.name == "http" && p.ready == 2))
+            .map(|_| ())
+    })
+    .await;
+    assert_eq!(
+        (
+            gate_writes(&h, "pod-a"),
+            gate_writes(&h, "pod-b"),
+            gate_writes(&h, "pod-c")
+        ),
+        (1, 3, 0)
+    );
+}
+
+/// Until the pod cache shows our patch, a plan made from the stale pod asks for the same gate
+/// again; the executor does not resend it. A different gate, or a newer pod, is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_already_sent_is_not_resent_while_the_cache_lags() {
+    use portmapper::apply::Writer;
+    use portmapper::gates::{GatesWritten, write_gates};
+    use portmapper::leader::Leadership;
+    use portmapper_core::PodGate;
+
+    let h = Harness::new().await;
+    h.create(gated_pod("pod-a", "http")).await;
+    kubelet(&h, "pod-a", "10.244.0.1", true).await;
+    let api: Api<Pod> = Api::namespaced(h.client.clone(), NS);
+    // The pod as the cache holds it when the plan is made.
+    let stale = api.get("pod-a").await.unwrap();
+    let leadership = Leadership::always();
+    let writer = Writer {
+        client: &h.client,
+        namespace: NS,
+        leadership: &leadership,
+        metrics: &h.metrics,
+    };
+    let gate = PodGate {
+        pod: "pod-a".into(),
+        uid: stale.metadata.uid.clone().unwrap(),
+        status: true,
+        reason: "Published",
+        message: "published on every port it serves: http".into(),
+        last_transition_time: None,
+    };
+    let remembered = GatesWritten::default();
+    let gates = std::slice::from_ref(&gate);
+    for _ in 0..2 {
+        let errors = write_gates(&writer, &remembered, gates, &[&stale], true).await;
+        assert!(errors.is_empty(), "{errors:?}");
+    }
+    assert_eq!(
+        gate_writes(&h, "pod-a"),
+        1,
+        "the second plan's gate was not resent"
+    );
+    // Slices not all written: a True gate waits.
+    let fresh = api.get("pod-a").await.unwrap();
+    assert_ne!(
+        fresh.metadata.resource_version,
+        stale.metadata.resource_version
+    );
+    let mut changed = gate.clone();
+    changed.message = "published on every port it serves: http, https".into();
+    let errors = write_gates(&writer, &remembered, &[changed.clone()], &[&fresh], false).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(
+        gate_writes(&h, "pod-a"),
+        1,
+        "True waits for the slice writes"
+    );
+    // The cache moved on: the gate planned from the newer pod is written.
+    let errors = write_gates(&writer, &remembered, &[changed], &[&fresh], true).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(gate_writes(&h, "pod-a"), 2);
+    assert_eq!(
+        gate_of(&h, "pod-a").await.and_then(|c| c.message),
+        Some("published on every port it serves: http, https".into())
+    );
+    // A pod replaced under the same name (new UID) is refused, not overwritten.
+    let mut other = gate.clone();
+    other.uid = "another-uid".into();
+    let errors = write_gates(&writer, &GatesWritten::default(), &[other], &[&fresh], true).await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(
+        gate_of(&h, "pod-a").await.and_then(|c| c.message),
+        Some("published on every port it serves: http, https".into())
+    );
+}
+
+/// A rolling restart of a gated pool, played as a StatefulSet and kubelet would: each pod is
+/// deleted and recreated, kubelet makes it Ready only once its containers are ready and our gate
+/// is True, and the next pod is restarted only when this one is Ready. A watcher on our slices
+/// sees every version: no port ever has more than one member missing. It also fails if podReady
+/// read Ready for gated pods: Ready stays False until the gate is True, so no restarted pod would
+/// ever be published and the rollout would stall. (In-process the operator publishes faster
+/// than this loop restarts the next pod, so the member count alone would hold without the wait
+/// too; with slow checks, probes or webhooks, the wait is what keeps it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_of_a_gated_pool_never_takes_two_members_from_a_port() {
+    use crate::observer::Observer;
+    use kube::api::DeleteParams;
+
+    const POOL: [(&str, &str); 3] = [
+        ("web-0", "10.244.0.10"),
+        ("web-1", "10.244.0.11"),
+        ("web-2", "10.244.0.12"),
+    ];
+    let h = Harness::start().await;
+    h.create(service("web", &[("http", 8080), ("https", 8443)]))
+        .await;
+    for (name, ip) in POOL {
+        h.create(gated_pod(name, "http,https")).await;
+        kubelet(&h, name, ip, true).await;
+    }
+    h.create(portmapping("web", "web")).await;
+    let all = "published on every port it serves: http, https";
+    for (name, _) in POOL {
+        wait_gate(&h, name, "True", all).await;
+    }
+    let observer = Observer::start(h.client.clone(), &[("web", "http"), ("web", "https")]).await;
+    let api: Api<Pod> = Api::namespaced(h.client.clone(), NS);
+    for (round, (name, ip)) in POOL.into_iter().enumerate() {
+        let old_uid = api.get(name).await.unwrap().metadata.uid;
+        api.delete(name, &DeleteParams::default()).await.unwrap();
+        h.create(gated_pod(name, "http,https")).await;
+        let new_uid = api.get(name).await.unwrap().metadata.uid;
+        assert_ne!(old_uid, new_uid);
+        // A new IP per generation, as a rescheduled pod gets.
+        let ip = ip.replace(".0.", &format!(".{}.", round + 1));
+        kubelet(&h, name, &ip, true).await;
+        // kubelet: Ready once the containers are ready and every gate (ours) is True.
+        wait_gate(&h, name, "True", all).await;
+        let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        api.patch_status(name, &PatchParams::default(), &Patch::Strategic(ready))
+            .await
+            .unwrap();
+        // Our gate marked it published only after its slices were written.
+        let membership = h.membership("web").await;
+        assert_eq!(membership["web.http"], ["web-0", "web-1", "web-2"]);
+        assert_eq!(membership["web.https"], ["web-0", "web-1", "web-2"]);
+    }
+    observer.assert_held();
+    let report = observer.report();
+    let fewest: Vec<usize> = report.fewest_ready.values().copied().collect();
+    assert_eq!(fewest, [2, 2], "{report:#?}");
+}
