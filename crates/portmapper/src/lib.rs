@@ -29,5 +29,6 @@ pub mod report;
 pub mod run;
 pub mod status_view;
 pub mod telemetry;
+pub mod text_table;
 pub mod watch_health;
 pub mod watches;

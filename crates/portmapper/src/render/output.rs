@@ -94,34 +94,6 @@ fn strip_server_fields(value: &mut serde_json::Value) {
     }
 }
 
-/// Left-aligned columns separated by three spaces.
-fn columns(rows: &[Vec<String>]) -> String {
-    let width = rows.iter().map(Vec::len).max().unwrap_or_default();
-    let widths: Vec<usize> = (0..width)
-        .map(|i| {
-            rows.iter()
-                .filter_map(|r| r.get(i))
-                .map(|c| c.chars().count())
-                .max()
-                .unwrap_or_default()
-        })
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            if i + 1 == row.len() {
-                line.push_str(cell);
-            } else {
-                let _ = write!(line, "{cell:<w$}   ", w = widths[i]);
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
-}
-
 fn endpoints_cell(slice: &EndpointSlice) -> String {
     if slice.endpoints.is_empty() {
         return "<none>".to_owned();
@@ -193,7 +165,7 @@ fn table_one(out: &mut String, preview: &Preview, assume: &str) {
             ]);
         }
         out.push('\n');
-        out.push_str(&indent(&columns(&rows)));
+        out.push_str(&indent(&crate::text_table::columns(&rows, 3)));
     }
     if let Some(endpoints) = &preview.endpoints {
         let addresses: usize = endpoints
@@ -236,7 +208,7 @@ fn table_one(out: &mut String, preview: &Preview, assume: &str) {
             ]);
         }
         out.push('\n');
-        out.push_str(&indent(&columns(&rows)));
+        out.push_str(&indent(&crate::text_table::columns(&rows, 3)));
         for p in &status.ports {
             for e in &p.excluded {
                 let _ = writeln!(out, "  {} excludes {}: {}", p.name, e.pod, e.reason);

@@ -48,32 +48,6 @@ fn conditions_lines(view: &View) -> Vec<String> {
     lines
 }
 
-/// Left-aligned columns separated by two spaces (widths in characters: the marks are one wide).
-fn columns_text(rows: &[Vec<String>]) -> String {
-    let width = rows.iter().map(Vec::len).max().unwrap_or_default();
-    let widths: Vec<usize> = (0..width)
-        .map(|i| {
-            rows.iter()
-                .filter_map(|r| r.get(i))
-                .map(|c| c.chars().count())
-                .max()
-                .unwrap_or_default()
-        })
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            let pad = widths[i].saturating_sub(cell.chars().count());
-            line.push_str(cell);
-            line.extend(std::iter::repeat_n(' ', pad + 2));
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
-}
-
 /// What each mark means (printed under the tables).
 pub const LEGEND: &str = "✔ published ready  ◐ published not ready  ↓ published terminating  \
                           ~ kept (a check abstained)  ✘ excluded  - not a candidate  ? cannot tell";
@@ -123,7 +97,7 @@ pub fn table(view: &View) -> String {
         if family.pods.is_empty() {
             rows.push(vec!["(no pods)".to_owned()]);
         }
-        out.push_str(&columns_text(&rows));
+        out.push_str(&crate::text_table::columns(&rows, 2));
         for r in reasons {
             out.push_str(&r);
             out.push('\n');
