@@ -1,7 +1,9 @@
 //! Planner cost at scale: 10,000 pods × 4 Service ports × 2 IP families (80,000 memberships,
 //! 100 endpoints per slice → 800 slices). Three cases: a first publication (nothing live), a
 //! converged resync (everything live and equal: the steady state), and a resync after one pod
-//! went unready.
+//! went unready. A second group plans shape A of the scale bench (IPv4 only, half the pods list
+//! all 4 ports and half list 2, 300 slices) with the per-PortMapping memo, as the operator does:
+//! a converged resync and one pod flipping unready and back.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -20,7 +22,7 @@ use portmapper_api::check::PortNamesCheck;
 use portmapper_api::{
     Check, KeySource, PodPool, PortMapping, PortMappingSpec, PortRule, ServiceRef,
 };
-use portmapper_core::{NetworkDecisions, Plan, PlanInput, plan};
+use portmapper_core::{EvalMemo, NetworkDecisions, Plan, PlanInput, plan, plan_with_memo};
 
 const PODS: usize = 10_000;
 
@@ -144,6 +146,109 @@ fn pods() -> Vec<Pod> {
         .collect()
 }
 
+fn run_memo(
+    pm: &PortMapping,
+    svc: &Service,
+    pods: &[Pod],
+    live: &[Arc<EndpointSlice>],
+    memo: &mut EvalMemo,
+) -> Plan {
+    let pods: Vec<&Pod> = pods.iter().collect();
+    plan_with_memo(
+        &PlanInput {
+            port_mapping: pm,
+            service: svc,
+            pods: &pods,
+            node_zones: &BTreeMap::new(),
+            network: &NetworkDecisions::new(),
+            live_slices: live,
+            take_over: &[],
+            live_endpoints: None,
+            now: Timestamp::UNIX_EPOCH,
+        },
+        memo,
+    )
+    .expect("plan")
+}
+
+/// Shape A of the scale bench: IPv4, no topology, every second pod lists 2 of the 4 ports.
+fn shape_a() -> (Service, Vec<Pod>) {
+    let mut svc = service();
+    if let Some(spec) = svc.spec.as_mut() {
+        spec.ip_families = Some(vec!["IPv4".into()]);
+        spec.traffic_distribution = None;
+    }
+    let mut pods = pods();
+    for (i, pod) in pods.iter_mut().enumerate() {
+        pod.metadata.resource_version = Some(format!("{}", i + 1));
+        if let Some(ips) = pod.status.as_mut().and_then(|s| s.pod_ips.as_mut()) {
+            ips.truncate(1);
+        }
+        if i % 2 == 1 {
+            pod.metadata.annotations = Some(BTreeMap::from([(
+                "ports".to_owned(),
+                "http,grpc".to_owned(),
+            )]));
+        }
+    }
+    (svc, pods)
+}
+
+fn set_ready(pod: &mut Pod, ready: bool, resource_version: u64) {
+    pod.metadata.resource_version = Some(resource_version.to_string());
+    if let Some(c) = pod.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+        c[0].status = if ready { "True" } else { "False" }.into();
+    }
+}
+
+/// One flip of pod 4320 and the plan after it; a named function so that instruction counts
+/// (`valgrind --tool=callgrind --toggle-collect=plan::flip_once`) can be taken per flip.
+#[inline(never)]
+fn flip_once(
+    pm: &PortMapping,
+    svc: &Service,
+    pods: &mut [Pod],
+    live: &[Arc<EndpointSlice>],
+    memo: &mut EvalMemo,
+    ready: bool,
+    version: u64,
+) -> Plan {
+    set_ready(&mut pods[4320], ready, version);
+    let plan = run_memo(pm, svc, pods, live, memo);
+    assert_eq!(memo.last_pass().evaluated, 1);
+    plan
+}
+
+fn bench_memo(c: &mut Criterion) {
+    let pm = port_mapping();
+    let (svc, mut pods) = shape_a();
+    let mut memo = EvalMemo::default();
+    let first = run_memo(&pm, &svc, &pods, &[], &mut memo);
+    assert_eq!(first.slices.len(), 300);
+    let live: Vec<Arc<EndpointSlice>> = first.slices.iter().map(|p| p.slice.clone()).collect();
+    assert_eq!(run_memo(&pm, &svc, &pods, &live, &mut memo).writes(), 0);
+
+    let mut group = c.benchmark_group("shape_a_10k_pods_with_memo");
+    group.sample_size(20);
+    group.bench_function("converged_resync", |b| {
+        b.iter(|| black_box(run_memo(&pm, &svc, &pods, &live, &mut memo)))
+    });
+    // Each iteration is one flip: pod 4320 (4 ports) alternates unready / ready, with a new
+    // resourceVersion each time, against the converged live slices.
+    let mut version = 1_000_000u64;
+    let mut ready = true;
+    group.bench_function("one_pod_flip", |b| {
+        b.iter(|| {
+            version += 1;
+            ready = !ready;
+            black_box(flip_once(
+                &pm, &svc, &mut pods, &live, &mut memo, ready, version,
+            ))
+        })
+    });
+    group.finish();
+}
+
 fn run(
     pm: &PortMapping,
     svc: &Service,
@@ -201,5 +306,5 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+criterion_group!(benches, bench, bench_memo);
 criterion_main!(benches);

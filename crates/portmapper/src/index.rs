@@ -106,9 +106,11 @@ struct PmFootprint {
     deleting: bool,
 }
 
-/// What a pod touches.
+/// What a pod touches, and the pod itself: the index is the operator's only copy of the pods
+/// (no reflector store), shared with the pools through the `Arc`.
 #[derive(Clone, Debug, Default)]
 struct PodFootprint {
+    pod: Arc<Pod>,
     pools: Vec<PoolKey>,
     uid: Option<String>,
     node: Option<String>,
@@ -142,8 +144,8 @@ pub struct Index {
 
     pods: HashMap<PodKey, PodFootprint>,
     /// Pool pods by name (one namespace per pool), so a pool reads out in a stable order
-    /// without sorting on every reconcile.
-    pods_by_pool: HashMap<PoolKey, BTreeMap<String, ObjectRef<Pod>>>,
+    /// without sorting or a lookup per pod on every reconcile.
+    pods_by_pool: HashMap<PoolKey, BTreeMap<String, Arc<Pod>>>,
     pods_by_node: HashMap<String, HashSet<PodKey>>,
 
     slices: HashMap<ObjectRef<EndpointSlice>, OwnedFootprint>,
@@ -448,19 +450,24 @@ impl Index {
 
     /// A pod was added or changed. Affected: the PortMappings of the pools it is in now or was
     /// in before, and those whose slices publish it (so a pod leaving the pool is withdrawn).
-    pub fn apply_pod(&mut self, source: &PodSource, pod: &Pod) -> Vec<PmKey> {
+    pub fn apply_pod(&mut self, source: &PodSource, pod: Arc<Pod>) -> Vec<PmKey> {
+        let mut pod_ref = ObjectRef::from_obj(pod.as_ref());
+        // Keys compare by name and namespace; the UID and version would be two more strings
+        // per pod in every key copy.
+        pod_ref.extra = Default::default();
         let key = PodKey {
             source: source.clone(),
-            pod: ObjectRef::from_obj(pod),
+            pod: pod_ref,
         };
         let footprint = PodFootprint {
-            pools: self.pools_of(source, pod),
+            pools: self.pools_of(source, &pod),
             uid: pod.uid(),
             node: pod
                 .spec
                 .as_ref()
                 .and_then(|s| s.node_name.clone())
                 .filter(|n| !n.is_empty()),
+            pod,
         };
         let mut affected = HashSet::new();
         if let Some(old) = self.pods.remove(&key) {
@@ -472,7 +479,7 @@ impl Index {
             self.pods_by_pool
                 .entry(pool.clone())
                 .or_default()
-                .insert(key.pod.name.clone(), key.pod.clone());
+                .insert(key.pod.name.clone(), footprint.pod.clone());
         }
         if let Some(node) = &footprint.node {
             self.pods_by_node
@@ -566,8 +573,25 @@ impl Index {
         }
     }
 
+    /// Applies every pod `source`'s watch holds again (a PortMapping started reading a new
+    /// annotation key of its namespace, so their pools may differ); returns the PortMappings
+    /// affected.
+    pub fn reindex_pods(&mut self, source: &PodSource) -> Vec<PmKey> {
+        let pods: Vec<Arc<Pod>> = self
+            .pods
+            .iter()
+            .filter(|(k, _)| &k.source == source)
+            .map(|(_, f)| f.pod.clone())
+            .collect();
+        let mut affected = HashSet::new();
+        for pod in pods {
+            affected.extend(self.apply_pod(source, pod));
+        }
+        affected.into_iter().collect()
+    }
+
     /// The pods of a PortMapping's pool (by key and value), as the pool's watch has them.
-    pub fn pool_pods(&self, pm: &PortMapping) -> Vec<ObjectRef<Pod>> {
+    pub fn pool_pods(&self, pm: &PortMapping) -> Vec<Arc<Pod>> {
         // By name: a stable input order, so plans do not depend on hash order.
         self.pods_by_pool
             .get(&PoolKey::of(pm))
@@ -1063,17 +1087,23 @@ mod tests {
     fn a_pod_event_reaches_only_the_portmappings_of_its_pool() {
         let mut index = index();
         let p = pod("a", "p1", &[(KEY, "web")], &[]);
-        assert_eq!(names(index.apply_pod(&label(), &p)), ["a/web-1", "a/web-2"]);
+        assert_eq!(
+            names(index.apply_pod(&label(), Arc::new(p.clone()))),
+            ["a/web-1", "a/web-2"]
+        );
         // Same value in another namespace, and another value: other pools.
         let q = pod("b", "p1", &[(KEY, "web")], &[]);
-        assert_eq!(names(index.apply_pod(&label(), &q)), ["b/web"]);
+        assert_eq!(
+            names(index.apply_pod(&label(), Arc::new(q.clone()))),
+            ["b/web"]
+        );
         let r = pod("a", "p2", &[(KEY, "nobody")], &[]);
-        assert!(index.apply_pod(&label(), &r).is_empty());
+        assert!(index.apply_pod(&label(), Arc::new(r.clone())).is_empty());
         assert_eq!(
             index
                 .pool_pods(&pm("a", "web-1", "web", KeySource::Label, 10))
                 .iter()
-                .map(|p| p.name.clone())
+                .map(|p| p.name_any())
                 .collect::<Vec<_>>(),
             ["p1"]
         );
@@ -1082,10 +1112,10 @@ mod tests {
     #[test]
     fn a_pod_moving_between_pools_reaches_both_and_a_deleted_pod_its_last_pool() {
         let mut index = index();
-        index.apply_pod(&label(), &pod("a", "p1", &[(KEY, "web")], &[]));
+        index.apply_pod(&label(), Arc::new(pod("a", "p1", &[(KEY, "web")], &[])));
         let moved = pod("a", "p1", &[(KEY, "api")], &[]);
         assert_eq!(
-            names(index.apply_pod(&label(), &moved)),
+            names(index.apply_pod(&label(), Arc::new(moved.clone()))),
             ["a/api", "a/web-1", "a/web-2"]
         );
         let web = pm("a", "web-1", "web", KeySource::Label, 10);
@@ -1110,10 +1140,13 @@ mod tests {
             names(index.apply_slice(&slice("a", "web-http", Some(&web), &[&p]))),
             ["a/web-1"]
         );
-        assert_eq!(names(index.apply_pod(&label(), &p)), ["a/web-1"]);
+        assert_eq!(
+            names(index.apply_pod(&label(), Arc::new(p.clone()))),
+            ["a/web-1"]
+        );
         // Once no slice publishes it, nobody hears of it.
         index.apply_slice(&slice("a", "web-http", Some(&web), &[]));
-        assert!(index.apply_pod(&label(), &p).is_empty());
+        assert!(index.apply_pod(&label(), Arc::new(p.clone())).is_empty());
     }
 
     #[test]
@@ -1204,11 +1237,11 @@ mod tests {
         let ns = PodSource::Namespace("a".into());
         let p = pod("a", "p1", &[], &[(KEY, "web")]);
         // No PortMapping reads the annotation yet: the pod is in no pool.
-        assert!(index.apply_pod(&ns, &p).is_empty());
+        assert!(index.apply_pod(&ns, Arc::new(p.clone())).is_empty());
         let applied = index.apply_portmapping(&pm("a", "web", "web", KeySource::Annotation, 1));
         assert_eq!(applied.reindex, Some(ns.clone()));
         // The caller re-applies the namespace's pods.
-        assert_eq!(names(index.apply_pod(&ns, &p)), ["a/web"]);
+        assert_eq!(names(index.apply_pod(&ns, Arc::new(p.clone()))), ["a/web"]);
         let second = index.apply_portmapping(&pm("a", "web-2", "web", KeySource::Annotation, 2));
         assert_eq!(second.reindex, None, "the key is indexed already");
         assert_eq!(
@@ -1220,7 +1253,7 @@ mod tests {
     #[test]
     fn a_zone_change_reaches_the_portmappings_of_the_pods_on_that_node() {
         let mut index = index();
-        index.apply_pod(&label(), &pod("a", "p1", &[(KEY, "api")], &[]));
+        index.apply_pod(&label(), Arc::new(pod("a", "p1", &[(KEY, "api")], &[])));
         let node = |zone: &str| PartialObjectMeta::<Node> {
             metadata: ObjectMeta {
                 name: Some("node-p1".into()),
@@ -1242,8 +1275,8 @@ mod tests {
             pod("a", "p1", &[(KEY, "web")], &[]),
             pod("a", "p2", &[(KEY, "api")], &[]),
         );
-        index.apply_pod(&label(), &p1);
-        index.apply_pod(&label(), &p2);
+        index.apply_pod(&label(), Arc::new(p1.clone()));
+        index.apply_pod(&label(), Arc::new(p2.clone()));
         let present = HashSet::from([ObjectRef::from_obj(&p1)]);
         assert_eq!(names(index.retain_pods(&label(), &present)), ["a/api"]);
         let present = HashSet::from([ObjectRef::new("web-1").within("a")]);

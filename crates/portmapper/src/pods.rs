@@ -1,25 +1,28 @@
 //! Pod watches that follow the PortMappings: one label-selected watch per distinct label key
 //! (`labelSelector=<key>`, so the server sends only candidate pods), and one namespace-wide watch
 //! per namespace that has annotation-keyed PortMappings (annotations cannot be selected
-//! server-side). Reconciles call [`PodWatches::store_for`]; a watch that has not listed yet
-//! answers `None`, and the reconcile then writes nothing rather than publish an empty pool.
+//! server-side). The index keeps the pods (there is no reflector store of pods). Reconciles call
+//! [`PodWatches::is_listed`]; a watch that has not listed yet answers `false`, and the reconcile
+//! then writes nothing rather than publish an empty pool.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec, PodStatus};
 use kube::Client;
 use kube::api::{Api, ObjectMeta};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use tokio::task::AbortHandle;
 use tracing::info;
 
 use crate::index::{PodSource, SharedIndex};
-use crate::watches::{Change, Trigger, reflect};
+use crate::watches::{Owned, Trigger, consume};
 
 struct Running {
-    store: Store<Pod>,
+    /// Set once the watch's first list is in the index.
+    listed: Arc<AtomicBool>,
     task: AbortHandle,
 }
 
@@ -49,11 +52,12 @@ impl PodWatches {
         })
     }
 
-    /// The store for `source` once it has listed; starts the watch on first use.
-    pub fn store_for(self: &Arc<Self>, source: &PodSource) -> Option<Store<Pod>> {
+    /// Whether `source`'s watch has listed (so the index holds all its pods); starts the watch
+    /// on first use.
+    pub fn is_listed(self: &Arc<Self>, source: &PodSource) -> bool {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(r) = running.get(source) {
-            return crate::watches::is_ready(&r.store).then(|| r.store.clone());
+            return r.listed.load(Ordering::Acquire);
         }
         let (api, config) = match source {
             PodSource::Label(key) => {
@@ -69,41 +73,38 @@ impl PodWatches {
             ),
         };
         let (index, watched) = (self.index.clone(), source.clone());
-        let (store, task) = reflect(
+        let listed = Arc::new(AtomicBool::new(false));
+        let done = listed.clone();
+        let task = consume(
             api,
             config,
             "pods",
             strip_pod,
             move |change| match change {
-                Change::Apply(pod) => index.lock().apply_pod(&watched, pod),
-                Change::Delete(pod) => index.lock().delete_pod(&watched, &ObjectRef::from_obj(pod)),
-                Change::Relisted(present) => index.lock().retain_pods(&watched, present),
+                Owned::Apply(pod) => index.lock().apply_pod(&watched, Arc::new(pod)),
+                Owned::Delete(pod) => index
+                    .lock()
+                    .delete_pod(&watched, &ObjectRef::from_obj(&pod)),
+                Owned::Relisted(present) => {
+                    let affected = index.lock().retain_pods(&watched, &present);
+                    // After the index holds the whole list: a reconcile that sees the flag
+                    // reads a complete pool.
+                    done.store(true, Ordering::Release);
+                    affected
+                }
             },
             self.trigger.clone(),
         );
         info!(?source, "starting pod watch");
         let task = tokio::spawn(task).abort_handle();
-        running.insert(source.clone(), Running { store, task });
-        None
+        running.insert(source.clone(), Running { listed, task });
+        false
     }
 
     /// Re-indexes every pod `source`'s watch holds (a PortMapping started reading a new
     /// annotation key of its namespace).
     pub fn reindex(&self, source: &PodSource) {
-        let store = {
-            let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-            match running.get(source) {
-                Some(r) => r.store.clone(),
-                None => return,
-            }
-        };
-        let mut affected = std::collections::HashSet::new();
-        {
-            let mut index = self.index.lock();
-            for pod in store.state() {
-                affected.extend(index.apply_pod(source, &pod));
-            }
-        }
+        let affected = self.index.lock().reindex_pods(source);
         for pm in affected {
             let _ = self.trigger.unbounded_send(pm);
         }
@@ -141,9 +142,11 @@ impl Drop for PodWatches {
 }
 
 /// Keeps only what membership and rendering read: identity, labels, annotations, deletion (and
-/// its grace period),
-/// scheduling, readiness gates, hostname/subdomain, container names/ports, phase, IPs, conditions
-/// and container readiness. Images, env, volumes and managedFields are dropped to bound memory.
+/// its grace period), scheduling, readiness gates, hostname/subdomain, the names and ports of
+/// containers that declare ports, phase, IPs, conditions and container readiness. Images, env,
+/// volumes, owner references and managedFields are dropped to bound memory. A container that
+/// declares no port is dropped whole: it resolves no target or check port, and each kept
+/// `Container` costs about 2 KiB however empty (k8s-openapi's struct), a third of a pool pod.
 pub fn strip_pod(pod: &mut Pod) {
     let meta = std::mem::take(&mut pod.metadata);
     pod.metadata = ObjectMeta {
@@ -157,7 +160,6 @@ pub fn strip_pod(pod: &mut Pod) {
         deletion_timestamp: meta.deletion_timestamp,
         // With the deletion timestamp it dates the deletion request (slice trigger time).
         deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
-        owner_references: meta.owner_references,
         ..ObjectMeta::default()
     };
     if let Some(spec) = pod.spec.take() {
@@ -167,11 +169,18 @@ pub fn strip_pod(pod: &mut Pod) {
             restart_policy: c.restart_policy,
             ..Container::default()
         };
+        let with_ports = |c: &Container| c.ports.as_ref().is_some_and(|p| !p.is_empty());
         pod.spec = Some(PodSpec {
-            containers: spec.containers.into_iter().map(slim).collect(),
+            containers: spec
+                .containers
+                .into_iter()
+                .filter(with_ports)
+                .map(slim)
+                .collect(),
             init_containers: spec
                 .init_containers
-                .map(|v| v.into_iter().map(slim).collect()),
+                .map(|v| v.into_iter().filter(with_ports).map(slim).collect())
+                .filter(|v: &Vec<Container>| !v.is_empty()),
             node_name: spec.node_name,
             // The publication gate is opt-in through it (podReady and the planner read it).
             readiness_gates: spec.readiness_gates,
@@ -186,11 +195,23 @@ pub fn strip_pod(pod: &mut Pod) {
             pod_ip: status.pod_ip,
             pod_ips: status.pod_ips,
             conditions: status.conditions,
-            container_statuses: status.container_statuses,
-            init_container_statuses: status.init_container_statuses,
+            container_statuses: status.container_statuses.map(slim_statuses),
+            init_container_statuses: status.init_container_statuses.map(slim_statuses),
             ..PodStatus::default()
         });
     }
+}
+
+/// Container statuses as `containerReady` reads them: name and readiness.
+fn slim_statuses(statuses: Vec<ContainerStatus>) -> Vec<ContainerStatus> {
+    statuses
+        .into_iter()
+        .map(|s| ContainerStatus {
+            name: s.name,
+            ready: s.ready,
+            ..ContainerStatus::default()
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -242,5 +263,62 @@ mod tests {
         };
         strip_pod(&mut pod);
         assert_eq!(pod.spec.and_then(|s| s.readiness_gates), Some(gates));
+    }
+
+    #[test]
+    fn stripping_keeps_containers_with_ports_and_container_readiness() {
+        use k8s_openapi::api::core::v1::{ContainerPort, PodSpec};
+        let port = |name: &str| ContainerPort {
+            name: Some(name.into()),
+            container_port: 8080,
+            ..ContainerPort::default()
+        };
+        let container = |name: &str, ports: Option<Vec<ContainerPort>>| Container {
+            name: name.into(),
+            image: Some("registry.example/app:1".into()),
+            ports,
+            ..Container::default()
+        };
+        let mut pod = Pod {
+            spec: Some(PodSpec {
+                containers: vec![
+                    container("app", Some(vec![port("http")])),
+                    container("logs", None),
+                    container("empty", Some(Vec::new())),
+                ],
+                init_containers: Some(vec![container("setup", None)]),
+                ..PodSpec::default()
+            }),
+            status: Some(PodStatus {
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "app".into(),
+                    ready: true,
+                    image: "registry.example/app:1".into(),
+                    restart_count: 3,
+                    ..ContainerStatus::default()
+                }]),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        };
+        strip_pod(&mut pod);
+        let spec = pod.spec.unwrap();
+        assert_eq!(
+            spec.containers,
+            vec![Container {
+                name: "app".into(),
+                ports: Some(vec![port("http")]),
+                ..Container::default()
+            }]
+        );
+        assert_eq!(spec.init_containers, None);
+        assert_eq!(
+            pod.status.unwrap().container_statuses,
+            Some(vec![ContainerStatus {
+                name: "app".into(),
+                ready: true,
+                ..ContainerStatus::default()
+            }])
+        );
     }
 }

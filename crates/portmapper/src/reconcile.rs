@@ -227,17 +227,16 @@ fn decide(pm: &PortMapping, ctx: &Context, ns: &str, pm_ref: &ObjectRef<PortMapp
         let message = report::service_not_found_message(ns, &pm.spec.service_ref.name);
         return Decided::Withdraw(Outcome::stalled(ctx, "ServiceNotFound", message));
     };
-    // The store's readiness first, then the pool: the index takes each pod of the first list as
-    // it arrives, so a pool read before the store is ready can miss the last pods of that list
-    // (a first plan at 10,000 pods saw 9,992); once the store is ready the index has them all.
-    let Some(store) = ctx.pods.store_for(&PodSource::of(pm)) else {
+    // The watch's first list first, then the pool: the index takes each pod of the first list
+    // as it arrives, so a pool read before the list is done can miss its last pods (a first
+    // plan at 10,000 pods saw 9,992); once it is done the index has them all.
+    if !ctx.pods.is_listed(&PodSource::of(pm)) {
         // Not even status: a restart must not flap a Ready PortMapping while caches sync.
         debug!(portmapping = %pm_ref, "pod cache not synced yet; writing nothing");
         return Decided::Wait;
-    };
-    let pool = ctx.index.lock().pool_pods(pm);
-    // The index names the pool's pods by key and value; the planner checks the selector.
-    let pods = pool.iter().filter_map(|p| store.get(p)).collect();
+    }
+    // The index holds the pool's pods by key and value; the planner checks the selector.
+    let pods = ctx.index.lock().pool_pods(pm);
     Decided::Plan { service, pods }
 }
 

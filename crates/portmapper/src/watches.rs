@@ -144,6 +144,71 @@ where
         })
 }
 
+/// One watch event, owned, for an index that keeps the objects itself.
+pub enum Owned<K: Resource> {
+    /// Added or modified (also every object of a relist).
+    Apply(K),
+    /// Deleted.
+    Delete(K),
+    /// A relist finished: these are all the objects there are now.
+    Relisted(HashSet<ObjectRef<K>>),
+}
+
+/// Runs a watch whose objects the index keeps itself, without a reflector store: the index
+/// takes each event's object as it is (no copy), so the objects are held once. Pods go this
+/// way: a reflector would hold a second map of every pod, and reading a pool through it cost a
+/// hash lookup per pod on every reconcile. `on_change` returns the PortMappings to reconcile.
+pub fn consume<K, S, M>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: &'static str,
+    strip: S,
+    mut on_change: M,
+    trigger: Trigger,
+) -> impl Future<Output = ()> + Send + 'static
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    S: FnMut(&mut K) + Send + 'static,
+    M: FnMut(Owned<K>) -> Vec<ObjectRef<PortMapping>> + Send + 'static,
+{
+    let stream =
+        crate::watch_health::resilient(api, config, what, &trigger.health, &trigger.metrics)
+            .modify(strip);
+    async move {
+        let mut stream = std::pin::pin!(stream);
+        let mut relisting: Option<HashSet<ObjectRef<K>>> = None;
+        while let Some(item) = stream.next().await {
+            let targets = match item {
+                Ok(Event::Apply(obj)) => on_change(Owned::Apply(obj)),
+                Ok(Event::Delete(obj)) => on_change(Owned::Delete(obj)),
+                Ok(Event::Init) => {
+                    relisting = Some(HashSet::new());
+                    Vec::new()
+                }
+                Ok(Event::InitApply(obj)) => {
+                    relisting
+                        .get_or_insert_with(HashSet::new)
+                        .insert(ObjectRef::from_obj(&obj));
+                    on_change(Owned::Apply(obj))
+                }
+                Ok(Event::InitDone) => {
+                    on_change(Owned::Relisted(relisting.take().unwrap_or_default()))
+                }
+                // The backoff retries; the index keeps its last state meanwhile.
+                Err(err) => {
+                    warn!(watch = what, error = %err, "watch failed; retrying with backoff");
+                    Vec::new()
+                }
+            };
+            for target in targets {
+                debug!(watch = what, portmapping = %target, "queueing reconcile");
+                let _ = trigger.unbounded_send(target);
+            }
+        }
+    }
+}
+
 /// Drops server bookkeeping that reconciles never read.
 pub fn strip_managed_fields<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;

@@ -199,8 +199,8 @@ pub struct Report {
     pub ready_endpoints: (usize, usize),
     /// Slices the operator published.
     pub slices: usize,
-    /// Operator VmRSS, VmHWM (KiB) after convergence.
-    pub operator_mem_kib: (u64, u64),
+    /// Operator memory after convergence.
+    pub operator_mem: procs::Memory,
     /// Emulator VmRSS, VmHWM (KiB) after convergence.
     pub emulator_mem_kib: (u64, u64),
     /// Window over which converged writes were counted.
@@ -371,7 +371,7 @@ async fn run_in(bins: &Binaries, cfg: &RunConfig, dir: &TempDir) -> Result<Repor
         published: None,
         ready_endpoints: (ready_now, want_total),
         slices: slices_now,
-        operator_mem_kib: procs::memory_kib(op.pid)?,
+        operator_mem: procs::memory(op.pid)?,
         emulator_mem_kib: procs::memory_kib(emu.pid)?,
         converged_window: Duration::ZERO,
         converged_writes: BTreeMap::new(),
@@ -405,7 +405,7 @@ async fn run_in(bins: &Binaries, cfg: &RunConfig, dir: &TempDir) -> Result<Repor
     report.converged_window = window;
     report.converged_writes = w.by_client();
     report.converged_operator_writes = w.count(admin::OPERATOR, None);
-    report.operator_mem_kib = procs::memory_kib(op.pid)?;
+    report.operator_mem = procs::memory(op.pid)?;
     report.emulator_mem_kib = procs::memory_kib(emu.pid)?;
 
     if cfg.floors {
@@ -694,8 +694,16 @@ impl Report {
             "operator VmRSS / VmHWM (MiB)",
             format!(
                 "{} / {}",
-                mib(self.operator_mem_kib.0),
-                mib(self.operator_mem_kib.1)
+                mib(self.operator_mem.rss),
+                mib(self.operator_mem.hwm)
+            ),
+        ));
+        r.push((
+            "operator resident: anonymous (heap) / file (binary) (MiB)",
+            format!(
+                "{} / {}",
+                mib(self.operator_mem.anon),
+                mib(self.operator_mem.file)
             ),
         ));
         r.push((

@@ -76,6 +76,27 @@ impl Proc {
 
 /// VmRSS and VmHWM of a process, in KiB, from `/proc/<pid>/status`.
 pub fn memory_kib(pid: u32) -> Result<(u64, u64), Error> {
+    let m = memory(pid)?;
+    Ok((m.rss, m.hwm))
+}
+
+/// What `/proc/<pid>/status` says of a process's memory, in KiB: resident (VmRSS), its peak
+/// (VmHWM), and the resident split into anonymous memory (the heap, stacks) and file pages (the
+/// mapped binary).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Memory {
+    /// VmRSS.
+    pub rss: u64,
+    /// VmHWM.
+    pub hwm: u64,
+    /// RssAnon.
+    pub anon: u64,
+    /// RssFile.
+    pub file: u64,
+}
+
+/// [`Memory`] of a process.
+pub fn memory(pid: u32) -> Result<Memory, Error> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let field = |name: &str| {
         text.lines()
@@ -84,7 +105,12 @@ pub fn memory_kib(pid: u32) -> Result<(u64, u64), Error> {
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    Ok((field("VmRSS:"), field("VmHWM:")))
+    Ok(Memory {
+        rss: field("VmRSS:"),
+        hwm: field("VmHWM:"),
+        anon: field("RssAnon:"),
+        file: field("RssFile:"),
+    })
 }
 
 /// The 1, 5 and 15 minute load averages (what `uptime` prints).

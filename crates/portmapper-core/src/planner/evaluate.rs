@@ -11,6 +11,7 @@ use portmapper_api::check::CheckKind;
 
 use super::memo::{EvalMemo, Outcome, PodMemo};
 use super::naming::{group_base_name, parse_chunk};
+use super::pack::Identity;
 use super::render::{DesiredEndpoint, EndpointFacts};
 use super::status::PodPortState;
 use super::types::{DecisionCounts, PlanWarning};
@@ -406,7 +407,7 @@ impl<'a> Evaluator<'_, 'a> {
         };
         for target in targets {
             let mut endpoints = by_target.remove(&target).unwrap_or_default();
-            endpoints.sort_by(|a, b| (a.facts.address, a.uid()).cmp(&(b.facts.address, b.uid())));
+            endpoints.sort_unstable_by_key(|e| Identity::new(e.facts.address, e.uid()));
             self.out.groups.push(Group {
                 port: port_idx,
                 family,

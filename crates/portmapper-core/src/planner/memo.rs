@@ -25,7 +25,11 @@ use crate::decision::Verdict;
 #[derive(Debug, Default)]
 pub struct EvalMemo {
     inputs: Option<Inputs>,
-    pods: HashMap<String, PodMemo>,
+    /// UIDs of the last pass's pods, in its order, aligned with `memos`. Kept as two vectors in
+    /// pool order rather than a map: the pool comes in the same order every pass, so a pass
+    /// finds each pod's memory at its own position without hashing or allocating.
+    uids: Vec<String>,
+    memos: Vec<PodMemo>,
     last_pass: PassStats,
 }
 
@@ -41,12 +45,15 @@ pub struct PassStats {
 impl EvalMemo {
     /// Pods remembered (for tests and metrics).
     pub fn len(&self) -> usize {
-        self.pods.len()
+        self.memos
+            .iter()
+            .filter(|m| !m.resource_version.is_empty())
+            .count()
     }
 
     /// Whether nothing is remembered.
     pub fn is_empty(&self) -> bool {
-        self.pods.is_empty()
+        self.len() == 0
     }
 
     /// What the last pass reused and evaluated.
@@ -68,22 +75,40 @@ impl EvalMemo {
             i.pm_uid == pm_uid && i.spec == *spec && i.service.as_ref() == service
         });
         if !same {
-            self.pods.clear();
+            self.uids.clear();
+            self.memos.clear();
             self.inputs = Some(Inputs {
                 pm_uid: pm_uid.to_owned(),
                 spec: spec.clone(),
                 service: service.cloned(),
             });
         }
+        let uids = &self.uids;
+        // Built only when a pod is not at its last position (pods came or went).
+        let mut positions: Option<HashMap<&str, usize>> = None;
         let mut stats = PassStats::default();
         let memos = pods
             .iter()
-            .map(|pod| {
+            .enumerate()
+            .map(|(i, pod)| {
                 let version = identity(pod);
                 let kept = version.and_then(|(uid, rv)| {
-                    self.pods
-                        .remove(uid)
-                        .filter(|m| m.resource_version == rv && m.outcomes.len() == slots)
+                    let at = if uids.get(i).is_some_and(|u| u == uid) {
+                        Some(i)
+                    } else {
+                        positions
+                            .get_or_insert_with(|| {
+                                uids.iter()
+                                    .enumerate()
+                                    .map(|(j, u)| (u.as_str(), j))
+                                    .collect()
+                            })
+                            .get(uid)
+                            .copied()
+                    }?;
+                    let m = self.memos.get_mut(at)?;
+                    (m.resource_version == rv && m.outcomes.len() == slots)
+                        .then(|| std::mem::take(m))
                 });
                 if kept.is_some() {
                     stats.reused += 1;
@@ -102,14 +127,25 @@ impl EvalMemo {
 
     /// Remembers the outcomes of this pass (pods without UID or resourceVersion are not
     /// remembered); pods not in this pass are forgotten.
-    pub(crate) fn check_in(&mut self, pods: &[&Pod], memos: Vec<PodMemo>) {
-        self.pods.clear();
-        self.pods.reserve(memos.len());
-        for (pod, memo) in pods.iter().zip(memos) {
-            if let Some((uid, _)) = identity(pod) {
-                self.pods.insert(uid.to_owned(), memo);
+    pub(crate) fn check_in(&mut self, pods: &[&Pod], mut memos: Vec<PodMemo>) {
+        let same_pods = self.uids.len() == pods.len()
+            && self
+                .uids
+                .iter()
+                .zip(pods)
+                .all(|(u, p)| p.metadata.uid.as_deref() == Some(u.as_str()));
+        if !same_pods {
+            self.uids = pods
+                .iter()
+                .map(|p| p.metadata.uid.clone().unwrap_or_default())
+                .collect();
+        }
+        for (pod, memo) in pods.iter().zip(memos.iter_mut()) {
+            if identity(pod).is_none() {
+                *memo = PodMemo::default();
             }
         }
+        self.memos = memos;
     }
 }
 
@@ -132,8 +168,9 @@ struct Inputs {
     service: Option<ServiceSpec>,
 }
 
-/// One pod's remembered outcomes, `[port × families + family]`; `None` = not remembered.
-#[derive(Debug, Clone)]
+/// One pod's remembered outcomes, `[port × families + family]`; `None` = not remembered. The
+/// default (no resourceVersion) is an empty slot: it matches no pod.
+#[derive(Debug, Clone, Default)]
 pub(crate) struct PodMemo {
     resource_version: String,
     pub outcomes: Vec<Option<Outcome>>,

@@ -47,43 +47,73 @@ pub struct Packing {
 }
 
 /// The identity of an endpoint across renders: its address and its pod's UID (hostNetwork pods
-/// may share an address). A live address that does not parse matches nothing.
-fn identity(e: &Endpoint) -> Option<(IpAddr, &str)> {
+/// may share an address). Ordered as `(IpAddr, &str)` is (IPv4 before IPv6, then by value, then
+/// by UID), but compared as integers: `IpAddr`'s own `Ord` compares octet arrays through
+/// `memcmp`, which was a fifth of a one-pod plan at 10,000 pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Identity<'a> {
+    family: u8,
+    bits: u128,
+    uid: &'a str,
+}
+
+impl<'a> Identity<'a> {
+    /// The identity of `address` and `uid`.
+    pub fn new(address: IpAddr, uid: &'a str) -> Self {
+        let (family, bits) = match address {
+            IpAddr::V4(a) => (4, u128::from(a.to_bits())),
+            IpAddr::V6(a) => (6, a.to_bits()),
+        };
+        Self { family, bits, uid }
+    }
+
+    /// Whether the address is IPv4: its text form is then canonical whenever it parses (Rust's
+    /// parser accepts exactly one spelling of an IPv4 address).
+    fn is_v4(&self) -> bool {
+        self.family == 4
+    }
+}
+
+/// The identity of a live endpoint. A live address that does not parse matches nothing.
+fn identity(e: &Endpoint) -> Option<Identity<'_>> {
     let address = e.addresses.first()?.parse().ok()?;
     let uid = e
         .target_ref
         .as_ref()
         .and_then(|r| r.uid.as_deref())
         .unwrap_or_default();
-    Some((address, uid))
+    Some(Identity::new(address, uid))
 }
 
 /// What packing needs of a desired endpoint: its identity, and whether a live endpoint is
 /// already exactly it.
 pub trait Wanted {
     /// Address and pod UID.
-    fn identity(&self) -> Option<(IpAddr, &str)>;
-    /// Whether `live` needs no write for this endpoint.
-    fn same_as(&self, live: &Endpoint) -> bool;
+    fn identity(&self) -> Option<Identity<'_>>;
+    /// Whether `live`, whose identity is `id` and equals this endpoint's, needs no write for
+    /// this endpoint.
+    fn same_as_matched(&self, live: &Endpoint, id: Identity<'_>) -> bool;
 }
 
 impl Wanted for Endpoint {
-    fn identity(&self) -> Option<(IpAddr, &str)> {
+    fn identity(&self) -> Option<Identity<'_>> {
         identity(self)
     }
 
-    fn same_as(&self, live: &Endpoint) -> bool {
+    fn same_as_matched(&self, live: &Endpoint, _: Identity<'_>) -> bool {
         endpoint_eq(self, live)
     }
 }
 
 impl Wanted for DesiredEndpoint<'_> {
-    fn identity(&self) -> Option<(IpAddr, &str)> {
-        Some((self.facts.address, self.uid()))
+    fn identity(&self) -> Option<Identity<'_>> {
+        Some(Identity::new(self.facts.address, self.uid()))
     }
 
-    fn same_as(&self, live: &Endpoint) -> bool {
-        DesiredEndpoint::same_as(self, live)
+    fn same_as_matched(&self, live: &Endpoint, id: Identity<'_>) -> bool {
+        // Equal identities: the UID is equal, and so is an IPv4 address's text (one spelling);
+        // an IPv6 address may be spelled differently and is compared as text.
+        DesiredEndpoint::same_as_identified(self, live, !id.is_v4())
     }
 }
 
@@ -92,7 +122,7 @@ impl Wanted for DesiredEndpoint<'_> {
 /// about a tenth of a 10,000-pod reconcile. Unsorted input (allowed, if unusual) gets the map.
 enum WantedIndex<'a> {
     Sorted,
-    Map(HashMap<(IpAddr, &'a str), usize>),
+    Map(HashMap<Identity<'a>, usize>),
 }
 
 impl<'a> WantedIndex<'a> {
@@ -116,7 +146,7 @@ impl<'a> WantedIndex<'a> {
         }
     }
 
-    fn get<W: Wanted>(&self, desired: &[W], id: (IpAddr, &str)) -> Option<usize> {
+    fn get<W: Wanted>(&self, desired: &[W], id: Identity<'_>) -> Option<usize> {
         match self {
             Self::Sorted => desired
                 .binary_search_by(|e| match e.identity() {
@@ -157,11 +187,12 @@ pub fn pack<W: Wanted>(
             changed: slice.drift,
         };
         for e in slice.endpoints {
-            match identity(e).and_then(|id| wanted.get(desired, id)) {
-                Some(i) if !placed[i] && chunk.endpoints.len() < max => {
+            let found = identity(e).and_then(|id| Some((wanted.get(desired, id)?, id)));
+            match found {
+                Some((i, id)) if !placed[i] && chunk.endpoints.len() < max => {
                     placed[i] = true;
                     chunk.endpoints.push(i);
-                    if !desired[i].same_as(e) {
+                    if !desired[i].same_as_matched(e, id) {
                         chunk.changed = true;
                     }
                 }

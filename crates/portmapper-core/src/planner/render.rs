@@ -228,6 +228,15 @@ impl<'a> DesiredEndpoint<'a> {
     /// Whether `live` is what [`render`](Self::render) would give, by the planner's equality
     /// ([`endpoint_eq`](super::endpoint_eq)) — without rendering.
     pub fn same_as(&self, live: &Endpoint) -> bool {
+        let uid = live.target_ref.as_ref().and_then(|t| t.uid.as_deref());
+        uid == self.facts.pod.metadata.uid.as_deref() && self.same_as_identified(live, true)
+    }
+
+    /// [`same_as`](Self::same_as) for a `live` endpoint already known to carry this endpoint's
+    /// pod UID and address (packing matched them): the UID is not compared again, and the
+    /// address text only with `compare_address` (a matched IPv6 address may be spelled
+    /// differently; a matched IPv4 one cannot).
+    pub(crate) fn same_as_identified(&self, live: &Endpoint, compare_address: bool) -> bool {
         let f = &self.facts;
         let cond = live.conditions.as_ref();
         let conditions = (
@@ -237,8 +246,11 @@ impl<'a> DesiredEndpoint<'a> {
         );
         let target = live.target_ref.as_ref();
         let pod = &f.pod.metadata;
-        address_is(live, f.address)
-            && conditions == (f.ready, true, f.terminating)
+        (if compare_address {
+            address_is(live, f.address)
+        } else {
+            live.addresses.len() == 1
+        }) && conditions == (f.ready, true, f.terminating)
             && live.hostname.as_deref() == self.hostname()
             && live.node_name.as_deref() == self.node()
             && live.zone.as_deref() == f.zone
@@ -246,7 +258,6 @@ impl<'a> DesiredEndpoint<'a> {
                 t.kind.as_deref() == Some("Pod")
                     && t.namespace.as_deref() == Some(self.namespace)
                     && t.name == pod.name
-                    && t.uid == pod.uid
             })
             && self.hints_match(live.hints.as_ref())
     }
