@@ -205,6 +205,11 @@ pub struct Report {
     pub emulator_mem_kib: (u64, u64),
     /// Window over which converged writes were counted.
     pub converged_window: Duration,
+    /// Operator CPU time (user + system) in that window: every resync pass of every
+    /// PortMapping with nothing changed, plus the idle cost of its watches.
+    pub converged_cpu: Duration,
+    /// The operator's --resync-seconds.
+    pub resync_seconds: u64,
     /// Writes per client in that window.
     pub converged_writes: BTreeMap<String, usize>,
     /// Operator writes in that window.
@@ -374,6 +379,8 @@ async fn run_in(bins: &Binaries, cfg: &RunConfig, dir: &TempDir) -> Result<Repor
         operator_mem: procs::memory(op.pid)?,
         emulator_mem_kib: procs::memory_kib(emu.pid)?,
         converged_window: Duration::ZERO,
+        converged_cpu: Duration::ZERO,
+        resync_seconds: cfg.resync_seconds,
         converged_writes: BTreeMap::new(),
         converged_operator_writes: 0,
         flips: Vec::new(),
@@ -400,7 +407,9 @@ async fn run_in(bins: &Binaries, cfg: &RunConfig, dir: &TempDir) -> Result<Repor
     admin::clear(&client).await?;
     let window = Duration::from_secs(cfg.resync_seconds * u64::from(cfg.converged_resyncs))
         + Duration::from_millis(500);
+    let cpu_before = procs::cpu_time(op.pid)?;
     tokio::time::sleep(window).await;
+    report.converged_cpu = procs::cpu_time(op.pid)?.saturating_sub(cpu_before);
     let w = admin::writes(&client).await?;
     report.converged_window = window;
     report.converged_writes = w.by_client();
@@ -732,6 +741,20 @@ impl Report {
                 }
             ),
         ));
+        if !self.converged_window.is_zero() {
+            let passes = (self.converged_window.as_secs_f64() / self.resync_seconds.max(1) as f64)
+                .floor()
+                .max(1.0);
+            r.push((
+                "operator CPU while converged: per resync pass of every PortMapping",
+                format!(
+                    "{:.0} ms ({:.2} s in {:.1} s, {passes:.0} passes)",
+                    self.converged_cpu.as_secs_f64() * 1000.0 / passes,
+                    self.converged_cpu.as_secs_f64(),
+                    self.converged_window.as_secs_f64()
+                ),
+            ));
+        }
         if !self.flips.is_empty() {
             let first: Vec<_> = self.flips.iter().map(|f| f.first).collect();
             let all: Vec<_> = self.flips.iter().map(|f| f.all).collect();

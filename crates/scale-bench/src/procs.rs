@@ -113,6 +113,26 @@ pub fn memory(pid: u32) -> Result<Memory, Error> {
     })
 }
 
+/// CPU time a process has used so far (user + system), from `/proc/<pid>/stat`.
+pub fn cpu_time(pid: u32) -> Result<Duration, Error> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name (field 2) may contain spaces; the fields after it are plain numbers.
+    let after = text
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .unwrap_or_default();
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the name.
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // Linux reports them in USER_HZ, 100 on every architecture it supports.
+    Ok(Duration::from_millis((ticks(11) + ticks(12)) * 10))
+}
+
 /// The 1, 5 and 15 minute load averages (what `uptime` prints).
 pub fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
