@@ -3,10 +3,10 @@
 use std::sync::LazyLock;
 
 use k8s_openapi::api::core::v1::{Pod, Service};
-use portmapper_api::{Check, PortMappingSpec, UnlistedPorts};
+use portmapper_api::{Check, CheckKind, PortMappingSpec, UnlistedPorts};
 
-use crate::check::{CheckContext, MembershipCheck};
-use crate::decision::{Verdict, all_of};
+use crate::check::{CheckContext, MembershipCheck, is_probed};
+use crate::decision::{Decision, Verdict};
 use crate::network::{CheckPosition, NetworkDecisions};
 use crate::target::ResolvedPort;
 
@@ -80,34 +80,136 @@ pub struct Evaluation<'a> {
 /// Evaluates a port's rules: AND of its checks with Exclude short-circuit, otherwise any
 /// Abstain → Abstain.
 pub fn evaluate_port(rules: PortRules<'_>, e: &Evaluation<'_>) -> Verdict {
+    walk_port(rules, e, Questions::default()).verdict
+}
+
+/// What a walk over a port's checks finds out besides the verdict, when asked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Questions {
+    /// Does a check that reads no network result exclude? Then no network result can change
+    /// the verdict and nothing needs probing.
+    pub without_network: bool,
+    /// Does a backing check exclude (with health checks bypassed, as under
+    /// `publishNotReadyAddresses`)? Then the pod is not meant to serve the port.
+    pub backing: bool,
+}
+
+/// The verdict of a port's checks and the answers to the [`Questions`] asked (`false` when
+/// not asked).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct PortWalk {
+    pub verdict: Verdict,
+    /// A check that reads no network result excludes.
+    pub excluded_without_network: bool,
+    /// A backing check excludes.
+    pub excluded_by_backing: bool,
+}
+
+/// What a top-level check can tell, independent of the pod.
+struct CheckClass {
+    /// It (or an `anyOf` entry) reads a network result: with none, it cannot exclude.
+    reads_network: bool,
+    /// It can exclude with health checks bypassed, and then its verdict is the same as without
+    /// the bypass (no health check in it).
+    backing: bool,
+}
+
+fn classify(check: &Check, protocol: &str) -> CheckClass {
+    match check.kind() {
+        // Excludes whatever is bypassed or probed.
+        None => CheckClass {
+            reads_network: false,
+            backing: true,
+        },
+        Some(CheckKind::AnyOf(entries)) => {
+            let kinds = || entries.iter().filter_map(|e| e.kind());
+            CheckClass {
+                reads_network: kinds().any(|k| is_probed(&k, protocol)),
+                // One health entry includes under the bypass; entries setting several kinds
+                // exclude either way.
+                backing: !kinds().any(|k| k.is_health()),
+            }
+        }
+        Some(kind) => CheckClass {
+            reads_network: is_probed(&kind, protocol),
+            backing: !kind.is_health(),
+        },
+    }
+}
+
+fn evaluate_check(index: usize, check: &Check, e: &Evaluation<'_>) -> Verdict {
+    let ctx = CheckContext {
+        service: e.service,
+        pod: e.pod,
+        port: e.port,
+        position: CheckPosition::top(index),
+        network: e.network,
+        bypass_health: e.publish_not_ready,
+    };
+    match check.kind() {
+        Some(kind) => kind.evaluate(&ctx),
+        None => Verdict::exclude(format!(
+            "checks[{index}] sets {} kinds instead of exactly one",
+            check.kinds().len()
+        )),
+    }
+}
+
+/// One walk over a port's checks: the verdict (as [`all_of`](crate::decision::all_of): the
+/// first Exclude wins, then the first Abstain), and the answers to `ask`. Once the verdict is an Exclude, only the checks
+/// that can still answer an open question are evaluated; without questions this is exactly
+/// `all_of` and costs nothing more.
+pub(crate) fn walk_port(rules: PortRules<'_>, e: &Evaluation<'_>, ask: Questions) -> PortWalk {
     let checks = match rules {
         PortRules::PublishNothing => {
-            return Verdict::exclude(
-                "the port has no entry in spec.ports and spec.unlistedPorts is PublishNothing",
-            );
+            return PortWalk {
+                verdict: Verdict::exclude(
+                    "the port has no entry in spec.ports and spec.unlistedPorts is PublishNothing",
+                ),
+                excluded_without_network: ask.without_network,
+                excluded_by_backing: ask.backing,
+            };
         }
         PortRules::Checks(c) => c,
     };
-    all_of(checks.iter().enumerate().map(|(index, check)| {
-        let ctx = CheckContext {
-            service: e.service,
-            pod: e.pod,
-            port: e.port,
-            position: CheckPosition {
-                index,
-                any_of: None,
-            },
-            network: e.network,
-            bypass_health: e.publish_not_ready,
-        };
-        match check.kind() {
-            Some(kind) => kind.evaluate(&ctx),
-            None => Verdict::exclude(format!(
-                "checks[{index}] sets {} kinds instead of exactly one",
-                check.kinds().len()
-            )),
+    let asked = ask != Questions::default();
+    let mut excluded: Option<Verdict> = None;
+    let mut abstain: Option<Verdict> = None;
+    let (mut without_network, mut backing) = (false, false);
+    for (index, check) in checks.iter().enumerate() {
+        let class = asked.then(|| classify(check, e.port.protocol));
+        if excluded.is_some() {
+            let helps = class.as_ref().is_some_and(|c| {
+                (ask.without_network && !without_network && !c.reads_network)
+                    || (ask.backing && !backing && c.backing)
+            });
+            if !helps {
+                continue;
+            }
         }
-    }))
+        let verdict = evaluate_check(index, check, e);
+        match verdict.decision {
+            Decision::Exclude => {
+                if let Some(c) = &class {
+                    without_network |= !c.reads_network;
+                    backing |= c.backing;
+                }
+                excluded.get_or_insert(verdict);
+                if (!ask.without_network || without_network) && (!ask.backing || backing) {
+                    break;
+                }
+            }
+            Decision::Abstain if excluded.is_none() => {
+                abstain.get_or_insert(verdict);
+            }
+            Decision::Abstain | Decision::Include => {}
+        }
+    }
+    PortWalk {
+        verdict: excluded.or(abstain).unwrap_or(Verdict::INCLUDE),
+        excluded_without_network: without_network,
+        excluded_by_backing: backing,
+    }
 }
 
 #[cfg(test)]

@@ -14,10 +14,11 @@ use super::naming::{group_base_name, parse_chunk};
 use super::render::{DesiredEndpoint, EndpointFacts};
 use super::status::PodPortState;
 use super::types::{DecisionCounts, PlanWarning};
-use super::{Context, Member, static_target};
-use crate::check::is_no_result_yet;
+use super::{Context, Member, PortView, static_target};
+use crate::check::{is_no_result_yet, is_probed};
 use crate::decision::{Decision, Verdict};
-use crate::membership::{Evaluation, PortRules, evaluate_port};
+use crate::membership::{Evaluation, PortRules, PortWalk, Questions, walk_port};
+use crate::network::{CheckPosition, NetworkKey, NetworkLookup};
 use crate::target::{
     PodAddress, ResolvedPort, ResolvedTarget, is_terminal, is_terminating, pod_address,
     resolve_target_port,
@@ -43,6 +44,9 @@ pub(crate) struct Evaluated<'a> {
     pub members: Vec<Member>,
     /// Every decision made, by outcome.
     pub decisions: DecisionCounts,
+    /// The network results this evaluation depends on, `pod` indexing `ctx.pods`; in
+    /// (port, family, pod, position) order.
+    pub lookups: Vec<NetworkLookup>,
 }
 
 struct Evaluator<'c, 'a> {
@@ -56,6 +60,9 @@ struct Evaluator<'c, 'a> {
     memos: Option<Vec<PodMemo>>,
     /// Per port: whether its checks read only the pod, so their verdict can be remembered.
     pod_only: Vec<bool>,
+    /// Per port: the positions of the checks the prober evaluates, when their results are
+    /// reported as lookups (empty for most ports: no allocation).
+    probed: Vec<Vec<CheckPosition>>,
     out: Evaluated<'a>,
 }
 
@@ -89,11 +96,13 @@ pub(crate) fn evaluate<'a>(
             .iter()
             .map(|p| reads_only_the_pod(p.rules))
             .collect(),
+        probed: ctx.ports.iter().map(|p| probed_positions(ctx, p)).collect(),
         out: Evaluated {
             groups: Vec::new(),
             states: vec![vec![None; ctx.pods.len()]; ctx.ports.len()],
             members: Vec::new(),
             decisions: DecisionCounts::default(),
+            lookups: Vec::new(),
         },
     };
     for port in 0..ctx.ports.len() {
@@ -105,6 +114,34 @@ pub(crate) fn evaluate<'a>(
         memo.check_in(ctx.pods, memos);
     }
     e.out
+}
+
+/// Where the prober evaluates a check of this port: its network checks (`anyOf` entries
+/// included), except those that never run (see [`is_probed`]). None under
+/// `publishNotReadyAddresses` (network checks are health checks, bypassed then) and for the
+/// pseudo-port of a headless Service without ports (no target port to probe).
+fn probed_positions(ctx: &Context<'_>, port: &PortView<'_>) -> Vec<CheckPosition> {
+    let mut out = Vec::new();
+    if ctx.pnr || port.service_port.is_none() {
+        return out;
+    }
+    for (index, check) in port.rules.checks().iter().enumerate() {
+        match check.kind() {
+            Some(CheckKind::AnyOf(entries)) => {
+                for (j, entry) in entries.iter().enumerate() {
+                    if entry.kind().is_some_and(|k| is_probed(&k, port.protocol)) {
+                        out.push(CheckPosition {
+                            index,
+                            any_of: Some(j),
+                        });
+                    }
+                }
+            }
+            Some(kind) if is_probed(&kind, port.protocol) => out.push(CheckPosition::top(index)),
+            Some(_) | None => {}
+        }
+    }
+    out
 }
 
 /// Whether no check of these rules (`anyOf` entries included) reads anything but the pod and
@@ -214,9 +251,10 @@ impl<'a> Evaluator<'_, 'a> {
         }
     }
 
-    /// The verdict of a candidate whose port's checks read more than the pod.
+    /// The verdict of a candidate whose port's checks read more than the pod; records the
+    /// network lookups it depends on.
     fn verdict(
-        &self,
+        &mut self,
         port_idx: usize,
         pod_idx: usize,
         family: IpFamily,
@@ -226,7 +264,54 @@ impl<'a> Evaluator<'_, 'a> {
         let target = ctx.ports[port_idx]
             .service_port
             .and_then(|sp| resolve_target_port(ctx.pods[pod_idx], sp));
-        self.evaluate_checks(port_idx, pod_idx, family, target, address)
+        let probed = !self.probed[port_idx].is_empty();
+        let ask = Questions {
+            without_network: probed,
+            backing: false,
+        };
+        let walk = self.walk_checks(port_idx, pod_idx, family, target, address, ask);
+        if probed
+            && !walk.excluded_without_network
+            && let Some(target) = target
+        {
+            self.record_lookups(port_idx, pod_idx, family, address, target.number);
+        }
+        walk.verdict
+    }
+
+    /// The lookups of one candidate whose non-network checks leave the network checks a say:
+    /// every probed position of the port, read now or once an `anyOf` sibling changes.
+    fn record_lookups(
+        &mut self,
+        port_idx: usize,
+        pod_idx: usize,
+        family: IpFamily,
+        address: IpAddr,
+        target_port: i32,
+    ) {
+        let ctx = self.ctx;
+        let port = &ctx.ports[port_idx];
+        let uid = ctx.pods[pod_idx].metadata.uid.as_deref().unwrap_or_default();
+        let ours = self.ours;
+        let published = self
+            .published
+            .get_or_insert_with(|| published_memberships(ours))
+            .contains(&(port.name, family, uid));
+        for &position in &self.probed[port_idx] {
+            self.out.lookups.push(NetworkLookup {
+                key: NetworkKey {
+                    pod_uid: uid.to_owned(),
+                    port_name: port.name.to_owned(),
+                    family,
+                    position,
+                },
+                pod: pod_idx,
+                service_port: port_idx,
+                address,
+                target_port,
+                published,
+            });
+        }
     }
 
     fn evaluate_checks(
@@ -237,6 +322,26 @@ impl<'a> Evaluator<'_, 'a> {
         target: Option<ResolvedTarget<'a>>,
         address: IpAddr,
     ) -> Verdict {
+        self.walk_checks(
+            port_idx,
+            pod_idx,
+            family,
+            target,
+            address,
+            Questions::default(),
+        )
+        .verdict
+    }
+
+    fn walk_checks(
+        &self,
+        port_idx: usize,
+        pod_idx: usize,
+        family: IpFamily,
+        target: Option<ResolvedTarget<'a>>,
+        address: IpAddr,
+        ask: Questions,
+    ) -> PortWalk {
         let ctx = self.ctx;
         let port = &ctx.ports[port_idx];
         let resolved = ResolvedPort {
@@ -247,7 +352,7 @@ impl<'a> Evaluator<'_, 'a> {
             address,
             family,
         };
-        evaluate_port(
+        walk_port(
             port.rules,
             &Evaluation {
                 service: ctx.service,
@@ -256,6 +361,7 @@ impl<'a> Evaluator<'_, 'a> {
                 network: ctx.network,
                 publish_not_ready: ctx.pnr,
             },
+            ask,
         )
     }
 

@@ -5,6 +5,6 @@ mod fuzz;
 mod gate;
 mod hostile;
 mod planner;
-mod probe_targets;
+mod network_lookups;
 mod properties;
 mod trigger;
