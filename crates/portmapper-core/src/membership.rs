@@ -50,6 +50,17 @@ pub fn port_rules<'a>(spec: &'a PortMappingSpec, port_name: &str) -> PortRules<'
     }
 }
 
+/// The check at `position` of a port's rules: an `anyOf` entry when `position.any_of` is set;
+/// `None` when there is none or it sets other than exactly one kind.
+pub fn check_at<'a>(rules: PortRules<'a>, position: CheckPosition) -> Option<CheckKind<'a>> {
+    let kind = rules.checks().get(position.index)?.kind()?;
+    match (kind, position.any_of) {
+        (CheckKind::AnyOf(entries), Some(j)) => entries.get(j)?.kind(),
+        (CheckKind::AnyOf(_), None) | (_, Some(_)) => None,
+        (kind, None) => Some(kind),
+    }
+}
+
 /// Whether `publishNotReadyAddresses` is in force: the PortMapping's override, else the
 /// Service's own field.
 pub fn publish_not_ready(spec: &PortMappingSpec, service: &Service) -> bool {
