@@ -105,8 +105,8 @@ pub(crate) struct Questions {
     pub backing: bool,
 }
 
-/// The verdict of a port's checks and the answers to the [`Questions`] asked (`false` when
-/// not asked).
+/// The verdict of a port's checks and the answers to the [`Questions`] asked. A question not
+/// asked reads `false` unless the walk happened to find the answer true.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct PortWalk {
     pub verdict: Verdict,

@@ -19,7 +19,7 @@ pub use portmapper_api::network_key::{CheckPosition, NetworkKey};
 pub struct NetworkLookup {
     /// Where the result goes.
     pub key: NetworkKey,
-    /// The pod: its index in [`PlanInput::pods`](crate::PlanInput::pods).
+    /// The pod: its index in the planner input's `pods`.
     pub pod: usize,
     /// The Service port: its index in the Service's `spec.ports`.
     pub service_port: usize,

@@ -15,7 +15,7 @@ use super::render::{DesiredEndpoint, EndpointFacts};
 use super::status::PodPortState;
 use super::types::{DecisionCounts, PlanWarning};
 use super::{Context, Member, PortView, static_target};
-use crate::check::{is_no_result_yet, is_probed};
+use crate::check::{has_published_gate, is_no_result_yet, is_probed};
 use crate::decision::{Decision, Verdict};
 use crate::membership::{Evaluation, PortRules, PortWalk, Questions, walk_port};
 use crate::network::{CheckPosition, NetworkKey, NetworkLookup};
@@ -185,19 +185,21 @@ impl<'a> Evaluator<'_, 'a> {
                     target,
                     address,
                     verdict,
+                    excluded_by_backing,
                 } => {
                     if let Some(t) = target {
                         candidate_targets.insert(*t);
                     }
                     let computed;
-                    let verdict = match verdict {
-                        Some(v) => v,
+                    let (verdict, excluded_by_backing) = match verdict {
+                        Some(v) => (v, *excluded_by_backing),
                         None => {
                             computed = self.verdict(port_idx, pod_idx, family, *address);
-                            &computed
+                            (&computed.0, computed.1)
                         }
                     };
-                    self.member(port_idx, pod_idx, family, *target, *address, verdict)
+                    let facts = (*target, *address);
+                    self.member(port_idx, pod_idx, family, facts, verdict, excluded_by_backing)
                         .map(|e| (e, *target))
                 }
             };
@@ -243,31 +245,40 @@ impl<'a> Evaluator<'_, 'a> {
             PodAddress::Missing => return Outcome::NotCandidate,
             PodAddress::Rejected { ip, reason } => return Outcome::Rejected { ip, reason },
         };
+        let walk = self.pod_only[port_idx].then(|| {
+            let ask = Questions {
+                without_network: false,
+                backing: has_published_gate(pod),
+            };
+            self.walk_checks(port_idx, pod_idx, family, target, address, ask)
+        });
         Outcome::Candidate {
             target: target.map(|t| t.number),
             address,
-            verdict: self.pod_only[port_idx]
-                .then(|| self.evaluate_checks(port_idx, pod_idx, family, target, address)),
+            excluded_by_backing: walk.as_ref().is_some_and(|w| w.excluded_by_backing),
+            verdict: walk.map(|w| w.verdict),
         }
     }
 
-    /// The verdict of a candidate whose port's checks read more than the pod; records the
-    /// network lookups it depends on.
+    /// The verdict of a candidate whose port's checks read more than the pod, and whether a
+    /// backing check excludes it (asked for gated pods only); records the network lookups it
+    /// depends on.
     fn verdict(
         &mut self,
         port_idx: usize,
         pod_idx: usize,
         family: IpFamily,
         address: IpAddr,
-    ) -> Verdict {
+    ) -> (Verdict, bool) {
         let ctx = self.ctx;
+        let pod = ctx.pods[pod_idx];
         let target = ctx.ports[port_idx]
             .service_port
-            .and_then(|sp| resolve_target_port(ctx.pods[pod_idx], sp));
+            .and_then(|sp| resolve_target_port(pod, sp));
         let probed = !self.probed[port_idx].is_empty();
         let ask = Questions {
             without_network: probed,
-            backing: false,
+            backing: has_published_gate(pod),
         };
         let walk = self.walk_checks(port_idx, pod_idx, family, target, address, ask);
         if probed
@@ -276,7 +287,7 @@ impl<'a> Evaluator<'_, 'a> {
         {
             self.record_lookups(port_idx, pod_idx, family, address, target.number);
         }
-        walk.verdict
+        (walk.verdict, walk.excluded_by_backing)
     }
 
     /// The lookups of one candidate whose non-network checks leave the network checks a say:
@@ -312,25 +323,6 @@ impl<'a> Evaluator<'_, 'a> {
                 published,
             });
         }
-    }
-
-    fn evaluate_checks(
-        &self,
-        port_idx: usize,
-        pod_idx: usize,
-        family: IpFamily,
-        target: Option<ResolvedTarget<'a>>,
-        address: IpAddr,
-    ) -> Verdict {
-        self.walk_checks(
-            port_idx,
-            pod_idx,
-            family,
-            target,
-            address,
-            Questions::default(),
-        )
-        .verdict
     }
 
     fn walk_checks(
@@ -375,21 +367,27 @@ impl<'a> Evaluator<'_, 'a> {
                 reason: reason.to_owned(),
             });
         }
+        // Meant to serve, but its address cannot be published: the gate must say so.
         merge_state(
             &mut self.out.states[port_idx][pod_idx],
-            PodPortState::Excluded(format!("address {ip} cannot be published: {reason}")),
+            PodPortState::Excluded {
+                reason: format!("address {ip} cannot be published: {reason}"),
+                meant_to_serve: true,
+            },
         );
     }
 
     /// Applies a candidate's verdict; renders its endpoint when it is a member.
+    /// `excluded_by_backing`: a backing check excludes it (the pod is not meant to serve the
+    /// port), as far as asked.
     fn member(
         &mut self,
         port_idx: usize,
         pod_idx: usize,
         family: IpFamily,
-        target: Option<i32>,
-        address: IpAddr,
+        (target, address): (Option<i32>, IpAddr),
         verdict: &Verdict,
+        excluded_by_backing: bool,
     ) -> Option<DesiredEndpoint<'a>> {
         let ctx = self.ctx;
         let port = &ctx.ports[port_idx];
@@ -432,7 +430,13 @@ impl<'a> Evaluator<'_, 'a> {
         }
         let slot = &mut self.out.states[port_idx][pod_idx];
         if let Some(reason) = excluded {
-            merge_state(slot, PodPortState::Excluded(reason));
+            merge_state(
+                slot,
+                PodPortState::Excluded {
+                    reason,
+                    meant_to_serve: !excluded_by_backing,
+                },
+            );
             return None;
         }
         let ready = ctx.pnr || !terminating;
