@@ -91,7 +91,7 @@ pub struct Evaluation<'a> {
 /// Evaluates a port's rules: AND of its checks with Exclude short-circuit, otherwise any
 /// Abstain → Abstain.
 pub fn evaluate_port(rules: PortRules<'_>, e: &Evaluation<'_>) -> Verdict {
-    walk_port(rules, e, Questions::default()).verdict
+    walk_port(rules, e, Questions::default(), &[]).verdict
 }
 
 /// What a walk over a port's checks finds out besides the verdict, when asked.
@@ -116,8 +116,10 @@ pub(crate) struct PortWalk {
     pub excluded_by_backing: bool,
 }
 
-/// What a top-level check can tell, independent of the pod.
-struct CheckClass {
+/// What a top-level check can tell, independent of the pod: computed once per port and plan
+/// ([`classify_checks`]), so asking [`Questions`] costs no work per pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CheckClass {
     /// It (or an `anyOf` entry) reads a network result: with none, it cannot exclude.
     reads_network: bool,
     /// It can exclude with health checks bypassed, and then its verdict is the same as without
@@ -125,27 +127,36 @@ struct CheckClass {
     backing: bool,
 }
 
-fn classify(check: &Check, protocol: &str) -> CheckClass {
-    match check.kind() {
-        // Excludes whatever is bypassed or probed.
-        None => CheckClass {
-            reads_network: false,
-            backing: true,
-        },
-        Some(CheckKind::AnyOf(entries)) => {
-            let kinds = || entries.iter().filter_map(|e| e.kind());
-            CheckClass {
-                reads_network: kinds().any(|k| is_probed(&k, protocol)),
+/// The [`CheckClass`] of every check of a port's rules, in order.
+pub(crate) fn classify_checks(rules: PortRules<'_>, protocol: &str) -> Vec<CheckClass> {
+    rules
+        .checks()
+        .iter()
+        .map(|check| match check.kind() {
+            // Excludes whatever is bypassed or probed.
+            None => CheckClass {
+                reads_network: false,
+                backing: true,
+            },
+            Some(CheckKind::AnyOf(entries)) => {
+                let (mut reads_network, mut health) = (false, false);
+                for kind in entries.iter().filter_map(|e| e.kind()) {
+                    reads_network |= is_probed(&kind, protocol);
+                    health |= kind.is_health();
+                }
                 // One health entry includes under the bypass; entries setting several kinds
                 // exclude either way.
-                backing: !kinds().any(|k| k.is_health()),
+                CheckClass {
+                    reads_network,
+                    backing: !health,
+                }
             }
-        }
-        Some(kind) => CheckClass {
-            reads_network: is_probed(&kind, protocol),
-            backing: !kind.is_health(),
-        },
-    }
+            Some(kind) => CheckClass {
+                reads_network: is_probed(&kind, protocol),
+                backing: !kind.is_health(),
+            },
+        })
+        .collect()
 }
 
 fn evaluate_check(index: usize, check: &Check, e: &Evaluation<'_>) -> Verdict {
@@ -167,10 +178,16 @@ fn evaluate_check(index: usize, check: &Check, e: &Evaluation<'_>) -> Verdict {
 }
 
 /// One walk over a port's checks: the verdict (as [`all_of`](crate::decision::all_of): the
-/// first Exclude wins, then the first Abstain), and the answers to `ask`. Once the verdict is an Exclude, only the checks
-/// that can still answer an open question are evaluated; without questions this is exactly
-/// `all_of` and costs nothing more.
-pub(crate) fn walk_port(rules: PortRules<'_>, e: &Evaluation<'_>, ask: Questions) -> PortWalk {
+/// first Exclude wins, then the first Abstain), and the answers to `ask`, with `classes` the
+/// port's [`classify_checks`]. Once the verdict is an Exclude, only the checks that can still
+/// answer an open question are evaluated; without questions this is exactly `all_of` and costs
+/// nothing more.
+pub(crate) fn walk_port(
+    rules: PortRules<'_>,
+    e: &Evaluation<'_>,
+    ask: Questions,
+    classes: &[CheckClass],
+) -> PortWalk {
     let checks = match rules {
         PortRules::PublishNothing => {
             return PortWalk {
@@ -188,9 +205,9 @@ pub(crate) fn walk_port(rules: PortRules<'_>, e: &Evaluation<'_>, ask: Questions
     let mut abstain: Option<Verdict> = None;
     let (mut without_network, mut backing) = (false, false);
     for (index, check) in checks.iter().enumerate() {
-        let class = asked.then(|| classify(check, e.port.protocol));
+        let class = classes.get(index).filter(|_| asked);
         if excluded.is_some() {
-            let helps = class.as_ref().is_some_and(|c| {
+            let helps = class.is_some_and(|c| {
                 (ask.without_network && !without_network && !c.reads_network)
                     || (ask.backing && !backing && c.backing)
             });
@@ -201,7 +218,7 @@ pub(crate) fn walk_port(rules: PortRules<'_>, e: &Evaluation<'_>, ask: Questions
         let verdict = evaluate_check(index, check, e);
         match verdict.decision {
             Decision::Exclude => {
-                if let Some(c) = &class {
+                if let Some(c) = class {
                     without_network |= !c.reads_network;
                     backing |= c.backing;
                 }

@@ -17,7 +17,9 @@ use super::types::{DecisionCounts, PlanWarning};
 use super::{Context, Member, PortView, static_target};
 use crate::check::{has_published_gate, is_no_result_yet, is_probed};
 use crate::decision::{Decision, Verdict};
-use crate::membership::{Evaluation, PortRules, PortWalk, Questions, walk_port};
+use crate::membership::{
+    CheckClass, Evaluation, PortRules, PortWalk, Questions, classify_checks, walk_port,
+};
 use crate::network::{CheckPosition, NetworkKey, NetworkLookup};
 use crate::target::{
     PodAddress, ResolvedPort, ResolvedTarget, is_terminal, is_terminating, pod_address,
@@ -63,6 +65,8 @@ struct Evaluator<'c, 'a> {
     /// Per port: the positions of the checks the prober evaluates, when their results are
     /// reported as lookups (empty for most ports: no allocation).
     probed: Vec<Vec<CheckPosition>>,
+    /// Per port: what each check can tell, for the questions a walk asks.
+    classes: Vec<Vec<CheckClass>>,
     out: Evaluated<'a>,
 }
 
@@ -97,6 +101,11 @@ pub(crate) fn evaluate<'a>(
             .map(|p| reads_only_the_pod(p.rules))
             .collect(),
         probed: ctx.ports.iter().map(|p| probed_positions(ctx, p)).collect(),
+        classes: ctx
+            .ports
+            .iter()
+            .map(|p| classify_checks(p.rules, p.protocol))
+            .collect(),
         out: Evaluated {
             groups: Vec::new(),
             states: vec![vec![None; ctx.pods.len()]; ctx.ports.len()],
@@ -354,6 +363,7 @@ impl<'a> Evaluator<'_, 'a> {
                 publish_not_ready: ctx.pnr,
             },
             ask,
+            &self.classes[port_idx],
         )
     }
 
