@@ -208,8 +208,15 @@ impl<'a> Evaluator<'_, 'a> {
                         }
                     };
                     let facts = (*target, *address);
-                    self.member(port_idx, pod_idx, family, facts, verdict, excluded_by_backing)
-                        .map(|e| (e, *target))
+                    self.member(
+                        port_idx,
+                        pod_idx,
+                        family,
+                        facts,
+                        verdict,
+                        excluded_by_backing,
+                    )
+                    .map(|e| (e, *target))
                 }
             };
             if self.pod_only[port_idx]
@@ -311,7 +318,11 @@ impl<'a> Evaluator<'_, 'a> {
     ) {
         let ctx = self.ctx;
         let port = &ctx.ports[port_idx];
-        let uid = ctx.pods[pod_idx].metadata.uid.as_deref().unwrap_or_default();
+        let uid = ctx.pods[pod_idx]
+            .metadata
+            .uid
+            .as_deref()
+            .unwrap_or_default();
         let ours = self.ours;
         let published = self
             .published

@@ -4,7 +4,7 @@ mod fixtures;
 mod fuzz;
 mod gate;
 mod hostile;
-mod planner;
 mod network_lookups;
+mod planner;
 mod properties;
 mod trigger;

@@ -83,7 +83,14 @@ fn lists_every_network_check_per_pod_port_and_family_with_positions() {
     let w = world();
     let p = w.plan();
     let row = |pod: &str, family, position, address: &str| {
-        (pod.to_owned(), family, position, address.to_owned(), 8080, false)
+        (
+            pod.to_owned(),
+            family,
+            position,
+            address.to_owned(),
+            8080,
+            false,
+        )
     };
     // Port-major, then family, then pod; the terminal pod and the unprobed port list nothing.
     assert_eq!(
@@ -119,7 +126,9 @@ fn results_filed_under_the_listed_keys_drive_the_planner() {
         .into_iter()
         .map(|l| {
             // Everything passes but pod b's httpGet (it has no admin port).
-            let v = if l.key.position == pos(1, None) && w.pods[l.pod].metadata.name.as_deref() == Some("b") {
+            let v = if l.key.position == pos(1, None)
+                && w.pods[l.pod].metadata.name.as_deref() == Some("b")
+            {
                 Verdict::exclude("no admin port")
             } else {
                 Verdict::INCLUDE
@@ -131,7 +140,11 @@ fn results_filed_under_the_listed_keys_drive_the_planner() {
     assert_eq!(pod_names(&p.slices[0].slice), vec!["a"]);
     assert_eq!(pod_names(&p.slices[1].slice), vec!["a"], "IPv6 slice");
     assert_eq!(p.ports[0].excluded[0].reason, "httpGet: no admin port");
-    assert_eq!(p.network_lookups.len(), 9, "results do not change what is looked up");
+    assert_eq!(
+        p.network_lookups.len(),
+        9,
+        "results do not change what is looked up"
+    );
 }
 
 #[test]
@@ -161,9 +174,8 @@ fn pods_the_other_checks_exclude_are_not_probed_wherever_the_network_check_sits(
             PodBuilder::new("b", &["10.0.0.2"]).ports("admin").build(),
         ],
     );
-    let names = |w: &World, p: &Plan| -> Vec<String> {
-        summary(w, p).into_iter().map(|r| r.0).collect()
-    };
+    let names =
+        |w: &World, p: &Plan| -> Vec<String> { summary(w, p).into_iter().map(|r| r.0).collect() };
     assert_eq!(names(&w, &w.plan()), vec!["a"]);
     // A failing probe result still leaves the pod probed (so it can come back).
     w.network = w
@@ -230,7 +242,10 @@ fn lookups_index_the_input_pods_and_carry_what_is_published() {
     let rows = summary(&w, &p);
     assert_eq!(rows.len(), 9);
     assert!(rows.iter().all(|r| r.0 == "a" || r.0 == "b"), "{rows:?}");
-    assert!(rows.iter().all(|r| r.5), "every looked-up membership is published now");
+    assert!(
+        rows.iter().all(|r| r.5),
+        "every looked-up membership is published now"
+    );
 }
 
 #[test]
