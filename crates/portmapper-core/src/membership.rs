@@ -334,6 +334,85 @@ mod tests {
         )
     }
 
+    /// (verdict reason, excluded without network, excluded by backing) with every question.
+    fn walk(checks: Vec<Check>, pod: &Pod, network: &NetworkDecisions) -> (String, bool, bool) {
+        let service = Service::default();
+        let p = rp("http");
+        let rules = PortRules::Checks(&checks);
+        let w = walk_port(
+            rules,
+            &Evaluation {
+                service: &service,
+                pod,
+                port: &p,
+                network,
+                publish_not_ready: false,
+            },
+            Questions {
+                without_network: true,
+                backing: true,
+            },
+            &classify_checks(rules, "TCP"),
+        );
+        (
+            w.verdict.reason().to_owned(),
+            w.excluded_without_network,
+            w.excluded_by_backing,
+        )
+    }
+
+    #[test]
+    fn one_walk_answers_its_questions_past_the_first_exclude() {
+        let http = Check {
+            http_get: Some(HttpGetCheck::default()),
+            ..Check::default()
+        };
+        let port_names = spec().ports[0].checks[0].clone();
+        let failing: NetworkDecisions = [(
+            crate::NetworkKey {
+                pod_uid: "u".into(),
+                port_name: "http".into(),
+                family: IpFamily::V4,
+                position: CheckPosition::top(0),
+            },
+            Verdict::exclude("503"),
+        )]
+        .into_iter()
+        .collect();
+        // The probe excludes first; portNames, evaluated only for the questions, excludes too.
+        assert_eq!(
+            walk(
+                vec![http.clone(), port_names.clone()],
+                &unready_pod("https"),
+                &failing
+            ),
+            ("httpGet: 503".to_owned(), true, true)
+        );
+        // portNames includes: only the probe excludes, so it is worth probing and backed.
+        assert_eq!(
+            walk(
+                vec![http.clone(), port_names.clone()],
+                &unready_pod("http"),
+                &failing
+            ),
+            ("httpGet: 503".to_owned(), false, false)
+        );
+        // podReady (a health check read without the network) excludes: nothing to probe, but
+        // the pod is still meant to serve the port.
+        assert_eq!(
+            walk(
+                vec![Check::pod_ready(), http, port_names],
+                &unready_pod("http"),
+                &NetworkDecisions::new()
+            ),
+            (
+                "podReady: pod is not Ready (Ready=False)".to_owned(),
+                true,
+                false
+            )
+        );
+    }
+
     #[test]
     fn listed_port_uses_its_checks() {
         let v = run(&spec(), &unready_pod("http"), "http", false);
