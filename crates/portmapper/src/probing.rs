@@ -122,7 +122,7 @@ pub fn watch(
     network: &NetworkDecisions,
 ) -> Watched {
     let key = mapping_key(pm);
-    let targets = targets(pm, service, pods, lookups);
+    let targets = lookup_targets(pm, service, pods, lookups);
     let watched = Watched {
         targets: targets.len(),
         awaiting_first_result: targets
@@ -155,7 +155,7 @@ fn success_threshold(pm: &PortMapping) -> u32 {
 /// The plan's network lookups as prober targets. A lookup the prober cannot run is left out:
 /// a target port outside 1–65535 (the Service would not validate), or a position holding no
 /// network check (the spec changed under the plan: not possible with one spec).
-pub fn targets(
+pub fn lookup_targets(
     pm: &PortMapping,
     service: &Service,
     pods: &[&Pod],
@@ -500,7 +500,7 @@ mod tests {
         slices: &[&EndpointSlice],
     ) -> Vec<Target> {
         let plan = plan_of(pm, svc, pods, slices, &NetworkDecisions::new());
-        targets(pm, svc, pods, &plan.network_lookups)
+        lookup_targets(pm, svc, pods, &plan.network_lookups)
     }
 
     fn result(membership: Membership, last: ProbeResult, s: u32, f: u32) -> TargetResult {
@@ -661,7 +661,7 @@ mod tests {
         assert_eq!(network.len(), 2);
         let plan = plan_of(&pm, &svc, &pods, &slices, &network);
         assert_eq!(
-            targets(&pm, &svc, &pods, &plan.network_lookups),
+            lookup_targets(&pm, &svc, &pods, &plan.network_lookups),
             watched,
             "the results change nothing of what is probed"
         );
