@@ -5,6 +5,7 @@
 
 pub mod check;
 pub mod crd;
+pub mod network_key;
 pub mod reference;
 mod selector;
 pub mod spec;
@@ -12,6 +13,7 @@ pub mod status;
 pub mod validate;
 
 pub use check::{Check, CheckKind, LeafCheck};
+pub use network_key::{CheckPosition, IpFamily, NetworkKey};
 pub use spec::{
     KeySource, PodPool, PortMapping, PortMappingSpec, PortRule, ProbeSettings, ServiceRef,
     TerminatingEndpoints, UnlistedPorts,

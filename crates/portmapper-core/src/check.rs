@@ -7,6 +7,7 @@
 //! podCondition: they say whether the pod is meant to serve the port at all) nor notTerminating.
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition, Service};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use portmapper_api::check::{
     ConditionStatus, ContainerReadyCheck, PodConditionCheck, PortNamesCheck,
 };
@@ -70,7 +71,7 @@ impl MembershipCheck for CheckKind<'_> {
             CheckKind::PodCondition(c) => pod_condition(c, ctx.pod),
             CheckKind::PortNames(c) => port_names(c, ctx),
             CheckKind::HttpGet(_) | CheckKind::TcpSocket(_) | CheckKind::Grpc(_)
-                if crate::probe_targets::dials_non_tcp_target(self, ctx.port.protocol) =>
+                if dials_non_tcp_target(self, ctx.port.protocol) =>
             {
                 Verdict::exclude(format!(
                     "{}: Service port {} is {}; a probe without its own port would dial it over TCP (set the check's port)",
@@ -101,6 +102,33 @@ impl MembershipCheck for CheckKind<'_> {
             })),
         }
     }
+}
+
+/// A network check's own `port`, if it names one (webhooks never do).
+pub fn check_port<'a>(check: &CheckKind<'a>) -> Option<&'a IntOrString> {
+    match check {
+        CheckKind::HttpGet(c) => c.port.as_ref(),
+        CheckKind::TcpSocket(c) => c.port.as_ref(),
+        CheckKind::Grpc(c) => c.port.as_ref(),
+        _ => None,
+    }
+}
+
+/// Whether `check` would dial the target port of a UDP or SCTP Service port over TCP: a probe
+/// without its own `port` on a non-TCP port has nothing to test, so it is never run and the
+/// planner excludes the pod with a reason that says so.
+pub fn dials_non_tcp_target(check: &CheckKind<'_>, protocol: &str) -> bool {
+    matches!(
+        check,
+        CheckKind::HttpGet(_) | CheckKind::TcpSocket(_) | CheckKind::Grpc(_)
+    ) && check_port(check).is_none()
+        && protocol != "TCP"
+}
+
+/// Whether the prober evaluates `check` on a port of `protocol`: a network check that does not
+/// dial a non-TCP target (that one excludes without a result, see [`dials_non_tcp_target`]).
+pub fn is_probed(check: &CheckKind<'_>, protocol: &str) -> bool {
+    check.is_network() && !dials_non_tcp_target(check, protocol)
 }
 
 /// The readiness gate (pod condition type) portmapper sets once a pod is published: pods opt in

@@ -9,15 +9,15 @@ pub mod membership;
 pub mod network;
 pub mod planner;
 pub mod pool;
-pub mod probe_targets;
 pub mod target;
 
 pub use check::{CheckContext, MembershipCheck, PUBLISHED_GATE, has_published_gate};
 pub use decision::{Decision, Verdict, all_of, any_of};
-pub use membership::{Evaluation, PortRules, evaluate_port, port_rules, publish_not_ready};
-pub use network::{CheckPosition, NetworkDecisions, NetworkKey};
+pub use membership::{
+    Evaluation, PortRules, check_at, evaluate_port, port_rules, publish_not_ready,
+};
+pub use network::{CheckPosition, NetworkDecisions, NetworkKey, NetworkLookup};
 pub use pool::{SelectorError, pod_in_pool, selector_matches};
-pub use probe_targets::{ProbeTarget, probe_targets};
 pub use target::{PodAddress, ResolvedPort, ResolvedTarget, pod_address, resolve_target_port};
 
 pub use planner::{

@@ -3,41 +3,33 @@
 //! check position).
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 
 use kube_validation::IpFamily;
 
 use crate::decision::Verdict;
 
-/// Where a check sits in the port's check list: `index` into the list (`ports[].checks` or
-/// `defaultChecks`), and for a check inside `anyOf`, its index there.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CheckPosition {
-    /// Index in the port's check list.
-    pub index: usize,
-    /// Index inside that entry's `anyOf`, if the check is nested there.
-    pub any_of: Option<usize>,
-}
+pub use portmapper_api::network_key::{CheckPosition, NetworkKey};
 
-impl std::fmt::Display for CheckPosition {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.any_of {
-            Some(j) => write!(f, "checks[{}].anyOf[{j}]", self.index),
-            None => write!(f, "checks[{}]", self.index),
-        }
-    }
-}
-
-/// Identifies one network check evaluation.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct NetworkKey {
-    /// UID of the pod.
-    pub pod_uid: String,
-    /// Service port name (`""` for an unnamed port).
-    pub port_name: String,
-    /// Address family probed.
-    pub family: IpFamily,
-    /// Position of the check.
-    pub position: CheckPosition,
+/// One network check result the plan depends on: a (pod, Service port, family, check position)
+/// the planner looks up, with what the prober needs to probe it. A lookup is reported while the
+/// pod is a candidate and the port's other (non-network) checks leave the network checks a say,
+/// whether or not a result exists yet: a check without a result is probed so it gets one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetworkLookup {
+    /// Where the result goes.
+    pub key: NetworkKey,
+    /// The pod: its index in the planner input's `pods`.
+    pub pod: usize,
+    /// The Service port: its index in the Service's `spec.ports`.
+    pub service_port: usize,
+    /// The address to probe (the pod's address of `key.family`).
+    pub address: IpAddr,
+    /// The Service port's target port on this pod.
+    pub target_port: i32,
+    /// Whether the live slices publish this (pod, port, family) now: the prober's seed for a
+    /// new target, read by the rule Abstain keeps by.
+    pub published: bool,
 }
 
 /// The latest network check results. A missing entry reads as Abstain ("no result yet").
@@ -161,18 +153,6 @@ mod tests {
             d.get("u1", "http", IpFamily::V4, CheckPosition::default())
                 .map(|v| v.decision),
             Some(crate::Decision::Exclude)
-        );
-    }
-
-    #[test]
-    fn position_renders_like_a_field_path() {
-        assert_eq!(
-            CheckPosition {
-                index: 2,
-                any_of: Some(1)
-            }
-            .to_string(),
-            "checks[2].anyOf[1]"
         );
     }
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use portmapper_api::ProbeSettings;
 use portmapper_api::check::{HttpGetCheck, Scheme, TcpSocketCheck};
 use portmapper_probe::{
-    CheckPosition, CheckType, ExecutorConfig, Family, MappingKey, Membership, NetworkCheck,
+    CheckPosition, CheckType, ExecutorConfig, IpFamily, MappingKey, Membership, NetworkCheck,
     PoolPod, ProbeMetrics, ProbeResult, Prober, ProberConfig, ServicePort, Target,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -130,7 +130,7 @@ fn target(round: usize, index: usize, addr: SocketAddr, check: NetworkCheck) -> 
             protocol: "TCP".into(),
             target_port: addr.port(),
         },
-        family: Family::V4,
+        family: IpFamily::V4,
         position: CheckPosition::top(0),
         check,
         settings: ProbeSettings {

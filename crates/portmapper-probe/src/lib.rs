@@ -74,7 +74,9 @@ pub use outcome::{Cause, Outcome, ProbeResult};
 pub use prober::{
     DEFAULT_CONCURRENCY, ProbeEvents, Prober, ProberConfig, ProberError, TargetResult,
 };
+// The key vocabulary is the planner's (`portmapper-api`), re-exported for convenience.
+pub use portmapper_api::network_key::{CheckPosition, IpFamily, NetworkKey};
 pub use target::{
-    AddrError, CheckPosition, CheckType, ContainerPort, Family, MappingKey, Membership,
-    NetworkCheck, PodAddr, PoolPod, ServicePort, Target, TargetKey, network_checks,
+    AddrError, CheckType, ContainerPort, MappingKey, Membership, NetworkCheck, PodAddr, PoolPod,
+    ServicePort, Target,
 };

@@ -22,7 +22,8 @@ use crate::exec::{ProbeExecutor, timed_out};
 use crate::limits::{TIMEOUT_GRACE, clamp_period, clamp_threshold};
 use crate::metrics::ProbeMetrics;
 use crate::outcome::{Outcome, ProbeResult};
-use crate::target::{MappingKey, Membership, Target, TargetKey};
+use crate::target::{MappingKey, Membership, Target};
+use portmapper_api::network_key::NetworkKey;
 
 /// Default bound on probes in flight. Probes are I/O-bound, so on a 2-core operator the bound
 /// mostly caps sockets: 128 descriptors stay far below the usual 1024 soft limit, and with the
@@ -91,7 +92,7 @@ struct Entry {
     result: TargetResult,
 }
 
-type Mappings = HashMap<MappingKey, HashMap<TargetKey, Entry>>;
+type Mappings = HashMap<MappingKey, HashMap<NetworkKey, Entry>>;
 
 struct Inner {
     config: ProberConfig,
@@ -153,7 +154,7 @@ impl Prober {
 
     /// Replaces the targets of one PortMapping.
     ///
-    /// Targets whose [`TargetKey`] was already known keep their schedule, membership and
+    /// Targets whose [`NetworkKey`] was already known keep their schedule, membership and
     /// streaks; their definition (check, pod facts, thresholds) is updated in place and used
     /// from the next probe, and only a changed `periodSeconds` restarts their schedule. New
     /// targets start from their `seed`. Targets no longer listed are cancelled at once, probe
@@ -162,7 +163,7 @@ impl Prober {
         let inner = &self.inner;
         let mut mappings = inner.write();
         let mut old = mappings.remove(mapping).unwrap_or_default();
-        let mut current: HashMap<TargetKey, Entry> = HashMap::with_capacity(old.len());
+        let mut current: HashMap<NetworkKey, Entry> = HashMap::with_capacity(old.len());
         for target in targets {
             let key = target.key();
             let period = clamp_period(target.settings.period_seconds);
@@ -232,13 +233,13 @@ impl Prober {
     }
 
     /// The cached result of one target; `None` if the prober does not know it.
-    pub fn result(&self, mapping: &MappingKey, key: &TargetKey) -> Option<TargetResult> {
+    pub fn result(&self, mapping: &MappingKey, key: &NetworkKey) -> Option<TargetResult> {
         let mappings = self.inner.read();
         Some(mappings.get(mapping)?.get(key)?.result.clone())
     }
 
     /// The cached results of every target of one PortMapping. Never waits on a probe.
-    pub fn results(&self, mapping: &MappingKey) -> HashMap<TargetKey, TargetResult> {
+    pub fn results(&self, mapping: &MappingKey) -> HashMap<NetworkKey, TargetResult> {
         let mappings = self.inner.read();
         mappings
             .get(mapping)
@@ -296,7 +297,7 @@ impl Inner {
     fn first_delay(
         &self,
         mapping: &MappingKey,
-        key: &TargetKey,
+        key: &NetworkKey,
         seed: Membership,
         period: Duration,
     ) -> Duration {
@@ -311,7 +312,7 @@ impl Inner {
     fn spawn_worker(
         self: &Arc<Self>,
         mapping: &MappingKey,
-        key: &TargetKey,
+        key: &NetworkKey,
         generation: u64,
         period: Duration,
         delay: Duration,
@@ -329,7 +330,7 @@ impl Inner {
     fn current_target(
         &self,
         mapping: &MappingKey,
-        key: &TargetKey,
+        key: &NetworkKey,
         generation: u64,
     ) -> Option<Arc<Target>> {
         let mappings = self.read();
@@ -338,7 +339,7 @@ impl Inner {
     }
 
     /// Counts a result and notifies if the membership flipped.
-    fn record(&self, mapping: &MappingKey, key: &TargetKey, generation: u64, result: ProbeResult) {
+    fn record(&self, mapping: &MappingKey, key: &NetworkKey, generation: u64, result: ProbeResult) {
         let flipped = {
             let mut mappings = self.write();
             let Some(entry) = mappings.get_mut(mapping).and_then(|t| t.get_mut(key)) else {
@@ -365,7 +366,7 @@ impl Inner {
             flipped
         };
         if flipped {
-            tracing::debug!(%mapping, pod = %key.pod, port = %key.port, "probe membership changed");
+            tracing::debug!(%mapping, pod_uid = %key.pod_uid, port = %key.port_name, position = %key.position, "probe membership changed");
             // The receiver is gone only when the operator is shutting down.
             let _ = self.events.send(mapping.clone());
         }
@@ -376,7 +377,7 @@ impl Inner {
 struct Worker {
     inner: Weak<Inner>,
     mapping: MappingKey,
-    key: TargetKey,
+    key: NetworkKey,
     generation: u64,
 }
 
@@ -419,7 +420,7 @@ impl Worker {
         let inner = self.inner.upgrade()?;
         inner.metrics.observe(check_type, &result, elapsed);
         tracing::trace!(
-            mapping = %self.mapping, pod = %self.key.pod, port = %self.key.port,
+            mapping = %self.mapping, pod = %target.pod.name, port = %self.key.port_name,
             outcome = %result.outcome, cause = %result.cause, ?elapsed, "probe finished"
         );
         inner.record(&self.mapping, &self.key, self.generation, result);

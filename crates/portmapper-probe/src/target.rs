@@ -16,10 +16,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use portmapper_api::ProbeSettings;
-use portmapper_api::check::{
-    Check, CheckKind, GrpcCheck, HttpGetCheck, TcpSocketCheck, WebhookCheck,
-};
-use serde::{Deserialize, Serialize};
+use portmapper_api::check::{CheckKind, GrpcCheck, HttpGetCheck, TcpSocketCheck, WebhookCheck};
+use portmapper_api::network_key::{CheckPosition, IpFamily, NetworkKey};
 
 /// Namespace and name of a PortMapping.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -46,70 +44,12 @@ impl fmt::Display for MappingKey {
     }
 }
 
-/// Address family of an EndpointSlice, and so of the pod IP a probe uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Family {
-    /// IPv4 (`addressType: IPv4`).
-    #[serde(rename = "IPv4")]
-    V4,
-    /// IPv6 (`addressType: IPv6`).
-    #[serde(rename = "IPv6")]
-    V6,
-}
-
-impl Family {
-    /// The family of an IP address.
-    pub fn of(ip: &IpAddr) -> Self {
-        match ip {
-            IpAddr::V4(_) => Self::V4,
-            IpAddr::V6(_) => Self::V6,
-        }
+/// The family of an IP address.
+fn family_of(ip: &IpAddr) -> IpFamily {
+    match ip {
+        IpAddr::V4(_) => IpFamily::V4,
+        IpAddr::V6(_) => IpFamily::V6,
     }
-
-    /// The EndpointSlice `addressType` spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::V4 => "IPv4",
-            Self::V6 => "IPv6",
-        }
-    }
-}
-
-/// Position of a network check in a port's check list: `check` indexes `checks`, `any_of`
-/// indexes the entries of an `anyOf` check at that index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CheckPosition {
-    /// Index in the port's `checks` (or `defaultChecks`).
-    pub check: u16,
-    /// Index inside an `anyOf` check, if the network check is one of its entries.
-    pub any_of: Option<u16>,
-}
-
-impl CheckPosition {
-    /// A top-level check.
-    pub fn top(check: u16) -> Self {
-        Self {
-            check,
-            any_of: None,
-        }
-    }
-}
-
-/// Identity of one probe schedule within a PortMapping: (pod, Service port, family, check
-/// position). A pod recreated under the same name has a new uid, hence a new schedule and a
-/// fresh seed.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TargetKey {
-    /// Pod name.
-    pub pod: String,
-    /// Pod uid.
-    pub pod_uid: String,
-    /// Service port name.
-    pub port: String,
-    /// Address family.
-    pub family: Family,
-    /// Which check of the port.
-    pub check: CheckPosition,
 }
 
 /// A container port the pod declares, for checks that name a port.
@@ -234,36 +174,6 @@ impl NetworkCheck {
     }
 }
 
-/// Every network check in a port's check list, with its position: top-level checks and the
-/// entries of `anyOf` checks. The operator makes one [`Target`] per entry, pod and family.
-pub fn network_checks(checks: &[Check]) -> Vec<(CheckPosition, NetworkCheck)> {
-    let mut found = Vec::new();
-    for (i, check) in checks.iter().enumerate() {
-        let Ok(index) = u16::try_from(i) else { break };
-        match check.kind() {
-            Some(CheckKind::AnyOf(entries)) => {
-                for (j, entry) in entries.iter().enumerate() {
-                    let Ok(inner) = u16::try_from(j) else { break };
-                    if let Some(network) = entry.kind().and_then(NetworkCheck::from_kind) {
-                        let position = CheckPosition {
-                            check: index,
-                            any_of: Some(inner),
-                        };
-                        found.push((position, network));
-                    }
-                }
-            }
-            Some(kind) => {
-                if let Some(network) = NetworkCheck::from_kind(kind) {
-                    found.push((CheckPosition::top(index), network));
-                }
-            }
-            None => {}
-        }
-    }
-    found
-}
-
 /// Damped membership of a target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Membership {
@@ -283,7 +193,7 @@ pub struct Target {
     /// The Service port.
     pub port: ServicePort,
     /// Family of the slice being published; the probe uses the pod IP of this family.
-    pub family: Family,
+    pub family: IpFamily,
     /// Where the check sits in the port's rules.
     pub position: CheckPosition,
     /// The check.
@@ -350,14 +260,13 @@ pub enum AddrError {
 }
 
 impl Target {
-    /// This target's identity.
-    pub fn key(&self) -> TargetKey {
-        TargetKey {
-            pod: self.pod.name.clone(),
+    /// This target's identity: the key the planner reads its result under.
+    pub fn key(&self) -> NetworkKey {
+        NetworkKey {
             pod_uid: self.pod.uid.clone(),
-            port: self.port.name.clone(),
+            port_name: self.port.name.clone(),
             family: self.family,
-            check: self.position,
+            position: self.position,
         }
     }
 
@@ -378,7 +287,7 @@ impl Target {
             .ips
             .iter()
             .copied()
-            .find(|ip| Family::of(ip) == self.family)
+            .find(|ip| family_of(ip) == self.family)
             .ok_or_else(|| AddrError::NoAddress {
                 pod: self.pod.name.clone(),
                 family: self.family.as_str(),
@@ -446,8 +355,6 @@ fn unusable(ip: &IpAddr, allow_loopback: bool) -> Option<&'static str> {
 
 #[cfg(test)]
 mod tests {
-    use portmapper_api::check::LeafCheck;
-
     use super::*;
 
     fn target(ips: &[&str], check: NetworkCheck) -> Target {
@@ -470,7 +377,7 @@ mod tests {
                 protocol: "TCP".into(),
                 target_port: 8080,
             },
-            family: Family::V4,
+            family: IpFamily::V4,
             position: CheckPosition::top(0),
             check,
             settings: ProbeSettings::default(),
@@ -493,7 +400,7 @@ mod tests {
             "10.244.1.5:8080".parse().unwrap()
         );
         let mut v6 = t.clone();
-        v6.family = Family::V6;
+        v6.family = IpFamily::V6;
         assert_eq!(
             v6.pod_addr(false).unwrap().socket_addr(),
             "[fd00::5]:8080".parse().unwrap()
@@ -541,44 +448,6 @@ mod tests {
             target(&["fd00::1"], tcp(None)).pod_addr(false),
             Err(AddrError::NoAddress { .. })
         ));
-    }
-
-    #[test]
-    fn network_checks_are_found_at_top_level_and_in_any_of() {
-        let tcp_check = TcpSocketCheck::default();
-        let checks = vec![
-            Check::pod_ready(),
-            Check {
-                tcp_socket: Some(tcp_check.clone()),
-                ..Check::default()
-            },
-            Check {
-                any_of: Some(vec![
-                    LeafCheck {
-                        pod_ready: Some(Default::default()),
-                        ..LeafCheck::default()
-                    },
-                    LeafCheck {
-                        grpc: Some(GrpcCheck::default()),
-                        ..LeafCheck::default()
-                    },
-                ]),
-                ..Check::default()
-            },
-        ];
-        assert_eq!(
-            network_checks(&checks),
-            vec![
-                (CheckPosition::top(1), NetworkCheck::TcpSocket(tcp_check)),
-                (
-                    CheckPosition {
-                        check: 2,
-                        any_of: Some(1)
-                    },
-                    NetworkCheck::Grpc(GrpcCheck::default())
-                ),
-            ]
-        );
     }
 
     #[test]

@@ -1,33 +1,30 @@
-//! Network checks in the reconcile: which targets the prober watches for one PortMapping, and
-//! how its cached, damped results become the planner's [`NetworkDecisions`].
+//! Network checks in the reconcile: how the prober's cached, damped results become the
+//! planner's [`NetworkDecisions`], and how the plan's network lookups become the targets the
+//! prober watches.
 //!
-//! A reconcile never waits on a probe: it hands the prober the targets it wants watched
-//! ([`Prober::set_targets`], which keeps known targets' schedules and streaks) and reads the
-//! results cached so far ([`Prober::results`]). A target whose first probe has not finished
-//! has no entry, and one with only abstaining results abstains; the planner reads both as
-//! Abstain: whatever is published for that (pod, port, family) stays, so a restart neither
-//! flaps nor empties a slice. A damped flip arrives on [`ProbeEvents`] and reconciles that
-//! PortMapping.
+//! A reconcile never waits on a probe: it reads the results cached so far ([`results`]), plans
+//! with them, and hands the prober the lookups the plan reports ([`watch`], through
+//! [`Prober::set_targets`], which keeps known targets' schedules and streaks). The planner
+//! reports a lookup whether or not a result exists, so a check without one (a new pod, every
+//! target of a restarted operator) is probed from that reconcile on, seeded with what is
+//! published. A target whose first probe has not finished has no entry, and one with only
+//! abstaining results abstains; the planner reads both as Abstain: whatever is published for
+//! that (pod, port, family) stays, so a restart neither flaps nor empties a slice. A damped
+//! flip arrives on [`ProbeEvents`] and reconciles that PortMapping.
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, Service, ServicePort as K8sServicePort};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use kube_validation::IpFamily;
-use portmapper_api::PortMapping;
-use portmapper_core::membership::{Evaluation, evaluate_port, port_rules};
-use portmapper_core::target::{ResolvedPort, service_port_protocol};
-use portmapper_core::{
-    Decision, NetworkDecisions, NetworkKey, Verdict, publish_not_ready, resolve_target_port,
-};
+use portmapper_api::{NetworkKey, PortMapping};
+use portmapper_core::target::service_port_protocol;
+use portmapper_core::{NetworkDecisions, NetworkLookup, Verdict, check_at, port_rules};
 use portmapper_probe::{
-    CheckPosition, ContainerPort, ExecutorConfig, Family, MappingKey, Membership, NetworkCheck,
-    Outcome, PoolPod, ProbeEvents, ProbeExecutor, Prober, ProberConfig, ServicePort, Target,
-    TargetKey, TargetResult,
+    ContainerPort, ExecutorConfig, MappingKey, Membership, NetworkCheck, Outcome, PoolPod,
+    ProbeEvents, ProbeExecutor, Prober, ProberConfig, ServicePort, Target, TargetResult,
 };
 use tracing::debug;
 
@@ -97,73 +94,74 @@ pub fn retain(prober: &Prober, alive: &HashSet<MappingKey>) {
     }
 }
 
-/// What the network checks say for one reconcile.
-#[derive(Debug, Default)]
-pub struct Probed {
-    /// Results for the planner; targets not probed yet have no entry (Abstain).
-    pub decisions: NetworkDecisions,
+/// Reads the PortMapping's cached, damped results as planner decisions. Never waits on a
+/// probe: a target whose first probe has not finished has no entry (the planner reads
+/// Abstain).
+pub fn results(prober: &Prober, pm: &PortMapping) -> NetworkDecisions {
+    let key = mapping_key(pm);
+    decisions(&prober.results(&key), success_threshold(pm))
+}
+
+/// The prober's work for one PortMapping after a plan.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Watched {
     /// Targets the prober watches for this PortMapping.
     pub targets: usize,
     /// Targets without a first result yet: the reconcile looks again soon while any remain.
     pub awaiting_first_result: usize,
 }
 
-/// Sets the PortMapping's targets on the prober and reads its cached results. Never waits on a
-/// probe.
-pub fn probe(
+/// Sets the PortMapping's targets to the network lookups of its plan (`pods` is the plan's
+/// `PlanInput::pods`, `network` what it read), keeping known targets' schedules and streaks.
+pub fn watch(
     prober: &Prober,
     pm: &PortMapping,
     service: &Service,
     pods: &[&Pod],
-    live_slices: &[&EndpointSlice],
-) -> Probed {
+    lookups: &[NetworkLookup],
+    network: &NetworkDecisions,
+) -> Watched {
     let key = mapping_key(pm);
-    let targets = targets(pm, service, pods, live_slices);
-    let keys: Vec<(TargetKey, u32)> = targets
-        .iter()
-        .map(|t| (t.key(), success_threshold(t)))
-        .collect();
+    let targets = lookup_targets(pm, service, pods, lookups);
+    let watched = Watched {
+        targets: targets.len(),
+        awaiting_first_result: targets
+            .iter()
+            .filter(|t| {
+                let k = t.key();
+                network
+                    .get(&k.pod_uid, &k.port_name, k.family, k.position)
+                    .is_none()
+            })
+            .count(),
+    };
     prober.set_targets(&key, targets);
-    let results = prober.results(&key);
-    let probed = decisions(&keys, &results);
     debug!(
         portmapping = %key,
-        targets = probed.targets,
-        awaiting = probed.awaiting_first_result,
-        decided = probed.decisions.len(),
-        "network checks read"
+        targets = watched.targets,
+        awaiting = watched.awaiting_first_result,
+        decided = network.len(),
+        "network checks watched"
     );
-    probed
+    watched
 }
 
-fn success_threshold(target: &Target) -> u32 {
-    u32::try_from(target.settings.success_threshold)
+fn success_threshold(pm: &PortMapping) -> u32 {
+    u32::try_from(pm.spec.probe.success_threshold)
         .unwrap_or(1)
         .max(1)
 }
 
-/// Every network check the planner will evaluate for this PortMapping, as prober targets: one
-/// per (pool pod, Service port, family, check position, `anyOf` entries included), as
-/// [`portmapper_core::probe_targets`] lists them with the keys the planner reads back.
-///
-/// Also left out, because the probe could not change what is published: (pod, port, family)
-/// that a non-network check already excludes (a check list is an AND; the pod is probed from
-/// the reconcile on in which that check includes it), and the pseudo-port of a headless
-/// Service without ports (no target port to probe).
-pub fn targets(
+/// The plan's network lookups as prober targets. A lookup the prober cannot run is left out:
+/// a target port outside 1–65535 (the Service would not validate), or a position holding no
+/// network check (the spec changed under the plan: not possible with one spec).
+pub fn lookup_targets(
     pm: &PortMapping,
     service: &Service,
     pods: &[&Pod],
-    live_slices: &[&EndpointSlice],
+    lookups: &[NetworkLookup],
 ) -> Vec<Target> {
-    let listed = match portmapper_core::probe_targets(pm, service, pods) {
-        Ok(listed) => listed,
-        // The planner reports an invalid selector; nothing to probe meanwhile.
-        Err(_) => return Vec::new(),
-    };
-    if listed.is_empty() {
-        // No network check anywhere: skip indexing every published endpoint (at 10,000 pods
-        // that index was a tenth of a reconcile).
+    if lookups.is_empty() {
         return Vec::new();
     }
     let service_ports = service
@@ -171,47 +169,24 @@ pub fn targets(
         .as_ref()
         .and_then(|s| s.ports.as_deref())
         .unwrap_or_default();
-    let published = published(pm, live_slices);
     let service_name = service.name_any();
-    // Whether the non-network checks leave the probe a say, per (pod, port, family).
-    let mut undecided: HashMap<(String, String, IpFamily), bool> = HashMap::new();
-    let mut out = Vec::new();
-    for listed in listed {
-        let key = &listed.key;
-        let Some(sp) = service_ports
-            .iter()
-            .find(|sp| sp.name.as_deref().unwrap_or_default() == key.port_name)
+    let mut out = Vec::with_capacity(lookups.len());
+    for lookup in lookups {
+        let key = &lookup.key;
+        let (Some(sp), Some(pod)) = (service_ports.get(lookup.service_port), pods.get(lookup.pod))
         else {
             continue;
         };
-        let Some(target_port) = listed.target_port.and_then(|p| u16::try_from(p).ok()) else {
+        let Ok(target_port) = u16::try_from(lookup.target_port) else {
             continue;
         };
-        let Some(check) = NetworkCheck::from_kind(listed.check) else {
+        let Some(check) = check_at(port_rules(&pm.spec, &key.port_name), key.position)
+            .and_then(NetworkCheck::from_kind)
+        else {
             continue;
         };
-        let (Ok(index), Ok(any_of)) = (
-            u16::try_from(key.position.index),
-            key.position.any_of.map(u16::try_from).transpose(),
-        ) else {
-            continue;
-        };
-        let probe_matters = *undecided
-            .entry((key.pod_uid.clone(), key.port_name.clone(), key.family))
-            .or_insert_with(|| {
-                not_excluded_without_probes(pm, service, sp, listed.pod, listed.address, key.family)
-            });
-        if !probe_matters {
-            continue;
-        }
-        let seed =
-            if published.contains(&(key.port_name.as_str(), key.family, key.pod_uid.as_str())) {
-                Membership::Included
-            } else {
-                Membership::Excluded
-            };
         out.push(Target {
-            pod: pool_pod(listed.pod, listed.address),
+            pod: pool_pod(pod, lookup.address),
             service: service_name.clone(),
             port: ServicePort {
                 name: key.port_name.clone(),
@@ -219,64 +194,18 @@ pub fn targets(
                 protocol: service_port_protocol(sp).to_owned(),
                 target_port,
             },
-            family: probe_family(key.family),
-            position: CheckPosition {
-                check: index,
-                any_of,
-            },
+            family: key.family,
+            position: key.position,
             check,
             settings: pm.spec.probe.clone(),
-            seed,
+            seed: if lookup.published {
+                Membership::Included
+            } else {
+                Membership::Excluded
+            },
         });
     }
     out
-}
-
-/// Whether the port's checks, evaluated with no network result at all, still leave the pod a
-/// chance: network checks then abstain, so only a non-network check can exclude.
-fn not_excluded_without_probes(
-    pm: &PortMapping,
-    service: &Service,
-    sp: &K8sServicePort,
-    pod: &Pod,
-    address: IpAddr,
-    family: IpFamily,
-) -> bool {
-    let port_name = sp.name.as_deref().unwrap_or_default();
-    let resolved = ResolvedPort {
-        name: port_name,
-        port: Some(sp.port),
-        protocol: service_port_protocol(sp),
-        target: resolve_target_port(pod, sp),
-        address,
-        family,
-    };
-    let verdict = evaluate_port(
-        port_rules(&pm.spec, port_name),
-        &Evaluation {
-            service,
-            pod,
-            port: &resolved,
-            network: &NetworkDecisions::new(),
-            publish_not_ready: publish_not_ready(&pm.spec, service),
-        },
-    );
-    verdict.decision != Decision::Exclude
-}
-
-/// (port name, family, pod UID) published now in our slices: the seeds of new targets, read by
-/// the planner's own rule for what Abstain keeps.
-fn published<'a>(
-    pm: &PortMapping,
-    live_slices: &[&'a EndpointSlice],
-) -> HashSet<(&'a str, IpFamily, &'a str)> {
-    let uid = pm.metadata.uid.as_deref().unwrap_or_default();
-    let ours: Vec<&EndpointSlice> = live_slices
-        .iter()
-        .copied()
-        .filter(|s| crate::owner::controlled_by(*s, uid))
-        .collect();
-    portmapper_core::planner::published_memberships(&ours)
 }
 
 /// What a probe may know about a pod: its identity, metadata for webhooks, the one address of
@@ -311,50 +240,16 @@ fn pool_pod(pod: &Pod, address: IpAddr) -> PoolPod {
     }
 }
 
-fn probe_family(family: IpFamily) -> Family {
-    match family {
-        IpFamily::V4 => Family::V4,
-        IpFamily::V6 => Family::V6,
-    }
-}
-
-fn core_family(family: Family) -> IpFamily {
-    match family {
-        Family::V4 => IpFamily::V4,
-        Family::V6 => IpFamily::V6,
-    }
-}
-
-/// Turns cached results into planner decisions. `targets` pairs each key with its
-/// `successThreshold` (for the reason of a pod still earning its way in).
+/// Turns cached results into planner decisions (`success_threshold` for the reason of a pod
+/// still earning its way in). A target before its first probe has no entry.
 pub fn decisions(
-    targets: &[(TargetKey, u32)],
-    results: &HashMap<TargetKey, TargetResult>,
-) -> Probed {
-    let mut probed = Probed {
-        targets: targets.len(),
-        ..Probed::default()
-    };
-    for (key, threshold) in targets {
-        let verdict = results.get(key).and_then(|r| verdict(r, *threshold));
-        let Some(verdict) = verdict else {
-            probed.awaiting_first_result += 1;
-            continue;
-        };
-        probed.decisions.insert(
-            NetworkKey {
-                pod_uid: key.pod_uid.clone(),
-                port_name: key.port.clone(),
-                family: core_family(key.family),
-                position: portmapper_core::CheckPosition {
-                    index: usize::from(key.check.check),
-                    any_of: key.check.any_of.map(usize::from),
-                },
-            },
-            verdict,
-        );
-    }
-    probed
+    results: &HashMap<NetworkKey, TargetResult>,
+    success_threshold: u32,
+) -> NetworkDecisions {
+    results
+        .iter()
+        .filter_map(|(key, r)| Some((key.clone(), verdict(r, success_threshold)?)))
+        .collect()
 }
 
 /// The planner's verdict for one target's cached result; `None` before its first probe.
@@ -397,12 +292,13 @@ mod tests {
         Container, ContainerPort as K8sContainerPort, PodCondition, PodIP, PodSpec, PodStatus,
         ServicePort as K8sServicePort, ServiceSpec,
     };
-    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort};
+    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     use portmapper_api::check::{Check, HttpGetCheck, LeafCheck, PortNamesCheck, TcpSocketCheck};
     use portmapper_api::{KeySource, PortMappingSpec, PortRule};
-    use portmapper_core::planner::{PlanInput, plan};
+    use portmapper_core::Decision;
+    use portmapper_core::planner::{Plan, PlanInput, plan};
     use portmapper_probe::{CheckPosition, ProbeResult};
 
     use super::*;
@@ -572,6 +468,41 @@ mod tests {
         ]
     }
 
+    fn plan_of(
+        pm: &PortMapping,
+        svc: &Service,
+        pods: &[&Pod],
+        slices: &[&EndpointSlice],
+        network: &NetworkDecisions,
+    ) -> Plan {
+        plan(&PlanInput {
+            port_mapping: pm,
+            service: svc,
+            pods,
+            node_zones: &BTreeMap::new(),
+            network,
+            live_slices: &slices
+                .iter()
+                .map(|s| std::sync::Arc::new((*s).clone()))
+                .collect::<Vec<_>>(),
+            take_over: &[],
+            live_endpoints: None,
+            now: k8s_openapi::jiff::Timestamp::now(),
+        })
+        .unwrap()
+    }
+
+    /// The prober targets of the plan of these inputs (no results yet).
+    fn planned_targets(
+        pm: &PortMapping,
+        svc: &Service,
+        pods: &[&Pod],
+        slices: &[&EndpointSlice],
+    ) -> Vec<Target> {
+        let plan = plan_of(pm, svc, pods, slices, &NetworkDecisions::new());
+        lookup_targets(pm, svc, pods, &plan.network_lookups)
+    }
+
     fn result(membership: Membership, last: ProbeResult, s: u32, f: u32) -> TargetResult {
         TargetResult {
             membership,
@@ -589,7 +520,7 @@ mod tests {
         let b = pod("b", "10.244.0.2", "admin");
         let slices = [owned_slice("admin", &[&a])];
         let pm = pm(rules());
-        let mut got: Vec<_> = targets(&pm, &service(), &[&a, &b], &[&slices[0]])
+        let mut got: Vec<_> = planned_targets(&pm, &service(), &[&a, &b], &[&slices[0]])
             .into_iter()
             .map(|t| {
                 (
@@ -603,7 +534,7 @@ mod tests {
             .collect();
         got.sort_by(|x, y| format!("{x:?}").cmp(&format!("{y:?}")));
         let any_of = CheckPosition {
-            check: 1,
+            index: 1,
             any_of: Some(0),
         };
         assert_eq!(
@@ -641,10 +572,10 @@ mod tests {
         let a = pod("a", "10.244.0.1", "broker,admin");
         let mut pm = pm(rules());
         pm.spec.publish_not_ready_addresses = Some(true);
-        assert!(targets(&pm, &service(), &[&a], &[]).is_empty());
+        assert!(planned_targets(&pm, &service(), &[&a], &[]).is_empty());
         let pm = self::pm(Vec::new());
         assert!(
-            targets(&pm, &service(), &[&a], &[]).is_empty(),
+            planned_targets(&pm, &service(), &[&a], &[]).is_empty(),
             "podReady defaults probe nothing"
         );
     }
@@ -699,11 +630,10 @@ mod tests {
         let slices = [owned_slice("admin", &[&a, &b])];
         let (pods, slices): (Vec<&Pod>, Vec<&EndpointSlice>) =
             (pods.iter().collect(), slices.iter().collect());
-        let targets = targets(&pm, &svc, &pods, &slices);
-        assert_eq!(targets.len(), 2, "only the admin port has a network check");
-        let keys: Vec<_> = targets.iter().map(|t| (t.key(), 1)).collect();
+        let watched = planned_targets(&pm, &svc, &pods, &slices);
+        assert_eq!(watched.len(), 2, "only the admin port has a network check");
         let mut results = HashMap::new();
-        for t in &targets {
+        for t in &watched {
             let r = if t.pod.name == "b" {
                 result(
                     Membership::Excluded,
@@ -727,30 +657,14 @@ mod tests {
             };
             results.insert(t.key(), r);
         }
-        let probed = decisions(&keys, &results);
+        let network = decisions(&results, 1);
+        assert_eq!(network.len(), 2);
+        let plan = plan_of(&pm, &svc, &pods, &slices, &network);
         assert_eq!(
-            (
-                probed.targets,
-                probed.awaiting_first_result,
-                probed.decisions.len()
-            ),
-            (2, 0, 2)
+            lookup_targets(&pm, &svc, &pods, &plan.network_lookups),
+            watched,
+            "the results change nothing of what is probed"
         );
-        let plan = plan(&PlanInput {
-            port_mapping: &pm,
-            service: &svc,
-            pods: &pods,
-            node_zones: &BTreeMap::new(),
-            network: &probed.decisions,
-            live_slices: &slices
-                .iter()
-                .map(|s| std::sync::Arc::new((*s).clone()))
-                .collect::<Vec<_>>(),
-            take_over: &[],
-            live_endpoints: None,
-            now: k8s_openapi::jiff::Timestamp::now(),
-        })
-        .unwrap();
         let admin = plan.ports.iter().find(|p| p.name == "admin").unwrap();
         assert_eq!(admin.ready, 1);
         assert_eq!(admin.excluded.len(), 1);
@@ -762,11 +676,11 @@ mod tests {
         let broker = plan.ports.iter().find(|p| p.name == "broker").unwrap();
         assert_eq!(broker.ready, 2, "the other port is unaffected");
 
-        // Without results the targets await and publish nothing new.
-        let probed = decisions(&keys, &HashMap::new());
-        assert_eq!(
-            (probed.awaiting_first_result, probed.decisions.len()),
-            (2, 0)
-        );
+        // A target before its first probe has no decision.
+        let mut never = results.clone();
+        for r in never.values_mut() {
+            r.last = None;
+        }
+        assert!(decisions(&never, 1).is_empty());
     }
 }

@@ -288,8 +288,7 @@ async fn plan_and_apply(
         BTreeMap::new()
     };
     // Cached probe results only: a reconcile never waits on the network.
-    let probed = crate::probing::probe(&ctx.prober, pm, service, &pods, &owned);
-    let network = probed.decisions;
+    let network = crate::probing::results(&ctx.prober, pm);
     let native = crate::migration_exec::native_slices(ctx, ns, &service.name_any());
     let live_endpoints = crate::migration_exec::live_endpoints(
         ctx,
@@ -326,6 +325,15 @@ async fn plan_and_apply(
             return Ok(Outcome::stalled(ctx, "PlanFailed", err.to_string()));
         }
     };
+    // The prober watches exactly what this plan looked up.
+    let probed = crate::probing::watch(
+        &ctx.prober,
+        pm,
+        service,
+        &pods,
+        &plan.network_lookups,
+        &network,
+    );
 
     let mut conditions = Vec::new();
     let live_names: std::collections::HashSet<&str> = owned

@@ -366,26 +366,29 @@ fn preview(
             ));
         }
     }
-    // Every network check the planner will consult gets the assumed result.
-    let mut network = NetworkDecisions::new();
     let pods: Vec<&Pod> = pods.iter().collect();
-    if let Ok(targets) = portmapper_core::probe_targets(pm, service, &pods) {
-        out.assumed = targets.len();
-        for target in targets {
-            network.insert(target.key, assume.verdict());
-        }
-    }
-    let input = PlanInput {
+    let mut input = PlanInput {
         port_mapping: pm,
         service,
         pods: &pods,
         node_zones: &inputs.zones,
-        network: &network,
+        network: &NetworkDecisions::new(),
         live_slices: &[],
         take_over: &[],
         live_endpoints: None,
         now: Timestamp::UNIX_EPOCH,
     };
+    // Every network result the planner looks up gets the assumed one, as the prober would
+    // give it: the lookups of a plan do not depend on the results it reads, so a first plan
+    // without results lists them for the second.
+    let network: NetworkDecisions = planner::plan(&input)
+        .map(|p| p.network_lookups)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|l| (l.key, assume.verdict()))
+        .collect();
+    out.assumed = network.len();
+    input.network = &network;
     let mut caveat = None;
     match planner::plan(&input) {
         Ok(plan) => {

@@ -15,10 +15,13 @@ use super::pack::Identity;
 use super::render::{DesiredEndpoint, EndpointFacts};
 use super::status::PodPortState;
 use super::types::{DecisionCounts, PlanWarning};
-use super::{Context, Member, static_target};
-use crate::check::is_no_result_yet;
+use super::{Context, Member, PortView, static_target};
+use crate::check::{has_published_gate, is_no_result_yet, is_probed};
 use crate::decision::{Decision, Verdict};
-use crate::membership::{Evaluation, PortRules, evaluate_port};
+use crate::membership::{
+    CheckClass, Evaluation, PortRules, PortWalk, Questions, classify_checks, walk_port,
+};
+use crate::network::{CheckPosition, NetworkKey, NetworkLookup};
 use crate::target::{
     PodAddress, ResolvedPort, ResolvedTarget, is_terminal, is_terminating, pod_address,
     resolve_target_port,
@@ -44,6 +47,9 @@ pub(crate) struct Evaluated<'a> {
     pub members: Vec<Member>,
     /// Every decision made, by outcome.
     pub decisions: DecisionCounts,
+    /// The network results this evaluation depends on, `pod` indexing `ctx.pods`; in
+    /// (port, family, pod, position) order.
+    pub lookups: Vec<NetworkLookup>,
 }
 
 struct Evaluator<'c, 'a> {
@@ -57,6 +63,11 @@ struct Evaluator<'c, 'a> {
     memos: Option<Vec<PodMemo>>,
     /// Per port: whether its checks read only the pod, so their verdict can be remembered.
     pod_only: Vec<bool>,
+    /// Per port: the positions of the checks the prober evaluates, when their results are
+    /// reported as lookups (empty for most ports: no allocation).
+    probed: Vec<Vec<CheckPosition>>,
+    /// Per port: what each check can tell, for the questions a walk asks.
+    classes: Vec<Vec<CheckClass>>,
     out: Evaluated<'a>,
 }
 
@@ -90,11 +101,18 @@ pub(crate) fn evaluate<'a>(
             .iter()
             .map(|p| reads_only_the_pod(p.rules))
             .collect(),
+        probed: ctx.ports.iter().map(|p| probed_positions(ctx, p)).collect(),
+        classes: ctx
+            .ports
+            .iter()
+            .map(|p| classify_checks(p.rules, p.protocol))
+            .collect(),
         out: Evaluated {
             groups: Vec::new(),
             states: vec![vec![None; ctx.pods.len()]; ctx.ports.len()],
             members: Vec::new(),
             decisions: DecisionCounts::default(),
+            lookups: Vec::new(),
         },
     };
     for port in 0..ctx.ports.len() {
@@ -106,6 +124,34 @@ pub(crate) fn evaluate<'a>(
         memo.check_in(ctx.pods, memos);
     }
     e.out
+}
+
+/// Where the prober evaluates a check of this port: its network checks (`anyOf` entries
+/// included), except those that never run (see [`is_probed`]). None under
+/// `publishNotReadyAddresses` (network checks are health checks, bypassed then) and for the
+/// pseudo-port of a headless Service without ports (no target port to probe).
+fn probed_positions(ctx: &Context<'_>, port: &PortView<'_>) -> Vec<CheckPosition> {
+    let mut out = Vec::new();
+    if ctx.pnr || port.service_port.is_none() {
+        return out;
+    }
+    for (index, check) in port.rules.checks().iter().enumerate() {
+        match check.kind() {
+            Some(CheckKind::AnyOf(entries)) => {
+                for (j, entry) in entries.iter().enumerate() {
+                    if entry.kind().is_some_and(|k| is_probed(&k, port.protocol)) {
+                        out.push(CheckPosition {
+                            index,
+                            any_of: Some(j),
+                        });
+                    }
+                }
+            }
+            Some(kind) if is_probed(&kind, port.protocol) => out.push(CheckPosition::top(index)),
+            Some(_) | None => {}
+        }
+    }
+    out
 }
 
 /// Whether no check of these rules (`anyOf` entries included) reads anything but the pod and
@@ -149,20 +195,29 @@ impl<'a> Evaluator<'_, 'a> {
                     target,
                     address,
                     verdict,
+                    excluded_by_backing,
                 } => {
                     if let Some(t) = target {
                         candidate_targets.insert(*t);
                     }
                     let computed;
-                    let verdict = match verdict {
-                        Some(v) => v,
+                    let (verdict, excluded_by_backing) = match verdict {
+                        Some(v) => (v, *excluded_by_backing),
                         None => {
                             computed = self.verdict(port_idx, pod_idx, family, *address);
-                            &computed
+                            (&computed.0, computed.1)
                         }
                     };
-                    self.member(port_idx, pod_idx, family, *target, *address, verdict)
-                        .map(|e| (e, *target))
+                    let facts = (*target, *address);
+                    self.member(
+                        port_idx,
+                        pod_idx,
+                        family,
+                        facts,
+                        verdict,
+                        excluded_by_backing,
+                    )
+                    .map(|e| (e, *target))
                 }
             };
             if self.pod_only[port_idx]
@@ -207,37 +262,99 @@ impl<'a> Evaluator<'_, 'a> {
             PodAddress::Missing => return Outcome::NotCandidate,
             PodAddress::Rejected { ip, reason } => return Outcome::Rejected { ip, reason },
         };
+        let walk = self.pod_only[port_idx].then(|| {
+            let ask = Questions {
+                without_network: false,
+                backing: has_published_gate(pod),
+            };
+            self.walk_checks(port_idx, pod_idx, family, target, address, ask)
+        });
         Outcome::Candidate {
             target: target.map(|t| t.number),
             address,
-            verdict: self.pod_only[port_idx]
-                .then(|| self.evaluate_checks(port_idx, pod_idx, family, target, address)),
+            excluded_by_backing: walk.as_ref().is_some_and(|w| w.excluded_by_backing),
+            verdict: walk.map(|w| w.verdict),
         }
     }
 
-    /// The verdict of a candidate whose port's checks read more than the pod.
+    /// The verdict of a candidate whose port's checks read more than the pod, and whether a
+    /// backing check excludes it (asked for gated pods only); records the network lookups it
+    /// depends on.
     fn verdict(
-        &self,
+        &mut self,
         port_idx: usize,
         pod_idx: usize,
         family: IpFamily,
         address: IpAddr,
-    ) -> Verdict {
+    ) -> (Verdict, bool) {
         let ctx = self.ctx;
+        let pod = ctx.pods[pod_idx];
         let target = ctx.ports[port_idx]
             .service_port
-            .and_then(|sp| resolve_target_port(ctx.pods[pod_idx], sp));
-        self.evaluate_checks(port_idx, pod_idx, family, target, address)
+            .and_then(|sp| resolve_target_port(pod, sp));
+        let probed = !self.probed[port_idx].is_empty();
+        let ask = Questions {
+            without_network: probed,
+            backing: has_published_gate(pod),
+        };
+        let walk = self.walk_checks(port_idx, pod_idx, family, target, address, ask);
+        if probed
+            && !walk.excluded_without_network
+            && let Some(target) = target
+        {
+            self.record_lookups(port_idx, pod_idx, family, address, target.number);
+        }
+        (walk.verdict, walk.excluded_by_backing)
     }
 
-    fn evaluate_checks(
+    /// The lookups of one candidate whose non-network checks leave the network checks a say:
+    /// every probed position of the port, read now or once an `anyOf` sibling changes.
+    fn record_lookups(
+        &mut self,
+        port_idx: usize,
+        pod_idx: usize,
+        family: IpFamily,
+        address: IpAddr,
+        target_port: i32,
+    ) {
+        let ctx = self.ctx;
+        let port = &ctx.ports[port_idx];
+        let uid = ctx.pods[pod_idx]
+            .metadata
+            .uid
+            .as_deref()
+            .unwrap_or_default();
+        let ours = self.ours;
+        let published = self
+            .published
+            .get_or_insert_with(|| published_memberships(ours))
+            .contains(&(port.name, family, uid));
+        for &position in &self.probed[port_idx] {
+            self.out.lookups.push(NetworkLookup {
+                key: NetworkKey {
+                    pod_uid: uid.to_owned(),
+                    port_name: port.name.to_owned(),
+                    family,
+                    position,
+                },
+                pod: pod_idx,
+                service_port: port_idx,
+                address,
+                target_port,
+                published,
+            });
+        }
+    }
+
+    fn walk_checks(
         &self,
         port_idx: usize,
         pod_idx: usize,
         family: IpFamily,
         target: Option<ResolvedTarget<'a>>,
         address: IpAddr,
-    ) -> Verdict {
+        ask: Questions,
+    ) -> PortWalk {
         let ctx = self.ctx;
         let port = &ctx.ports[port_idx];
         let resolved = ResolvedPort {
@@ -248,7 +365,7 @@ impl<'a> Evaluator<'_, 'a> {
             address,
             family,
         };
-        evaluate_port(
+        walk_port(
             port.rules,
             &Evaluation {
                 service: ctx.service,
@@ -257,6 +374,8 @@ impl<'a> Evaluator<'_, 'a> {
                 network: ctx.network,
                 publish_not_ready: ctx.pnr,
             },
+            ask,
+            &self.classes[port_idx],
         )
     }
 
@@ -270,21 +389,27 @@ impl<'a> Evaluator<'_, 'a> {
                 reason: reason.to_owned(),
             });
         }
+        // Meant to serve, but its address cannot be published: the gate must say so.
         merge_state(
             &mut self.out.states[port_idx][pod_idx],
-            PodPortState::Excluded(format!("address {ip} cannot be published: {reason}")),
+            PodPortState::Excluded {
+                reason: format!("address {ip} cannot be published: {reason}"),
+                meant_to_serve: true,
+            },
         );
     }
 
     /// Applies a candidate's verdict; renders its endpoint when it is a member.
+    /// `excluded_by_backing`: a backing check excludes it (the pod is not meant to serve the
+    /// port), as far as asked.
     fn member(
         &mut self,
         port_idx: usize,
         pod_idx: usize,
         family: IpFamily,
-        target: Option<i32>,
-        address: IpAddr,
+        (target, address): (Option<i32>, IpAddr),
         verdict: &Verdict,
+        excluded_by_backing: bool,
     ) -> Option<DesiredEndpoint<'a>> {
         let ctx = self.ctx;
         let port = &ctx.ports[port_idx];
@@ -327,7 +452,13 @@ impl<'a> Evaluator<'_, 'a> {
         }
         let slot = &mut self.out.states[port_idx][pod_idx];
         if let Some(reason) = excluded {
-            merge_state(slot, PodPortState::Excluded(reason));
+            merge_state(
+                slot,
+                PodPortState::Excluded {
+                    reason,
+                    meant_to_serve: !excluded_by_backing,
+                },
+            );
             return None;
         }
         let ready = ctx.pnr || !terminating;

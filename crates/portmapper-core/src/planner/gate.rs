@@ -4,6 +4,8 @@
 //!
 //! A port counts when the pod is a candidate there and the port's *backing* checks (portNames,
 //! podCondition, notTerminating: whether the pod is meant to serve the port at all) include it.
+//! The evaluation walk answers that with the verdict (`PodPortState::Excluded::meant_to_serve`),
+//! so nothing is evaluated twice.
 //! Health checks (podReady, which reads ContainersReady for a gated pod, containerReady, probes,
 //! webhooks) are what the gate waits for: a pod failing a probe keeps its gate False, which is
 //! the point (a Ready pod missing from a port's slices is what made rollouts outrun publication).
@@ -17,11 +19,7 @@ use super::Context;
 use super::status::PodPortState;
 use super::types::PodGate;
 use crate::check::{PUBLISHED_GATE, has_published_gate};
-use crate::decision::Decision;
-use crate::membership::{Evaluation, evaluate_port};
-use crate::target::{
-    PodAddress, ResolvedPort, is_terminal, is_terminating, pod_address, resolve_target_port,
-};
+use crate::target::{is_terminal, is_terminating};
 
 /// Reason of the True condition.
 pub const REASON_PUBLISHED: &str = "Published";
@@ -72,10 +70,13 @@ fn desired(
         let label = port.key.as_deref().unwrap_or("(portless)");
         match &states[port_idx][pod_idx] {
             Some(PodPortState::Published { .. }) => published.push(label),
-            Some(PodPortState::Excluded(reason)) if meant_to_serve(ctx, port_idx, pod) => {
+            Some(PodPortState::Excluded {
+                reason,
+                meant_to_serve: true,
+            }) => {
                 missing.push(format!("port {label}: {reason}"));
             }
-            Some(PodPortState::Excluded(_)) | None => {}
+            Some(PodPortState::Excluded { .. }) | None => {}
         }
     }
     if missing.is_empty() {
@@ -95,47 +96,6 @@ fn desired(
             format!("not published on {}", missing.join("; ")),
         )
     }
-}
-
-/// Whether the port's backing checks include the pod in some family: evaluated with the health
-/// checks bypassed, as under `publishNotReadyAddresses`.
-fn meant_to_serve(ctx: &Context<'_>, port_idx: usize, pod: &Pod) -> bool {
-    let port = &ctx.ports[port_idx];
-    let target = match port.service_port {
-        None => None,
-        Some(sp) => match resolve_target_port(pod, sp) {
-            Some(t) => Some(t),
-            None => return false,
-        },
-    };
-    ctx.families
-        .iter()
-        .any(|&family| match pod_address(pod, family) {
-            PodAddress::Missing => false,
-            // Meant to serve, but its address cannot be published: the gate must say so.
-            PodAddress::Rejected { .. } => true,
-            PodAddress::Usable(address) => {
-                let resolved = ResolvedPort {
-                    name: port.name,
-                    port: port.number,
-                    protocol: port.protocol,
-                    target,
-                    address,
-                    family,
-                };
-                let verdict = evaluate_port(
-                    port.rules,
-                    &Evaluation {
-                        service: ctx.service,
-                        pod,
-                        port: &resolved,
-                        network: ctx.network,
-                        publish_not_ready: true,
-                    },
-                );
-                verdict.decision != Decision::Exclude
-            }
-        })
 }
 
 /// The write to make, if the pod's condition differs from the desired one. The transition time

@@ -184,10 +184,12 @@ pub(crate) enum Outcome {
     /// An address of the family the API would reject.
     Rejected { ip: String, reason: String },
     /// A candidate: its target port (`None` for the portless pseudo-port), its address and, when
-    /// the port's checks read only the pod, their verdict.
+    /// the port's checks read only the pod, their verdict and whether a backing check excludes
+    /// the pod (asked for pods with the publication gate only; `false` otherwise).
     Candidate {
         target: Option<i32>,
         address: IpAddr,
         verdict: Option<Verdict>,
+        excluded_by_backing: bool,
     },
 }

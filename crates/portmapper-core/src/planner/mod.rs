@@ -68,7 +68,7 @@ pub use types::{
 };
 
 use crate::membership::{PortRules, port_rules, publish_not_ready};
-use crate::network::NetworkDecisions;
+use crate::network::{NetworkDecisions, NetworkLookup};
 use crate::pool::pod_in_pool;
 use crate::target::{is_named_target, service_port_protocol};
 use render::{HintMode, hint_mode, owner_reference};
@@ -333,8 +333,10 @@ fn plan_inner(input: &PlanInput<'_>, memo: Option<&mut EvalMemo>) -> Result<Plan
     };
 
     let ours_plain: Vec<&EndpointSlice> = ours.iter().map(|s| s.as_ref()).collect();
-    let evaluated = evaluate::evaluate(&ctx, &ours_plain, &mut out.warnings, memo);
+    let mut evaluated = evaluate::evaluate(&ctx, &ours_plain, &mut out.warnings, memo);
     out.decisions = evaluated.decisions;
+    out.network_lookups = std::mem::take(&mut evaluated.lookups);
+    to_input_indices(&mut out.network_lookups, &pods, input.pods);
     let assignment = emit::assign_live(&evaluated.groups, &ours, &foreign, &mut out.deletions);
     emit::emit_slices(&ctx, evaluated.groups, &assignment, &mut out)?;
     out.slices
@@ -382,6 +384,26 @@ fn plan_inner(input: &PlanInput<'_>, memo: Option<&mut EvalMemo>) -> Result<Plan
     out.warnings.sort();
     out.warnings.dedup();
     Ok(out)
+}
+
+/// Re-points lookups from the pool (`pool`, a subsequence of `input`) to `PlanInput::pods`.
+/// Only built when something is probed, so a plan without network checks pays nothing.
+fn to_input_indices(lookups: &mut [NetworkLookup], pool: &[&Pod], input: &[&Pod]) {
+    if lookups.is_empty() {
+        return;
+    }
+    let mut at = Vec::with_capacity(pool.len());
+    let mut rest = input.iter().enumerate();
+    for &pod in pool {
+        if let Some((i, _)) = rest.find(|(_, p)| std::ptr::eq(**p, pod)) {
+            at.push(i);
+        }
+    }
+    for lookup in lookups {
+        if let Some(&i) = at.get(lookup.pod) {
+            lookup.pod = i;
+        }
+    }
 }
 
 fn deletion(meta: &ObjectMeta) -> Deletion {

@@ -11,8 +11,13 @@ pub(crate) enum PodPortState {
     /// Published in at least one family (ready in at least one when `ready`); `kept` is the
     /// abstention's reason when at least one family keeps it only because a check abstained.
     Published { ready: bool, kept: Option<String> },
-    /// A candidate left out everywhere; the first reason seen.
-    Excluded(String),
+    /// A candidate left out everywhere; the first reason seen. `meant_to_serve`: in some
+    /// family its backing checks include it (or its address cannot be published), so the
+    /// publication gate waits for the port.
+    Excluded {
+        reason: String,
+        meant_to_serve: bool,
+    },
 }
 
 impl PodPortState {
@@ -31,9 +36,20 @@ impl PodPortState {
                 ready: a || b,
                 kept: kept_a.or(kept_b),
             },
-            (p @ Self::Published { .. }, Self::Excluded(_))
-            | (Self::Excluded(_), p @ Self::Published { .. }) => p,
-            (e @ Self::Excluded(_), Self::Excluded(_)) => e,
+            (p @ Self::Published { .. }, Self::Excluded { .. })
+            | (Self::Excluded { .. }, p @ Self::Published { .. }) => p,
+            (
+                Self::Excluded {
+                    reason,
+                    meant_to_serve: a,
+                },
+                Self::Excluded {
+                    meant_to_serve: b, ..
+                },
+            ) => Self::Excluded {
+                reason,
+                meant_to_serve: a || b,
+            },
         }
     }
 }
@@ -70,7 +86,7 @@ pub(crate) fn port_statuses(
                         kept.push(named(pod, reason));
                     }
                 }
-                Some(PodPortState::Excluded(reason)) => excluded.push(named(pod, reason)),
+                Some(PodPortState::Excluded { reason, .. }) => excluded.push(named(pod, reason)),
                 None => {}
             }
         }
@@ -122,14 +138,33 @@ mod tests {
         }
     }
 
+    fn excluded(reason: &str, meant_to_serve: bool) -> PodPortState {
+        PodPortState::Excluded {
+            reason: reason.into(),
+            meant_to_serve,
+        }
+    }
+
     #[test]
     fn published_in_any_family_beats_excluded() {
-        let m = PodPortState::Excluded("no v6".into()).merge(published(false, None));
+        let m = excluded("no v6", true).merge(published(false, None));
         assert_eq!(m, published(false, None));
         let m = published(false, None).merge(published(true, None));
         assert_eq!(m, published(true, None));
-        let m = PodPortState::Excluded("a".into()).merge(PodPortState::Excluded("b".into()));
-        assert_eq!(m, PodPortState::Excluded("a".into()));
+        let m = excluded("a", false).merge(excluded("b", false));
+        assert_eq!(m, excluded("a", false));
+    }
+
+    #[test]
+    fn meant_to_serve_in_any_family_is_meant_to_serve() {
+        assert_eq!(
+            excluded("a", false).merge(excluded("b", true)),
+            excluded("a", true)
+        );
+        assert_eq!(
+            excluded("a", true).merge(excluded("b", false)),
+            excluded("a", true)
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use portmapper_api::{PortMapping, PortStatus};
 
-use crate::network::NetworkDecisions;
+use crate::network::{NetworkDecisions, NetworkLookup};
 use crate::pool::SelectorError;
 
 /// Everything the planner needs; all of it read by the caller from the API (or the prober).
@@ -210,6 +210,9 @@ pub struct Plan {
     /// `spec.readinessGates` whose current condition differs), in pool order. Written after the
     /// slices of the same plan.
     pub pod_gates: Vec<PodGate>,
+    /// The network check results this plan depends on, with what the prober needs to probe
+    /// them: the operator's prober targets. In (Service port, family, pod, position) order.
+    pub network_lookups: Vec<NetworkLookup>,
 }
 
 /// The `portmapper.dev/published` condition one gated pod must carry.

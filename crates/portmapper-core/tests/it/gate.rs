@@ -248,6 +248,75 @@ fn a_pod_waiting_for_its_probe_is_not_published_yet() {
 }
 
 #[test]
+fn a_probed_port_whose_backing_check_leaves_the_pod_out_does_not_count() {
+    // https is probed, but only for pods listing it: a pod listing http alone is published on
+    // every port it serves once http has it, whatever https's probe says.
+    let mut pm = port_mapping(&["http"]);
+    pm.spec.ports.push(PortRule {
+        name: "https".into(),
+        checks: vec![
+            Check::pod_ready(),
+            Check {
+                http_get: Some(HttpGetCheck::default()),
+                ..Check::default()
+            },
+            port_names_check(),
+        ],
+    });
+    let mut w = World::new(
+        pm,
+        web_service(),
+        vec![
+            gated(PodBuilder::new("a", &["10.0.0.1"]).ports("http")),
+            gated(PodBuilder::new("b", &["10.0.0.2"]).ports("http,https")),
+            gated(PodBuilder::new("c", &["10.0.0.3"]).ports("http")),
+        ],
+    );
+    // c's containers are not ready: podReady excludes it before portNames is reached.
+    set_condition(&mut w.pods[2], "ContainersReady", "False");
+    w.network = ["uid-a", "uid-b", "uid-c"]
+        .into_iter()
+        .map(|uid| {
+            let key = NetworkKey {
+                pod_uid: uid.into(),
+                port_name: "https".into(),
+                family: IpFamily::V4,
+                position: CheckPosition::top(1),
+            };
+            (key, Verdict::exclude("GET / answered HTTP 503"))
+        })
+        .collect();
+    let t0 = w.now;
+    let p = step(&mut w);
+    assert_eq!(
+        p.pod_gates,
+        vec![
+            gate(
+                "a",
+                true,
+                "Published",
+                "published on every port it serves: http",
+                t0
+            ),
+            gate(
+                "b",
+                false,
+                "NotPublished",
+                "not published on port https: httpGet: GET / answered HTTP 503",
+                t0
+            ),
+            gate(
+                "c",
+                false,
+                "NotPublished",
+                "not published on port http: podReady: containers are not ready (ContainersReady=False)",
+                t0
+            ),
+        ]
+    );
+}
+
+#[test]
 fn a_gated_pod_without_an_address_is_false() {
     let mut w = World::new(
         port_mapping(&["http"]),

@@ -4,7 +4,7 @@ mod fixtures;
 mod fuzz;
 mod gate;
 mod hostile;
+mod network_lookups;
 mod planner;
-mod probe_targets;
 mod properties;
 mod trigger;

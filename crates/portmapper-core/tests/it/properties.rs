@@ -543,6 +543,49 @@ fn apply_event(s: &mut Scenario, e: &Event) {
 
 /// Turns the grpc port's `httpGet` into `anyOf: [httpGet]`, with the network results moved to
 /// the entry's position.
+/// (pod, family, published now) of every lookup a plan reports, sorted.
+fn lookup_rows(w: &World, plan: &Plan) -> Vec<(String, &'static str, bool)> {
+    let mut rows: Vec<_> = plan
+        .network_lookups
+        .iter()
+        .map(|l| {
+            assert_eq!(l.key.port_name, "grpc");
+            assert_eq!(w.pods[l.pod].metadata.uid.as_ref(), Some(&l.key.pod_uid));
+            let name = w.pods[l.pod].metadata.name.clone().unwrap_or_default();
+            (name, l.key.family.as_str(), l.published)
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// An independent statement of what must be probed: the grpc port's only check is a network
+/// check, so every candidate there (not terminal, declaring the named target port, with a
+/// usable address of a Service family), unless publishNotReadyAddresses bypasses it.
+fn oracle_lookups(
+    s: &Scenario,
+    published: &HashMap<(String, String, String), usize>,
+) -> Vec<(String, &'static str, bool)> {
+    let mut rows = Vec::new();
+    if s.pnr {
+        return rows;
+    }
+    for (i, p) in s.pods.iter().enumerate() {
+        if p.terminal || p.grpc.is_none() || p.special {
+            continue;
+        }
+        for family in families(s) {
+            let has = if family == "IPv4" { p.v4 } else { p.v6 };
+            if has {
+                let key = (pod_name(i), "grpc".to_owned(), family.to_owned());
+                rows.push((pod_name(i), family, published.contains_key(&key)));
+            }
+        }
+    }
+    rows.sort();
+    rows
+}
+
 fn wrap_network_check_in_any_of(w: &mut World, s: &Scenario) {
     for rule in &mut w.pm.spec.ports {
         if rule.name == "grpc" {
@@ -660,6 +703,18 @@ proptest! {
             let full = w.try_plan();
             let incremental = w.try_plan_with(Some(&mut memo));
             prop_assert_eq!(&incremental, &full, "step {} after {:?}", step, e);
+            // Reused pods' network checks are looked up all the same, and exactly where an
+            // independent statement of the rules says the prober must probe.
+            if let (Ok(inc), Ok(full)) = (&incremental, &full) {
+                prop_assert_eq!(&inc.network_lookups, &full.network_lookups, "step {}", step);
+                prop_assert_eq!(
+                    lookup_rows(&w, inc),
+                    oracle_lookups(&s, &published(&w)),
+                    "step {} after {:?}",
+                    step,
+                    e
+                );
+            }
             if let Ok(p) = full {
                 w.apply(&p);
             }

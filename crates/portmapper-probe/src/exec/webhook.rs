@@ -32,7 +32,8 @@ use crate::classify;
 use crate::error::ProbeError;
 use crate::limits::MAX_WEBHOOK_BODY_BYTES;
 use crate::outcome::{Cause, Outcome, ProbeResult};
-use crate::target::{Family, MappingKey, Target};
+use crate::target::{MappingKey, Target};
+use portmapper_api::network_key::IpFamily;
 
 /// `apiVersion` of [`MembershipReview`].
 pub const REVIEW_API_VERSION: &str = "portmapper.dev/v1alpha1";
@@ -60,7 +61,24 @@ pub struct MembershipReview {
     /// The pod IP that would be published.
     pub address: IpAddr,
     /// `IPv4` or `IPv6`: the EndpointSlice address type.
-    pub family: Family,
+    #[serde(with = "family_text")]
+    pub family: IpFamily,
+}
+
+/// [`IpFamily`] as the EndpointSlice `addressType` spelling (`IPv4`, `IPv6`).
+mod family_text {
+    use portmapper_api::network_key::IpFamily;
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(family: &IpFamily, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(family.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<IpFamily, D::Error> {
+        let text = String::deserialize(d)?;
+        IpFamily::parse(&text)
+            .ok_or_else(|| D::Error::custom(format!("unknown family {text:?}, want IPv4 or IPv6")))
+    }
 }
 
 /// The pod in a [`MembershipReview`].

@@ -193,7 +193,7 @@ async fn ipv6_target_uses_the_pods_ipv6_address() {
     // must use the IPv6 address.
     let mut t = target(v6_server.addr, http_get("/"));
     t.pod.ips = vec![v4_server.addr.ip(), v6];
-    t.family = portmapper_probe::Family::V6;
+    t.family = portmapper_probe::IpFamily::V6;
     let result = probe(&t).await;
     assert_eq!(result.outcome, Outcome::Include, "{result:?}");
     assert_eq!(v6_server.seen.connections(), 1);

@@ -61,7 +61,7 @@ async fn explicit_ports_stay_on_the_pod_ip() {
 async fn only_the_ip_of_the_target_family_is_used() {
     let server = HttpServer::start(LOCALHOST, Reply::status(200)).await;
     let mut t = target(server.addr, http_get("/"));
-    t.family = portmapper_probe::Family::V6;
+    t.family = portmapper_probe::IpFamily::V6;
     let result = probe(&t).await;
     assert_eq!(
         (result.outcome, result.cause),
@@ -72,7 +72,7 @@ async fn only_the_ip_of_the_target_family_is_used() {
     assert_eq!(server.seen.connections(), 0);
 
     t.pod.ips.clear();
-    t.family = portmapper_probe::Family::V4;
+    t.family = portmapper_probe::IpFamily::V4;
     let result = probe(&t).await;
     assert_eq!(result.cause, Cause::InvalidCheck, "{result:?}");
     assert_eq!(server.seen.connections(), 0);

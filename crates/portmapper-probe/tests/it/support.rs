@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use portmapper_api::ProbeSettings;
 use portmapper_api::check::{HttpGetCheck, Scheme, TcpSocketCheck};
 use portmapper_probe::{
-    CheckPosition, ContainerPort, ExecutorConfig, Family, MappingKey, Membership, NetworkCheck,
+    CheckPosition, ContainerPort, ExecutorConfig, IpFamily, MappingKey, Membership, NetworkCheck,
     NetworkExecutor, PoolPod, ProbeResult, ServicePort, Target,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -54,7 +54,11 @@ pub fn target(addr: SocketAddr, check: NetworkCheck) -> Target {
             protocol: "TCP".into(),
             target_port: addr.port(),
         },
-        family: Family::of(&addr.ip()),
+        family: if addr.is_ipv4() {
+            IpFamily::V4
+        } else {
+            IpFamily::V6
+        },
         position: CheckPosition::top(0),
         check,
         settings: ProbeSettings::default(),
