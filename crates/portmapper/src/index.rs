@@ -154,7 +154,9 @@ pub struct Index {
     /// Slices labelled ours without a controller, by (namespace, Service).
     orphans_by_service: HashMap<(String, String), HashSet<ObjectRef<EndpointSlice>>>,
     /// Pod UID → PortMappings whose slices publish it (with how many endpoints).
-    published: HashMap<String, HashMap<PmKey, usize>>,
+    /// A list, not a map: a pod is nearly always published by one PortMapping, and a map per
+    /// published pod cost about 0.5 KiB.
+    published: HashMap<String, Vec<(PmKey, usize)>>,
 
     native: HashMap<NativeKey, (String, String)>,
     native_by_service: HashMap<(String, String), HashSet<NativeKey>>,
@@ -630,12 +632,11 @@ impl Index {
         if let Some((pm, uid)) = &footprint.owner {
             insert(&mut self.slices_by_owner, uid.clone(), key.clone());
             for pod in &footprint.pods {
-                *self
-                    .published
-                    .entry(pod.clone())
-                    .or_default()
-                    .entry(pm.clone())
-                    .or_default() += 1;
+                let by_pm = self.published.entry(pod.clone()).or_default();
+                match by_pm.iter_mut().find(|(k, _)| k == pm) {
+                    Some((_, n)) => *n += 1,
+                    None => by_pm.push((pm.clone(), 1)),
+                }
             }
         }
         if let Some(svc) = &footprint.orphan_of {
@@ -728,10 +729,10 @@ impl Index {
             remove(&mut self.slices_by_owner, uid, key);
             for pod in &old.pods {
                 if let Some(by_pm) = self.published.get_mut(pod) {
-                    if let Some(n) = by_pm.get_mut(pm) {
-                        *n -= 1;
-                        if *n == 0 {
-                            by_pm.remove(pm);
+                    if let Some(at) = by_pm.iter().position(|(k, _)| k == pm) {
+                        by_pm[at].1 -= 1;
+                        if by_pm[at].1 == 0 {
+                            by_pm.swap_remove(at);
                         }
                     }
                     if by_pm.is_empty() {

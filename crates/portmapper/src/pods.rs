@@ -169,18 +169,20 @@ pub fn strip_pod(pod: &mut Pod) {
             restart_policy: c.restart_policy,
             ..Container::default()
         };
-        let with_ports = |c: &Container| c.ports.as_ref().is_some_and(|p| !p.is_empty());
-        pod.spec = Some(PodSpec {
-            containers: spec
-                .containers
+        // `collect` reuses the source vector's buffer in place, so the kept containers are
+        // moved to a fitting one: an emptied buffer of one container would still hold its 2 KiB.
+        let serving = |v: Vec<Container>| -> Vec<Container> {
+            let mut kept: Vec<Container> = v
                 .into_iter()
-                .filter(with_ports)
+                .filter(|c| c.ports.as_ref().is_some_and(|p| !p.is_empty()))
                 .map(slim)
-                .collect(),
-            init_containers: spec
-                .init_containers
-                .map(|v| v.into_iter().filter(with_ports).map(slim).collect())
-                .filter(|v: &Vec<Container>| !v.is_empty()),
+                .collect();
+            kept.shrink_to_fit();
+            kept
+        };
+        pod.spec = Some(PodSpec {
+            containers: serving(spec.containers),
+            init_containers: spec.init_containers.map(serving).filter(|v| !v.is_empty()),
             node_name: spec.node_name,
             // The publication gate is opt-in through it (podReady and the planner read it).
             readiness_gates: spec.readiness_gates,
@@ -311,6 +313,8 @@ mod tests {
                 ..Container::default()
             }]
         );
+        // Three containers came in; the buffer kept fits the one left (memory per pool pod).
+        assert_eq!(spec.containers.capacity(), 1);
         assert_eq!(spec.init_containers, None);
         assert_eq!(
             pod.status.unwrap().container_statuses,

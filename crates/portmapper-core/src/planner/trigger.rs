@@ -156,18 +156,30 @@ pub(crate) fn chunk_trigger_time(
             _ => note(cause(Some(d.facts.pod))),
         }
     }
-    let mut by_uid: Option<HashMap<&str, &Pod>> = None;
-    for e in live_endpoints {
-        let uid = target_uid(e).unwrap_or_default();
-        if kept.contains(uid) {
-            continue;
+    let removed: Vec<&str> = live_endpoints
+        .iter()
+        .map(|e| target_uid(e).unwrap_or_default())
+        .filter(|uid| !kept.contains(uid))
+        .collect();
+    // A flip removes one endpoint or a few: scanning the pool for them is cheaper than a map of
+    // every pool pod per written chunk (10,000 hashed UIDs for one pod at 10,000 pods).
+    let find = |uid: &str| {
+        pool.iter()
+            .copied()
+            .find(|p| p.metadata.uid.as_deref() == Some(uid))
+    };
+    if removed.len() <= 8 {
+        for uid in removed {
+            note(cause(find(uid)));
         }
-        let pods = by_uid.get_or_insert_with(|| {
-            pool.iter()
-                .filter_map(|p| Some((p.metadata.uid.as_deref()?, *p)))
-                .collect()
-        });
-        note(cause(pods.get(uid).copied()));
+    } else {
+        let by_uid: HashMap<&str, &Pod> = pool
+            .iter()
+            .filter_map(|p| Some((p.metadata.uid.as_deref()?, *p)))
+            .collect();
+        for uid in removed {
+            note(cause(by_uid.get(uid).copied()));
+        }
     }
     // Never later than the write (clocks of kubelets may run ahead of ours).
     latest.unwrap_or(now).min(now)
