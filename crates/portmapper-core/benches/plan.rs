@@ -60,6 +60,7 @@ fn port_mapping() -> PortMapping {
             legacy_endpoints: false,
             native_cleanup: true,
             probe: Default::default(),
+            readiness_gate: None,
         },
     );
     pm.metadata.namespace = Some("bench".into());

@@ -57,6 +57,7 @@ pub fn port_mapping(listed_ports: &[&str]) -> PortMapping {
             legacy_endpoints: false,
             native_cleanup: true,
             probe: Default::default(),
+            readiness_gate: None,
         },
     );
     pm.metadata.namespace = Some(NS.into());
