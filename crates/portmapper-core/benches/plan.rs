@@ -163,6 +163,7 @@ fn run(
         take_over: &[],
         live_endpoints: None,
         now: Timestamp::UNIX_EPOCH,
+        gate_peers: portmapper_core::GatePeers::NONE,
     })
     .expect("plan")
 }

@@ -12,7 +12,9 @@ pub mod pool;
 pub mod probe_targets;
 pub mod target;
 
-pub use check::{CheckContext, MembershipCheck, PUBLISHED_GATE, has_published_gate};
+pub use check::{
+    CheckContext, GateTypes, MembershipCheck, PUBLISHED_GATE, has_gate, has_published_gate,
+};
 pub use decision::{Decision, Verdict, all_of, any_of};
 pub use membership::{Evaluation, PortRules, evaluate_port, port_rules, publish_not_ready};
 pub use network::{CheckPosition, NetworkDecisions, NetworkKey};
@@ -21,6 +23,6 @@ pub use probe_targets::{ProbeTarget, probe_targets};
 pub use target::{PodAddress, ResolvedPort, ResolvedTarget, pod_address, resolve_target_port};
 
 pub use planner::{
-    Action, Deletion, EvalMemo, Plan, PlanError, PlanInput, PlanWarning, PlannedEndpoints,
+    Action, Deletion, EvalMemo, GatePeers, Plan, PlanError, PlanInput, PlanWarning, PlannedEndpoints,
     PlannedSlice, PodGate, plan, plan_with_memo, service_families,
 };

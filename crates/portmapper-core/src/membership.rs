@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use portmapper_api::{Check, PortMappingSpec, UnlistedPorts};
 
-use crate::check::{CheckContext, MembershipCheck};
+use crate::check::{CheckContext, GateTypes, MembershipCheck};
 use crate::decision::{Verdict, all_of};
 use crate::network::{CheckPosition, NetworkDecisions};
 use crate::target::ResolvedPort;
@@ -75,6 +75,8 @@ pub struct Evaluation<'a> {
     pub network: &'a NetworkDecisions,
     /// `publishNotReadyAddresses` in force.
     pub publish_not_ready: bool,
+    /// The publication gates portmapper sets.
+    pub gates: GateTypes<'a>,
 }
 
 /// Evaluates a port's rules: AND of its checks with Exclude short-circuit, otherwise any
@@ -99,6 +101,7 @@ pub fn evaluate_port(rules: PortRules<'_>, e: &Evaluation<'_>) -> Verdict {
             },
             network: e.network,
             bypass_health: e.publish_not_ready,
+            gates: e.gates,
         };
         match check.kind() {
             Some(kind) => kind.evaluate(&ctx),
@@ -201,6 +204,7 @@ mod tests {
                 port: &p,
                 network: &NetworkDecisions::new(),
                 publish_not_ready: pnr,
+                gates: GateTypes::DEFAULT,
             },
         )
     }

@@ -104,6 +104,8 @@ struct PmFootprint {
     /// being deleted never does.
     rank: (Option<i64>, String),
     deleting: bool,
+    /// `spec.readinessGate.conditionType`.
+    gate: String,
 }
 
 /// What a pod touches.
@@ -139,6 +141,8 @@ pub struct Index {
     /// Annotation keys PortMappings of a namespace use, with how many use each: the keys a
     /// namespace-wide pod watch must index.
     annotation_keys: HashMap<String, HashMap<String, usize>>,
+    /// PortMappings by namespace and publication gate type: who else sets which gate.
+    pms_by_gate: HashMap<String, BTreeMap<String, HashSet<PmKey>>>,
 
     pods: HashMap<PodKey, PodFootprint>,
     /// Pool pods by name (one namespace per pool), so a pool reads out in a stable order
@@ -273,6 +277,7 @@ impl Index {
                 pm.name_any(),
             ),
             deleting: pm.meta().deletion_timestamp.is_some(),
+            gate: pm.spec.gate_condition_type().to_owned(),
         };
         let mut out = PmApplied::default();
         let previous = self.pms.get(&key).cloned();
@@ -281,6 +286,13 @@ impl Index {
             return out;
         }
         let mut affected: HashSet<PmKey> = HashSet::from([key.clone()]);
+        let gate_peers_changed = previous.as_ref().is_none_or(|old| {
+            old.gate != footprint.gate || old.deleting != footprint.deleting
+        });
+        if gate_peers_changed {
+            // Their gate peers changed: the types podReady reads past, who sets a shared type.
+            affected.extend(self.gate_peers_of(&ns));
+        }
         if let Some(old) = &previous {
             affected.extend(
                 self.pms_by_service
@@ -303,7 +315,7 @@ impl Index {
             let count = keys.entry(footprint.pool.key.clone()).or_default();
             *count += 1;
             if *count == 1 {
-                out.reindex = Some(PodSource::Namespace(ns));
+                out.reindex = Some(PodSource::Namespace(ns.clone()));
             }
         }
         insert(
@@ -312,6 +324,12 @@ impl Index {
             key.clone(),
         );
         insert(&mut self.pms_by_pool, footprint.pool.clone(), key.clone());
+        self.pms_by_gate
+            .entry(ns)
+            .or_default()
+            .entry(footprint.gate.clone())
+            .or_default()
+            .insert(key.clone());
         self.pms.insert(key, footprint);
         out.affected = affected.into_iter().collect();
         out
@@ -323,12 +341,16 @@ impl Index {
             return Vec::new();
         };
         self.unregister(key, &old);
-        self.pms_by_service
+        let mut affected: HashSet<PmKey> = self
+            .pms_by_service
             .get(&old.service)
             .into_iter()
             .flatten()
             .cloned()
-            .collect()
+            .collect();
+        // A gate type it shared may now be another's to set.
+        affected.extend(self.gate_peers_of(&old.service.0));
+        affected.into_iter().collect()
     }
 
     /// After a relist of PortMappings: forgets those not in `present`.
@@ -340,6 +362,18 @@ impl Index {
     fn unregister(&mut self, key: &PmKey, old: &PmFootprint) {
         remove(&mut self.pms_by_service, &old.service, key);
         remove(&mut self.pms_by_pool, &old.pool, key);
+        let ns = &old.service.0;
+        if let Some(by_type) = self.pms_by_gate.get_mut(ns) {
+            if let Some(set) = by_type.get_mut(&old.gate) {
+                set.remove(key);
+                if set.is_empty() {
+                    by_type.remove(&old.gate);
+                }
+            }
+            if by_type.is_empty() {
+                self.pms_by_gate.remove(ns);
+            }
+        }
         if old.pool.annotation
             && let Some(keys) = self.annotation_keys.get_mut(&old.pool.namespace)
         {
@@ -386,6 +420,46 @@ impl Index {
             .filter(|k| *k != pm)
             .filter_map(|k| self.pms.get(k)?.uid.clone())
             .collect()
+    }
+
+    /// The PortMappings of a namespace (every gate type).
+    fn gate_peers_of(&self, ns: &str) -> Vec<PmKey> {
+        self.pms_by_gate
+            .get(ns)
+            .into_iter()
+            .flat_map(BTreeMap::values)
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    /// The publication gates of `pm`'s namespace as they bear on `pm`: the gate types the other
+    /// PortMappings set, and those of its own type that rank before it (creation time, then
+    /// name; none being deleted), oldest first: a pod one of them selects is that one's to gate.
+    pub fn gate_peers(&self, pm: &PmKey) -> (BTreeSet<String>, Vec<PmKey>) {
+        let Some(footprint) = self.pms.get(pm) else {
+            return (BTreeSet::new(), Vec::new());
+        };
+        let Some(by_type) = self.pms_by_gate.get(&footprint.service.0) else {
+            return (BTreeSet::new(), Vec::new());
+        };
+        let types = by_type
+            .keys()
+            .filter(|t| **t != footprint.gate)
+            .cloned()
+            .collect();
+        let mut older: Vec<(&(Option<i64>, String), &PmKey)> = by_type
+            .get(&footprint.gate)
+            .into_iter()
+            .flatten()
+            .filter(|k| *k != pm)
+            .filter_map(|k| self.pms.get(k).map(|f| (f, k)))
+            .filter(|(f, _)| !f.deleting && f.rank < footprint.rank)
+            .map(|(f, k)| (&f.rank, k))
+            .collect();
+        // Ranks are unique (the name is in them).
+        older.sort_by(|a, b| a.0.cmp(b.0));
+        (types, older.into_iter().map(|(_, k)| k.clone()).collect())
     }
 
     /// Every indexed PortMapping (for the periodic clean-up of watches no one needs).

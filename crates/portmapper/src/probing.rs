@@ -22,7 +22,7 @@ use portmapper_api::PortMapping;
 use portmapper_core::membership::{Evaluation, evaluate_port, port_rules};
 use portmapper_core::target::{ResolvedPort, service_port_protocol};
 use portmapper_core::{
-    Decision, NetworkDecisions, NetworkKey, Verdict, publish_not_ready, resolve_target_port,
+    Decision, NetworkDecisions, NetworkKey, Verdict, publish_not_ready, resolve_target_port, GatePeers, GateTypes,
 };
 use portmapper_probe::{
     CheckPosition, ContainerPort, ExecutorConfig, Family, MappingKey, Membership, NetworkCheck,
@@ -116,9 +116,10 @@ pub fn probe(
     service: &Service,
     pods: &[&Pod],
     live_slices: &[&EndpointSlice],
+    gate_peers: &GatePeers,
 ) -> Probed {
     let key = mapping_key(pm);
-    let targets = targets(pm, service, pods, live_slices);
+    let targets = targets(pm, service, pods, live_slices, gate_peers);
     let keys: Vec<(TargetKey, u32)> = targets
         .iter()
         .map(|t| (t.key(), success_threshold(t)))
@@ -155,6 +156,7 @@ pub fn targets(
     service: &Service,
     pods: &[&Pod],
     live_slices: &[&EndpointSlice],
+    gate_peers: &GatePeers,
 ) -> Vec<Target> {
     let listed = match portmapper_core::probe_targets(pm, service, pods) {
         Ok(listed) => listed,
@@ -199,7 +201,17 @@ pub fn targets(
         let probe_matters = *undecided
             .entry((key.pod_uid.clone(), key.port_name.clone(), key.family))
             .or_insert_with(|| {
-                not_excluded_without_probes(pm, service, sp, listed.pod, listed.address, key.family)
+                let gates = GateTypes {
+                    own: pm.spec.gate_condition_type(),
+                    peers: &gate_peers.types,
+                };
+                not_excluded_without_probes(
+                    pm,
+                    service,
+                    sp,
+                    (listed.pod, listed.address, key.family),
+                    gates,
+                )
             });
         if !probe_matters {
             continue;
@@ -238,9 +250,10 @@ fn not_excluded_without_probes(
     pm: &PortMapping,
     service: &Service,
     sp: &K8sServicePort,
-    pod: &Pod,
-    address: IpAddr,
-    family: IpFamily,
+    (pod, address, family): (&Pod, IpAddr, IpFamily),
+    // A gated pod is not Ready until it is published: podReady must read past the gates, or a
+    // gated pod would never be probed and so never published.
+    gates: GateTypes<'_>,
 ) -> bool {
     let port_name = sp.name.as_deref().unwrap_or_default();
     let resolved = ResolvedPort {
@@ -259,6 +272,7 @@ fn not_excluded_without_probes(
             port: &resolved,
             network: &NetworkDecisions::new(),
             publish_not_ready: publish_not_ready(&pm.spec, service),
+            gates,
         },
     );
     verdict.decision != Decision::Exclude
@@ -589,7 +603,7 @@ mod tests {
         let b = pod("b", "10.244.0.2", "admin");
         let slices = [owned_slice("admin", &[&a])];
         let pm = pm(rules());
-        let mut got: Vec<_> = targets(&pm, &service(), &[&a, &b], &[&slices[0]])
+        let mut got: Vec<_> = targets(&pm, &service(), &[&a, &b], &[&slices[0]], GatePeers::NONE)
             .into_iter()
             .map(|t| {
                 (
@@ -641,10 +655,10 @@ mod tests {
         let a = pod("a", "10.244.0.1", "broker,admin");
         let mut pm = pm(rules());
         pm.spec.publish_not_ready_addresses = Some(true);
-        assert!(targets(&pm, &service(), &[&a], &[]).is_empty());
+        assert!(targets(&pm, &service(), &[&a], &[], GatePeers::NONE).is_empty());
         let pm = self::pm(Vec::new());
         assert!(
-            targets(&pm, &service(), &[&a], &[]).is_empty(),
+            targets(&pm, &service(), &[&a], &[], GatePeers::NONE).is_empty(),
             "podReady defaults probe nothing"
         );
     }
@@ -699,7 +713,7 @@ mod tests {
         let slices = [owned_slice("admin", &[&a, &b])];
         let (pods, slices): (Vec<&Pod>, Vec<&EndpointSlice>) =
             (pods.iter().collect(), slices.iter().collect());
-        let targets = targets(&pm, &svc, &pods, &slices);
+        let targets = targets(&pm, &svc, &pods, &slices, GatePeers::NONE);
         assert_eq!(targets.len(), 2, "only the admin port has a network check");
         let keys: Vec<_> = targets.iter().map(|t| (t.key(), 1)).collect();
         let mut results = HashMap::new();
@@ -749,6 +763,7 @@ mod tests {
             take_over: &[],
             live_endpoints: None,
             now: k8s_openapi::jiff::Timestamp::now(),
+            gate_peers: portmapper_core::GatePeers::NONE,
         })
         .unwrap();
         let admin = plan.ports.iter().find(|p| p.name == "admin").unwrap();

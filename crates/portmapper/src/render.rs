@@ -385,6 +385,7 @@ fn preview(
         take_over: &[],
         live_endpoints: None,
         now: Timestamp::UNIX_EPOCH,
+        gate_peers: portmapper_core::GatePeers::NONE,
     };
     let mut caveat = None;
     match planner::plan(&input) {

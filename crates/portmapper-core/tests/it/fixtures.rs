@@ -234,6 +234,7 @@ pub struct World {
     pub endpoints: Option<Endpoints>,
     pub now: Timestamp,
     pub next_uid: u64,
+    pub gate_peers: portmapper_core::GatePeers,
 }
 
 impl World {
@@ -248,6 +249,7 @@ impl World {
             endpoints: None,
             now: Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH),
             next_uid: 1,
+            gate_peers: portmapper_core::GatePeers::default(),
         }
     }
 
@@ -286,6 +288,7 @@ impl World {
             take_over: &[],
             live_endpoints: self.endpoints.as_ref(),
             now: self.now,
+            gate_peers: &self.gate_peers,
         };
         match memo {
             Some(memo) => plan_with_memo(&input, memo),

@@ -74,6 +74,7 @@ fn step(w: &mut World) -> Plan {
 fn gate(pod: &str, status: bool, reason: &'static str, message: &str, at: Timestamp) -> PodGate {
     PodGate {
         pod: pod.into(),
+        condition_type: PUBLISHED_GATE.into(),
         uid: format!("uid-{pod}"),
         status,
         reason,
@@ -209,6 +210,7 @@ fn a_pod_waiting_for_its_probe_is_not_published_yet() {
         p.pod_gates,
         vec![PodGate {
             pod: "a".into(),
+            condition_type: PUBLISHED_GATE.into(),
             uid: "uid-a".into(),
             status: false,
             reason: "NotPublished",
@@ -238,6 +240,7 @@ fn a_pod_waiting_for_its_probe_is_not_published_yet() {
         p.pod_gates,
         vec![PodGate {
             pod: "a".into(),
+            condition_type: PUBLISHED_GATE.into(),
             uid: "uid-a".into(),
             status: true,
             reason: "Published",
