@@ -23,6 +23,6 @@ pub use probe_targets::{ProbeTarget, probe_targets};
 pub use target::{PodAddress, ResolvedPort, ResolvedTarget, pod_address, resolve_target_port};
 
 pub use planner::{
-    Action, Deletion, EvalMemo, GatePeers, Plan, PlanError, PlanInput, PlanWarning, PlannedEndpoints,
-    PlannedSlice, PodGate, plan, plan_with_memo, service_families,
+    Action, Deletion, EvalMemo, GatePeers, Plan, PlanError, PlanInput, PlanWarning,
+    PlannedEndpoints, PlannedSlice, PodGate, plan, plan_with_memo, service_families,
 };

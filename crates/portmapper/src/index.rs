@@ -286,9 +286,9 @@ impl Index {
             return out;
         }
         let mut affected: HashSet<PmKey> = HashSet::from([key.clone()]);
-        let gate_peers_changed = previous.as_ref().is_none_or(|old| {
-            old.gate != footprint.gate || old.deleting != footprint.deleting
-        });
+        let gate_peers_changed = previous
+            .as_ref()
+            .is_none_or(|old| old.gate != footprint.gate || old.deleting != footprint.deleting);
         if gate_peers_changed {
             // Their gate peers changed: the types podReady reads past, who sets a shared type.
             affected.extend(self.gate_peers_of(&ns));

@@ -22,7 +22,8 @@ use portmapper_api::PortMapping;
 use portmapper_core::membership::{Evaluation, evaluate_port, port_rules};
 use portmapper_core::target::{ResolvedPort, service_port_protocol};
 use portmapper_core::{
-    Decision, NetworkDecisions, NetworkKey, Verdict, publish_not_ready, resolve_target_port, GatePeers, GateTypes,
+    Decision, GatePeers, GateTypes, NetworkDecisions, NetworkKey, Verdict, publish_not_ready,
+    resolve_target_port,
 };
 use portmapper_probe::{
     CheckPosition, ContainerPort, ExecutorConfig, Family, MappingKey, Membership, NetworkCheck,

@@ -295,7 +295,10 @@ async fn stalled_gates(
         .collect();
     let live: Vec<&EndpointSlice> = live.iter().map(AsRef::as_ref).collect();
     let peers = gate_peers(pm, ctx, ns, pm_ref, &pods);
-    let message = format!("PortMapping {} publishes nothing new: {message}", pm_ref.name);
+    let message = format!(
+        "PortMapping {} publishes nothing new: {message}",
+        pm_ref.name
+    );
     let gates = planner::stalled_pod_gates(
         &pods,
         pm.spec.gate_condition_type(),
@@ -349,8 +352,10 @@ fn gate_peers(
     let mut managed_by = BTreeMap::new();
     if !older.is_empty() {
         let own = pm.spec.gate_condition_type();
-        let older: Vec<Arc<PortMapping>> =
-            older.iter().filter_map(|k| ctx.portmappings.get(k)).collect();
+        let older: Vec<Arc<PortMapping>> = older
+            .iter()
+            .filter_map(|k| ctx.portmappings.get(k))
+            .collect();
         for pod in pods.iter().filter(|p| portmapper_core::has_gate(p, own)) {
             // The selector too: the index knows pools by key and value only.
             let manager = older

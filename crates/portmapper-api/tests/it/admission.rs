@@ -460,10 +460,7 @@ fn invalid_cases() -> Vec<Bad> {
         ),
         same(
             "readiness gate type prefix of 254 characters",
-            vec![(
-                "/spec/readinessGate/conditionType",
-                json!(long_prefix(254)),
-            )],
+            vec![("/spec/readinessGate/conditionType", json!(long_prefix(254)))],
             "spec.readinessGate.conditionType",
             "prefix part must be no more than 253 characters",
         ),

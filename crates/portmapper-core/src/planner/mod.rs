@@ -63,8 +63,8 @@ pub use evaluate::published_memberships;
 pub use gate::{REASON_NO_ADDRESS, REASON_NOT_PUBLISHED, REASON_PUBLISHED, stalled_pod_gates};
 pub use memo::{EvalMemo, PassStats};
 pub use types::{
-    Action, DecisionCounts, Deletion, GatePeers, Plan, PlanError, PlanInput, PlanWarning, PlannedEndpoints,
-    PlannedSlice, PodGate,
+    Action, DecisionCounts, Deletion, GatePeers, Plan, PlanError, PlanInput, PlanWarning,
+    PlannedEndpoints, PlannedSlice, PodGate,
 };
 
 use crate::membership::{PortRules, port_rules, publish_not_ready};

@@ -345,10 +345,7 @@ const ADMIN_GATE: &str = "example.com/published-admin";
 /// A pool pod (group `web`) listing these readiness gates.
 fn pod_gated_on(name: &str, ports: &str, types: &[&str]) -> serde_json::Value {
     let mut p = pod(name, "web", ports);
-    p["spec"]["readinessGates"] = types
-        .iter()
-        .map(|t| json!({"conditionType": t}))
-        .collect();
+    p["spec"]["readinessGates"] = types.iter().map(|t| json!({"conditionType": t})).collect();
     p
 }
 
@@ -416,14 +413,22 @@ async fn two_portmappings_with_their_own_gate_types_each_set_theirs() {
             &h,
             name,
             WEB_GATE,
-            ("True", "Published", "published on every port it serves: http"),
+            (
+                "True",
+                "Published",
+                "published on every port it serves: http",
+            ),
         )
         .await;
         wait_condition(
             &h,
             name,
             ADMIN_GATE,
-            ("True", "Published", "published on every port it serves: admin"),
+            (
+                "True",
+                "Published",
+                "published on every port it serves: admin",
+            ),
         )
         .await;
     }
@@ -454,7 +459,11 @@ async fn with_one_gate_type_the_oldest_portmapping_sets_it() {
         &h,
         "pod-a",
         PUBLISHED_GATE,
-        ("True", "Published", "published on every port it serves: http"),
+        (
+            "True",
+            "Published",
+            "published on every port it serves: http",
+        ),
     )
     .await;
     // beta would say False (pod-a does not list admin); it must not write.
@@ -495,9 +504,14 @@ async fn a_deleted_service_turns_the_gates_false() {
     h.create(gated_pod("pod-a", "http")).await;
     kubelet(&h, "pod-a", "10.244.0.1", true).await;
     h.create(portmapping("web", "web")).await;
-    wait_gate(&h, "pod-a", "True", "published on every port it serves: http").await;
-    let services: Api<k8s_openapi::api::core::v1::Service> =
-        Api::namespaced(h.client.clone(), NS);
+    wait_gate(
+        &h,
+        "pod-a",
+        "True",
+        "published on every port it serves: http",
+    )
+    .await;
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(h.client.clone(), NS);
     services.delete("web", &Default::default()).await.unwrap();
     wait_condition(
         &h,
@@ -531,9 +545,14 @@ async fn an_external_name_service_turns_the_gates_false() {
     h.create(gated_pod("pod-a", "http")).await;
     kubelet(&h, "pod-a", "10.244.0.1", true).await;
     h.create(portmapping("web", "web")).await;
-    wait_gate(&h, "pod-a", "True", "published on every port it serves: http").await;
-    let services: Api<k8s_openapi::api::core::v1::Service> =
-        Api::namespaced(h.client.clone(), NS);
+    wait_gate(
+        &h,
+        "pod-a",
+        "True",
+        "published on every port it serves: http",
+    )
+    .await;
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(h.client.clone(), NS);
     services
         .patch(
             "web",
@@ -578,7 +597,11 @@ async fn the_loser_of_a_service_conflict_turns_its_gate_false() {
         &h,
         "pod-a",
         PUBLISHED_GATE,
-        ("True", "Published", "published on every port it serves: http"),
+        (
+            "True",
+            "Published",
+            "published on every port it serves: http",
+        ),
     )
     .await;
     wait_condition(
@@ -609,14 +632,26 @@ async fn a_restart_never_flips_a_gate_while_caches_sync() {
     h.create(gated_pod("pod-a", "http")).await;
     kubelet(&h, "pod-a", "10.244.0.1", true).await;
     h.create(portmapping("web", "web")).await;
-    wait_gate(&h, "pod-a", "True", "published on every port it serves: http").await;
+    wait_gate(
+        &h,
+        "pod-a",
+        "True",
+        "published on every port it serves: http",
+    )
+    .await;
     h.stop_controller().await;
     let before = operator_requests(&h).len();
     h.run_controller();
     // A new pod after the restart: once its gate is written, the restart's plans are done.
     h.create(gated_pod("pod-b", "http")).await;
     kubelet(&h, "pod-b", "10.244.0.2", true).await;
-    wait_gate(&h, "pod-b", "True", "published on every port it serves: http").await;
+    wait_gate(
+        &h,
+        "pod-b",
+        "True",
+        "published on every port it serves: http",
+    )
+    .await;
     assert_eq!(gate_writes(&h, "pod-a"), 1);
     assert_eq!(gate_writes(&h, "pod-b"), 1);
     assert!(operator_requests(&h).len() > before);
