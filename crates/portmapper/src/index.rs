@@ -289,10 +289,7 @@ impl Index {
         let gate_peers_changed = previous
             .as_ref()
             .is_none_or(|old| old.gate != footprint.gate || old.deleting != footprint.deleting);
-        if gate_peers_changed {
-            // Their gate peers changed: the types podReady reads past, who sets a shared type.
-            affected.extend(self.gate_peers_of(&ns));
-        }
+        let types_before = self.gate_types(&ns);
         if let Some(old) = &previous {
             affected.extend(
                 self.pms_by_service
@@ -325,11 +322,18 @@ impl Index {
         );
         insert(&mut self.pms_by_pool, footprint.pool.clone(), key.clone());
         self.pms_by_gate
-            .entry(ns)
+            .entry(ns.clone())
             .or_default()
             .entry(footprint.gate.clone())
             .or_default()
             .insert(key.clone());
+        if gate_peers_changed {
+            // Their gate peers changed: who sets a shared type, or the types podReady reads past.
+            let gates = [previous.map(|o| o.gate), Some(footprint.gate.clone())];
+            let wakes =
+                self.gate_wakes(&ns, &types_before, gates.iter().flatten(), &footprint.rank);
+            affected.extend(wakes);
+        }
         self.pms.insert(key, footprint);
         out.affected = affected.into_iter().collect();
         out
@@ -340,6 +344,7 @@ impl Index {
         let Some(old) = self.pms.remove(key) else {
             return Vec::new();
         };
+        let types_before = self.gate_types(&old.service.0);
         self.unregister(key, &old);
         let mut affected: HashSet<PmKey> = self
             .pms_by_service
@@ -349,14 +354,17 @@ impl Index {
             .cloned()
             .collect();
         // A gate type it shared may now be another's to set.
-        affected.extend(self.gate_peers_of(&old.service.0));
+        affected.extend(self.gate_wakes(&old.service.0, &types_before, [&old.gate], &old.rank));
         affected.into_iter().collect()
     }
 
     /// After a relist of PortMappings: forgets those not in `present`.
     pub fn retain_portmappings(&mut self, present: &HashSet<PmKey>) -> Vec<PmKey> {
         let gone = missing(self.pms.keys(), present);
-        self.delete_each(gone, Self::delete_portmapping)
+        let mut woken = self.delete_each(gone, Self::delete_portmapping);
+        // One gone PortMapping may name another gone one (a shared gate type).
+        woken.retain(|k| self.pms.contains_key(k));
+        woken
     }
 
     fn unregister(&mut self, key: &PmKey, old: &PmFootprint) {
@@ -422,13 +430,35 @@ impl Index {
             .collect()
     }
 
-    /// The PortMappings of a namespace (every gate type).
-    fn gate_peers_of(&self, ns: &str) -> Vec<PmKey> {
+    /// The gate types the PortMappings of a namespace set.
+    fn gate_types(&self, ns: &str) -> BTreeSet<String> {
         self.pms_by_gate
             .get(ns)
+            .map(|by_type| by_type.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Who hears of a PortMapping's gate change: every PortMapping of the namespace when the
+    /// namespace's set of types changed (podReady reads past them), else the younger ones
+    /// sharing `gates` (one of them may set a shared type now, or no longer).
+    fn gate_wakes<'g>(
+        &self,
+        ns: &str,
+        types_before: &BTreeSet<String>,
+        gates: impl IntoIterator<Item = &'g String>,
+        rank: &(Option<i64>, String),
+    ) -> Vec<PmKey> {
+        let Some(by_type) = self.pms_by_gate.get(ns) else {
+            return Vec::new();
+        };
+        if self.gate_types(ns) != *types_before {
+            return by_type.values().flatten().cloned().collect();
+        }
+        gates
             .into_iter()
-            .flat_map(BTreeMap::values)
+            .filter_map(|g| by_type.get(g))
             .flatten()
+            .filter(|k| self.pms.get(*k).is_some_and(|f| f.rank > *rank))
             .cloned()
             .collect()
     }
@@ -1359,5 +1389,46 @@ mod tests {
         ep.metadata.owner_references = None;
         assert_eq!(names(index.apply_endpoints(&ep)), ["a/web-1", "a/web-2"]);
         assert!(index.owned_endpoints("uid-web-1").is_empty());
+    }
+
+    #[test]
+    fn gate_peers_name_the_other_types_and_the_older_portmappings_of_the_same_type() {
+        use portmapper_api::ReadinessGate;
+        let gated = |mut pm: PortMapping, gate: &str| {
+            pm.spec.readiness_gate = Some(ReadinessGate {
+                condition_type: gate.into(),
+            });
+            pm
+        };
+        // Namespace a: web-1 (10) and web-2 (20) keep the default type, api (10) sets its own.
+        let mut index = index();
+        let api = gated(
+            pm("a", "api", "api", KeySource::Label, 10),
+            "example.com/api",
+        );
+        // A new gate type wakes every PortMapping of the namespace, not those of namespace b.
+        assert_eq!(
+            names(index.apply_portmapping(&api).affected),
+            ["a/api", "a/web-1", "a/web-2"]
+        );
+        let key = |name: &str| ObjectRef::<PortMapping>::new(name).within("a");
+        let (types, older) = index.gate_peers(&key("web-2"));
+        assert_eq!(types, BTreeSet::from(["example.com/api".to_owned()]));
+        assert_eq!(names(older), ["a/web-1"]);
+        let (types, older) = index.gate_peers(&key("web-1"));
+        assert_eq!(types, BTreeSet::from(["example.com/api".to_owned()]));
+        assert!(older.is_empty());
+        let (types, older) = index.gate_peers(&key("api"));
+        assert_eq!(
+            types,
+            BTreeSet::from(["portmapper.dev/published".to_owned()])
+        );
+        assert!(older.is_empty());
+        // web-1 goes: web-2 sets the default type alone, and hears of it.
+        let gone = index.delete_portmapping(&key("web-1"));
+        assert!(names(gone).contains(&"a/web-2".to_owned()));
+        assert!(index.gate_peers(&key("web-2")).1.is_empty());
+        // An unchanged PortMapping wakes only itself.
+        assert_eq!(names(index.apply_portmapping(&api).affected), ["a/api"]);
     }
 }

@@ -237,8 +237,8 @@ fn decide(pm: &PortMapping, ctx: &Context, ns: &str, pm_ref: &ObjectRef<PortMapp
                 winner.name, pm.spec.service_ref.name
             ),
         ));
-        // Writes nothing at all: slices it published before losing stay until it is deleted
-        // (GC) or wins again, so a conflict can never empty a port.
+        // Writes no slice: slices it published before losing stay until it is deleted (GC) or
+        // wins again, so a conflict can never empty a port. Only its own gates are set False.
         return Decided::Stop(outcome);
     }
     let service_ref = ObjectRef::<Service>::new(&pm.spec.service_ref.name).within(ns);
