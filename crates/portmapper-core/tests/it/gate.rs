@@ -393,7 +393,7 @@ fn stalled_gates_keep_published_pods_and_turn_the_others_false() {
     // A pod an older PortMapping gates is left to it.
     let mut peers = portmapper_core::GatePeers::default();
     peers.managed_by.insert("pod-a".into(), "older".into());
-    let pods = vec![gated(PodBuilder::new("pod-a", &["10.0.0.1"]).ports("http"))];
+    let pods = [gated(PodBuilder::new("pod-a", &["10.0.0.1"]).ports("http"))];
     let refs: Vec<&Pod> = pods.iter().collect();
     assert!(stalled_pod_gates(&refs, PUBLISHED_GATE, &peers, &[], stalled, w.now).is_empty());
 }
