@@ -15,8 +15,8 @@ pub mod validate;
 pub use check::{Check, CheckKind, LeafCheck};
 pub use network_key::{CheckPosition, IpFamily, NetworkKey};
 pub use spec::{
-    KeySource, PodPool, PortMapping, PortMappingSpec, PortRule, ProbeSettings, ServiceRef,
-    TerminatingEndpoints, UnlistedPorts,
+    DEFAULT_GATE_CONDITION_TYPE, KeySource, PodPool, PortMapping, PortMappingSpec, PortRule,
+    ProbeSettings, ReadinessGate, ServiceRef, TerminatingEndpoints, UnlistedPorts,
 };
 pub use status::{ExcludedPod, PortMappingStatus, PortStatus};
 

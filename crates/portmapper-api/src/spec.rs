@@ -136,6 +136,50 @@ pub struct PortMappingSpec {
     /// Timing of network checks (`httpGet`, `tcpSocket`, `grpc`, `webhook`).
     #[serde(default)]
     pub probe: ProbeSettings,
+
+    /// The publication readiness gate this PortMapping sets on the pool pods that list its
+    /// condition type in `spec.readinessGates`: True once the pod is published on every port it
+    /// is meant to serve. Absent: condition type `portmapper.dev/published`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness_gate: Option<ReadinessGate>,
+}
+
+/// The condition type a PortMapping's publication gate uses when `spec.readinessGate` is absent.
+pub const DEFAULT_GATE_CONDITION_TYPE: &str = "portmapper.dev/published";
+
+/// `spec.readinessGate`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadinessGate {
+    /// Pod condition type to set, as pods list it in `spec.readinessGates[].conditionType`.
+    /// Default `portmapper.dev/published`. It must have a prefix (`example.com/published`): the
+    /// unprefixed types (`Ready`, `ContainersReady`, …) are kubelet's. Two PortMappings selecting
+    /// the same pod with different types each set their own; with the same type, the oldest one
+    /// sets it ([operator](operator.md#publication-readiness-gate)).
+    #[serde(default = "default_gate_condition_type")]
+    #[schemars(length(min = 1, max = QUALIFIED_NAME_MAX_LENGTH), regex(pattern = QUALIFIED_NAME_PATTERN))]
+    #[x_kube(
+        validation = kube::core::Rule::new(QUALIFIED_NAME_PREFIX_RULE).message(QUALIFIED_NAME_PREFIX_MESSAGE),
+        validation = kube::core::Rule::new(GATE_PREFIX_RULE).message(GATE_PREFIX_MESSAGE)
+    )]
+    pub condition_type: String,
+}
+
+impl Default for ReadinessGate {
+    fn default() -> Self {
+        Self {
+            condition_type: default_gate_condition_type(),
+        }
+    }
+}
+
+/// CEL rule: a gate's condition type has a prefix, so it can never be one of kubelet's own.
+pub const GATE_PREFIX_RULE: &str = "self.contains('/')";
+/// Message of [`GATE_PREFIX_RULE`].
+pub const GATE_PREFIX_MESSAGE: &str = "must have a prefix (example.com/published): unprefixed condition types such as Ready belong to kubelet";
+
+fn default_gate_condition_type() -> String {
+    DEFAULT_GATE_CONDITION_TYPE.to_owned()
 }
 
 /// Reference to a Service in the PortMapping's namespace.
@@ -323,6 +367,13 @@ impl PortMappingSpec {
     /// The value a pod's key must have: `pods.value`, else the Service name.
     pub fn pool_value(&self) -> &str {
         self.pods.value.as_deref().unwrap_or(&self.service_ref.name)
+    }
+
+    /// The pod condition type of the publication gate (`spec.readinessGate.conditionType`).
+    pub fn gate_condition_type(&self) -> &str {
+        self.readiness_gate
+            .as_ref()
+            .map_or(DEFAULT_GATE_CONDITION_TYPE, |g| g.condition_type.as_str())
     }
 
     /// The rule entry for a Service port name, if any.

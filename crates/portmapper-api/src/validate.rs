@@ -84,6 +84,21 @@ pub fn validate_spec(spec: &PortMappingSpec) -> Vec<FieldError> {
         ));
     }
     errs.extend(validate_probe(&root.child("probe"), &spec.probe));
+    if let Some(gate) = &spec.readiness_gate {
+        let path = root.child("readinessGate").child("conditionType");
+        let value = gate.condition_type.as_str();
+        // The rule the API server applies to `spec.readinessGates[].conditionType`.
+        for msg in names::is_qualified_name(value) {
+            errs.push(FieldError::invalid(&path, value, msg));
+        }
+        if !value.contains('/') {
+            errs.push(FieldError::invalid(
+                &path,
+                value,
+                crate::spec::GATE_PREFIX_MESSAGE,
+            ));
+        }
+    }
     errs
 }
 

@@ -62,6 +62,7 @@ fn port_mapping() -> PortMapping {
             legacy_endpoints: false,
             native_cleanup: true,
             probe: Default::default(),
+            readiness_gate: None,
         },
     );
     pm.metadata.namespace = Some("bench".into());
@@ -164,6 +165,7 @@ fn run_memo(
             live_slices: live,
             take_over: &[],
             live_endpoints: None,
+            gate_peers: portmapper_core::GatePeers::NONE,
             now: Timestamp::UNIX_EPOCH,
         },
         memo,
@@ -267,6 +269,7 @@ fn run(
         take_over: &[],
         live_endpoints: None,
         now: Timestamp::UNIX_EPOCH,
+        gate_peers: portmapper_core::GatePeers::NONE,
     })
     .expect("plan")
 }

@@ -6,6 +6,8 @@
 //! network checks: they say whether the pod is healthy) but never *backing* checks (portNames,
 //! podCondition: they say whether the pod is meant to serve the port at all) nor notTerminating.
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::api::core::v1::{Pod, PodCondition, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use portmapper_api::check::{
@@ -33,6 +35,8 @@ pub struct CheckContext<'a> {
     pub network: &'a NetworkDecisions,
     /// `publishNotReadyAddresses` is in force: health checks include.
     pub bypass_health: bool,
+    /// The publication gates portmapper sets (podReady of a gated pod must not wait for them).
+    pub gates: GateTypes<'a>,
 }
 
 /// A membership check.
@@ -59,7 +63,7 @@ impl MembershipCheck for CheckKind<'_> {
             return Verdict::INCLUDE;
         }
         match self {
-            CheckKind::PodReady => pod_ready(ctx.pod),
+            CheckKind::PodReady => pod_ready(ctx.pod, ctx.gates),
             CheckKind::NotTerminating => {
                 if is_terminating(ctx.pod) {
                     Verdict::exclude("notTerminating: pod is terminating")
@@ -131,13 +135,43 @@ pub fn is_probed(check: &CheckKind<'_>, protocol: &str) -> bool {
     check.is_network() && !dials_non_tcp_target(check, protocol)
 }
 
-/// The readiness gate (pod condition type) portmapper sets once a pod is published: pods opt in
-/// by listing it in `spec.readinessGates`.
-pub const PUBLISHED_GATE: &str = "portmapper.dev/published";
+/// The readiness gate (pod condition type) portmapper sets once a pod is published, unless the
+/// PortMapping names its own (`spec.readinessGate.conditionType`): pods opt in by listing it in
+/// `spec.readinessGates`.
+pub const PUBLISHED_GATE: &str = portmapper_api::DEFAULT_GATE_CONDITION_TYPE;
+
+/// The publication gate condition types a plan knows as portmapper's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GateTypes<'a> {
+    /// The evaluated PortMapping's own.
+    pub own: &'a str,
+    /// Those other PortMappings of the namespace set.
+    pub peers: &'a BTreeSet<String>,
+}
+
+impl GateTypes<'static> {
+    /// The default gate type and no peers.
+    pub const DEFAULT: Self = Self {
+        own: PUBLISHED_GATE,
+        peers: &BTreeSet::new(),
+    };
+}
+
+impl GateTypes<'_> {
+    /// Whether portmapper sets this condition type (this PortMapping or a peer).
+    pub fn is_portmapper(&self, condition_type: &str) -> bool {
+        condition_type == self.own || self.peers.contains(condition_type)
+    }
+}
+
+/// Whether the pod lists `condition_type` among its readiness gates.
+pub fn has_gate(pod: &Pod, condition_type: &str) -> bool {
+    readiness_gates(pod).any(|g| g == condition_type)
+}
 
 /// Whether the pod lists [`PUBLISHED_GATE`] among its readiness gates.
 pub fn has_published_gate(pod: &Pod) -> bool {
-    readiness_gates(pod).any(|g| g == PUBLISHED_GATE)
+    has_gate(pod, PUBLISHED_GATE)
 }
 
 fn readiness_gates(pod: &Pod) -> impl Iterator<Item = &str> {
@@ -156,9 +190,9 @@ fn condition<'p>(pod: &'p Pod, type_: &str) -> Option<&'p PodCondition> {
         .and_then(|c| c.iter().find(|c| c.type_ == type_))
 }
 
-fn pod_ready(pod: &Pod) -> Verdict {
-    if has_published_gate(pod) {
-        return gated_pod_ready(pod);
+fn pod_ready(pod: &Pod, gates: GateTypes<'_>) -> Verdict {
+    if has_gate(pod, gates.own) {
+        return gated_pod_ready(pod, gates);
     }
     let ready = condition(pod, "Ready");
     match ready {
@@ -168,10 +202,11 @@ fn pod_ready(pod: &Pod) -> Verdict {
     }
 }
 
-/// podReady for a pod gated on [`PUBLISHED_GATE`]: kubelet makes it Ready only once our gate is
-/// True, and we set the gate only once the pod is published, so reading `Ready` would never
-/// publish it. Ready is ContainersReady and every readiness gate: read those, minus ours.
-fn gated_pod_ready(pod: &Pod) -> Verdict {
+/// podReady for a pod gated on this PortMapping's gate: kubelet makes it Ready only once our gate
+/// is True, and we set the gate only once the pod is published, so reading `Ready` would never
+/// publish it. Ready is ContainersReady and every readiness gate: read those, minus the gates
+/// portmapper sets (a peer's gate waits for the peer's publication, which may wait for ours).
+fn gated_pod_ready(pod: &Pod, gates: GateTypes<'_>) -> Verdict {
     match condition(pod, "ContainersReady") {
         Some(c) if c.status == "True" => {}
         Some(c) => {
@@ -182,7 +217,7 @@ fn gated_pod_ready(pod: &Pod) -> Verdict {
         }
         None => return Verdict::exclude("podReady: pod has no ContainersReady condition"),
     }
-    for gate in readiness_gates(pod).filter(|g| *g != PUBLISHED_GATE) {
+    for gate in readiness_gates(pod).filter(|g| !gates.is_portmapper(g)) {
         match condition(pod, gate) {
             Some(c) if c.status == "True" => {}
             Some(c) => {
@@ -396,6 +431,7 @@ mod tests {
             position: CheckPosition::default(),
             network,
             bypass_health: bypass,
+            gates: GateTypes::DEFAULT,
         };
         kind.evaluate(&ctx)
     }

@@ -11,7 +11,9 @@ pub mod planner;
 pub mod pool;
 pub mod target;
 
-pub use check::{CheckContext, MembershipCheck, PUBLISHED_GATE, has_published_gate};
+pub use check::{
+    CheckContext, GateTypes, MembershipCheck, PUBLISHED_GATE, has_gate, has_published_gate,
+};
 pub use decision::{Decision, Verdict, all_of, any_of};
 pub use membership::{
     Evaluation, PortRules, check_at, evaluate_port, port_rules, publish_not_ready,
@@ -21,6 +23,6 @@ pub use pool::{SelectorError, pod_in_pool, selector_matches};
 pub use target::{PodAddress, ResolvedPort, ResolvedTarget, pod_address, resolve_target_port};
 
 pub use planner::{
-    Action, Deletion, EvalMemo, Plan, PlanError, PlanInput, PlanWarning, PlannedEndpoints,
-    PlannedSlice, PodGate, plan, plan_with_memo, service_families,
+    Action, Deletion, EvalMemo, GatePeers, Plan, PlanError, PlanInput, PlanWarning,
+    PlannedEndpoints, PlannedSlice, PodGate, plan, plan_with_memo, service_families,
 };

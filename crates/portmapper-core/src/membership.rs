@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use portmapper_api::{Check, CheckKind, PortMappingSpec, UnlistedPorts};
 
-use crate::check::{CheckContext, MembershipCheck, is_probed};
+use crate::check::{CheckContext, GateTypes, MembershipCheck, is_probed};
 use crate::decision::{Decision, Verdict};
 use crate::network::{CheckPosition, NetworkDecisions};
 use crate::target::ResolvedPort;
@@ -86,6 +86,8 @@ pub struct Evaluation<'a> {
     pub network: &'a NetworkDecisions,
     /// `publishNotReadyAddresses` in force.
     pub publish_not_ready: bool,
+    /// The publication gates portmapper sets.
+    pub gates: GateTypes<'a>,
 }
 
 /// Evaluates a port's rules: AND of its checks with Exclude short-circuit, otherwise any
@@ -167,6 +169,7 @@ fn evaluate_check(index: usize, check: &Check, e: &Evaluation<'_>) -> Verdict {
         position: CheckPosition::top(index),
         network: e.network,
         bypass_health: e.publish_not_ready,
+        gates: e.gates,
     };
     match check.kind() {
         Some(kind) => kind.evaluate(&ctx),
@@ -283,6 +286,7 @@ mod tests {
             legacy_endpoints: false,
             native_cleanup: true,
             probe: Default::default(),
+            readiness_gate: None,
         }
     }
 
@@ -330,6 +334,7 @@ mod tests {
                 port: &p,
                 network: &NetworkDecisions::new(),
                 publish_not_ready: pnr,
+                gates: GateTypes::DEFAULT,
             },
         )
     }
@@ -347,6 +352,7 @@ mod tests {
                 port: &p,
                 network,
                 publish_not_ready: false,
+                gates: GateTypes::DEFAULT,
             },
             Questions {
                 without_network: true,

@@ -139,6 +139,7 @@ mod tests {
             legacy_endpoints: false,
             native_cleanup: true,
             probe: Default::default(),
+            readiness_gate: None,
         }
     }
 

@@ -7,7 +7,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Client, ResourceExt};
 use portmapper_api::{MANAGER, PortMapping, PortMappingStatus};
-use portmapper_core::{PUBLISHED_GATE, PodGate};
+use portmapper_core::PodGate;
 use serde_json::json;
 use tracing::{debug, info};
 
@@ -237,7 +237,7 @@ impl Writer<'_> {
 }
 
 impl Writer<'_> {
-    /// Sets the `portmapper.dev/published` condition of one pod through `pods/status`: a
+    /// Sets the publication gate condition (`gate.condition_type`) of one pod through `pods/status`: a
     /// strategic merge patch keyed by condition type, so kubelet's conditions and other gates
     /// are left alone. The UID in the body makes the API server refuse a newer pod of the same
     /// name (a StatefulSet's replacement). True when written, false when the pod is gone.
@@ -247,7 +247,7 @@ impl Writer<'_> {
         let body = json!({
             "metadata": {"uid": gate.uid},
             "status": {"conditions": [{
-                "type": PUBLISHED_GATE,
+                "type": gate.condition_type,
                 "status": if gate.status { "True" } else { "False" },
                 "reason": gate.reason,
                 "message": gate.message,
@@ -276,8 +276,8 @@ impl Writer<'_> {
             Err(kube::Error::Api(s)) if s.is_not_found() => Ok(false),
             Err(e) => Err(Error::kube(
                 format!(
-                    "setting condition {PUBLISHED_GATE} of Pod {}/{}",
-                    self.namespace, gate.pod
+                    "setting condition {} of Pod {}/{}",
+                    gate.condition_type, self.namespace, gate.pod
                 ),
                 e,
             )),

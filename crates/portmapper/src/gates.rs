@@ -1,5 +1,6 @@
-//! Writing a plan's publication gates (`portmapper.dev/published` pod conditions), after its
-//! slice writes: a pod is marked published only once the slices naming it are stored.
+//! Writing a plan's publication gates (pod conditions of each PortMapping's gate type, by default
+//! `portmapper.dev/published`), after its slice writes: a pod is marked published only once the
+//! slices naming it are stored.
 //!
 //! Like `status_written` for PortMapping status: until our patch reaches the pod cache, the
 //! cached pod still carries the old condition and the next plan (woken by the watch events of
@@ -45,12 +46,13 @@ impl Sent {
     }
 }
 
-/// Gates this operator wrote that the pod cache may not show yet, by pod UID.
+/// Gates this operator wrote that the pod cache may not show yet, by pod UID and condition type
+/// (two PortMappings may set different gates of one pod).
 #[derive(Debug, Default)]
-pub struct GatesWritten(Mutex<HashMap<String, Sent>>);
+pub struct GatesWritten(Mutex<HashMap<(String, String), Sent>>);
 
 impl GatesWritten {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Sent>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Sent>> {
         // A panic while holding it leaves a map of hints only: keep using it.
         self.0
             .lock()
@@ -85,7 +87,7 @@ pub async fn write_gates(
                 continue;
             }
             let version = version_of(&gate.uid);
-            match sent.get(&gate.uid) {
+            match sent.get(&key(gate)) {
                 Some(s) if *s == Sent::of(gate, &version) => {
                     debug!(pod = %gate.pod, "publication gate already written; the cache lags");
                 }
@@ -106,18 +108,22 @@ pub async fn write_gates(
     for (gate, version, result) in results {
         match result {
             Ok(true) => {
-                sent.insert(gate.uid.clone(), Sent::of(gate, &version));
+                sent.insert(key(gate), Sent::of(gate, &version));
             }
             Ok(false) => {
-                sent.remove(&gate.uid);
+                sent.remove(&key(gate));
             }
             Err(err) => {
-                sent.remove(&gate.uid);
+                sent.remove(&key(gate));
                 errors.push(err);
             }
         }
     }
     errors
+}
+
+fn key(gate: &PodGate) -> (String, String) {
+    (gate.uid.clone(), gate.condition_type.clone())
 }
 
 async fn write_one<'g>(

@@ -104,6 +104,8 @@ struct PmFootprint {
     /// being deleted never does.
     rank: (Option<i64>, String),
     deleting: bool,
+    /// `spec.readinessGate.conditionType`.
+    gate: String,
 }
 
 /// What a pod touches, and the pod itself: the index is the operator's only copy of the pods
@@ -141,6 +143,8 @@ pub struct Index {
     /// Annotation keys PortMappings of a namespace use, with how many use each: the keys a
     /// namespace-wide pod watch must index.
     annotation_keys: HashMap<String, HashMap<String, usize>>,
+    /// PortMappings by namespace and publication gate type: who else sets which gate.
+    pms_by_gate: HashMap<String, BTreeMap<String, HashSet<PmKey>>>,
 
     pods: HashMap<PodKey, PodFootprint>,
     /// Pool pods by name (one namespace per pool), so a pool reads out in a stable order
@@ -277,6 +281,7 @@ impl Index {
                 pm.name_any(),
             ),
             deleting: pm.meta().deletion_timestamp.is_some(),
+            gate: pm.spec.gate_condition_type().to_owned(),
         };
         let mut out = PmApplied::default();
         let previous = self.pms.get(&key).cloned();
@@ -285,6 +290,10 @@ impl Index {
             return out;
         }
         let mut affected: HashSet<PmKey> = HashSet::from([key.clone()]);
+        let gate_peers_changed = previous
+            .as_ref()
+            .is_none_or(|old| old.gate != footprint.gate || old.deleting != footprint.deleting);
+        let types_before = self.gate_types(&ns);
         if let Some(old) = &previous {
             affected.extend(
                 self.pms_by_service
@@ -307,7 +316,7 @@ impl Index {
             let count = keys.entry(footprint.pool.key.clone()).or_default();
             *count += 1;
             if *count == 1 {
-                out.reindex = Some(PodSource::Namespace(ns));
+                out.reindex = Some(PodSource::Namespace(ns.clone()));
             }
         }
         insert(
@@ -316,6 +325,19 @@ impl Index {
             key.clone(),
         );
         insert(&mut self.pms_by_pool, footprint.pool.clone(), key.clone());
+        self.pms_by_gate
+            .entry(ns.clone())
+            .or_default()
+            .entry(footprint.gate.clone())
+            .or_default()
+            .insert(key.clone());
+        if gate_peers_changed {
+            // Their gate peers changed: who sets a shared type, or the types podReady reads past.
+            let gates = [previous.map(|o| o.gate), Some(footprint.gate.clone())];
+            let wakes =
+                self.gate_wakes(&ns, &types_before, gates.iter().flatten(), &footprint.rank);
+            affected.extend(wakes);
+        }
         self.pms.insert(key, footprint);
         out.affected = affected.into_iter().collect();
         out
@@ -326,24 +348,44 @@ impl Index {
         let Some(old) = self.pms.remove(key) else {
             return Vec::new();
         };
+        let types_before = self.gate_types(&old.service.0);
         self.unregister(key, &old);
-        self.pms_by_service
+        let mut affected: HashSet<PmKey> = self
+            .pms_by_service
             .get(&old.service)
             .into_iter()
             .flatten()
             .cloned()
-            .collect()
+            .collect();
+        // A gate type it shared may now be another's to set.
+        affected.extend(self.gate_wakes(&old.service.0, &types_before, [&old.gate], &old.rank));
+        affected.into_iter().collect()
     }
 
     /// After a relist of PortMappings: forgets those not in `present`.
     pub fn retain_portmappings(&mut self, present: &HashSet<PmKey>) -> Vec<PmKey> {
         let gone = missing(self.pms.keys(), present);
-        self.delete_each(gone, Self::delete_portmapping)
+        let mut woken = self.delete_each(gone, Self::delete_portmapping);
+        // One gone PortMapping may name another gone one (a shared gate type).
+        woken.retain(|k| self.pms.contains_key(k));
+        woken
     }
 
     fn unregister(&mut self, key: &PmKey, old: &PmFootprint) {
         remove(&mut self.pms_by_service, &old.service, key);
         remove(&mut self.pms_by_pool, &old.pool, key);
+        let ns = &old.service.0;
+        if let Some(by_type) = self.pms_by_gate.get_mut(ns) {
+            if let Some(set) = by_type.get_mut(&old.gate) {
+                set.remove(key);
+                if set.is_empty() {
+                    by_type.remove(&old.gate);
+                }
+            }
+            if by_type.is_empty() {
+                self.pms_by_gate.remove(ns);
+            }
+        }
         if old.pool.annotation
             && let Some(keys) = self.annotation_keys.get_mut(&old.pool.namespace)
         {
@@ -390,6 +432,68 @@ impl Index {
             .filter(|k| *k != pm)
             .filter_map(|k| self.pms.get(k)?.uid.clone())
             .collect()
+    }
+
+    /// The gate types the PortMappings of a namespace set.
+    fn gate_types(&self, ns: &str) -> BTreeSet<String> {
+        self.pms_by_gate
+            .get(ns)
+            .map(|by_type| by_type.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Who hears of a PortMapping's gate change: every PortMapping of the namespace when the
+    /// namespace's set of types changed (podReady reads past them), else the younger ones
+    /// sharing `gates` (one of them may set a shared type now, or no longer).
+    fn gate_wakes<'g>(
+        &self,
+        ns: &str,
+        types_before: &BTreeSet<String>,
+        gates: impl IntoIterator<Item = &'g String>,
+        rank: &(Option<i64>, String),
+    ) -> Vec<PmKey> {
+        let Some(by_type) = self.pms_by_gate.get(ns) else {
+            return Vec::new();
+        };
+        if self.gate_types(ns) != *types_before {
+            return by_type.values().flatten().cloned().collect();
+        }
+        gates
+            .into_iter()
+            .filter_map(|g| by_type.get(g))
+            .flatten()
+            .filter(|k| self.pms.get(*k).is_some_and(|f| f.rank > *rank))
+            .cloned()
+            .collect()
+    }
+
+    /// The publication gates of `pm`'s namespace as they bear on `pm`: the gate types the other
+    /// PortMappings set, and those of its own type that rank before it (creation time, then
+    /// name; none being deleted), oldest first: a pod one of them selects is that one's to gate.
+    pub fn gate_peers(&self, pm: &PmKey) -> (BTreeSet<String>, Vec<PmKey>) {
+        let Some(footprint) = self.pms.get(pm) else {
+            return (BTreeSet::new(), Vec::new());
+        };
+        let Some(by_type) = self.pms_by_gate.get(&footprint.service.0) else {
+            return (BTreeSet::new(), Vec::new());
+        };
+        let types = by_type
+            .keys()
+            .filter(|t| **t != footprint.gate)
+            .cloned()
+            .collect();
+        let mut older: Vec<(&(Option<i64>, String), &PmKey)> = by_type
+            .get(&footprint.gate)
+            .into_iter()
+            .flatten()
+            .filter(|k| *k != pm)
+            .filter_map(|k| self.pms.get(k).map(|f| (f, k)))
+            .filter(|(f, _)| !f.deleting && f.rank < footprint.rank)
+            .map(|(f, k)| (&f.rank, k))
+            .collect();
+        // Ranks are unique (the name is in them).
+        older.sort_by(|a, b| a.0.cmp(b.0));
+        (types, older.into_iter().map(|(_, k)| k.clone()).collect())
     }
 
     /// Every indexed PortMapping (for the periodic clean-up of watches no one needs).
@@ -1319,5 +1423,46 @@ mod tests {
         ep.metadata.owner_references = None;
         assert_eq!(names(index.apply_endpoints(&ep)), ["a/web-1", "a/web-2"]);
         assert!(index.owned_endpoints("uid-web-1").is_empty());
+    }
+
+    #[test]
+    fn gate_peers_name_the_other_types_and_the_older_portmappings_of_the_same_type() {
+        use portmapper_api::ReadinessGate;
+        let gated = |mut pm: PortMapping, gate: &str| {
+            pm.spec.readiness_gate = Some(ReadinessGate {
+                condition_type: gate.into(),
+            });
+            pm
+        };
+        // Namespace a: web-1 (10) and web-2 (20) keep the default type, api (10) sets its own.
+        let mut index = index();
+        let api = gated(
+            pm("a", "api", "api", KeySource::Label, 10),
+            "example.com/api",
+        );
+        // A new gate type wakes every PortMapping of the namespace, not those of namespace b.
+        assert_eq!(
+            names(index.apply_portmapping(&api).affected),
+            ["a/api", "a/web-1", "a/web-2"]
+        );
+        let key = |name: &str| ObjectRef::<PortMapping>::new(name).within("a");
+        let (types, older) = index.gate_peers(&key("web-2"));
+        assert_eq!(types, BTreeSet::from(["example.com/api".to_owned()]));
+        assert_eq!(names(older), ["a/web-1"]);
+        let (types, older) = index.gate_peers(&key("web-1"));
+        assert_eq!(types, BTreeSet::from(["example.com/api".to_owned()]));
+        assert!(older.is_empty());
+        let (types, older) = index.gate_peers(&key("api"));
+        assert_eq!(
+            types,
+            BTreeSet::from(["portmapper.dev/published".to_owned()])
+        );
+        assert!(older.is_empty());
+        // web-1 goes: web-2 sets the default type alone, and hears of it.
+        let gone = index.delete_portmapping(&key("web-1"));
+        assert!(names(gone).contains(&"a/web-2".to_owned()));
+        assert!(index.gate_peers(&key("web-2")).1.is_empty());
+        // An unchanged PortMapping wakes only itself.
+        assert_eq!(names(index.apply_portmapping(&api).affected), ["a/api"]);
     }
 }

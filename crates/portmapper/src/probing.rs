@@ -487,6 +487,7 @@ mod tests {
                 .collect::<Vec<_>>(),
             take_over: &[],
             live_endpoints: None,
+            gate_peers: portmapper_core::GatePeers::NONE,
             now: k8s_openapi::jiff::Timestamp::now(),
         })
         .unwrap()

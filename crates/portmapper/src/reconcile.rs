@@ -14,7 +14,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use portmapper_api::status::condition_types as ct;
 use portmapper_api::{PortMapping, PortMappingStatus};
-use portmapper_core::planner::{self, Action as SliceAction, Plan, PlanInput};
+use portmapper_core::planner::{self, Action as SliceAction, GatePeers, Plan, PlanInput};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::apply::{Claim, Writer};
@@ -105,16 +105,19 @@ struct Outcome {
     plan: Option<Plan>,
     slices: Option<i32>,
     requeue: Duration,
+    /// Why nothing new is published (reason, message), for the gated pods' conditions.
+    stalled: Option<(&'static str, String)>,
 }
 
 impl Outcome {
-    fn stalled(ctx: &Context, reason: &str, message: String) -> Self {
+    fn stalled(ctx: &Context, reason: &'static str, message: String) -> Self {
         Self {
-            conditions: report::stalled(reason, message),
+            conditions: report::stalled(reason, message.clone()),
             withdrawn: false,
             plan: None,
             slices: None,
             requeue: ctx.settings.resync,
+            stalled: Some((reason, message)),
         }
     }
 }
@@ -154,8 +157,13 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
     }
     let outcome = match decide(pm, ctx, &ns, &pm_ref) {
         Decided::Wait => return Ok(Action::requeue(PENDING_RETRY)),
-        Decided::Stop(outcome) => {
+        Decided::Stop(mut outcome) => {
             crate::probing::forget(&ctx.prober, pm);
+            // Its slices stay: gated pods they name keep their condition, the others are False.
+            let live = owned_slices(ctx, &ns, &uid, &[], None);
+            if !stalled_gates(pm, ctx, &ns, &pm_ref, &writer, &live, &outcome).await? {
+                outcome.requeue = PENDING_RETRY;
+            }
             outcome
         }
         Decided::Withdraw(mut outcome) => {
@@ -170,6 +178,10 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
                 }
             }
             crate::migration_exec::delete_stray_endpoints(ctx, &writer, &uid, None).await?;
+            // Nothing is published any more: no gated pod stays True.
+            if !stalled_gates(pm, ctx, &ns, &pm_ref, &writer, &[], &outcome).await? {
+                outcome.requeue = PENDING_RETRY;
+            }
             outcome
         }
         Decided::Plan { service, pods } => {
@@ -218,8 +230,15 @@ fn decide(pm: &PortMapping, ctx: &Context, ns: &str, pm_ref: &ObjectRef<PortMapp
     if let Some(winner) = winner {
         let mut outcome = Outcome::stalled(ctx, "ServiceClaimed", String::new());
         outcome.conditions = report::conflict(&winner.name, &pm.spec.service_ref.name);
-        // Writes nothing at all: slices it published before losing stay until it is deleted
-        // (GC) or wins again, so a conflict can never empty a port.
+        outcome.stalled = Some((
+            "ServiceClaimed",
+            format!(
+                "PortMapping {} publishes Service {}",
+                winner.name, pm.spec.service_ref.name
+            ),
+        ));
+        // Writes no slice: slices it published before losing stay until it is deleted (GC) or
+        // wins again, so a conflict can never empty a port. Only its own gates are set False.
         return Decided::Stop(outcome);
     }
     let service_ref = ObjectRef::<Service>::new(&pm.spec.service_ref.name).within(ns);
@@ -238,6 +257,61 @@ fn decide(pm: &PortMapping, ctx: &Context, ns: &str, pm_ref: &ObjectRef<PortMapp
     // The index holds the pool's pods by key and value; the planner checks the selector.
     let pods = ctx.index.lock().pool_pods(pm);
     Decided::Plan { service, pods }
+}
+
+/// Writes the gates of a PortMapping that publishes nothing new
+/// ([`planner::stalled_pod_gates`]). False when they must wait for the pool's pod cache (a
+/// transient wait never flips a condition).
+async fn stalled_gates(
+    pm: &PortMapping,
+    ctx: &Context,
+    ns: &str,
+    pm_ref: &ObjectRef<PortMapping>,
+    writer: &Writer<'_>,
+    live: &[Arc<EndpointSlice>],
+    outcome: &Outcome,
+) -> Result<bool, Error> {
+    let Some((reason, message)) = &outcome.stalled else {
+        return Ok(true);
+    };
+    // An invalid gate type or pool says neither which condition nor which pods.
+    let errors = portmapper_api::validate::validate_spec(&pm.spec);
+    if errors
+        .iter()
+        .any(|e| e.field.starts_with("spec.readinessGate") || e.field.starts_with("spec.pods"))
+    {
+        return Ok(true);
+    }
+    if !ctx.pods.is_listed(&PodSource::of(pm)) {
+        return Ok(false);
+    }
+    let pods: Vec<Arc<Pod>> = ctx.index.lock().pool_pods(pm);
+    let pods: Vec<&Pod> = pods
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|p| portmapper_core::pod_in_pool(&pm.spec, ns, p).unwrap_or(false))
+        .collect();
+    let live: Vec<&EndpointSlice> = live.iter().map(AsRef::as_ref).collect();
+    let peers = gate_peers(pm, ctx, ns, pm_ref, &pods);
+    let message = format!(
+        "PortMapping {} publishes nothing new: {message}",
+        pm_ref.name
+    );
+    let gates = planner::stalled_pod_gates(
+        &pods,
+        pm.spec.gate_condition_type(),
+        &peers,
+        &live,
+        (reason, &message),
+        Timestamp::now(),
+    );
+    let mut errors =
+        crate::gates::write_gates(writer, &ctx.gates_written, &gates, &pods, true).await;
+    if errors.is_empty() {
+        Ok(true)
+    } else {
+        Err(errors.swap_remove(0))
+    }
 }
 
 /// Whether every cache a plan reads from has listed once.
@@ -264,6 +338,36 @@ fn owned_slices(
     keys.iter().filter_map(|k| ctx.slices.get(k)).collect()
 }
 
+/// What the other PortMappings of the namespace do with publication gates, for this plan.
+fn gate_peers(
+    pm: &PortMapping,
+    ctx: &Context,
+    ns: &str,
+    pm_ref: &ObjectRef<PortMapping>,
+    pods: &[&Pod],
+) -> GatePeers {
+    let (types, older) = ctx.index.lock().gate_peers(pm_ref);
+    let mut managed_by = BTreeMap::new();
+    if !older.is_empty() {
+        let own = pm.spec.gate_condition_type();
+        let older: Vec<Arc<PortMapping>> = older
+            .iter()
+            .filter_map(|k| ctx.portmappings.get(k))
+            .collect();
+        for pod in pods.iter().filter(|p| portmapper_core::has_gate(p, own)) {
+            // The selector too: the index knows pools by key and value only.
+            let manager = older
+                .iter()
+                .find(|o| portmapper_core::pod_in_pool(&o.spec, ns, pod).unwrap_or(false));
+            if let (Some(manager), Some(name)) = (manager, pod.metadata.name.as_deref()) {
+                debug!(portmapping = %pm_ref, pod = name, manager = %manager.name_any(), gate = own, "an older PortMapping sets this pod's gate");
+                managed_by.insert(name.to_owned(), manager.name_any());
+            }
+        }
+    }
+    GatePeers { types, managed_by }
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn plan_and_apply(
     pm: &PortMapping,
@@ -287,6 +391,7 @@ async fn plan_and_apply(
     } else {
         BTreeMap::new()
     };
+    let gate_peers = gate_peers(pm, ctx, ns, pm_ref, &pods);
     // Cached probe results only: a reconcile never waits on the network.
     let network = crate::probing::results(&ctx.prober, pm);
     let native = crate::migration_exec::native_slices(ctx, ns, &service.name_any());
@@ -308,6 +413,7 @@ async fn plan_and_apply(
         take_over,
         live_endpoints: live_endpoints.as_ref(),
         now: Timestamp::now(),
+        gate_peers: &gate_peers,
     };
     let mut memo = ctx.take_memo(pm_ref);
     let planned = planner::plan_with_memo(&input, &mut memo);
@@ -322,7 +428,9 @@ async fn plan_and_apply(
     let plan = match planned {
         Ok(plan) => plan,
         Err(err) => {
-            return Ok(Outcome::stalled(ctx, "PlanFailed", err.to_string()));
+            let outcome = Outcome::stalled(ctx, "PlanFailed", err.to_string());
+            stalled_gates(pm, ctx, ns, pm_ref, writer, live_slices, &outcome).await?;
+            return Ok(outcome);
         }
     };
     // The prober watches exactly what this plan looked up.
@@ -518,6 +626,7 @@ async fn plan_and_apply(
             .inc_by(n);
     }
     let outcome = Outcome {
+        stalled: None,
         conditions,
         withdrawn: false,
         slices: Some(slice_count(&plan)),

@@ -377,6 +377,7 @@ fn preview(
         take_over: &[],
         live_endpoints: None,
         now: Timestamp::UNIX_EPOCH,
+        gate_peers: portmapper_core::GatePeers::NONE,
     };
     // Every network result the planner looks up gets the assumed one, as the prober would
     // give it: the lookups of a plan do not depend on the results it reads, so a first plan

@@ -188,6 +188,7 @@ mod tests {
                 legacy_endpoints: false,
                 native_cleanup: true,
                 probe: Default::default(),
+                readiness_gate: None,
             },
         );
         pm.metadata.namespace = Some("ns".into());

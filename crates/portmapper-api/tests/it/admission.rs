@@ -444,6 +444,27 @@ fn invalid_cases() -> Vec<Bad> {
             "should match",
         ),
         same(
+            "readiness gate type not a qualified name",
+            vec![(
+                "/spec/readinessGate/conditionType",
+                json!("example.com/published!"),
+            )],
+            "spec.readinessGate.conditionType",
+            "should match",
+        ),
+        same(
+            "readiness gate type without a prefix (kubelet's Ready)",
+            vec![("/spec/readinessGate/conditionType", json!("Ready"))],
+            "spec.readinessGate.conditionType",
+            "must have a prefix",
+        ),
+        same(
+            "readiness gate type prefix of 254 characters",
+            vec![("/spec/readinessGate/conditionType", json!(long_prefix(254)))],
+            "spec.readinessGate.conditionType",
+            "prefix part must be no more than 253 characters",
+        ),
+        same(
             "label pool value not a label value",
             vec![("/spec/pods/value", json!("two words"))],
             "spec.pods",
@@ -618,6 +639,17 @@ fn valid_cases() -> Vec<(&'static str, Vec<(&'static str, Value)>)> {
         (
             "pods key prefix of 253 characters",
             vec![("/spec/pods/key", json!(long_prefix(253)))],
+        ),
+        (
+            "readiness gate type of its own",
+            vec![(
+                "/spec/readinessGate/conditionType",
+                json!("example.com/published-web"),
+            )],
+        ),
+        (
+            "readiness gate without a type (the default)",
+            vec![("/spec/readinessGate", json!({}))],
         ),
     ]
 }

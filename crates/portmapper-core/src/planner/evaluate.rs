@@ -85,6 +85,7 @@ pub(crate) fn evaluate<'a>(
             &ctx.owner.uid,
             ctx.spec,
             ctx.service.spec.as_ref(),
+            &ctx.gate_peers.types,
             ctx.pods,
             slots,
         )
@@ -373,6 +374,7 @@ impl<'a> Evaluator<'_, 'a> {
                 port: &resolved,
                 network: ctx.network,
                 publish_not_ready: ctx.pnr,
+                gates: ctx.gates(),
             },
             ask,
             &self.classes[port_idx],

@@ -1,6 +1,8 @@
-//! The publication readiness gate: for every pool pod that lists [`PUBLISHED_GATE`] in
+//! The publication readiness gate: for every pool pod that lists the PortMapping's gate type
+//! (`spec.readinessGate.conditionType`, by default `portmapper.dev/published`) in
 //! `spec.readinessGates`, the condition it should carry, so that a rollout waits until the pod
-//! is in the slices of every port it is meant to serve.
+//! is in the slices of every port it is meant to serve. A pod whose condition of that type an
+//! older PortMapping sets (`GatePeers::managed_by`) is left to it.
 //!
 //! A port counts when the pod is a candidate there and the port's *backing* checks (portNames,
 //! podCondition, notTerminating: whether the pod is meant to serve the port at all) include it.
@@ -12,13 +14,17 @@
 //! The plan carries only the pods whose current condition differs, so a converged pool costs no
 //! write.
 
+use std::collections::HashSet;
+
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 
 use super::Context;
 use super::status::PodPortState;
-use super::types::PodGate;
-use crate::check::{PUBLISHED_GATE, has_published_gate};
+use super::types::{GatePeers, PodGate};
+use crate::check::has_gate;
 use crate::target::{is_terminal, is_terminating};
 
 /// Reason of the True condition.
@@ -28,17 +34,64 @@ pub const REASON_NOT_PUBLISHED: &str = "NotPublished";
 /// Reason of the False condition while the pod has no IP address.
 pub const REASON_NO_ADDRESS: &str = "NoAddress";
 
+/// The gate changes of a PortMapping that publishes nothing new (its spec is invalid, another
+/// PortMapping publishes its Service, the Service is gone, the plan failed), in pool order. Its
+/// slices stay as they are (or are gone), so a gated pod that `live_slices` name ready is still
+/// published and keeps its condition; every other gated pod must not be, or become, True: it is
+/// set False with `reason` (the PortMapping's own Ready reason) and `message`. `pods` are the
+/// pool's, `gate_type` the PortMapping's; pods an older PortMapping gates are left to it.
+pub fn stalled_pod_gates(
+    pods: &[&Pod],
+    gate_type: &str,
+    gate_peers: &GatePeers,
+    live_slices: &[&EndpointSlice],
+    (reason, message): (&'static str, &str),
+    now: Timestamp,
+) -> Vec<PodGate> {
+    let published: HashSet<&str> = live_slices
+        .iter()
+        .flat_map(|s| &s.endpoints)
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+        .filter_map(|e| e.target_ref.as_ref()?.uid.as_deref())
+        .collect();
+    let mut out = Vec::new();
+    for &pod in pods {
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        if !has_gate(pod, gate_type)
+            || is_terminal(pod)
+            || is_terminating(pod)
+            || gate_peers.managed_by.contains_key(name)
+            || published.contains(uid)
+        {
+            continue;
+        }
+        if let Some(gate) = change(gate_type, now, pod, false, reason, message.to_owned()) {
+            out.push(gate);
+        }
+    }
+    out
+}
+
 /// The gate changes of one plan, in pool order.
 pub(crate) fn pod_gates(ctx: &Context<'_>, states: &[Vec<Option<PodPortState>>]) -> Vec<PodGate> {
     let mut out = Vec::new();
     for (pod_idx, &pod) in ctx.pods.iter().enumerate() {
         // A terminating pod is on its way out: its readiness no longer gates anything, and a
         // write per terminating pod would only add load during a rollout.
-        if !has_published_gate(pod) || is_terminal(pod) || is_terminating(pod) {
+        if !has_gate(pod, ctx.gate_type) || is_terminal(pod) || is_terminating(pod) {
+            continue;
+        }
+        if pod
+            .metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| ctx.gate_peers.managed_by.contains_key(n))
+        {
             continue;
         }
         let (status, reason, message) = desired(ctx, pod_idx, states);
-        if let Some(gate) = change(ctx, pod, status, reason, message) {
+        if let Some(gate) = change(ctx.gate_type, ctx.now, pod, status, reason, message) {
             out.push(gate);
         }
     }
@@ -101,7 +154,8 @@ fn desired(
 /// The write to make, if the pod's condition differs from the desired one. The transition time
 /// moves only when the status flips (as kubelet does for its own conditions).
 fn change(
-    ctx: &Context<'_>,
+    gate_type: &str,
+    now: Timestamp,
     pod: &Pod,
     status: bool,
     reason: &'static str,
@@ -112,7 +166,7 @@ fn change(
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == PUBLISHED_GATE));
+        .and_then(|c| c.iter().find(|c| c.type_ == gate_type));
     if current.is_some_and(|c| {
         c.status == text
             && c.reason.as_deref() == Some(reason)
@@ -124,10 +178,11 @@ fn change(
         Some(c) if c.status == text && c.last_transition_time.is_some() => {
             c.last_transition_time.clone()
         }
-        _ => Some(Time(ctx.now)),
+        _ => Some(Time(now)),
     };
     Some(PodGate {
         pod: pod.metadata.name.clone().unwrap_or_default(),
+        condition_type: gate_type.to_owned(),
         uid: pod.metadata.uid.clone().unwrap_or_default(),
         status,
         reason,

@@ -7,12 +7,13 @@
 //! pod UID and resourceVersion: the API server changes the resourceVersion on every change of the
 //! object, so an unchanged pair is an unchanged pod. Everything else a plan reads (network
 //! results, the published state for Abstain, node zones, the time) is read afresh every pass, and
-//! any change of the PortMapping's spec or the Service's spec forgets everything.
+//! any change of the PortMapping's spec, the Service's spec or the gate types other PortMappings
+//! set (podReady reads past them) forgets everything.
 //!
 //! The memo only skips work: a plan with a memo equals the plan without one for the same inputs
 //! (a property test checks it on random event sequences).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Pod, ServiceSpec};
@@ -68,11 +69,15 @@ impl EvalMemo {
         pm_uid: &str,
         spec: &PortMappingSpec,
         service: Option<&ServiceSpec>,
+        gate_peers: &BTreeSet<String>,
         pods: &[&Pod],
         slots: usize,
     ) -> Vec<PodMemo> {
         let same = self.inputs.as_ref().is_some_and(|i| {
-            i.pm_uid == pm_uid && i.spec == *spec && i.service.as_ref() == service
+            i.pm_uid == pm_uid
+                && i.spec == *spec
+                && i.service.as_ref() == service
+                && i.gate_peers == *gate_peers
         });
         if !same {
             self.uids.clear();
@@ -81,6 +86,7 @@ impl EvalMemo {
                 pm_uid: pm_uid.to_owned(),
                 spec: spec.clone(),
                 service: service.cloned(),
+                gate_peers: gate_peers.clone(),
             });
         }
         let uids = &self.uids;
@@ -166,6 +172,8 @@ struct Inputs {
     pm_uid: String,
     spec: PortMappingSpec,
     service: Option<ServiceSpec>,
+    /// Other PortMappings' gate types: podReady of a gated pod reads past them.
+    gate_peers: BTreeSet<String>,
 }
 
 /// One pod's remembered outcomes, `[port × families + family]`; `None` = not remembered. The

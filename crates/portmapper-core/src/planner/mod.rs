@@ -60,11 +60,11 @@ use portmapper_api::PortMappingSpec;
 
 pub use compare::{endpoint_eq, metadata_eq, ports_eq};
 pub use evaluate::published_memberships;
-pub use gate::{REASON_NO_ADDRESS, REASON_NOT_PUBLISHED, REASON_PUBLISHED};
+pub use gate::{REASON_NO_ADDRESS, REASON_NOT_PUBLISHED, REASON_PUBLISHED, stalled_pod_gates};
 pub use memo::{EvalMemo, PassStats};
 pub use types::{
-    Action, DecisionCounts, Deletion, Plan, PlanError, PlanInput, PlanWarning, PlannedEndpoints,
-    PlannedSlice, PodGate,
+    Action, DecisionCounts, Deletion, GatePeers, Plan, PlanError, PlanInput, PlanWarning,
+    PlannedEndpoints, PlannedSlice, PodGate,
 };
 
 use crate::membership::{PortRules, port_rules, publish_not_ready};
@@ -116,6 +116,19 @@ pub(crate) struct Context<'a> {
     pub hints: HintMode,
     /// `PlanInput::now`: trigger times are never later.
     pub now: k8s_openapi::jiff::Timestamp,
+    /// `spec.readinessGate.conditionType`.
+    pub gate_type: &'a str,
+    pub gate_peers: &'a GatePeers,
+}
+
+impl Context<'_> {
+    /// The gate types podReady must not wait for.
+    pub fn gates(&self) -> crate::check::GateTypes<'_> {
+        crate::check::GateTypes {
+            own: self.gate_type,
+            peers: &self.gate_peers.types,
+        }
+    }
 }
 
 /// The IP families the Service publishes, primary first: `spec.ipFamilies`, else the family of
@@ -295,6 +308,24 @@ fn plan_inner(input: &PlanInput<'_>, memo: Option<&mut EvalMemo>) -> Result<Plan
         out.deletions = ours.iter().map(|s| deletion(&s.metadata)).collect();
         out.deletions.sort();
         out.endpoints_deletion = legacy::owned_endpoints_deletion(input.live_endpoints, &pm_uid);
+        // Its slices go: no gated pod stays published.
+        let pool: Vec<&Pod> = input
+            .pods
+            .iter()
+            .copied()
+            .filter(|p| pod_in_pool(spec, &namespace, p).unwrap_or(false))
+            .collect();
+        out.pod_gates = gate::stalled_pod_gates(
+            &pool,
+            spec.gate_condition_type(),
+            input.gate_peers,
+            &[],
+            (
+                "ExternalName",
+                "the Service is of type ExternalName: nothing is published",
+            ),
+            input.now,
+        );
         return Ok(out);
     }
 
@@ -330,6 +361,8 @@ fn plan_inner(input: &PlanInput<'_>, memo: Option<&mut EvalMemo>) -> Result<Plan
         pnr: publish_not_ready(spec, service),
         hints,
         now: input.now,
+        gate_type: spec.gate_condition_type(),
+        gate_peers: input.gate_peers,
     };
 
     let ours_plain: Vec<&EndpointSlice> = ours.iter().map(|s| s.as_ref()).collect();

@@ -37,6 +37,29 @@ pub struct PlanInput<'a> {
     /// The time of this reconcile: no `last-change-trigger-time` is later, and it stands for
     /// changes that carry no time of their own (legacy Endpoints are stamped with it).
     pub now: Timestamp,
+    /// What the other PortMappings of the namespace do with publication gates
+    /// ([`GatePeers::NONE`] when the caller knows of none).
+    pub gate_peers: &'a GatePeers,
+}
+
+/// The publication gates of the other PortMappings of the namespace, as they bear on this one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GatePeers {
+    /// Condition types other PortMappings set (not this one's): a gated pod's podReady does not
+    /// wait for them, since each turns True only once that PortMapping has published the pod,
+    /// which may itself wait for this one.
+    pub types: std::collections::BTreeSet<String>,
+    /// Pods (by name) whose condition of this PortMapping's type an older PortMapping selecting
+    /// them sets, with that PortMapping's name: one writer per condition, so they never flap.
+    pub managed_by: BTreeMap<String, String>,
+}
+
+impl GatePeers {
+    /// No other PortMapping sets gates.
+    pub const NONE: &'static GatePeers = &GatePeers {
+        types: std::collections::BTreeSet::new(),
+        managed_by: BTreeMap::new(),
+    };
 }
 
 /// What to do with one desired object.
@@ -206,7 +229,7 @@ pub struct Plan {
     pub warnings: Vec<PlanWarning>,
     /// How every (pod, port, family) membership was decided, for metrics.
     pub decisions: DecisionCounts,
-    /// Publication gate conditions to write (pods listing `portmapper.dev/published` in
+    /// Publication gate conditions to write (pods listing the PortMapping's gate type in
     /// `spec.readinessGates` whose current condition differs), in pool order. Written after the
     /// slices of the same plan.
     pub pod_gates: Vec<PodGate>,
@@ -215,11 +238,14 @@ pub struct Plan {
     pub network_lookups: Vec<NetworkLookup>,
 }
 
-/// The `portmapper.dev/published` condition one gated pod must carry.
+/// The publication gate condition (`spec.readinessGate.conditionType`, by default
+/// `portmapper.dev/published`) one gated pod must carry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodGate {
     /// Pod name (in the PortMapping's namespace).
     pub pod: String,
+    /// The condition type.
+    pub condition_type: String,
     /// Pod UID: the write must not land on a newer pod of the same name.
     pub uid: String,
     /// True: published on every port it is meant to serve.

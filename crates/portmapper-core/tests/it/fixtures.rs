@@ -57,6 +57,7 @@ pub fn port_mapping(listed_ports: &[&str]) -> PortMapping {
             legacy_endpoints: false,
             native_cleanup: true,
             probe: Default::default(),
+            readiness_gate: None,
         },
     );
     pm.metadata.namespace = Some(NS.into());
@@ -233,6 +234,7 @@ pub struct World {
     pub endpoints: Option<Endpoints>,
     pub now: Timestamp,
     pub next_uid: u64,
+    pub gate_peers: portmapper_core::GatePeers,
 }
 
 impl World {
@@ -247,6 +249,7 @@ impl World {
             endpoints: None,
             now: Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH),
             next_uid: 1,
+            gate_peers: portmapper_core::GatePeers::default(),
         }
     }
 
@@ -285,6 +288,7 @@ impl World {
             take_over: &[],
             live_endpoints: self.endpoints.as_ref(),
             now: self.now,
+            gate_peers: &self.gate_peers,
         };
         match memo {
             Some(memo) => plan_with_memo(&input, memo),

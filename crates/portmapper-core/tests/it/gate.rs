@@ -74,6 +74,7 @@ fn step(w: &mut World) -> Plan {
 fn gate(pod: &str, status: bool, reason: &'static str, message: &str, at: Timestamp) -> PodGate {
     PodGate {
         pod: pod.into(),
+        condition_type: PUBLISHED_GATE.into(),
         uid: format!("uid-{pod}"),
         status,
         reason,
@@ -209,6 +210,7 @@ fn a_pod_waiting_for_its_probe_is_not_published_yet() {
         p.pod_gates,
         vec![PodGate {
             pod: "a".into(),
+            condition_type: PUBLISHED_GATE.into(),
             uid: "uid-a".into(),
             status: false,
             reason: "NotPublished",
@@ -238,6 +240,7 @@ fn a_pod_waiting_for_its_probe_is_not_published_yet() {
         p.pod_gates,
         vec![PodGate {
             pod: "a".into(),
+            condition_type: PUBLISHED_GATE.into(),
             uid: "uid-a".into(),
             status: true,
             reason: "Published",
@@ -355,4 +358,111 @@ fn plans_with_and_without_memo_agree_on_gates() {
     );
     assert_eq!(memo.last_pass().reused, 3);
     assert_eq!(full.pod_gates.len(), 2);
+}
+
+/// A pod listing `types` as readiness gates, ContainersReady and Ready False (kubelet waits).
+fn gated_on(builder: PodBuilder, types: &[&str]) -> Pod {
+    let mut pod = builder.build();
+    pod.spec.as_mut().expect("test fixture").readiness_gates = Some(
+        types
+            .iter()
+            .map(|t| PodReadinessGate {
+                condition_type: (*t).into(),
+            })
+            .collect(),
+    );
+    set_condition(&mut pod, "Ready", "False");
+    set_condition(&mut pod, "ContainersReady", "True");
+    pod
+}
+
+#[test]
+fn a_gate_type_of_its_own_is_the_one_planned_and_podready_reads_past_peer_gates() {
+    let pods = vec![gated_on(
+        PodBuilder::new("pod-a", &["10.0.0.1"]).ports("http"),
+        &["example.com/web", "example.com/admin"],
+    )];
+    let mut pm = port_mapping(&["http"]);
+    pm.spec.readiness_gate = Some(portmapper_api::ReadinessGate {
+        condition_type: "example.com/web".into(),
+    });
+    let mut w = World::new(pm, web_service(), pods);
+    // example.com/admin is nobody's gate as far as this plan knows: podReady waits for it.
+    let p = w.plan();
+    assert!(pod_names(&p.slices[0].slice).is_empty());
+    assert_eq!(
+        (p.pod_gates.len(), p.pod_gates[0].condition_type.as_str()),
+        (1, "example.com/web")
+    );
+    assert_eq!(
+        p.pod_gates[0].message,
+        "not published on port http: podReady: readiness gate example.com/admin has no condition; \
+         port https: podReady: readiness gate example.com/admin has no condition"
+    );
+    // Another PortMapping sets it: podReady reads past it, the pod is published and gated True.
+    w.gate_peers.types.insert("example.com/admin".into());
+    let p = w.plan();
+    assert_eq!(pod_names(&p.slices[0].slice), ["pod-a"]);
+    assert_eq!(
+        (p.pod_gates[0].status, p.pod_gates[0].reason),
+        (true, "Published")
+    );
+    // The default type is not this PortMapping's: a pod gated only on it is not written.
+    w.pods = vec![gated(PodBuilder::new("pod-b", &["10.0.0.2"]).ports("http"))];
+    assert!(w.plan().pod_gates.is_empty());
+}
+
+#[test]
+fn a_pod_an_older_portmapping_gates_is_left_to_it() {
+    let mut w = gated_world();
+    w.gate_peers
+        .managed_by
+        .insert("pod-a".into(), "older".into());
+    let p = w.plan();
+    let gated: Vec<&str> = p.pod_gates.iter().map(|g| g.pod.as_str()).collect();
+    assert_eq!(gated, ["pod-b"]);
+    // Still published: only the condition is the other's to write.
+    assert_eq!(pod_names(&p.slices[0].slice), ["pod-a", "pod-b", "pod-c"]);
+}
+
+#[test]
+fn stalled_gates_keep_published_pods_and_turn_the_others_false() {
+    use portmapper_core::planner::stalled_pod_gates;
+    let mut w = gated_world();
+    step(&mut w);
+    // A new gated pod the frozen slices do not name; pod-b has its condition True already.
+    w.pods
+        .push(gated(PodBuilder::new("pod-d", &["10.0.0.4"]).ports("http")));
+    let pods = w.pod_refs();
+    let slices: Vec<_> = w.slices.iter().collect();
+    let none = portmapper_core::GatePeers::default();
+    let stalled = ("InvalidSpec", "PortMapping web publishes nothing new: bad");
+    let gates = stalled_pod_gates(&pods, PUBLISHED_GATE, &none, &slices, stalled, w.now);
+    assert_eq!(
+        gates,
+        [gate("pod-d", false, "InvalidSpec", stalled.1, w.now)]
+    );
+    // The slices are gone (Service deleted): every gated pod is False, the ungated one untouched.
+    let gates = stalled_pod_gates(&pods, PUBLISHED_GATE, &none, &[], stalled, w.now);
+    let names: Vec<(&str, bool)> = gates.iter().map(|g| (g.pod.as_str(), g.status)).collect();
+    assert_eq!(
+        names,
+        [("pod-a", false), ("pod-b", false), ("pod-d", false)]
+    );
+    // Already False with that reason and message: no write.
+    w.pods
+        .retain(|p| p.metadata.name.as_deref() == Some("pod-d"));
+    let p = Plan {
+        pod_gates: gates.into_iter().filter(|g| g.pod == "pod-d").collect(),
+        ..Plan::default()
+    };
+    apply_gates(&mut w, &p);
+    let pods = w.pod_refs();
+    assert!(stalled_pod_gates(&pods, PUBLISHED_GATE, &none, &[], stalled, w.now).is_empty());
+    // A pod an older PortMapping gates is left to it.
+    let mut peers = portmapper_core::GatePeers::default();
+    peers.managed_by.insert("pod-a".into(), "older".into());
+    let pods = [gated(PodBuilder::new("pod-a", &["10.0.0.1"]).ports("http"))];
+    let refs: Vec<&Pod> = pods.iter().collect();
+    assert!(stalled_pod_gates(&refs, PUBLISHED_GATE, &peers, &[], stalled, w.now).is_empty());
 }

@@ -403,6 +403,7 @@ fn a_service_label_the_api_would_refuse_fails_the_plan_with_nothing_written() {
         take_over: &[],
         live_endpoints: None,
         now: w.now,
+        gate_peers: portmapper_core::GatePeers::NONE,
     });
     match r {
         Err(portmapper_core::PlanError::InvalidRender { kind, name, .. }) => {

@@ -227,6 +227,7 @@ async fn a_gate_already_sent_is_not_resent_while_the_cache_lags() {
     };
     let gate = PodGate {
         pod: "pod-a".into(),
+        condition_type: PUBLISHED_GATE.into(),
         uid: stale.metadata.uid.clone().unwrap(),
         status: true,
         reason: "Published",
@@ -334,4 +335,337 @@ async fn a_rolling_restart_of_a_gated_pool_never_takes_two_members_from_a_port()
     let report = observer.report();
     let fewest: Vec<usize> = report.fewest_ready.values().copied().collect();
     assert_eq!(fewest, [2, 2], "{report:#?}");
+}
+
+// ---- Gate types of their own, and gates on stalled paths -----------------------------------
+
+const WEB_GATE: &str = "example.com/published-web";
+const ADMIN_GATE: &str = "example.com/published-admin";
+
+/// A pool pod (group `web`) listing these readiness gates.
+fn pod_gated_on(name: &str, ports: &str, types: &[&str]) -> serde_json::Value {
+    let mut p = pod(name, "web", ports);
+    p["spec"]["readinessGates"] = types.iter().map(|t| json!({"conditionType": t})).collect();
+    p
+}
+
+/// A PortMapping of Service `service` over the pods of group `web`, with its gate type.
+fn portmapping_gated(name: &str, service: &str, gate: Option<&str>) -> serde_json::Value {
+    let mut pm = portmapping(name, service);
+    pm["spec"]["pods"]["value"] = json!("web");
+    if let Some(gate) = gate {
+        pm["spec"]["readinessGate"] = json!({"conditionType": gate});
+    }
+    pm
+}
+
+async fn condition_of(h: &Harness, pod: &str, type_: &str) -> Option<PodCondition> {
+    let api: Api<Pod> = Api::namespaced(h.client.clone(), NS);
+    api.get(pod)
+        .await
+        .unwrap()
+        .status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// Waits until the pod's condition `type_` has this status, reason and message.
+async fn wait_condition(
+    h: &Harness,
+    pod: &str,
+    type_: &str,
+    (status, reason, message): (&str, &str, &str),
+) -> PodCondition {
+    eventually(
+        &format!("{pod} {type_} {status} {reason}: {message}"),
+        WAIT,
+        || async {
+            condition_of(h, pod, type_).await.filter(|c| {
+                c.status == status
+                    && c.reason.as_deref() == Some(reason)
+                    && c.message.as_deref() == Some(message)
+            })
+        },
+    )
+    .await
+}
+
+/// Two PortMappings (two Services) over one pool, each with a gate type of its own, both with
+/// podReady: each sets its own condition, and neither waits for the other's gate (each is True
+/// only once the other has published, so waiting would deadlock them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_portmappings_with_their_own_gate_types_each_set_theirs() {
+    let mut h = Harness::start().await;
+    h.create(service("web", &[("http", 8080)])).await;
+    h.create(service("admin", &[("admin", 9090)])).await;
+    for (name, ip) in [("pod-a", "10.244.0.1"), ("pod-b", "10.244.0.2")] {
+        h.create(pod_gated_on(name, "http,admin", &[WEB_GATE, ADMIN_GATE]))
+            .await;
+        kubelet(&h, name, ip, true).await;
+    }
+    h.create(portmapping_gated("web", "web", Some(WEB_GATE)))
+        .await;
+    h.create(portmapping_gated("admin", "admin", Some(ADMIN_GATE)))
+        .await;
+    for name in ["pod-a", "pod-b"] {
+        wait_condition(
+            &h,
+            name,
+            WEB_GATE,
+            (
+                "True",
+                "Published",
+                "published on every port it serves: http",
+            ),
+        )
+        .await;
+        wait_condition(
+            &h,
+            name,
+            ADMIN_GATE,
+            (
+                "True",
+                "Published",
+                "published on every port it serves: admin",
+            ),
+        )
+        .await;
+    }
+    assert_eq!(h.membership("web").await["web.http"], ["pod-a", "pod-b"]);
+    assert_eq!(
+        h.membership("admin").await["admin.admin"],
+        ["pod-a", "pod-b"]
+    );
+    assert_eq!(condition_of(&h, "pod-a", PUBLISHED_GATE).await, None);
+    // (A PortMapping planned before the other is in the index sees the other's gate as a
+    // foreign one, and may write a False first: counts start once both are known.) Converged,
+    // they never fight: a restart re-plans both, and pod-a and pod-b get no write.
+    let before = (gate_writes(&h, "pod-a"), gate_writes(&h, "pod-b"));
+    h.stop_controller().await;
+    h.run_controller();
+    // A new pod as the barrier: once both its gates are True, both PortMappings re-planned.
+    h.create(pod_gated_on("pod-c", "http,admin", &[WEB_GATE, ADMIN_GATE]))
+        .await;
+    kubelet(&h, "pod-c", "10.244.0.3", true).await;
+    for (gate, port) in [(WEB_GATE, "http"), (ADMIN_GATE, "admin")] {
+        let message = format!("published on every port it serves: {port}");
+        wait_condition(&h, "pod-c", gate, ("True", "Published", &message)).await;
+    }
+    assert_eq!((gate_writes(&h, "pod-a"), gate_writes(&h, "pod-b")), before);
+}
+
+/// Two PortMappings over one pool with the same gate type: one condition, one writer, the
+/// oldest PortMapping (creation time, then name). The younger leaves it alone, so the condition
+/// never flaps between two verdicts; when the older goes, the younger takes it over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_one_gate_type_the_oldest_portmapping_sets_it() {
+    let h = Harness::start().await;
+    h.create(service("web", &[("http", 8080)])).await;
+    h.create(service("admin", &[("admin", 9090)])).await;
+    h.create(pod_gated_on("pod-a", "http", &[PUBLISHED_GATE]))
+        .await;
+    kubelet(&h, "pod-a", "10.244.0.1", true).await;
+    // "alpha" is the older by creation time or, within the same second, by name.
+    h.create(portmapping_gated("alpha", "web", None)).await;
+    wait_condition(
+        &h,
+        "pod-a",
+        PUBLISHED_GATE,
+        (
+            "True",
+            "Published",
+            "published on every port it serves: http",
+        ),
+    )
+    .await;
+    // beta would say False (pod-a does not list admin); it must not write.
+    h.create(portmapping_gated("beta", "admin", None)).await;
+    eventually("beta reconciled", WAIT, || async {
+        h.portmapping("beta").await.status.map(|_| ())
+    })
+    .await;
+    assert_eq!(gate_writes(&h, "pod-a"), 1);
+    assert_eq!(
+        condition_of(&h, "pod-a", PUBLISHED_GATE)
+            .await
+            .and_then(|c| c.message),
+        Some("published on every port it serves: http".into())
+    );
+    // alpha goes: beta's verdict is the gate now (admin does not back pod-a: no port to wait for).
+    let pms: Api<portmapper_api::PortMapping> = Api::namespaced(h.client.clone(), NS);
+    pms.delete("alpha", &Default::default()).await.unwrap();
+    wait_condition(
+        &h,
+        "pod-a",
+        PUBLISHED_GATE,
+        (
+            "True",
+            "Published",
+            "the pod is meant to serve no port of the Service",
+        ),
+    )
+    .await;
+    assert_eq!(gate_writes(&h, "pod-a"), 2);
+}
+
+/// The Service goes: its slices are withdrawn, so no gated pod may stay True.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_service_turns_the_gates_false() {
+    let h = Harness::start().await;
+    h.create(service("web", &[("http", 8080)])).await;
+    h.create(gated_pod("pod-a", "http")).await;
+    kubelet(&h, "pod-a", "10.244.0.1", true).await;
+    h.create(portmapping("web", "web")).await;
+    wait_gate(
+        &h,
+        "pod-a",
+        "True",
+        "published on every port it serves: http",
+    )
+    .await;
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(h.client.clone(), NS);
+    services.delete("web", &Default::default()).await.unwrap();
+    wait_condition(
+        &h,
+        "pod-a",
+        PUBLISHED_GATE,
+        (
+            "False",
+            "ServiceNotFound",
+            "PortMapping web publishes nothing new: Service default/web does not exist; no endpoints are published",
+        ),
+    )
+    .await;
+    assert!(h.slices("web").await.is_empty());
+    // One write for True, one for False: the status write after it ends that reconcile.
+    eventually("status withdrawn", WAIT, || async {
+        h.portmapping("web")
+            .await
+            .status
+            .filter(|s| s.ports.is_empty())
+            .map(|_| ())
+    })
+    .await;
+    assert_eq!(gate_writes(&h, "pod-a"), 2);
+}
+
+/// The Service becomes ExternalName: the planner withdraws the slices and turns the gates False.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_name_service_turns_the_gates_false() {
+    let h = Harness::start().await;
+    h.create(service("web", &[("http", 8080)])).await;
+    h.create(gated_pod("pod-a", "http")).await;
+    kubelet(&h, "pod-a", "10.244.0.1", true).await;
+    h.create(portmapping("web", "web")).await;
+    wait_gate(
+        &h,
+        "pod-a",
+        "True",
+        "published on every port it serves: http",
+    )
+    .await;
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(h.client.clone(), NS);
+    services
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {
+                "type": "ExternalName", "externalName": "example.com",
+                "clusterIP": null, "clusterIPs": null, "ipFamilies": null, "ipFamilyPolicy": null,
+            }})),
+        )
+        .await
+        .unwrap();
+    wait_condition(
+        &h,
+        "pod-a",
+        PUBLISHED_GATE,
+        (
+            "False",
+            "ExternalName",
+            "the Service is of type ExternalName: nothing is published",
+        ),
+    )
+    .await;
+    assert!(h.slices("web").await.is_empty());
+}
+
+/// A PortMapping that loses its Service to an older one publishes nothing of its own: its gate
+/// (a type of its own) is False with the reason, while the winner's gate is True.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loser_of_a_service_conflict_turns_its_gate_false() {
+    let h = Harness::start().await;
+    h.create(service("web", &[("http", 8080)])).await;
+    h.create(pod_gated_on("pod-a", "http", &[PUBLISHED_GATE, WEB_GATE]))
+        .await;
+    kubelet(&h, "pod-a", "10.244.0.1", true).await;
+    // alpha is the older (creation time, or name within one second). Both at once: alpha's
+    // podReady reads past beta's gate only once beta exists (before, it is a foreign gate that
+    // nobody sets, and Ready would wait for it).
+    h.create(portmapping_gated("alpha", "web", None)).await;
+    h.create(portmapping_gated("beta", "web", Some(WEB_GATE)))
+        .await;
+    wait_condition(
+        &h,
+        "pod-a",
+        PUBLISHED_GATE,
+        (
+            "True",
+            "Published",
+            "published on every port it serves: http",
+        ),
+    )
+    .await;
+    wait_condition(
+        &h,
+        "pod-a",
+        WEB_GATE,
+        (
+            "False",
+            "ServiceClaimed",
+            "PortMapping beta publishes nothing new: PortMapping alpha publishes Service web",
+        ),
+    )
+    .await;
+    assert_eq!(
+        condition_of(&h, "pod-a", PUBLISHED_GATE)
+            .await
+            .map(|c| c.status),
+        Some("True".into())
+    );
+}
+
+/// A restarted operator waits for its caches before it plans: a gated pod's condition must not
+/// flip (nor be rewritten) on the way. Exact write counts across the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_never_flips_a_gate_while_caches_sync() {
+    let mut h = Harness::start().await;
+    h.create(service("web", &[("http", 8080)])).await;
+    h.create(gated_pod("pod-a", "http")).await;
+    kubelet(&h, "pod-a", "10.244.0.1", true).await;
+    h.create(portmapping("web", "web")).await;
+    wait_gate(
+        &h,
+        "pod-a",
+        "True",
+        "published on every port it serves: http",
+    )
+    .await;
+    h.stop_controller().await;
+    let before = operator_requests(&h).len();
+    h.run_controller();
+    // A new pod after the restart: once its gate is written, the restart's plans are done.
+    h.create(gated_pod("pod-b", "http")).await;
+    kubelet(&h, "pod-b", "10.244.0.2", true).await;
+    wait_gate(
+        &h,
+        "pod-b",
+        "True",
+        "published on every port it serves: http",
+    )
+    .await;
+    // (pod-b may get a NoAddress write before kubelet's patch: not counted.)
+    assert_eq!(gate_writes(&h, "pod-a"), 1);
+    assert!(operator_requests(&h).len() > before);
 }

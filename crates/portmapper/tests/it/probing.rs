@@ -28,7 +28,7 @@ const ENV: &str = "PORTMAPPER_IT_IN_NETNS";
 const SETUP: &str = "ip link set lo up && ip route add local 10.244.0.0/16 dev lo";
 const INNER: &str = "probing::inner_";
 /// Inner tests below; the outer test checks that every one of them ran and passed.
-const INNER_TESTS: usize = 10;
+const INNER_TESTS: usize = 11;
 
 #[test]
 fn network_checks_through_the_operator_in_own_network_namespace() {
@@ -787,4 +787,257 @@ async fn inner_restart_during_a_webhook_outage_reports_kept_memberships() {
         lines.contains(&format!("  ~ outage-a p: {}", kept[0].reason).as_str()),
         "{stdout}"
     );
+}
+
+// ---- a rolling restart of a gated pool whose port has a slow check ----------------------
+
+/// Answers of the decider before it includes a new address: each pod's http membership lags
+/// its readiness by that many probe periods.
+const WARM_UP_ANSWERS: usize = 2;
+
+/// One version of one of our slices, as the watcher saw it.
+#[derive(Clone, Debug)]
+struct SliceVersion {
+    slice: String,
+    ready: std::collections::BTreeSet<IpAddr>,
+}
+
+/// Records every version of the slices of `service` (deduplicated by resourceVersion, so a
+/// relist adds nothing), in the order the watch delivered them.
+fn watch_slices(h: &Harness, service: &str) -> (Arc<Mutex<Vec<SliceVersion>>>, JoinHandle<()>) {
+    use futures::StreamExt;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube::ResourceExt;
+    use kube::runtime::watcher;
+
+    let seen: Arc<Mutex<Vec<SliceVersion>>> = Arc::default();
+    let api: kube::Api<EndpointSlice> = kube::Api::namespaced(h.client.clone(), NS);
+    let config =
+        watcher::Config::default().labels(&format!("kubernetes.io/service-name={service}"));
+    let task = {
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            let mut versions = std::collections::HashSet::new();
+            let mut stream = std::pin::pin!(watcher::watcher(api, config));
+            while let Some(event) = stream.next().await {
+                let slice = match event {
+                    Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => s,
+                    _ => continue,
+                };
+                if !versions.insert(slice.resource_version()) {
+                    continue;
+                }
+                let ready = slice
+                    .endpoints
+                    .iter()
+                    .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+                    .flat_map(|e| e.addresses.iter().filter_map(|a| a.parse().ok()))
+                    .collect();
+                seen.lock().unwrap().push(SliceVersion {
+                    slice: slice.name_any(),
+                    ready,
+                });
+            }
+        })
+    };
+    (seen, task)
+}
+
+/// Plays kubelet for a gated pod: address and ContainersReady now, Ready only when
+/// ContainersReady and every readiness gate are True (kubelet's rule), waiting for that.
+async fn kubelet_until_ready(h: &Harness, name: &str, ip: IpAddr) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Patch, PatchParams};
+
+    let api: kube::Api<Pod> = kube::Api::namespaced(h.client.clone(), NS);
+    let status = json!({"status": {
+        "phase": "Running",
+        "podIP": ip.to_string(),
+        "podIPs": [{"ip": ip.to_string()}],
+        "conditions": [
+            {"type": "ContainersReady", "status": "True"},
+            {"type": "Ready", "status": "False"},
+        ],
+    }});
+    api.patch_status(name, &PatchParams::default(), &Patch::Strategic(status))
+        .await
+        .unwrap();
+    eventually(
+        &format!("{name} Ready by kubelet's rule"),
+        Duration::from_secs(30),
+        || async {
+            let pod = api.get(name).await.unwrap();
+            let gates: Vec<String> = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.readiness_gates.clone())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|g| g.condition_type)
+                .collect();
+            let conditions = pod.status.and_then(|s| s.conditions).unwrap_or_default();
+            let is_true = |t: &str| {
+                conditions
+                    .iter()
+                    .any(|c| c.type_ == t && c.status == "True")
+            };
+            (is_true("ContainersReady") && gates.iter().all(|g| is_true(g))).then_some(())
+        },
+    )
+    .await;
+    let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Strategic(ready))
+        .await
+        .unwrap();
+}
+
+/// A StatefulSet-style rolling restart of a gated pool (each pod deleted, recreated under its
+/// name with a new IP, the next restarted only once this one is Ready by kubelet's rule) whose
+/// http port has a check slower than readiness: a decider webhook that includes a new address
+/// only at its third answer. A watcher records every version of the slices. Without the gate
+/// the driver moves on as soon as the containers are ready, while http still lacks the
+/// restarted pod, and http drops to one member; with it, no port ever has fewer than two of its
+/// three. And the gate flips in the reconcile that publishes the pod: no status write (the end
+/// of a reconcile) between the slice write that publishes it and its gate write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs only inside the network namespace made by network_checks_through_the_operator_in_own_network_namespace"]
+async fn inner_rolling_restart_of_a_gated_pool_waits_for_a_slow_check() {
+    use kube::api::DeleteParams;
+    use portmapper_core::PUBLISHED_GATE;
+
+    if !in_netns() {
+        return;
+    }
+    let hook = ip(11, 100);
+    let answers: Arc<Mutex<std::collections::HashMap<IpAddr, usize>>> = Arc::default();
+    let handler: Handler = {
+        let answers = answers.clone();
+        Arc::new(move |_, body| {
+            let Ok(review) = serde_json::from_slice::<MembershipReview>(body) else {
+                return (400, String::new());
+            };
+            let mut answers = answers.lock().unwrap();
+            let n = answers.entry(review.address).or_default();
+            *n += 1;
+            let answer = if *n > WARM_UP_ANSWERS {
+                json!({"decision": "Include"})
+            } else {
+                json!({"decision": "Exclude", "reason": "warming up"})
+            };
+            (200, answer.to_string())
+        })
+    };
+    let _hook = http_server((hook, 7000).into(), handler).await;
+    let h = Harness::start().await;
+    let (versions, watch) = watch_slices(&h, "roll");
+    h.create(service("roll", &[("http", 8080), ("https", 8443)]))
+        .await;
+    let gated = |name: &str| {
+        let mut p = pod(name, "roll", "http,https");
+        p["spec"]["readinessGates"] = json!([{"conditionType": PUBLISHED_GATE}]);
+        p
+    };
+    let pool: Vec<(String, u8)> = (0..3u8).map(|i| (format!("roll-{i}"), 10 + i)).collect();
+    let mut pm = probed_portmapping(
+        "roll",
+        &[(
+            "http",
+            json!({"webhook": {"url": format!("http://{hook}:7000/decide")}}),
+        )],
+    );
+    // podReady first on both ports: what the gate must not deadlock on.
+    pm["spec"]["ports"][0]["checks"]
+        .as_array_mut()
+        .unwrap()
+        .insert(0, json!({"podReady": {}}));
+    pm["spec"]["defaultChecks"] =
+        json!([{"podReady": {}}, {"portNames": {"key": "example.com/ports"}}]);
+    h.create(pm).await;
+    for (name, host) in &pool {
+        h.create(gated(name)).await;
+        kubelet_until_ready(&h, name, ip(11, *host)).await;
+    }
+    let everyone: Vec<&str> = pool.iter().map(|(n, _)| n.as_str()).collect();
+    wait_members(&h, "roll", "http", &everyone).await;
+    wait_members(&h, "roll", "https", &everyone).await;
+
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(h.client.clone(), NS);
+    let mut restarted = Vec::new();
+    for (name, host) in &pool {
+        pods.delete(name, &DeleteParams::default()).await.unwrap();
+        h.create(gated(name)).await;
+        // A new address per generation, as a rescheduled pod gets.
+        let new_ip = ip(11, host + 10);
+        kubelet_until_ready(&h, name, new_ip).await;
+        restarted.push((name.clone(), new_ip));
+    }
+    wait_members(&h, "roll", "http", &everyone).await;
+    wait_members(&h, "roll", "https", &everyone).await;
+    watch.abort();
+    let versions = versions.lock().unwrap().clone();
+
+    // Per port, once it had all three, the fewest ready members of any later version.
+    for port in ["roll.http", "roll.https"] {
+        let counts: Vec<usize> = versions
+            .iter()
+            .filter(|v| v.slice == port)
+            .map(|v| v.ready.len())
+            .skip_while(|n| *n < 3)
+            .collect();
+        let fewest = counts.iter().min().copied();
+        assert_eq!(
+            fewest,
+            Some(2),
+            "{port}: ready members per version {counts:?}"
+        );
+    }
+
+    // Each slice write of ours is one version: the k-th version of a slice is the k-th
+    // successful write to it in the request log.
+    let writes = h.emu.requests().filter(|r| {
+        r.is_write() && r.field_manager == portmapper_api::MANAGER && (200..300).contains(&r.status)
+    });
+    let nth_write = |slice: &str, k: usize| {
+        writes
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| {
+                r.resource == "endpointslices" && r.verb != "delete" && r.name == slice
+            })
+            .nth(k)
+            .map(|(i, _)| i)
+            .unwrap_or_else(|| panic!("no write {k} of {slice}"))
+    };
+    for (name, new_ip) in &restarted {
+        // The write that published it on its last port.
+        let published = ["roll.http", "roll.https"]
+            .iter()
+            .map(|slice| {
+                let k = versions
+                    .iter()
+                    .filter(|v| v.slice == *slice)
+                    .position(|v| v.ready.contains(new_ip))
+                    .unwrap_or_else(|| panic!("{name} at {new_ip} never published on {slice}"));
+                nth_write(slice, k)
+            })
+            .max()
+            .unwrap();
+        let gate = writes
+            .iter()
+            .rposition(|r| r.resource == "pods" && r.subresource == "status" && r.name == *name)
+            .unwrap();
+        let statuses_between = writes[published..gate]
+            .iter()
+            .filter(|r| r.resource == "portmappings" && r.subresource == "status")
+            .count();
+        assert!(
+            published < gate,
+            "{name}: gate written before its publication"
+        );
+        assert_eq!(
+            statuses_between, 0,
+            "{name}: the gate waited for another reconcile"
+        );
+    }
 }
