@@ -160,6 +160,7 @@ fn run(
         network: &NetworkDecisions::new(),
         live_slices: live,
         take_over: &[],
+        held_by_others: &std::collections::BTreeMap::new(),
         live_endpoints: None,
         now: Timestamp::UNIX_EPOCH,
     })

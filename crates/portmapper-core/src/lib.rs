@@ -7,6 +7,7 @@ pub mod consumers;
 pub mod decision;
 pub mod membership;
 pub mod network;
+pub mod ownership;
 pub mod planner;
 pub mod pool;
 pub mod probe_targets;
@@ -16,11 +17,12 @@ pub use check::{CheckContext, MembershipCheck, PUBLISHED_GATE, has_published_gat
 pub use decision::{Decision, Verdict, all_of, any_of};
 pub use membership::{Evaluation, PortRules, evaluate_port, port_rules, publish_not_ready};
 pub use network::{CheckPosition, NetworkDecisions, NetworkKey};
+pub use ownership::{HeldName, Ownership, ownership};
 pub use pool::{SelectorError, pod_in_pool, selector_matches};
 pub use probe_targets::{ProbeTarget, probe_targets};
 pub use target::{PodAddress, ResolvedPort, ResolvedTarget, pod_address, resolve_target_port};
 
 pub use planner::{
-    Action, Deletion, EvalMemo, Plan, PlanError, PlanInput, PlanWarning, PlannedEndpoints,
-    PlannedSlice, PodGate, plan, plan_with_memo, service_families,
+    Action, Deletion, EvalMemo, NameCollision, Plan, PlanError, PlanInput, PlanWarning,
+    PlannedEndpoints, PlannedSlice, PodGate, plan, plan_with_memo, service_families,
 };

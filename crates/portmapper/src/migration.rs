@@ -20,8 +20,6 @@ use portmapper_core::planner::{Deletion, PlannedEndpoints};
 pub const NATIVE_MANAGER: &str = "endpointslice-controller.k8s.io";
 /// `endpointslice.kubernetes.io/managed-by` of the EndpointSlice mirroring controller.
 pub const MIRROR_MANAGER: &str = "endpointslicemirroring-controller.k8s.io";
-/// Label selector for the native controllers' slices.
-pub const NATIVE_SELECTOR: &str = "endpointslice.kubernetes.io/managed-by in (endpointslice-controller.k8s.io,endpointslicemirroring-controller.k8s.io)";
 
 /// What we know of a native controller's slice (metadata only).
 #[derive(Clone, Debug, PartialEq, Eq)]

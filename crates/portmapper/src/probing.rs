@@ -747,6 +747,7 @@ mod tests {
                 .map(|s| std::sync::Arc::new((*s).clone()))
                 .collect::<Vec<_>>(),
             take_over: &[],
+            held_by_others: &std::collections::BTreeMap::new(),
             live_endpoints: None,
             now: k8s_openapi::jiff::Timestamp::now(),
         })

@@ -14,10 +14,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use portmapper_api::status::condition_types as ct;
 use portmapper_api::{PortMapping, PortMappingStatus};
-use portmapper_core::planner::{self, Action as SliceAction, Plan, PlanInput};
+use portmapper_core::planner::{self, Plan, PlanInput};
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::apply::{Claim, Writer};
+use crate::apply::Writer;
 use crate::conditions::{self, Desired};
 use crate::controller::{self, Context};
 use crate::error::Error;
@@ -30,9 +30,6 @@ const PENDING_RETRY: Duration = Duration::from_secs(2);
 /// How soon to look again when our own writes have not reached the cache (their watch events
 /// normally wake the PortMapping first; this bounds a lost event).
 const OWN_WRITES_RETRY: Duration = Duration::from_secs(1);
-/// How soon to look again at a name someone else holds: its release reaches no watch of ours
-/// (foreign slices are outside our label-selected cache).
-const COLLISION_RETRY: Duration = Duration::from_secs(15);
 /// The `warned` slot of claim collisions (Event reason `EndpointSliceNameCollision`).
 const COLLISION_SLOT: &str = "EndpointSliceNameCollision/claim";
 
@@ -183,12 +180,26 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
                 .is_none()
                 .then_some(svc_name.as_str());
             // Slices of PortMappings this one beats for the Service are its to take over.
-            let take_over = ctx.index.lock().losers_to(&pm_ref);
-            let owned = owned_slices(ctx, &ns, &uid, &take_over, adopt_for);
-            plan_and_apply(
-                pm, ctx, &ns, &pm_ref, &writer, &service, &pods, &owned, &take_over,
-            )
-            .await?
+            let (take_over, held) = {
+                let idx = ctx.index.lock();
+                let take_over = idx.losers_to(&pm_ref);
+                // Names held by others, from the watch of every slice not managed by us: a
+                // name taken between that watch and our write is the same race the GET before
+                // each create had (the API server does not let SSA ask "create only").
+                let held =
+                    idx.held_by_others(&ns, &svc_name, &uid, adopt_for.is_some(), &take_over);
+                (take_over, held)
+            };
+            let mut owned = owned_slices(ctx, &ns, &uid, &take_over, adopt_for);
+            // A slice both watches know, one of them as someone else's (relabelled, the other
+            // watch lags): not ours to write until they agree.
+            owned.retain(|s| !held.contains_key(s.metadata.name.as_deref().unwrap_or_default()));
+            let inputs = Gathered {
+                owned: &owned,
+                take_over: &take_over,
+                held: &held,
+            };
+            plan_and_apply(pm, ctx, &ns, &pm_ref, &writer, &service, &pods, &inputs).await?
         }
     };
     write_status(pm, ctx, &writer, &outcome).await?;
@@ -265,6 +276,16 @@ fn owned_slices(
     keys.iter().filter_map(|k| ctx.slices.get(k)).collect()
 }
 
+/// The live slices a plan reads, gathered from the index.
+struct Gathered<'a> {
+    /// The slices this PortMapping may write.
+    owned: &'a [Arc<EndpointSlice>],
+    /// PortMappings it takes over from.
+    take_over: &'a [String],
+    /// Names it may want that someone else holds.
+    held: &'a BTreeMap<String, portmapper_core::HeldName>,
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn plan_and_apply(
     pm: &PortMapping,
@@ -274,9 +295,9 @@ async fn plan_and_apply(
     writer: &Writer<'_>,
     service: &Service,
     pods: &[Arc<Pod>],
-    owned: &[Arc<EndpointSlice>],
-    take_over: &[String],
+    gathered: &Gathered<'_>,
 ) -> Result<Outcome, Error> {
+    let (owned, take_over) = (gathered.owned, gathered.take_over);
     let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
     let live_slices = owned;
     let owned: Vec<&EndpointSlice> = owned.iter().map(AsRef::as_ref).collect();
@@ -308,6 +329,7 @@ async fn plan_and_apply(
         network: &network,
         live_slices,
         take_over,
+        held_by_others: gathered.held,
         live_endpoints: live_endpoints.as_ref(),
         now: Timestamp::now(),
     };
@@ -329,14 +351,10 @@ async fn plan_and_apply(
     };
 
     let mut conditions = Vec::new();
-    let live_names: std::collections::HashSet<&str> = owned
-        .iter()
-        .filter_map(|s| s.metadata.name.as_deref())
-        .collect();
     let pm_uid = pm.uid().unwrap_or_default();
-    let written = execute_slice_writes(writer, &ctx.index, &plan, &live_names, &pm_uid).await;
+    let written = execute_slice_writes(writer, &ctx.index, &plan, &pm_uid).await;
     // Gates after the slices: a pod is marked published only once its slices are stored.
-    let slices_written = written.errors.is_empty() && written.collisions.is_empty();
+    let slices_written = written.errors.is_empty() && plan.collisions.is_empty();
     let gate_errors = crate::gates::write_gates(
         writer,
         &ctx.gates_written,
@@ -351,16 +369,21 @@ async fn plan_and_apply(
     // Each squatter object (name/UID) is one occurrence: warned when first seen, not at every
     // retry; another object at the name (a new UID) is a new one.
     let mut squatters: BTreeMap<String, (String, Option<String>, String)> = BTreeMap::new();
-    for squatter in written.collisions {
+    for collision in &plan.collisions {
+        let message = collision.to_string();
         squatters.insert(
             format!(
                 "{}/{}",
-                squatter.name,
-                squatter.uid.clone().unwrap_or_default()
+                collision.name,
+                collision.held.uid.clone().unwrap_or_default()
             ),
-            (squatter.name, squatter.uid, squatter.message.clone()),
+            (
+                collision.name.clone(),
+                collision.held.uid.clone(),
+                message.clone(),
+            ),
         );
-        collisions.push(squatter.message);
+        collisions.push(message);
     }
     if plan.writes() > 0 {
         info!(writes = plan.writes(), summary = %plan.summary, "published changes");
@@ -395,7 +418,7 @@ async fn plan_and_apply(
     if !collisions.is_empty() {
         ctx.metrics.name_collisions.get_or_create(&svc_labels).inc();
         let message = collisions.join("; ");
-        // Its own slot: planner ForeignSlice warnings share the Event reason.
+        // Its own slot (one occurrence per squatter object), apart from the planner warnings.
         let keys = squatters.keys().cloned().collect();
         for key in ctx.new_occurrences(pm_ref, COLLISION_SLOT, keys) {
             let Some((name, uid, note)) = squatters.get(&key) else {
@@ -519,8 +542,6 @@ async fn plan_and_apply(
         // flips arrive as events and reasons refresh with the resync.
         requeue: if probed.awaiting_first_result > 0 {
             PENDING_RETRY.min(ctx.settings.resync)
-        } else if !collisions.is_empty() {
-            COLLISION_RETRY.min(ctx.settings.resync)
         } else {
             ctx.settings.resync
         },
@@ -541,20 +562,17 @@ const SLICE_WRITES_IN_FLIGHT: usize = 8;
 
 /// What the slice writes of one plan came to.
 struct SliceWrites {
-    /// Names someone else holds.
-    collisions: Vec<Squatter>,
     /// Every failed write, in plan order.
     errors: Vec<Error>,
 }
 
 /// Performs the plan's slice applies, then its deletions (after the applies, so endpoints that
 /// move between slices are never missing from all of them), each phase with a few writes in
-/// flight. Decides nothing but whether a name about to be created is held by another owner.
+/// flight. Decides nothing: names held by others were left out by the planner.
 async fn execute_slice_writes(
     writer: &Writer<'_>,
     index: &crate::index::SharedIndex,
     plan: &Plan,
-    live_names: &std::collections::HashSet<&str>,
     pm_uid: &str,
 ) -> SliceWrites {
     use futures::StreamExt;
@@ -563,16 +581,7 @@ async fn execute_slice_writes(
         .slices
         .iter()
         .filter(|s| s.action.is_write())
-        .map(|planned| {
-            let create = matches!(planned.action, SliceAction::Create)
-                && !planned
-                    .slice
-                    .metadata
-                    .name
-                    .as_deref()
-                    .is_some_and(|n| live_names.contains(n));
-            apply_one(writer, &planned.slice, create.then_some(pm_uid))
-        })
+        .map(|planned| apply_one(writer, &planned.slice))
         .collect();
     // `buffered` keeps plan order in the results, so conditions and logs are deterministic.
     let mut results: Vec<Written> = futures::stream::iter(applies)
@@ -590,10 +599,7 @@ async fn execute_slice_writes(
             .collect::<Vec<_>>()
             .await,
     );
-    let mut out = SliceWrites {
-        collisions: Vec::new(),
-        errors: Vec::new(),
-    };
+    let mut out = SliceWrites { errors: Vec::new() };
     // What the next plan must find in the cache before it may run (see `own_writes`): the
     // applies in plan order, then the deletions.
     let names = plan
@@ -615,19 +621,10 @@ async fn execute_slice_writes(
             Written::Applied(Some(version)) => idx.wrote_slice(pm_uid, slice, version, now),
             Written::Deleted => idx.deleted_slice(pm_uid, slice, now),
             Written::Applied(None) | Written::Done => {}
-            Written::Collision(c) => out.collisions.push(c),
             Written::Failed(e) => out.errors.push(e),
         }
     }
     out
-}
-
-/// An object of another owner at a name the plan would create.
-struct Squatter {
-    name: String,
-    uid: Option<String>,
-    /// For the condition and the Event.
-    message: String,
 }
 
 /// The result of one slice write.
@@ -638,23 +635,10 @@ enum Written {
     Deleted,
     /// Nothing left to do (already gone).
     Done,
-    Collision(Squatter),
     Failed(Error),
 }
 
-/// Applies one slice; with `claim_for`, first makes sure nobody else holds the name (a create).
-async fn apply_one(writer: &Writer<'_>, slice: &EndpointSlice, claim_for: Option<&str>) -> Written {
-    if let Some(owner_uid) = claim_for {
-        let name = slice.name_any();
-        match writer.claim_slice(&name, owner_uid).await {
-            Ok(Claim::Free) => {}
-            Ok(Claim::Taken { owner, uid }) => {
-                let message = format!("EndpointSlice {name} already exists ({owner})");
-                return Written::Collision(Squatter { name, uid, message });
-            }
-            Err(err) => return Written::Failed(err),
-        }
-    }
+async fn apply_one(writer: &Writer<'_>, slice: &EndpointSlice) -> Written {
     match writer.apply_slice(slice).await {
         Ok(stored) => Written::Applied(stored),
         Err(err) => Written::Failed(err),

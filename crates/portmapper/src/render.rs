@@ -383,6 +383,7 @@ fn preview(
         network: &network,
         live_slices: &[],
         take_over: &[],
+        held_by_others: &std::collections::BTreeMap::new(),
         live_endpoints: None,
         now: Timestamp::UNIX_EPOCH,
     };

@@ -154,7 +154,6 @@ pub fn warning_reason(warning: &PlanWarning) -> &'static str {
         W::ExternalName => "ExternalNameUnsupported",
         W::TopologyModeAuto { .. } => "TopologyAwareHintsDisabled",
         W::RejectedPodAddress { .. } => "PodAddressRejected",
-        W::ForeignSlice { .. } => "EndpointSliceNameCollision",
         W::ForeignEndpoints => "EndpointsCollision",
         W::LegacyEndpointsTruncated { .. } => "LegacyEndpointsTruncated",
         W::UnknownPort { .. } => "UnknownPort",

@@ -231,6 +231,8 @@ pub struct World {
     pub network: NetworkDecisions,
     pub slices: Vec<EndpointSlice>,
     pub endpoints: Option<Endpoints>,
+    /// Names someone else holds (outside `slices`).
+    pub held: BTreeMap<String, portmapper_core::HeldName>,
     pub now: Timestamp,
     pub next_uid: u64,
 }
@@ -245,6 +247,7 @@ impl World {
             network: NetworkDecisions::new(),
             slices: Vec::new(),
             endpoints: None,
+            held: BTreeMap::new(),
             now: Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH),
             next_uid: 1,
         }
@@ -283,6 +286,7 @@ impl World {
             network: &self.network,
             live_slices: &slices,
             take_over: &[],
+            held_by_others: &self.held,
             live_endpoints: self.endpoints.as_ref(),
             now: self.now,
         };
