@@ -96,7 +96,23 @@ pub fn ownership<'a>(meta: &'a ObjectMeta, pm_uid: &str) -> Ownership<'a> {
     }
 }
 
+/// Whether `meta` has a controller other than the PortMapping with `pm_uid` (whatever its
+/// labels): what the legacy Endpoints planner and the status view leave alone, as the native
+/// controllers leave alone an object someone else controls.
+pub fn controlled_by_another(meta: &ObjectMeta, pm_uid: &str) -> bool {
+    match ownership(meta, pm_uid) {
+        Ownership::Ours => false,
+        Ownership::Orphan { controller, .. } => controller.is_some(),
+        Ownership::Foreign { controller, .. } => controller.is_some_and(|c| c.uid != pm_uid),
+    }
+}
+
 impl Ownership<'_> {
+    /// Whether this is the PortMapping's own object.
+    pub fn is_ours(&self) -> bool {
+        matches!(self, Self::Ours)
+    }
+
     /// Whether the PortMapping publishing `service` may write the object: its own, an orphan of
     /// that Service without a controller (adopted, as a ReplicaSet adopts orphaned pods; never
     /// while `adopt` is false, i.e. the PortMapping is being deleted), or one controlled by a

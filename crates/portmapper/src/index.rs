@@ -21,6 +21,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use portmapper_api::{KeySource, PortMapping};
 
+use portmapper_core::ownership::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
+
 use crate::own_writes::OwnWrites;
 
 /// A PortMapping, by namespace and name.
@@ -56,10 +58,6 @@ impl SharedIndex {
     }
 }
 
-/// The label every object we publish carries.
-const LABEL_MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
-/// The label naming the Service of a slice.
-const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
 /// The label carrying a node's zone.
 const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 
@@ -219,31 +217,21 @@ fn missing<'a, K: Clone + Eq + Hash + 'a>(
 /// The PortMapping that controls `obj` (by ownerReference), with its UID.
 fn controller_of<K: Resource>(obj: &K) -> Option<(PmKey, String)> {
     let ns = obj.meta().namespace.clone()?;
-    obj.owner_references()
-        .iter()
-        .find(|o| o.controller == Some(true))
-        .filter(|o| {
-            o.kind == "PortMapping"
-                && o.api_version
-                    .strip_prefix(portmapper_api::GROUP)
-                    .is_some_and(|v| v.starts_with('/'))
-        })
+    portmapper_core::ownership::controller_of(obj.meta())
+        .filter(|o| portmapper_core::ownership::is_portmapping(o))
         .map(|o| (ObjectRef::new(&o.name).within(&ns), o.uid.clone()))
-}
-
-fn has_controller<K: Resource>(obj: &K) -> bool {
-    obj.owner_references()
-        .iter()
-        .any(|o| o.controller == Some(true))
 }
 
 /// Ours for the Service it names, with no controller (left by `--cascade=orphan`).
 fn orphan_service<K: Resource>(obj: &K) -> Option<String> {
-    let labels = obj.labels();
-    (labels.get(LABEL_MANAGED_BY).map(String::as_str) == Some(portmapper_api::MANAGER)
-        && !has_controller(obj))
-    .then(|| labels.get(LABEL_SERVICE_NAME).cloned())
-    .flatten()
+    // For no PortMapping in particular: an orphan without a controller is adoptable.
+    match portmapper_core::ownership(obj.meta(), "") {
+        portmapper_core::Ownership::Orphan {
+            controller: None,
+            service,
+        } => service.map(str::to_owned),
+        _ => None,
+    }
 }
 
 /// What ownership reads of an object's metadata, and nothing else.

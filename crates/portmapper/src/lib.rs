@@ -20,7 +20,6 @@ pub mod metrics;
 pub mod migration;
 pub mod migration_exec;
 pub mod own_writes;
-pub mod owner;
 pub mod pods;
 pub mod probing;
 pub mod reconcile;

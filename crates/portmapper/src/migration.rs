@@ -13,7 +13,6 @@
 
 use k8s_openapi::api::core::v1::Endpoints;
 use kube::ResourceExt;
-use portmapper_api::MANAGER;
 use portmapper_core::planner::{Deletion, PlannedEndpoints};
 
 /// `endpointslice.kubernetes.io/managed-by` of the native EndpointSlice controller.
@@ -91,25 +90,23 @@ pub enum Ownership {
     Foreign,
 }
 
-/// Classifies the live Endpoints object for the PortMapping with `pm_uid`. Another
-/// PortMapping's object (say, of a deleted PortMapping of the same name the garbage collector
-/// has not reached yet) is foreign, as the planner sees it.
+/// Classifies the live Endpoints object for the PortMapping with `pm_uid`, through the one
+/// classifier ([`portmapper_core::ownership`]). Another PortMapping's object (say, of a deleted
+/// PortMapping of the same name the garbage collector has not reached yet) is foreign, as the
+/// planner sees it.
 pub fn ownership(endpoints: &Endpoints, pm_uid: &str) -> Ownership {
-    let managed_by = endpoints
-        .labels()
-        .get("endpointslice.kubernetes.io/managed-by")
-        .cloned();
-    let controller = endpoints
-        .owner_references()
-        .iter()
-        .find(|o| o.controller == Some(true));
-    match (managed_by.as_deref(), controller) {
-        (Some(MANAGER), None) => Ownership::Ours,
-        (Some(MANAGER) | None, Some(o)) if o.kind == "PortMapping" && o.uid == pm_uid => {
-            Ownership::Ours
-        }
-        (None, None) => Ownership::Abandoned,
-        _ => Ownership::Foreign,
+    use portmapper_core::Ownership as O;
+    match portmapper_core::ownership(&endpoints.metadata, pm_uid) {
+        // The name is the Service's: an orphan without a controller is this PortMapping's.
+        O::Ours
+        | O::Orphan {
+            controller: None, ..
+        } => Ownership::Ours,
+        O::Foreign {
+            manager: None,
+            controller: None,
+        } => Ownership::Abandoned,
+        O::Orphan { .. } | O::Foreign { .. } => Ownership::Foreign,
     }
 }
 
@@ -266,7 +263,7 @@ pub fn stray_endpoints<'a>(
 ) -> Vec<Step> {
     let mut stray: Vec<(String, String)> = owned
         .into_iter()
-        .filter(|e| crate::owner::controlled_by(*e, pm_uid))
+        .filter(|e| portmapper_core::ownership(&e.metadata, pm_uid).is_ours())
         .filter(|e| service.is_none_or(|svc| e.name_any() != svc))
         .filter_map(|e| Some((e.name_any(), e.uid()?)))
         .collect();
@@ -285,6 +282,7 @@ pub fn stray_endpoints<'a>(
 mod tests {
     use k8s_openapi::api::core::v1::{EndpointAddress, EndpointSubset};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+    use portmapper_api::MANAGER;
     use portmapper_core::planner::Action;
 
     use super::*;

@@ -274,7 +274,7 @@ fn published<'a>(
     let ours: Vec<&EndpointSlice> = live_slices
         .iter()
         .copied()
-        .filter(|s| crate::owner::controlled_by(*s, uid))
+        .filter(|s| portmapper_core::ownership(&s.metadata, uid).is_ours())
         .collect();
     portmapper_core::planner::published_memberships(&ours)
 }

@@ -150,14 +150,6 @@ fn is_external_name(service: &Service) -> bool {
     service.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("ExternalName")
 }
 
-fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true))
-        .map(|r| r.uid.as_str())
-}
-
 fn port_views<'a>(service: &'a Service, spec: &'a PortMappingSpec) -> Vec<PortView<'a>> {
     let ports = service
         .spec

@@ -1036,7 +1036,14 @@ fn legacy_endpoints_off_deletes_only_an_owned_object() {
             uid: Some("ep-uid".into())
         })
     );
+    // Labels stripped but still controlled by us: ours (one classifier; the migration steps
+    // repair such an object too), so it goes.
     w.endpoints.as_mut().unwrap().metadata.labels = None;
+    assert_eq!(
+        w.plan().endpoints_deletion.map(|d| d.name),
+        Some("web".into())
+    );
+    w.endpoints.as_mut().unwrap().metadata.owner_references = None;
     assert_eq!(
         w.plan().endpoints_deletion,
         None,
