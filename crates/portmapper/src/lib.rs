@@ -12,6 +12,8 @@ pub mod demo;
 pub mod demo_pods;
 pub mod entry;
 pub mod error;
+#[cfg(test)]
+mod fake_api;
 pub mod gates;
 pub mod http;
 pub mod index;
@@ -23,6 +25,8 @@ pub mod own_writes;
 pub mod pods;
 pub mod probing;
 pub mod reconcile;
+#[cfg(test)]
+mod reconcile_tests;
 pub mod render;
 pub mod report;
 pub mod run;

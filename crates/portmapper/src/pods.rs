@@ -87,6 +87,16 @@ impl PodWatches {
         None
     }
 
+    /// Installs a listed store for `source` without a watch (reconcile-level tests).
+    #[cfg(test)]
+    pub fn insert_ready(&self, source: PodSource, store: Store<Pod>) {
+        let task = tokio::spawn(async {}).abort_handle();
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(source, Running { store, task });
+    }
+
     /// Re-indexes every pod `source`'s watch holds (a PortMapping started reading a new
     /// annotation key of its namespace).
     pub fn reindex(&self, source: &PodSource) {
