@@ -5,6 +5,7 @@
 pub mod check;
 pub mod consumers;
 pub mod decision;
+pub mod events;
 pub mod membership;
 pub mod network;
 pub mod ownership;
@@ -15,6 +16,7 @@ pub mod target;
 
 pub use check::{CheckContext, MembershipCheck, PUBLISHED_GATE, has_published_gate};
 pub use decision::{Decision, Verdict, all_of, any_of};
+pub use events::EventReason;
 pub use membership::{Evaluation, PortRules, evaluate_port, port_rules, publish_not_ready};
 pub use network::{CheckPosition, NetworkDecisions, NetworkKey};
 pub use ownership::{HeldName, Ownership, ownership};

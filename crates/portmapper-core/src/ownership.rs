@@ -313,6 +313,30 @@ mod tests {
     }
 
     #[test]
+    fn controlled_by_another_looks_at_the_controller_only() {
+        let pm = |uid| owner("PortMapping", "portmapper.dev/v1alpha1", uid, true);
+        let cases = [
+            (meta(Some(MANAGER), vec![pm("me")]), false),
+            (meta(None, vec![pm("me")]), false),
+            (meta(Some("someone-else"), vec![pm("me")]), false),
+            (meta(Some(MANAGER), vec![]), false),
+            (meta(None, vec![]), false),
+            (meta(Some(MANAGER), vec![pm("other")]), true),
+            (meta(None, vec![owner("Service", "v1", "svc", true)]), true),
+            (
+                meta(
+                    Some(MANAGER),
+                    vec![owner("Deployment", "apps/v1", "d", true)],
+                ),
+                true,
+            ),
+        ];
+        for (i, (m, want)) in cases.iter().enumerate() {
+            assert_eq!(controlled_by_another(m, "me"), *want, "case {i}");
+        }
+    }
+
+    #[test]
     fn orphans_are_adopted_only_for_their_service_and_not_while_deleting() {
         let m = meta(Some(MANAGER), vec![]);
         let o = ownership(&m, "me");

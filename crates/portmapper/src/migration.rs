@@ -13,6 +13,7 @@
 
 use k8s_openapi::api::core::v1::Endpoints;
 use kube::ResourceExt;
+use portmapper_core::EventReason;
 use portmapper_core::planner::{Deletion, PlannedEndpoints};
 
 /// `endpointslice.kubernetes.io/managed-by` of the native EndpointSlice controller.
@@ -73,9 +74,9 @@ pub enum Step {
     /// pass back to that object.
     DeleteNativeSlice { name: String, uid: String },
     /// Say something, once per occurrence.
-    Warn { reason: &'static str, note: String },
+    Warn { reason: EventReason, note: String },
     /// Report a normal transition.
-    Normal { reason: &'static str, note: String },
+    Normal { reason: EventReason, note: String },
 }
 
 /// Who an Endpoints object belongs to.
@@ -135,7 +136,7 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
                 native: false,
             });
             out.push(Step::Normal {
-                reason: "LegacyEndpointsRelinquished",
+                reason: EventReason::LegacyEndpointsRelinquished,
                 note: "the Service has a selector again; its Endpoints object is handed back to the native controller".into(),
             });
         }
@@ -155,7 +156,7 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
     } else if input.legacy_endpoints {
         match (live_owner, input.planned_endpoints) {
             (Some(Ownership::Foreign), _) => out.push(Step::Warn {
-                reason: "EndpointsCollision",
+                reason: EventReason::EndpointsCollision,
                 note:
                     "the Service's Endpoints object belongs to another controller; it is left alone"
                         .into(),
@@ -164,12 +165,12 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
                 let Some(e) = live else { return out };
                 if !input.native_cleanup {
                     out.push(Step::Warn {
-                        reason: "LegacyEndpointsNotAdopted",
+                        reason: EventReason::LegacyEndpointsNotAdopted,
                         note: "an abandoned Endpoints object exists and nativeCleanup is off; it is not adopted".into(),
                     });
                 } else if !input.publishing_primary && has_ready_addresses(e) {
                     out.push(Step::Warn {
-                        reason: "LegacyEndpointsAdoptionDeferred",
+                        reason: EventReason::LegacyEndpointsAdoptionDeferred,
                         note: "not adopting the abandoned Endpoints object while it has ready addresses and we publish none".into(),
                     });
                 } else {
@@ -187,7 +188,7 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
                         resource_version: e.resource_version(),
                     });
                     out.push(Step::Normal {
-                        reason: "LegacyEndpointsAdopted",
+                        reason: EventReason::LegacyEndpointsAdopted,
                         note: "took over the native controller's abandoned Endpoints object".into(),
                     });
                     endpoints_cleared = true;
@@ -206,7 +207,7 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
     }
     if !input.publishing {
         out.push(Step::Warn {
-            reason: "NativeCleanupDeferred",
+            reason: EventReason::NativeCleanupDeferred,
             note: "native EndpointSlices remain but this PortMapping publishes no endpoint yet; cleanup waits".into(),
         });
         return out;
@@ -246,7 +247,7 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
         )
     }) {
         out.push(Step::Normal {
-            reason: "NativeEndpointsCleanedUp",
+            reason: EventReason::NativeEndpointsCleanedUp,
             note: "deleted the native controllers' leftovers after the selector was removed".into(),
         });
     }

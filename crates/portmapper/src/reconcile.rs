@@ -14,6 +14,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use portmapper_api::status::condition_types as ct;
 use portmapper_api::{PortMapping, PortMappingStatus};
+use portmapper_core::EventReason;
 use portmapper_core::planner::{self, Plan, PlanInput};
 use tracing::{Instrument, debug, info, info_span, warn};
 
@@ -435,7 +436,7 @@ async fn plan_and_apply(
                 uid: uid.clone(),
                 ..ObjectReference::default()
             };
-            let reason = "EndpointSliceNameCollision";
+            let reason = EventReason::EndpointSliceNameCollision;
             publish_warning(ctx, pm, pm_ref, reason, note, Some(related)).await;
         }
         conditions.push(Desired::new(
@@ -472,19 +473,20 @@ async fn plan_and_apply(
     // Beside Ready: the other ports publish, so this does not make the PortMapping unready.
     conditions.extend(report::port_not_found(&plan));
     if let Some(migration) = report::selector_migration(service) {
-        if ctx.warn_once(pm_ref, "SelectorStillPresent") {
-            warn_event(ctx, pm, pm_ref, "SelectorStillPresent", &migration.message).await;
+        let reason = EventReason::SelectorStillPresent;
+        if ctx.warn_once(pm_ref, reason.as_str()) {
+            warn_event(ctx, pm, pm_ref, reason, &migration.message).await;
         }
         conditions.push(migration);
     } else {
-        ctx.clear_warning(pm_ref, "SelectorStillPresent");
+        ctx.clear_warning(pm_ref, EventReason::SelectorStillPresent.as_str());
     }
     if let Some(caveat) = report::consumer_caveat(&plan, &pods) {
         let previous = pm.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
         if ctx.warn_once(pm_ref, report::ISTIO_AMBIENT)
             && !report::already_reported(previous, &caveat)
         {
-            warn_event(ctx, pm, pm_ref, report::ISTIO_AMBIENT, &caveat.message).await;
+            warn_event(ctx, pm, pm_ref, EventReason::IstioAmbient, &caveat.message).await;
         }
         conditions.push(caveat);
     } else {
@@ -492,7 +494,7 @@ async fn plan_and_apply(
     }
     // One Event per reason, naming every occurrence (three rejected pods are one Event that
     // names all three, not one that names the first).
-    let mut by_reason: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    let mut by_reason: BTreeMap<EventReason, Vec<String>> = BTreeMap::new();
     for warning in &plan.warnings {
         by_reason
             .entry(report::warning_reason(warning))
@@ -504,18 +506,18 @@ async fn plan_and_apply(
         // Unknown ports are one occurrence per set of unmatched entries (a second typo, or a
         // Service port renamed while one is already unknown, is news); the others once while
         // they last.
-        let occurrence = if *reason == "UnknownPort" {
+        let occurrence = if *reason == EventReason::UnknownPort {
             note.as_str()
         } else {
             ""
         };
-        if ctx.warn_occurrence(pm_ref, reason, occurrence) {
-            warn_event(ctx, pm, pm_ref, reason, &note).await;
+        if ctx.warn_occurrence(pm_ref, reason.as_str(), occurrence) {
+            warn_event(ctx, pm, pm_ref, *reason, &note).await;
         }
     }
     // Re-armed once the cause clears, so the next time it happens is an Event again.
-    if !by_reason.contains_key("UnknownPort") {
-        ctx.clear_warning(pm_ref, "UnknownPort");
+    if !by_reason.contains_key(&EventReason::UnknownPort) {
+        ctx.clear_warning(pm_ref, EventReason::UnknownPort.as_str());
     }
 
     record_gauges(ctx, pm_ref, ns, service, &plan);
@@ -696,7 +698,7 @@ pub(crate) async fn warn_event(
     ctx: &Context,
     pm: &PortMapping,
     pm_ref: &ObjectRef<PortMapping>,
-    reason: &str,
+    reason: EventReason,
     note: &str,
 ) {
     publish_warning(ctx, pm, pm_ref, reason, note, None).await;
@@ -707,7 +709,7 @@ async fn publish_warning(
     ctx: &Context,
     pm: &PortMapping,
     pm_ref: &ObjectRef<PortMapping>,
-    reason: &str,
+    reason: EventReason,
     note: &str,
     related: Option<ObjectReference>,
 ) {
@@ -722,7 +724,7 @@ async fn publish_warning(
         return;
     }
     if let Err(err) = ctx.recorder.publish(&event, &pm.object_ref(&())).await {
-        warn!(portmapping = %pm_ref, reason, error = %err, "publishing a Warning event failed");
+        warn!(portmapping = %pm_ref, reason = reason.as_str(), error = %err, "publishing a Warning event failed");
     } else {
         ctx.metrics.write("create", "events");
     }

@@ -421,7 +421,8 @@ fn preview(
     }
     if let Some(migration) = report::selector_migration(service) {
         out.notes.push(format!(
-            "Warning Event SelectorStillPresent: {}",
+            "Warning Event {}: {}",
+            portmapper_core::EventReason::SelectorStillPresent,
             migration.message
         ));
         desired.push(migration);
