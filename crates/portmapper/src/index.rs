@@ -163,6 +163,11 @@ pub struct Index {
     /// plan may want are found here by prefix, instead of a GET before each create.
     foreign_names: HashMap<String, BTreeMap<String, ObjectMeta>>,
     our_names: HashMap<String, BTreeMap<String, ObjectMeta>>,
+    /// Per namespace, names of our slices that left our label-selected watch without our
+    /// deleting them, not (yet) seen by the other watch: deleted, or relabelled (the watch
+    /// cannot tell: both arrive as DELETED with the old object). Until the other watch shows
+    /// them, a reconcile reads them with one GET each, so a relabelled slice is never forced back.
+    in_doubt: HashMap<String, BTreeSet<String>>,
 
     endpoints: HashMap<ObjectRef<Endpoints>, OwnedFootprint>,
     endpoints_by_owner: HashMap<String, HashSet<ObjectRef<Endpoints>>>,
@@ -652,6 +657,7 @@ impl Index {
         self.own_writes
             .observed(&key, footprint.resource_version.as_deref());
         put_name(&mut self.our_names, &ns_of(slice), &slice.metadata);
+        self.doubt_resolved(&ns_of(slice), &key.name);
         let mut affected = HashSet::new();
         if let Some(old) = self.slices.remove(&key) {
             self.collect_owned(&ns_of(slice), &old, &mut affected);
@@ -683,13 +689,21 @@ impl Index {
     /// One of our slices is gone: its owner, and every PortMapping of its Service (its name is
     /// free now, e.g. for the PortMapping that takes over a deleted publisher's Service).
     pub fn delete_slice(&mut self, key: &ObjectRef<EndpointSlice>) -> Vec<PmKey> {
+        let ours = self.own_writes.awaits_gone(key);
         self.own_writes.observed_gone(key);
         let mut affected = HashSet::new();
-        drop_name(
-            &mut self.our_names,
-            key.namespace.as_deref().unwrap_or_default(),
-            &key.name,
-        );
+        let ns = key.namespace.as_deref().unwrap_or_default();
+        let known_elsewhere = self
+            .foreign_names
+            .get(ns)
+            .is_some_and(|n| n.contains_key(&key.name));
+        if !ours && !known_elsewhere && self.slices.contains_key(key) {
+            self.in_doubt
+                .entry(ns.to_owned())
+                .or_default()
+                .insert(key.name.clone());
+        }
+        drop_name(&mut self.our_names, ns, &key.name);
         if let Some(old) = self.slices.remove(key) {
             let ns = key.namespace.clone().unwrap_or_default();
             if let Some(svc) = &old.service {
@@ -830,6 +844,7 @@ impl Index {
             });
         let mut affected = self.delete_native_slice(&key);
         put_name(&mut self.foreign_names, &ns, &slice.metadata);
+        self.doubt_resolved(&ns, &key.name);
         if let Some(service) = &native {
             insert(&mut self.native_by_service, service.clone(), key.clone());
             affected.extend(self.pms_of(service));
@@ -847,6 +862,7 @@ impl Index {
         };
         let ns = key.namespace.clone().unwrap_or_default();
         drop_name(&mut self.foreign_names, &ns, &key.name);
+        self.doubt_resolved(&ns, &key.name);
         let mut affected = Vec::new();
         if let Some(service) = &native {
             remove(&mut self.native_by_service, service, key);
@@ -854,6 +870,28 @@ impl Index {
         }
         affected.extend(self.pms_of(&(ns, service_of_name(&key.name).to_owned())));
         dedup(affected)
+    }
+
+    /// Names of `service` in `namespace` in doubt (see `in_doubt`): the caller reads each.
+    pub fn names_in_doubt(&self, namespace: &str, service: &str) -> Vec<String> {
+        let dotted = format!("{service}.");
+        self.in_doubt
+            .get(namespace)
+            .into_iter()
+            .flatten()
+            .filter(|n| *n == service || n.starts_with(&dotted))
+            .cloned()
+            .collect()
+    }
+
+    /// A name is no longer in doubt: a watch showed it, or a read found it gone.
+    pub fn doubt_resolved(&mut self, namespace: &str, name: &str) {
+        if let Some(names) = self.in_doubt.get_mut(namespace) {
+            names.remove(name);
+            if names.is_empty() {
+                self.in_doubt.remove(namespace);
+            }
+        }
     }
 
     fn pms_of(&self, service: &(String, String)) -> Vec<PmKey> {
@@ -1460,5 +1498,40 @@ mod tests {
         assert_eq!(index.native_slices("a", "web-abcde").len(), 0);
         // (Five slices without a Service label in namespace a; one of them is native.)
         assert_eq!(index.native_slices("a", "").len(), 1);
+    }
+
+    #[test]
+    fn a_slice_leaving_our_watch_without_our_delete_is_in_doubt_until_the_other_watch_shows_it() {
+        let mut index = index();
+        let web1 = pm("a", "web-1", "web", KeySource::Label, 10);
+        let ours = slice("a", "web.http", Some(&web1), &[]);
+        let key = ObjectRef::from_obj(&ours);
+        index.apply_slice(&ours);
+        // Relabelled (or deleted) by someone: our watch says DELETED either way.
+        index.delete_slice(&key);
+        assert_eq!(index.names_in_doubt("a", "web"), ["web.http"]);
+        assert!(index.names_in_doubt("a", "api").is_empty());
+        // The watch of slices not ours shows it: classified from there on, no more doubt.
+        let relabelled = foreign("a", "web.http", Some("someone-else"));
+        index.apply_native_slice(&relabelled);
+        assert!(index.names_in_doubt("a", "web").is_empty());
+        assert_eq!(
+            index
+                .held_by_others("a", "web", "uid-web-1", true, &[])
+                .keys()
+                .collect::<Vec<_>>(),
+            ["web.http"]
+        );
+        // Our own deletion is no doubt.
+        index.delete_native_slice(&ObjectRef::from_obj(&relabelled));
+        index.apply_slice(&ours);
+        index.deleted_slice("uid-web-1", key.clone(), Instant::now());
+        index.delete_slice(&key);
+        assert!(index.names_in_doubt("a", "web").is_empty());
+        // A read that finds it gone resolves it too.
+        index.apply_slice(&ours);
+        index.delete_slice(&key);
+        index.doubt_resolved("a", "web.http");
+        assert!(index.names_in_doubt("a", "web").is_empty());
     }
 }

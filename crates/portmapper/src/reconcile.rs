@@ -181,7 +181,7 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
                 .is_none()
                 .then_some(svc_name.as_str());
             // Slices of PortMappings this one beats for the Service are its to take over.
-            let (take_over, held) = {
+            let (take_over, mut held, in_doubt) = {
                 let idx = ctx.index.lock();
                 let take_over = idx.losers_to(&pm_ref);
                 // Names held by others, from the watch of every slice not managed by us: a
@@ -189,8 +189,19 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
                 // each create had (the API server does not let SSA ask "create only").
                 let held =
                     idx.held_by_others(&ns, &svc_name, &uid, adopt_for.is_some(), &take_over);
-                (take_over, held)
+                (take_over, held, idx.names_in_doubt(&ns, &svc_name))
             };
+            read_names_in_doubt(
+                ctx,
+                &ns,
+                &svc_name,
+                &uid,
+                adopt_for.is_some(),
+                &take_over,
+                in_doubt,
+                &mut held,
+            )
+            .await?;
             let mut owned = owned_slices(ctx, &ns, &uid, &take_over, adopt_for);
             // A slice both watches know, one of them as someone else's (relabelled, the other
             // watch lags): not ours to write until they agree.
@@ -275,6 +286,40 @@ fn owned_slices(
 ) -> Vec<Arc<EndpointSlice>> {
     let keys = ctx.index.lock().owned_slices(uid, take_over, ns, adopt_for);
     keys.iter().filter_map(|k| ctx.slices.get(k)).collect()
+}
+
+/// Reads the slices that left our watch without our deleting them and that the watch of slices
+/// not ours has not shown (rare: someone deleted or relabelled one of ours): one GET each, so a
+/// relabelled slice counts as held by its new manager instead of being applied back.
+#[allow(clippy::too_many_arguments)]
+async fn read_names_in_doubt(
+    ctx: &Context,
+    ns: &str,
+    service: &str,
+    uid: &str,
+    adopt: bool,
+    take_over: &[String],
+    names: Vec<String>,
+    held: &mut BTreeMap<String, portmapper_core::HeldName>,
+) -> Result<(), Error> {
+    let api: kube::Api<EndpointSlice> = kube::Api::namespaced(ctx.client.clone(), ns);
+    for name in names {
+        let found = api
+            .get_opt(&name)
+            .await
+            .map_err(|e| Error::kube(format!("reading EndpointSlice {ns}/{name}"), e))?;
+        match found {
+            None => ctx.index.lock().doubt_resolved(ns, &name),
+            Some(slice) => {
+                let ours = portmapper_core::ownership(&slice.metadata, uid)
+                    .claimable(service, adopt, take_over);
+                if !ours {
+                    held.insert(name, portmapper_core::HeldName::of(&slice.metadata));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The live slices a plan reads, gathered from the index.

@@ -163,6 +163,15 @@ impl World {
             .apply_watcher_event(&watcher::Event::Apply(slice));
     }
 
+    fn slice_gone(&mut self, slice: EndpointSlice) {
+        self.ctx
+            .index
+            .lock()
+            .delete_slice(&reflector::ObjectRef::from_obj(&slice));
+        self.slices
+            .apply_watcher_event(&watcher::Event::Delete(slice));
+    }
+
     fn foreign_seen(&mut self, slice: PartialObjectMeta<EndpointSlice>) {
         self.ctx.index.lock().apply_native_slice(&slice);
         self.foreign
@@ -338,4 +347,37 @@ async fn a_forbidden_write_is_kept_reported_and_backed_off_as_permanent() {
     assert!(failure >= Duration::from_secs(7), "{failure:?} ({wait})");
     w.reconcile().await.unwrap();
     assert_eq!(w.api.take_lines(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_slice_relabelled_by_someone_is_read_not_forced_back_while_the_other_watch_lags() {
+    let mut w = World::new(Some(service()), vec![pod("pod-a", "10.244.0.1")]);
+    w.reconcile().await.unwrap();
+    let ours = stored(&w.body(&format!("PATCH {SLICES}/web.http")));
+    w.slice_seen(ours.clone());
+    w.api.take_lines();
+    // Someone relabels it: our label-selected watch says DELETED; the watch of slices not ours
+    // has not delivered the new state yet. The API server has it relabelled.
+    w.slice_gone(ours.clone());
+    let mut relabelled = serde_json::to_value(&ours).unwrap();
+    relabelled["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] =
+        json!("someone-else");
+    w.api
+        .respond("GET", &format!("{SLICES}/web.http"), 200, relabelled);
+    w.reconcile().await.unwrap();
+    let status = w.body(&format!("PATCH {STATUS}"));
+    let lines = w.api.take_lines();
+    assert_eq!(
+        lines,
+        [
+            format!("GET {SLICES}/web.http"),
+            format!("POST {EVENTS}"),
+            format!("PATCH {STATUS}")
+        ],
+        "read, never applied back"
+    );
+    assert_eq!(
+        condition(&status, "Stalled"),
+        ("True".into(), "NameCollision".into())
+    );
 }
