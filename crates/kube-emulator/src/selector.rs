@@ -368,6 +368,10 @@ mod tests {
         assert!(t("tier>2"));
         assert!(!t("tier<2"));
         assert!(t("app!=db"));
+        assert!(!t("app!=web"));
+        // `!=` also selects objects without the label (the operator's watch of slices not
+        // managed by it relies on this, as on a real API server).
+        assert!(t("endpointslice.kubernetes.io/managed-by!=portmapper.dev"));
         assert!(t(""));
         assert!(LabelSelector::parse("app in ()").is_err());
         assert!(LabelSelector::parse("a b c").is_err());

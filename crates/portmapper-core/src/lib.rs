@@ -5,8 +5,10 @@
 pub mod check;
 pub mod consumers;
 pub mod decision;
+pub mod events;
 pub mod membership;
 pub mod network;
+pub mod ownership;
 pub mod planner;
 pub mod pool;
 pub mod target;
@@ -15,14 +17,16 @@ pub use check::{
     CheckContext, GateTypes, MembershipCheck, PUBLISHED_GATE, has_gate, has_published_gate,
 };
 pub use decision::{Decision, Verdict, all_of, any_of};
+pub use events::EventReason;
 pub use membership::{
     Evaluation, PortRules, check_at, evaluate_port, port_rules, publish_not_ready,
 };
 pub use network::{CheckPosition, NetworkDecisions, NetworkKey, NetworkLookup};
+pub use ownership::{HeldName, Ownership, ownership};
 pub use pool::{SelectorError, pod_in_pool, selector_matches};
 pub use target::{PodAddress, ResolvedPort, ResolvedTarget, pod_address, resolve_target_port};
 
 pub use planner::{
-    Action, Deletion, EvalMemo, GatePeers, Plan, PlanError, PlanInput, PlanWarning,
+    Action, Deletion, EvalMemo, GatePeers, NameCollision, Plan, PlanError, PlanInput, PlanWarning,
     PlannedEndpoints, PlannedSlice, PodGate, plan, plan_with_memo, service_families,
 };

@@ -1,6 +1,7 @@
-//! The apply layer: turns a plan's decisions into API writes. It decides nothing: every write
-//! here was chosen by the planner or the reconcile, and every write is refused when this replica
-//! is not the leader.
+//! The apply layer: turns a plan's decisions into API writes. It decides nothing (not even
+//! whether a name is free: names held by others are a planner input): every write here was
+//! chosen by the planner or the reconcile, and every write is refused when this replica is not
+//! the leader.
 
 use k8s_openapi::api::core::v1::{Endpoints, Pod};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -14,21 +15,6 @@ use tracing::{debug, info};
 use crate::error::Error;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
-
-/// Result of trying to claim a name for a slice we are about to create.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Claim {
-    /// Nobody has the name, or the object there is already controlled by this PortMapping (for
-    /// example one whose managed-by label someone stripped): apply.
-    Free,
-    /// Another owner has the name: never overwrite it.
-    Taken {
-        /// Who holds it, for the message.
-        owner: String,
-        /// The squatter's UID: one occurrence of the collision per squatter object.
-        uid: Option<String>,
-    },
-}
 
 /// Writes on behalf of one PortMapping.
 pub struct Writer<'a> {
@@ -49,39 +35,6 @@ impl Writer<'_> {
 
     fn params() -> PatchParams {
         PatchParams::apply(MANAGER).force()
-    }
-
-    /// Checks whether `name` may be created: a GET, because objects we do not own are not in our
-    /// label-filtered cache.
-    pub async fn claim_slice(&self, name: &str, owner_uid: &str) -> Result<Claim, Error> {
-        let api: Api<EndpointSlice> = Api::namespaced(self.client.clone(), self.namespace);
-        let existing = api.get_opt(name).await.map_err(|e| {
-            Error::kube(
-                format!("reading EndpointSlice {}/{name}", self.namespace),
-                e,
-            )
-        })?;
-        Ok(match existing {
-            None => Claim::Free,
-            Some(slice)
-                if crate::owner::controlled_by(&slice, owner_uid)
-                    && foreign_manager(&slice).is_none() =>
-            {
-                Claim::Free
-            }
-            Some(slice) => Claim::Taken {
-                uid: slice.metadata.uid.clone(),
-                owner: foreign_manager(&slice)
-                    .map(|m| format!("managed by {m}"))
-                    .or_else(|| {
-                        slice
-                            .owner_references()
-                            .first()
-                            .map(|o| format!("owned by {} {}", o.kind, o.name))
-                    })
-                    .unwrap_or_else(|| "created by someone else".to_string()),
-            },
-        })
     }
 
     /// Server-side applies a whole slice; returns the resourceVersion the API server stored.
@@ -283,13 +236,4 @@ impl Writer<'_> {
             )),
         }
     }
-}
-
-/// The managed-by label of an object when it names someone other than us.
-fn foreign_manager(slice: &EndpointSlice) -> Option<String> {
-    slice
-        .labels()
-        .get("endpointslice.kubernetes.io/managed-by")
-        .filter(|m| !m.is_empty() && m.as_str() != MANAGER)
-        .cloned()
 }

@@ -30,6 +30,9 @@ use crate::watches::{Change, Trigger, is_ready, reflect, strip_managed_fields};
 
 /// Label every object we publish carries; our watches select on it.
 pub const MANAGED_BY_SELECTOR: &str = "endpointslice.kubernetes.io/managed-by=portmapper.dev";
+/// Every slice not published by us, including those without the label: the native
+/// controllers' (migration evidence) and whoever else holds a name a plan may want.
+pub const NOT_MANAGED_BY_SELECTOR: &str = "endpointslice.kubernetes.io/managed-by!=portmapper.dev";
 
 /// Settings of one controller instance.
 #[derive(Clone, Debug)]
@@ -58,7 +61,8 @@ pub struct Context {
     pub nodes: Option<Store<PartialObjectMeta<Node>>>,
     /// Endpoints objects we publish (legacy mirror), found by our managed-by label.
     pub owned_endpoints: Store<Endpoints>,
-    /// The native controllers' slices (metadata only): evidence for the selector migration.
+    /// Every slice not managed by us (metadata only): the native controllers' ones are
+    /// evidence for the selector migration; all of them hold names our plans may not create.
     pub native_slices: Store<PartialObjectMeta<EndpointSlice>>,
     /// What every cached object touches: the way from an object to its PortMappings and back.
     pub index: SharedIndex,
@@ -324,7 +328,7 @@ pub async fn run_probing_with(
     let idx = index.clone();
     let (native_slices, task) = reflect(
         api::<PartialObjectMeta<EndpointSlice>>(&client, &settings.namespace),
-        watcher::Config::default().labels(crate::migration::NATIVE_SELECTOR),
+        watcher::Config::default().labels(NOT_MANAGED_BY_SELECTOR),
         "native-endpointslices",
         strip_managed_fields,
         move |change| match change {

@@ -15,10 +15,13 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use portmapper_api::{KeySource, PortMapping};
+
+use portmapper_core::ownership::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
 
 use crate::own_writes::OwnWrites;
 
@@ -55,14 +58,10 @@ impl SharedIndex {
     }
 }
 
-/// The label every object we publish carries.
-const LABEL_MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
-/// The label naming the Service of a slice.
-const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
 /// The label carrying a node's zone.
 const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 
-/// A native controller's slice (metadata only).
+/// A slice not managed by us (metadata only): a native controller's, or anyone else's.
 pub type NativeKey = ObjectRef<PartialObjectMeta<EndpointSlice>>;
 
 /// A pod pool: the pods of `namespace` whose label (or annotation) `key` equals `value`.
@@ -162,8 +161,21 @@ pub struct Index {
     /// published pod cost about 0.5 KiB.
     published: HashMap<String, Vec<(PmKey, usize)>>,
 
-    native: HashMap<NativeKey, (String, String)>,
+    /// Slices not managed by us: the (namespace, Service) of the native and mirroring
+    /// controllers' ones (migration evidence), `None` for anyone else's.
+    native: HashMap<NativeKey, Option<(String, String)>>,
     native_by_service: HashMap<(String, String), HashSet<NativeKey>>,
+    /// Per namespace, every slice name we know with what ownership needs (labels, owner
+    /// references, UID): those not managed by us, and our labelled ones (separately: the two
+    /// watches deliver a relabelled slice in either order). The names held by others that a
+    /// plan may want are found here by prefix, instead of a GET before each create.
+    foreign_names: HashMap<String, BTreeMap<String, ObjectMeta>>,
+    our_names: HashMap<String, BTreeMap<String, ObjectMeta>>,
+    /// Per namespace, names of our slices that left our label-selected watch without our
+    /// deleting them, not (yet) seen by the other watch: deleted, or relabelled (the watch
+    /// cannot tell: both arrive as DELETED with the old object). Until the other watch shows
+    /// them, a reconcile reads them with one GET each, so a relabelled slice is never forced back.
+    in_doubt: HashMap<String, BTreeSet<String>>,
 
     endpoints: HashMap<ObjectRef<Endpoints>, OwnedFootprint>,
     endpoints_by_owner: HashMap<String, HashSet<ObjectRef<Endpoints>>>,
@@ -218,31 +230,78 @@ fn missing<'a, K: Clone + Eq + Hash + 'a>(
 /// The PortMapping that controls `obj` (by ownerReference), with its UID.
 fn controller_of<K: Resource>(obj: &K) -> Option<(PmKey, String)> {
     let ns = obj.meta().namespace.clone()?;
-    obj.owner_references()
-        .iter()
-        .find(|o| o.controller == Some(true))
-        .filter(|o| {
-            o.kind == "PortMapping"
-                && o.api_version
-                    .strip_prefix(portmapper_api::GROUP)
-                    .is_some_and(|v| v.starts_with('/'))
-        })
+    portmapper_core::ownership::controller_of(obj.meta())
+        .filter(|o| portmapper_core::ownership::is_portmapping(o))
         .map(|o| (ObjectRef::new(&o.name).within(&ns), o.uid.clone()))
-}
-
-fn has_controller<K: Resource>(obj: &K) -> bool {
-    obj.owner_references()
-        .iter()
-        .any(|o| o.controller == Some(true))
 }
 
 /// Ours for the Service it names, with no controller (left by `--cascade=orphan`).
 fn orphan_service<K: Resource>(obj: &K) -> Option<String> {
-    let labels = obj.labels();
-    (labels.get(LABEL_MANAGED_BY).map(String::as_str) == Some(portmapper_api::MANAGER)
-        && !has_controller(obj))
-    .then(|| labels.get(LABEL_SERVICE_NAME).cloned())
-    .flatten()
+    // For no PortMapping in particular: an orphan without a controller is adoptable.
+    match portmapper_core::ownership(obj.meta(), "") {
+        portmapper_core::Ownership::Orphan {
+            controller: None,
+            service,
+        } => service.map(str::to_owned),
+        _ => None,
+    }
+}
+
+/// What ownership reads of an object's metadata, and nothing else.
+fn ownership_meta(meta: &ObjectMeta) -> ObjectMeta {
+    let labels = meta.labels.as_ref().map(|l| {
+        l.iter()
+            .filter(|(k, _)| *k == LABEL_MANAGED_BY || *k == LABEL_SERVICE_NAME)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    });
+    ObjectMeta {
+        name: meta.name.clone(),
+        uid: meta.uid.clone(),
+        labels,
+        owner_references: meta.owner_references.clone(),
+        ..ObjectMeta::default()
+    }
+}
+
+fn put_name(map: &mut HashMap<String, BTreeMap<String, ObjectMeta>>, ns: &str, meta: &ObjectMeta) {
+    if let Some(name) = &meta.name {
+        map.entry(ns.to_owned())
+            .or_default()
+            .insert(name.clone(), ownership_meta(meta));
+    }
+}
+
+fn drop_name(map: &mut HashMap<String, BTreeMap<String, ObjectMeta>>, ns: &str, name: &str) {
+    if let Some(names) = map.get_mut(ns) {
+        names.remove(name);
+        if names.is_empty() {
+            map.remove(ns);
+        }
+    }
+}
+
+/// The entries of `names` a plan for `service` may want: `<service>` (a headless Service
+/// without ports) and `<service>.*` (Service names cannot contain `.`, so no other Service's
+/// names share the prefix).
+fn service_names<'a>(
+    names: Option<&'a BTreeMap<String, ObjectMeta>>,
+    service: &'a str,
+) -> impl Iterator<Item = (&'a String, &'a ObjectMeta)> {
+    let dotted = format!("{service}.");
+    names.into_iter().flat_map(move |n| {
+        n.get_key_value(service)
+            .into_iter()
+            .chain(n.range(dotted.clone()..).take_while({
+                let dotted = dotted.clone();
+                move |(k, _)| k.starts_with(&dotted)
+            }))
+    })
+}
+
+/// The Service whose plans may want slice `name` (`<service>[.…]`).
+fn service_of_name(name: &str) -> &str {
+    name.split_once('.').map_or(name, |(svc, _)| svc)
 }
 
 impl Index {
@@ -727,6 +786,8 @@ impl Index {
         };
         self.own_writes
             .observed(&key, footprint.resource_version.as_deref());
+        put_name(&mut self.our_names, &ns_of(slice), &slice.metadata);
+        self.doubt_resolved(&ns_of(slice), &key.name);
         let mut affected = HashSet::new();
         if let Some(old) = self.slices.remove(&key) {
             self.collect_owned(&ns_of(slice), &old, &mut affected);
@@ -757,8 +818,21 @@ impl Index {
     /// One of our slices is gone: its owner, and every PortMapping of its Service (its name is
     /// free now, e.g. for the PortMapping that takes over a deleted publisher's Service).
     pub fn delete_slice(&mut self, key: &ObjectRef<EndpointSlice>) -> Vec<PmKey> {
+        let ours = self.own_writes.awaits_gone(key);
         self.own_writes.observed_gone(key);
         let mut affected = HashSet::new();
+        let ns = key.namespace.as_deref().unwrap_or_default();
+        let known_elsewhere = self
+            .foreign_names
+            .get(ns)
+            .is_some_and(|n| n.contains_key(&key.name));
+        if !ours && !known_elsewhere && self.slices.contains_key(key) {
+            self.in_doubt
+                .entry(ns.to_owned())
+                .or_default()
+                .insert(key.name.clone());
+        }
+        drop_name(&mut self.our_names, ns, &key.name);
         if let Some(old) = self.slices.remove(key) {
             let ns = key.namespace.clone().unwrap_or_default();
             if let Some(svc) = &old.service {
@@ -879,44 +953,109 @@ impl Index {
         out
     }
 
-    // ---- Native slices (metadata) ----------------------------------------------------------
+    // ---- Slices not managed by us (metadata) -----------------------------------------------
 
-    /// A native controller's slice was added or changed: the PortMappings of its Service.
+    /// A slice not managed by us was added or changed. Affected: for a native or mirroring
+    /// controller's slice, the PortMappings of its Service (migration evidence); for any, the
+    /// PortMappings whose plans may want its name (a collision starts or ends).
     pub fn apply_native_slice(&mut self, slice: &PartialObjectMeta<EndpointSlice>) -> Vec<PmKey> {
         let key = ObjectRef::from_obj(slice);
-        let service = (
-            ns_of(slice),
-            slice
-                .labels()
-                .get(LABEL_SERVICE_NAME)
-                .cloned()
-                .unwrap_or_default(),
-        );
+        let ns = ns_of(slice);
+        let native = slice
+            .labels()
+            .get(LABEL_MANAGED_BY)
+            .is_some_and(|m| {
+                m == crate::migration::NATIVE_MANAGER || m == crate::migration::MIRROR_MANAGER
+            })
+            .then(|| {
+                let service = slice.labels().get(LABEL_SERVICE_NAME).cloned();
+                (ns.clone(), service.unwrap_or_default())
+            });
         let mut affected = self.delete_native_slice(&key);
-        insert(&mut self.native_by_service, service.clone(), key.clone());
-        affected.extend(
-            self.pms_by_service
-                .get(&service)
-                .into_iter()
-                .flatten()
-                .cloned(),
-        );
-        self.native.insert(key, service);
+        put_name(&mut self.foreign_names, &ns, &slice.metadata);
+        self.doubt_resolved(&ns, &key.name);
+        if let Some(service) = &native {
+            insert(&mut self.native_by_service, service.clone(), key.clone());
+            affected.extend(self.pms_of(service));
+        }
+        affected.extend(self.pms_of(&(ns, service_of_name(&key.name).to_owned())));
+        self.native.insert(key, native);
         dedup(affected)
     }
 
-    /// A native slice is gone.
+    /// A slice not managed by us is gone: the PortMappings of its Service (native) and those
+    /// that may want its name, which is free now (their collision ends without polling).
     pub fn delete_native_slice(&mut self, key: &NativeKey) -> Vec<PmKey> {
-        let Some(service) = self.native.remove(key) else {
+        let Some(native) = self.native.remove(key) else {
             return Vec::new();
         };
-        remove(&mut self.native_by_service, &service, key);
+        let ns = key.namespace.clone().unwrap_or_default();
+        drop_name(&mut self.foreign_names, &ns, &key.name);
+        self.doubt_resolved(&ns, &key.name);
+        let mut affected = Vec::new();
+        if let Some(service) = &native {
+            remove(&mut self.native_by_service, service, key);
+            affected.extend(self.pms_of(service));
+        }
+        affected.extend(self.pms_of(&(ns, service_of_name(&key.name).to_owned())));
+        dedup(affected)
+    }
+
+    /// Names of `service` in `namespace` in doubt (see `in_doubt`): the caller reads each.
+    pub fn names_in_doubt(&self, namespace: &str, service: &str) -> Vec<String> {
+        let dotted = format!("{service}.");
+        self.in_doubt
+            .get(namespace)
+            .into_iter()
+            .flatten()
+            .filter(|n| *n == service || n.starts_with(&dotted))
+            .cloned()
+            .collect()
+    }
+
+    /// A name is no longer in doubt: a watch showed it, or a read found it gone.
+    pub fn doubt_resolved(&mut self, namespace: &str, name: &str) {
+        if let Some(names) = self.in_doubt.get_mut(namespace) {
+            names.remove(name);
+            if names.is_empty() {
+                self.in_doubt.remove(namespace);
+            }
+        }
+    }
+
+    fn pms_of(&self, service: &(String, String)) -> Vec<PmKey> {
         self.pms_by_service
-            .get(&service)
+            .get(service)
             .into_iter()
             .flatten()
             .cloned()
             .collect()
+    }
+
+    /// The slice names a plan of the PortMapping with `uid` for `service` may want that
+    /// someone else holds: any known slice named `<service>` or `<service>.*` that ownership
+    /// does not let this PortMapping write ([`Ownership::claimable`]; `adopt`: it may adopt
+    /// orphans, `take_over`: PortMappings it takes over from). Seen by either watch as held
+    /// wins, so a relabelled slice is never forced back while the other watch lags.
+    ///
+    /// [`Ownership::claimable`]: portmapper_core::Ownership::claimable
+    pub fn held_by_others(
+        &self,
+        namespace: &str,
+        service: &str,
+        uid: &str,
+        adopt: bool,
+        take_over: &[String],
+    ) -> BTreeMap<String, portmapper_core::HeldName> {
+        let mut held = BTreeMap::new();
+        for names in [&self.our_names, &self.foreign_names] {
+            for (name, meta) in service_names(names.get(namespace), service) {
+                if !portmapper_core::ownership(meta, uid).claimable(service, adopt, take_over) {
+                    held.insert(name.clone(), portmapper_core::HeldName::of(meta));
+                }
+            }
+        }
+        held
     }
 
     /// After a relist of native slices: forgets those not in `present`.
@@ -1398,7 +1537,16 @@ mod tests {
             metadata: ObjectMeta {
                 namespace: Some("a".into()),
                 name: Some("web-abcde".into()),
-                labels: Some([(LABEL_SERVICE_NAME.to_owned(), "web".to_owned())].into()),
+                labels: Some(
+                    [
+                        (LABEL_SERVICE_NAME.to_owned(), "web".to_owned()),
+                        (
+                            LABEL_MANAGED_BY.to_owned(),
+                            crate::migration::NATIVE_MANAGER.to_owned(),
+                        ),
+                    ]
+                    .into(),
+                ),
                 ..ObjectMeta::default()
             },
             ..Default::default()
@@ -1464,5 +1612,105 @@ mod tests {
         assert!(index.gate_peers(&key("web-2")).1.is_empty());
         // An unchanged PortMapping wakes only itself.
         assert_eq!(names(index.apply_portmapping(&api).affected), ["a/api"]);
+    }
+
+    fn foreign(ns: &str, name: &str, manager: Option<&str>) -> PartialObjectMeta<EndpointSlice> {
+        PartialObjectMeta::<EndpointSlice> {
+            metadata: ObjectMeta {
+                namespace: Some(ns.into()),
+                name: Some(name.into()),
+                uid: Some(format!("uid-{name}")),
+                labels: manager.map(|m| [(LABEL_MANAGED_BY.to_owned(), m.to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn names_held_by_others_are_found_by_service_prefix_and_their_release_wakes_the_service() {
+        let mut index = index();
+        let web1 = pm("a", "web-1", "web", KeySource::Label, 10);
+        let web2 = pm("a", "web-2", "web", KeySource::Label, 20);
+        let squatter = foreign("a", "web.http", Some("someone-else"));
+        // A squatter at a name of web's: web's PortMappings hear of it (a collision may start).
+        assert_eq!(
+            names(index.apply_native_slice(&squatter)),
+            ["a/web-1", "a/web-2"]
+        );
+        // Names of other Services, other namespaces, and a native slice named by generateName
+        // are never wanted by web's plans; none of them wakes web.
+        for other in [
+            foreign("a", "webx.http", None),
+            foreign("a", "web-abcde", Some(crate::migration::NATIVE_MANAGER)),
+            foreign("b", "web.https", None),
+        ] {
+            let woken = index.apply_native_slice(&other);
+            assert!(!names(woken).contains(&"a/web-1".to_owned()));
+        }
+        index.apply_native_slice(&foreign("a", "web", None));
+        // Our labelled slices: web-1's own, and web-2's (another PortMapping's) at web.admin.
+        index.apply_slice(&slice("a", "web.metrics", Some(&web1), &[]));
+        index.apply_slice(&slice("a", "web.admin", Some(&web2), &[]));
+        let held = index.held_by_others("a", "web", "uid-web-1", true, &[]);
+        assert_eq!(
+            held.iter()
+                .map(|(n, h)| format!("{n}: {h}"))
+                .collect::<Vec<_>>(),
+            [
+                "web: created by someone else",
+                "web.admin: owned by PortMapping web-2",
+                "web.http: managed by someone-else",
+            ]
+        );
+        // The PortMapping it takes over from holds nothing against it.
+        let held = index.held_by_others("a", "web", "uid-web-1", true, &["uid-web-2".into()]);
+        assert_eq!(held.keys().collect::<Vec<_>>(), ["web", "web.http"]);
+        // The squatter goes: its name is free, and web's PortMappings hear of it at once.
+        assert_eq!(
+            names(index.delete_native_slice(&ObjectRef::from_obj(&squatter))),
+            ["a/web-1", "a/web-2"]
+        );
+        let held = index.held_by_others("a", "web", "uid-web-1", true, &["uid-web-2".into()]);
+        assert_eq!(held.keys().collect::<Vec<_>>(), ["web"]);
+        // Only a native or mirroring controller's slice is migration evidence.
+        assert_eq!(index.native_slices("a", "web-abcde").len(), 0);
+        // (Five slices without a Service label in namespace a; one of them is native.)
+        assert_eq!(index.native_slices("a", "").len(), 1);
+    }
+
+    #[test]
+    fn a_slice_leaving_our_watch_without_our_delete_is_in_doubt_until_the_other_watch_shows_it() {
+        let mut index = index();
+        let web1 = pm("a", "web-1", "web", KeySource::Label, 10);
+        let ours = slice("a", "web.http", Some(&web1), &[]);
+        let key = ObjectRef::from_obj(&ours);
+        index.apply_slice(&ours);
+        // Relabelled (or deleted) by someone: our watch says DELETED either way.
+        index.delete_slice(&key);
+        assert_eq!(index.names_in_doubt("a", "web"), ["web.http"]);
+        assert!(index.names_in_doubt("a", "api").is_empty());
+        // The watch of slices not ours shows it: classified from there on, no more doubt.
+        let relabelled = foreign("a", "web.http", Some("someone-else"));
+        index.apply_native_slice(&relabelled);
+        assert!(index.names_in_doubt("a", "web").is_empty());
+        assert_eq!(
+            index
+                .held_by_others("a", "web", "uid-web-1", true, &[])
+                .keys()
+                .collect::<Vec<_>>(),
+            ["web.http"]
+        );
+        // Our own deletion is no doubt.
+        index.delete_native_slice(&ObjectRef::from_obj(&relabelled));
+        index.apply_slice(&ours);
+        index.deleted_slice("uid-web-1", key.clone(), Instant::now());
+        index.delete_slice(&key);
+        assert!(index.names_in_doubt("a", "web").is_empty());
+        // A read that finds it gone resolves it too.
+        index.apply_slice(&ours);
+        index.delete_slice(&key);
+        index.doubt_resolved("a", "web.http");
+        assert!(index.names_in_doubt("a", "web").is_empty());
     }
 }

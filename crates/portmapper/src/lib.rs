@@ -12,6 +12,8 @@ pub mod demo;
 pub mod demo_pods;
 pub mod entry;
 pub mod error;
+#[cfg(test)]
+mod fake_api;
 pub mod gates;
 pub mod http;
 pub mod index;
@@ -20,10 +22,11 @@ pub mod metrics;
 pub mod migration;
 pub mod migration_exec;
 pub mod own_writes;
-pub mod owner;
 pub mod pods;
 pub mod probing;
 pub mod reconcile;
+#[cfg(test)]
+mod reconcile_tests;
 pub mod render;
 pub mod report;
 pub mod run;

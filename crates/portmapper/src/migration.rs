@@ -13,15 +13,13 @@
 
 use k8s_openapi::api::core::v1::Endpoints;
 use kube::ResourceExt;
-use portmapper_api::MANAGER;
+use portmapper_core::EventReason;
 use portmapper_core::planner::{Deletion, PlannedEndpoints};
 
 /// `endpointslice.kubernetes.io/managed-by` of the native EndpointSlice controller.
 pub const NATIVE_MANAGER: &str = "endpointslice-controller.k8s.io";
 /// `endpointslice.kubernetes.io/managed-by` of the EndpointSlice mirroring controller.
 pub const MIRROR_MANAGER: &str = "endpointslicemirroring-controller.k8s.io";
-/// Label selector for the native controllers' slices.
-pub const NATIVE_SELECTOR: &str = "endpointslice.kubernetes.io/managed-by in (endpointslice-controller.k8s.io,endpointslicemirroring-controller.k8s.io)";
 
 /// What we know of a native controller's slice (metadata only).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,9 +74,9 @@ pub enum Step {
     /// pass back to that object.
     DeleteNativeSlice { name: String, uid: String },
     /// Say something, once per occurrence.
-    Warn { reason: &'static str, note: String },
+    Warn { reason: EventReason, note: String },
     /// Report a normal transition.
-    Normal { reason: &'static str, note: String },
+    Normal { reason: EventReason, note: String },
 }
 
 /// Who an Endpoints object belongs to.
@@ -93,25 +91,23 @@ pub enum Ownership {
     Foreign,
 }
 
-/// Classifies the live Endpoints object for the PortMapping with `pm_uid`. Another
-/// PortMapping's object (say, of a deleted PortMapping of the same name the garbage collector
-/// has not reached yet) is foreign, as the planner sees it.
+/// Classifies the live Endpoints object for the PortMapping with `pm_uid`, through the one
+/// classifier ([`portmapper_core::ownership`]). Another PortMapping's object (say, of a deleted
+/// PortMapping of the same name the garbage collector has not reached yet) is foreign, as the
+/// planner sees it.
 pub fn ownership(endpoints: &Endpoints, pm_uid: &str) -> Ownership {
-    let managed_by = endpoints
-        .labels()
-        .get("endpointslice.kubernetes.io/managed-by")
-        .cloned();
-    let controller = endpoints
-        .owner_references()
-        .iter()
-        .find(|o| o.controller == Some(true));
-    match (managed_by.as_deref(), controller) {
-        (Some(MANAGER), None) => Ownership::Ours,
-        (Some(MANAGER) | None, Some(o)) if o.kind == "PortMapping" && o.uid == pm_uid => {
-            Ownership::Ours
-        }
-        (None, None) => Ownership::Abandoned,
-        _ => Ownership::Foreign,
+    use portmapper_core::Ownership as O;
+    match portmapper_core::ownership(&endpoints.metadata, pm_uid) {
+        // The name is the Service's: an orphan without a controller is this PortMapping's.
+        O::Ours
+        | O::Orphan {
+            controller: None, ..
+        } => Ownership::Ours,
+        O::Foreign {
+            manager: None,
+            controller: None,
+        } => Ownership::Abandoned,
+        O::Orphan { .. } | O::Foreign { .. } => Ownership::Foreign,
     }
 }
 
@@ -140,7 +136,7 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
                 native: false,
             });
             out.push(Step::Normal {
-                reason: "LegacyEndpointsRelinquished",
+                reason: EventReason::LegacyEndpointsRelinquished,
                 note: "the Service has a selector again; its Endpoints object is handed back to the native controller".into(),
             });
         }
@@ -160,7 +156,7 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
     } else if input.legacy_endpoints {
         match (live_owner, input.planned_endpoints) {
             (Some(Ownership::Foreign), _) => out.push(Step::Warn {
-                reason: "EndpointsCollision",
+                reason: EventReason::EndpointsCollision,
                 note:
                     "the Service's Endpoints object belongs to another controller; it is left alone"
                         .into(),
@@ -169,12 +165,12 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
                 let Some(e) = live else { return out };
                 if !input.native_cleanup {
                     out.push(Step::Warn {
-                        reason: "LegacyEndpointsNotAdopted",
+                        reason: EventReason::LegacyEndpointsNotAdopted,
                         note: "an abandoned Endpoints object exists and nativeCleanup is off; it is not adopted".into(),
                     });
                 } else if !input.publishing_primary && has_ready_addresses(e) {
                     out.push(Step::Warn {
-                        reason: "LegacyEndpointsAdoptionDeferred",
+                        reason: EventReason::LegacyEndpointsAdoptionDeferred,
                         note: "not adopting the abandoned Endpoints object while it has ready addresses and we publish none".into(),
                     });
                 } else {
@@ -192,7 +188,7 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
                         resource_version: e.resource_version(),
                     });
                     out.push(Step::Normal {
-                        reason: "LegacyEndpointsAdopted",
+                        reason: EventReason::LegacyEndpointsAdopted,
                         note: "took over the native controller's abandoned Endpoints object".into(),
                     });
                     endpoints_cleared = true;
@@ -211,7 +207,7 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
     }
     if !input.publishing {
         out.push(Step::Warn {
-            reason: "NativeCleanupDeferred",
+            reason: EventReason::NativeCleanupDeferred,
             note: "native EndpointSlices remain but this PortMapping publishes no endpoint yet; cleanup waits".into(),
         });
         return out;
@@ -251,7 +247,7 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
         )
     }) {
         out.push(Step::Normal {
-            reason: "NativeEndpointsCleanedUp",
+            reason: EventReason::NativeEndpointsCleanedUp,
             note: "deleted the native controllers' leftovers after the selector was removed".into(),
         });
     }
@@ -268,7 +264,7 @@ pub fn stray_endpoints<'a>(
 ) -> Vec<Step> {
     let mut stray: Vec<(String, String)> = owned
         .into_iter()
-        .filter(|e| crate::owner::controlled_by(*e, pm_uid))
+        .filter(|e| portmapper_core::ownership(&e.metadata, pm_uid).is_ours())
         .filter(|e| service.is_none_or(|svc| e.name_any() != svc))
         .filter_map(|e| Some((e.name_any(), e.uid()?)))
         .collect();
@@ -287,6 +283,7 @@ pub fn stray_endpoints<'a>(
 mod tests {
     use k8s_openapi::api::core::v1::{EndpointAddress, EndpointSubset};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+    use portmapper_api::MANAGER;
     use portmapper_core::planner::Action;
 
     use super::*;

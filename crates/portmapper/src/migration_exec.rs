@@ -10,6 +10,8 @@ use portmapper_api::PortMapping;
 use portmapper_core::planner::Plan;
 use tracing::{info, warn};
 
+use portmapper_core::EventReason;
+
 use crate::apply::Writer;
 use crate::controller::Context;
 use crate::error::Error;
@@ -197,13 +199,13 @@ pub async fn converge(
             }
             Step::Warn { reason, note } => {
                 warned.push(reason);
-                if ctx.warn_once(pm_ref, reason) {
+                if ctx.warn_once(pm_ref, reason.as_str()) {
                     crate::reconcile::warn_event(ctx, pm, pm_ref, reason, &note).await;
                 }
                 Ok(())
             }
             Step::Normal { reason, note } => {
-                info!(portmapping = %pm_ref, reason, "{note}");
+                info!(portmapping = %pm_ref, reason = reason.as_str(), "{note}");
                 normal_event(ctx, pm, reason, &note).await;
                 Ok(())
             }
@@ -216,19 +218,19 @@ pub async fn converge(
     }
     // Warnings whose cause cleared are re-armed.
     for reason in [
-        "EndpointsCollision",
-        "LegacyEndpointsNotAdopted",
-        "LegacyEndpointsAdoptionDeferred",
-        "NativeCleanupDeferred",
+        EventReason::EndpointsCollision,
+        EventReason::LegacyEndpointsNotAdopted,
+        EventReason::LegacyEndpointsAdoptionDeferred,
+        EventReason::NativeCleanupDeferred,
     ] {
         if !warned.contains(&reason) {
-            ctx.clear_warning(pm_ref, reason);
+            ctx.clear_warning(pm_ref, reason.as_str());
         }
     }
     first_error.map_or(Ok(()), Err)
 }
 
-async fn normal_event(ctx: &Context, pm: &PortMapping, reason: &str, note: &str) {
+async fn normal_event(ctx: &Context, pm: &PortMapping, reason: EventReason, note: &str) {
     let event = Event {
         type_: EventType::Normal,
         reason: reason.to_string(),

@@ -82,6 +82,13 @@ impl OwnWrites {
     }
 
     /// `slice` left the cache: whatever was awaited of it, the cache has moved past it.
+    /// Whether `slice`'s deletion is one of ours the cache has not shown yet.
+    pub fn awaits_gone(&self, slice: &SliceRef) -> bool {
+        self.by_slice
+            .get(slice)
+            .is_some_and(|e| matches!(e.awaited, Awaited::Gone))
+    }
+
     pub fn observed_gone(&mut self, slice: &SliceRef) {
         self.forget(slice);
     }

@@ -101,6 +101,18 @@ impl PodWatches {
         false
     }
 
+    /// Marks `source` as listed without a watch: the test put its pods in the index
+    /// (reconcile-level tests).
+    #[cfg(test)]
+    pub fn insert_ready(&self, source: PodSource) {
+        let task = tokio::spawn(async {}).abort_handle();
+        let listed = Arc::new(AtomicBool::new(true));
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(source, Running { listed, task });
+    }
+
     /// Re-indexes every pod `source`'s watch holds (a PortMapping started reading a new
     /// annotation key of its namespace).
     pub fn reindex(&self, source: &PodSource) {

@@ -486,6 +486,7 @@ mod tests {
                 .map(|s| std::sync::Arc::new((*s).clone()))
                 .collect::<Vec<_>>(),
             take_over: &[],
+            held_by_others: &BTreeMap::new(),
             live_endpoints: None,
             gate_peers: portmapper_core::GatePeers::NONE,
             now: k8s_openapi::jiff::Timestamp::now(),

@@ -14,10 +14,11 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use portmapper_api::status::condition_types as ct;
 use portmapper_api::{PortMapping, PortMappingStatus};
-use portmapper_core::planner::{self, Action as SliceAction, GatePeers, Plan, PlanInput};
+use portmapper_core::EventReason;
+use portmapper_core::planner::{self, GatePeers, Plan, PlanInput};
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::apply::{Claim, Writer};
+use crate::apply::Writer;
 use crate::conditions::{self, Desired};
 use crate::controller::{self, Context};
 use crate::error::Error;
@@ -30,9 +31,6 @@ const PENDING_RETRY: Duration = Duration::from_secs(2);
 /// How soon to look again when our own writes have not reached the cache (their watch events
 /// normally wake the PortMapping first; this bounds a lost event).
 const OWN_WRITES_RETRY: Duration = Duration::from_secs(1);
-/// How soon to look again at a name someone else holds: its release reaches no watch of ours
-/// (foreign slices are outside our label-selected cache).
-const COLLISION_RETRY: Duration = Duration::from_secs(15);
 /// The `warned` slot of claim collisions (Event reason `EndpointSliceNameCollision`).
 const COLLISION_SLOT: &str = "EndpointSliceNameCollision/claim";
 
@@ -195,12 +193,37 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
                 .is_none()
                 .then_some(svc_name.as_str());
             // Slices of PortMappings this one beats for the Service are its to take over.
-            let take_over = ctx.index.lock().losers_to(&pm_ref);
-            let owned = owned_slices(ctx, &ns, &uid, &take_over, adopt_for);
-            plan_and_apply(
-                pm, ctx, &ns, &pm_ref, &writer, &service, &pods, &owned, &take_over,
+            let (take_over, mut held, in_doubt) = {
+                let idx = ctx.index.lock();
+                let take_over = idx.losers_to(&pm_ref);
+                // Names held by others, from the watch of every slice not managed by us: a
+                // name taken between that watch and our write is the same race the GET before
+                // each create had (the API server does not let SSA ask "create only").
+                let held =
+                    idx.held_by_others(&ns, &svc_name, &uid, adopt_for.is_some(), &take_over);
+                (take_over, held, idx.names_in_doubt(&ns, &svc_name))
+            };
+            read_names_in_doubt(
+                ctx,
+                &ns,
+                &svc_name,
+                &uid,
+                adopt_for.is_some(),
+                &take_over,
+                in_doubt,
+                &mut held,
             )
-            .await?
+            .await?;
+            let mut owned = owned_slices(ctx, &ns, &uid, &take_over, adopt_for);
+            // A slice both watches know, one of them as someone else's (relabelled, the other
+            // watch lags): not ours to write until they agree.
+            owned.retain(|s| !held.contains_key(s.metadata.name.as_deref().unwrap_or_default()));
+            let inputs = Gathered {
+                owned: &owned,
+                take_over: &take_over,
+                held: &held,
+            };
+            plan_and_apply(pm, ctx, &ns, &pm_ref, &writer, &service, &pods, &inputs).await?
         }
     };
     write_status(pm, ctx, &writer, &outcome).await?;
@@ -368,6 +391,50 @@ fn gate_peers(
     GatePeers { types, managed_by }
 }
 
+/// Reads the slices that left our watch without our deleting them and that the watch of slices
+/// not ours has not shown (rare: someone deleted or relabelled one of ours): one GET each, so a
+/// relabelled slice counts as held by its new manager instead of being applied back.
+#[allow(clippy::too_many_arguments)]
+async fn read_names_in_doubt(
+    ctx: &Context,
+    ns: &str,
+    service: &str,
+    uid: &str,
+    adopt: bool,
+    take_over: &[String],
+    names: Vec<String>,
+    held: &mut BTreeMap<String, portmapper_core::HeldName>,
+) -> Result<(), Error> {
+    let api: kube::Api<EndpointSlice> = kube::Api::namespaced(ctx.client.clone(), ns);
+    for name in names {
+        let found = api
+            .get_opt(&name)
+            .await
+            .map_err(|e| Error::kube(format!("reading EndpointSlice {ns}/{name}"), e))?;
+        match found {
+            None => ctx.index.lock().doubt_resolved(ns, &name),
+            Some(slice) => {
+                let ours = portmapper_core::ownership(&slice.metadata, uid)
+                    .claimable(service, adopt, take_over);
+                if !ours {
+                    held.insert(name, portmapper_core::HeldName::of(&slice.metadata));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The live slices a plan reads, gathered from the index.
+struct Gathered<'a> {
+    /// The slices this PortMapping may write.
+    owned: &'a [Arc<EndpointSlice>],
+    /// PortMappings it takes over from.
+    take_over: &'a [String],
+    /// Names it may want that someone else holds.
+    held: &'a BTreeMap<String, portmapper_core::HeldName>,
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn plan_and_apply(
     pm: &PortMapping,
@@ -377,12 +444,11 @@ async fn plan_and_apply(
     writer: &Writer<'_>,
     service: &Service,
     pods: &[Arc<Pod>],
-    owned: &[Arc<EndpointSlice>],
-    take_over: &[String],
+    gathered: &Gathered<'_>,
 ) -> Result<Outcome, Error> {
+    let (owned, take_over) = (gathered.owned, gathered.take_over);
     let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
     let live_slices = owned;
-    let owned: Vec<&EndpointSlice> = owned.iter().map(AsRef::as_ref).collect();
     let zones = if ctx.settings.node_lookups {
         ctx.index.lock().zones_of(
             pods.iter()
@@ -411,6 +477,7 @@ async fn plan_and_apply(
         network: &network,
         live_slices,
         take_over,
+        held_by_others: gathered.held,
         live_endpoints: live_endpoints.as_ref(),
         now: Timestamp::now(),
         gate_peers: &gate_peers,
@@ -444,14 +511,10 @@ async fn plan_and_apply(
     );
 
     let mut conditions = Vec::new();
-    let live_names: std::collections::HashSet<&str> = owned
-        .iter()
-        .filter_map(|s| s.metadata.name.as_deref())
-        .collect();
     let pm_uid = pm.uid().unwrap_or_default();
-    let written = execute_slice_writes(writer, &ctx.index, &plan, &live_names, &pm_uid).await;
+    let written = execute_slice_writes(writer, &ctx.index, &plan, &pm_uid).await;
     // Gates after the slices: a pod is marked published only once its slices are stored.
-    let slices_written = written.errors.is_empty() && written.collisions.is_empty();
+    let slices_written = written.errors.is_empty() && plan.collisions.is_empty();
     let gate_errors = crate::gates::write_gates(
         writer,
         &ctx.gates_written,
@@ -466,16 +529,21 @@ async fn plan_and_apply(
     // Each squatter object (name/UID) is one occurrence: warned when first seen, not at every
     // retry; another object at the name (a new UID) is a new one.
     let mut squatters: BTreeMap<String, (String, Option<String>, String)> = BTreeMap::new();
-    for squatter in written.collisions {
+    for collision in &plan.collisions {
+        let message = collision.to_string();
         squatters.insert(
             format!(
                 "{}/{}",
-                squatter.name,
-                squatter.uid.clone().unwrap_or_default()
+                collision.name,
+                collision.held.uid.clone().unwrap_or_default()
             ),
-            (squatter.name, squatter.uid, squatter.message.clone()),
+            (
+                collision.name.clone(),
+                collision.held.uid.clone(),
+                message.clone(),
+            ),
         );
-        collisions.push(squatter.message);
+        collisions.push(message);
     }
     if plan.writes() > 0 {
         info!(writes = plan.writes(), summary = %plan.summary, "published changes");
@@ -510,7 +578,7 @@ async fn plan_and_apply(
     if !collisions.is_empty() {
         ctx.metrics.name_collisions.get_or_create(&svc_labels).inc();
         let message = collisions.join("; ");
-        // Its own slot: planner ForeignSlice warnings share the Event reason.
+        // Its own slot (one occurrence per squatter object), apart from the planner warnings.
         let keys = squatters.keys().cloned().collect();
         for key in ctx.new_occurrences(pm_ref, COLLISION_SLOT, keys) {
             let Some((name, uid, note)) = squatters.get(&key) else {
@@ -527,7 +595,7 @@ async fn plan_and_apply(
                 uid: uid.clone(),
                 ..ObjectReference::default()
             };
-            let reason = "EndpointSliceNameCollision";
+            let reason = EventReason::EndpointSliceNameCollision;
             publish_warning(ctx, pm, pm_ref, reason, note, Some(related)).await;
         }
         conditions.push(Desired::new(
@@ -564,19 +632,20 @@ async fn plan_and_apply(
     // Beside Ready: the other ports publish, so this does not make the PortMapping unready.
     conditions.extend(report::port_not_found(&plan));
     if let Some(migration) = report::selector_migration(service) {
-        if ctx.warn_once(pm_ref, "SelectorStillPresent") {
-            warn_event(ctx, pm, pm_ref, "SelectorStillPresent", &migration.message).await;
+        let reason = EventReason::SelectorStillPresent;
+        if ctx.warn_once(pm_ref, reason.as_str()) {
+            warn_event(ctx, pm, pm_ref, reason, &migration.message).await;
         }
         conditions.push(migration);
     } else {
-        ctx.clear_warning(pm_ref, "SelectorStillPresent");
+        ctx.clear_warning(pm_ref, EventReason::SelectorStillPresent.as_str());
     }
     if let Some(caveat) = report::consumer_caveat(&plan, &pods) {
         let previous = pm.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
         if ctx.warn_once(pm_ref, report::ISTIO_AMBIENT)
             && !report::already_reported(previous, &caveat)
         {
-            warn_event(ctx, pm, pm_ref, report::ISTIO_AMBIENT, &caveat.message).await;
+            warn_event(ctx, pm, pm_ref, EventReason::IstioAmbient, &caveat.message).await;
         }
         conditions.push(caveat);
     } else {
@@ -584,7 +653,7 @@ async fn plan_and_apply(
     }
     // One Event per reason, naming every occurrence (three rejected pods are one Event that
     // names all three, not one that names the first).
-    let mut by_reason: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    let mut by_reason: BTreeMap<EventReason, Vec<String>> = BTreeMap::new();
     for warning in &plan.warnings {
         by_reason
             .entry(report::warning_reason(warning))
@@ -596,18 +665,18 @@ async fn plan_and_apply(
         // Unknown ports are one occurrence per set of unmatched entries (a second typo, or a
         // Service port renamed while one is already unknown, is news); the others once while
         // they last.
-        let occurrence = if *reason == "UnknownPort" {
+        let occurrence = if *reason == EventReason::UnknownPort {
             note.as_str()
         } else {
             ""
         };
-        if ctx.warn_occurrence(pm_ref, reason, occurrence) {
-            warn_event(ctx, pm, pm_ref, reason, &note).await;
+        if ctx.warn_occurrence(pm_ref, reason.as_str(), occurrence) {
+            warn_event(ctx, pm, pm_ref, *reason, &note).await;
         }
     }
     // Re-armed once the cause clears, so the next time it happens is an Event again.
-    if !by_reason.contains_key("UnknownPort") {
-        ctx.clear_warning(pm_ref, "UnknownPort");
+    if !by_reason.contains_key(&EventReason::UnknownPort) {
+        ctx.clear_warning(pm_ref, EventReason::UnknownPort.as_str());
     }
 
     record_gauges(ctx, pm_ref, ns, service, &plan);
@@ -635,8 +704,6 @@ async fn plan_and_apply(
         // flips arrive as events and reasons refresh with the resync.
         requeue: if probed.awaiting_first_result > 0 {
             PENDING_RETRY.min(ctx.settings.resync)
-        } else if !collisions.is_empty() {
-            COLLISION_RETRY.min(ctx.settings.resync)
         } else {
             ctx.settings.resync
         },
@@ -657,20 +724,17 @@ const SLICE_WRITES_IN_FLIGHT: usize = 8;
 
 /// What the slice writes of one plan came to.
 struct SliceWrites {
-    /// Names someone else holds.
-    collisions: Vec<Squatter>,
     /// Every failed write, in plan order.
     errors: Vec<Error>,
 }
 
 /// Performs the plan's slice applies, then its deletions (after the applies, so endpoints that
 /// move between slices are never missing from all of them), each phase with a few writes in
-/// flight. Decides nothing but whether a name about to be created is held by another owner.
+/// flight. Decides nothing: names held by others were left out by the planner.
 async fn execute_slice_writes(
     writer: &Writer<'_>,
     index: &crate::index::SharedIndex,
     plan: &Plan,
-    live_names: &std::collections::HashSet<&str>,
     pm_uid: &str,
 ) -> SliceWrites {
     use futures::StreamExt;
@@ -679,16 +743,7 @@ async fn execute_slice_writes(
         .slices
         .iter()
         .filter(|s| s.action.is_write())
-        .map(|planned| {
-            let create = matches!(planned.action, SliceAction::Create)
-                && !planned
-                    .slice
-                    .metadata
-                    .name
-                    .as_deref()
-                    .is_some_and(|n| live_names.contains(n));
-            apply_one(writer, &planned.slice, create.then_some(pm_uid))
-        })
+        .map(|planned| apply_one(writer, &planned.slice))
         .collect();
     // `buffered` keeps plan order in the results, so conditions and logs are deterministic.
     let mut results: Vec<Written> = futures::stream::iter(applies)
@@ -706,10 +761,7 @@ async fn execute_slice_writes(
             .collect::<Vec<_>>()
             .await,
     );
-    let mut out = SliceWrites {
-        collisions: Vec::new(),
-        errors: Vec::new(),
-    };
+    let mut out = SliceWrites { errors: Vec::new() };
     // What the next plan must find in the cache before it may run (see `own_writes`): the
     // applies in plan order, then the deletions.
     let names = plan
@@ -731,19 +783,10 @@ async fn execute_slice_writes(
             Written::Applied(Some(version)) => idx.wrote_slice(pm_uid, slice, version, now),
             Written::Deleted => idx.deleted_slice(pm_uid, slice, now),
             Written::Applied(None) | Written::Done => {}
-            Written::Collision(c) => out.collisions.push(c),
             Written::Failed(e) => out.errors.push(e),
         }
     }
     out
-}
-
-/// An object of another owner at a name the plan would create.
-struct Squatter {
-    name: String,
-    uid: Option<String>,
-    /// For the condition and the Event.
-    message: String,
 }
 
 /// The result of one slice write.
@@ -754,23 +797,10 @@ enum Written {
     Deleted,
     /// Nothing left to do (already gone).
     Done,
-    Collision(Squatter),
     Failed(Error),
 }
 
-/// Applies one slice; with `claim_for`, first makes sure nobody else holds the name (a create).
-async fn apply_one(writer: &Writer<'_>, slice: &EndpointSlice, claim_for: Option<&str>) -> Written {
-    if let Some(owner_uid) = claim_for {
-        let name = slice.name_any();
-        match writer.claim_slice(&name, owner_uid).await {
-            Ok(Claim::Free) => {}
-            Ok(Claim::Taken { owner, uid }) => {
-                let message = format!("EndpointSlice {name} already exists ({owner})");
-                return Written::Collision(Squatter { name, uid, message });
-            }
-            Err(err) => return Written::Failed(err),
-        }
-    }
+async fn apply_one(writer: &Writer<'_>, slice: &EndpointSlice) -> Written {
     match writer.apply_slice(slice).await {
         Ok(stored) => Written::Applied(stored),
         Err(err) => Written::Failed(err),
@@ -828,7 +858,7 @@ pub(crate) async fn warn_event(
     ctx: &Context,
     pm: &PortMapping,
     pm_ref: &ObjectRef<PortMapping>,
-    reason: &str,
+    reason: EventReason,
     note: &str,
 ) {
     publish_warning(ctx, pm, pm_ref, reason, note, None).await;
@@ -839,7 +869,7 @@ async fn publish_warning(
     ctx: &Context,
     pm: &PortMapping,
     pm_ref: &ObjectRef<PortMapping>,
-    reason: &str,
+    reason: EventReason,
     note: &str,
     related: Option<ObjectReference>,
 ) {
@@ -854,7 +884,7 @@ async fn publish_warning(
         return;
     }
     if let Err(err) = ctx.recorder.publish(&event, &pm.object_ref(&())).await {
-        warn!(portmapping = %pm_ref, reason, error = %err, "publishing a Warning event failed");
+        warn!(portmapping = %pm_ref, reason = reason.as_str(), error = %err, "publishing a Warning event failed");
     } else {
         ctx.metrics.write("create", "events");
     }

@@ -375,6 +375,7 @@ fn preview(
         network: &NetworkDecisions::new(),
         live_slices: &[],
         take_over: &[],
+        held_by_others: &std::collections::BTreeMap::new(),
         live_endpoints: None,
         now: Timestamp::UNIX_EPOCH,
         gate_peers: portmapper_core::GatePeers::NONE,
@@ -424,7 +425,8 @@ fn preview(
     }
     if let Some(migration) = report::selector_migration(service) {
         out.notes.push(format!(
-            "Warning Event SelectorStillPresent: {}",
+            "Warning Event {}: {}",
+            portmapper_core::EventReason::SelectorStillPresent,
             migration.message
         ));
         desired.push(migration);

@@ -8,6 +8,7 @@ use kube::{Resource, ResourceExt};
 use kube_validation::field::FieldError;
 use portmapper_api::PortMapping;
 use portmapper_api::status::condition_types as ct;
+use portmapper_core::EventReason;
 use portmapper_core::planner::PlanWarning;
 
 use crate::conditions::Desired;
@@ -96,8 +97,14 @@ pub fn planned(plan: &portmapper_core::Plan) -> Vec<Desired> {
 /// there while something is wrong (as `Conflict`) is what `kubectl wait` and dashboards read.
 pub fn port_not_found(plan: &portmapper_core::Plan) -> Option<Desired> {
     plan.warnings.iter().find_map(|w| {
-        matches!(w, PlanWarning::UnknownPort { .. })
-            .then(|| Desired::new(ct::PORT_NOT_FOUND, true, "UnknownPort", w.to_string()))
+        matches!(w, PlanWarning::UnknownPort { .. }).then(|| {
+            Desired::new(
+                ct::PORT_NOT_FOUND,
+                true,
+                EventReason::UnknownPort.as_str(),
+                w.to_string(),
+            )
+        })
     })
 }
 
@@ -121,14 +128,14 @@ pub fn selector_migration(service: &Service) -> Option<Desired> {
         Desired::new(
             ct::SELECTOR_MIGRATION,
             true,
-            "SelectorStillPresent",
+            EventReason::SelectorStillPresent.as_str(),
             message,
         )
     })
 }
 
 /// The condition reason (and Warning Event reason) of the Istio ambient caveat.
-pub const ISTIO_AMBIENT: &str = "IstioAmbient";
+pub const ISTIO_AMBIENT: &str = EventReason::IstioAmbient.as_str();
 
 /// `ConsumerCaveat=True` while a consumer is known to ignore this plan's per-port membership:
 /// published pods are enrolled in Istio ambient and the ports have different members. Absent
@@ -148,17 +155,8 @@ pub fn already_reported(previous: &[Condition], desired: &Desired) -> bool {
 }
 
 /// The Warning Event reason of a planner warning.
-pub fn warning_reason(warning: &PlanWarning) -> &'static str {
-    use PlanWarning as W;
-    match warning {
-        W::ExternalName => "ExternalNameUnsupported",
-        W::TopologyModeAuto { .. } => "TopologyAwareHintsDisabled",
-        W::RejectedPodAddress { .. } => "PodAddressRejected",
-        W::ForeignSlice { .. } => "EndpointSliceNameCollision",
-        W::ForeignEndpoints => "EndpointsCollision",
-        W::LegacyEndpointsTruncated { .. } => "LegacyEndpointsTruncated",
-        W::UnknownPort { .. } => "UnknownPort",
-    }
+pub fn warning_reason(warning: &PlanWarning) -> EventReason {
+    warning.event_reason()
 }
 
 #[cfg(test)]

@@ -316,13 +316,10 @@ pub fn matrix(pm: &PortMapping, service: &Service, slices: &[EndpointSlice]) -> 
     // (family, port key) → pod → conditions.
     let mut published: BTreeMap<(String, String), BTreeMap<String, Published>> = BTreeMap::new();
     for slice in slices {
-        let controller = slice
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|o| o.controller == Some(true));
-        if controller.is_some_and(|o| Some(o.uid.as_str()) != uid) {
+        if portmapper_core::ownership::controlled_by_another(
+            &slice.metadata,
+            uid.unwrap_or_default(),
+        ) {
             foreign += 1;
             continue;
         }

@@ -25,11 +25,11 @@ pub(crate) struct Assignment<'a> {
 
 /// Matches live slices to groups by name. Our slices that match no group are deleted; one whose
 /// addressType differs from its group's family is deleted too (the field is immutable) and its
-/// name is not reused in this pass; names of foreign slices are never created.
+/// name is not reused in this pass. (Names held by others are not reserved here: a create at
+/// one is a collision, decided after packing.)
 pub(crate) fn assign_live<'a>(
     groups: &[Group<'_>],
     ours: &[&'a Arc<EndpointSlice>],
-    foreign_names: &HashSet<&str>,
     deletions: &mut Vec<Deletion>,
 ) -> Assignment<'a> {
     let base_index: HashMap<&str, usize> = groups
@@ -41,11 +41,6 @@ pub(crate) fn assign_live<'a>(
         live: vec![Vec::new(); groups.len()],
         reserved: vec![HashSet::new(); groups.len()],
     };
-    for name in foreign_names {
-        if let Some((base, chunk)) = parse_chunk(name, |b| base_index.contains_key(b)) {
-            a.reserved[base_index[base]].insert(chunk);
-        }
-    }
     for s in ours {
         let name = s.metadata.name.as_deref().unwrap_or_default();
         match parse_chunk(name, |b| base_index.contains_key(b)) {

@@ -17,7 +17,8 @@ use super::render::{
     LABEL_SERVICE_NAME, LABEL_SKIP_MIRROR, RESERVED_LABELS, is_headless,
 };
 use super::types::{Action, Deletion, PlanError, PlannedEndpoints};
-use super::{Member, PortView, controller_uid};
+use super::{Member, PortView};
+use crate::ownership::{Ownership, controlled_by_another, ownership};
 
 /// The most addresses the native endpoints controller puts in one Endpoints object.
 pub const MAX_ENDPOINTS_ADDRESSES: usize = 1000;
@@ -42,14 +43,17 @@ pub(crate) enum LegacyOutcome {
 
 type PortKey = (String, i32, String, Option<String>);
 
+/// Ours to delete: our own, or labelled ours without any controller (an orphan: the name is
+/// the Service's, so it is this PortMapping's to take back).
 fn is_ours(live: &Endpoints, pm_uid: &str) -> bool {
-    let managed = live
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(LABEL_MANAGED_BY))
-        .map(String::as_str);
-    managed == Some(MANAGER) && controller_uid(&live.metadata).is_none_or(|u| u == pm_uid)
+    matches!(
+        ownership(&live.metadata, pm_uid),
+        Ownership::Ours
+            | Ownership::Orphan {
+                controller: None,
+                ..
+            }
+    )
 }
 
 /// The deletion of a live Endpoints object we own, if any (legacyEndpoints off, or teardown).
@@ -65,7 +69,7 @@ pub(crate) fn plan_endpoints(
     members: &[Member],
     live: Option<&Endpoints>,
 ) -> Result<LegacyOutcome, PlanError> {
-    if live.is_some_and(|l| controller_uid(&l.metadata).is_some_and(|u| u != ctx.pm_uid)) {
+    if live.is_some_and(|l| controlled_by_another(&l.metadata, ctx.pm_uid)) {
         return Ok(LegacyOutcome::Foreign);
     }
     // One entry per pod: its address and every port it serves. Draining (not ready) members

@@ -48,7 +48,7 @@ mod status;
 mod trigger;
 mod types;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
@@ -63,12 +63,13 @@ pub use evaluate::published_memberships;
 pub use gate::{REASON_NO_ADDRESS, REASON_NOT_PUBLISHED, REASON_PUBLISHED, stalled_pod_gates};
 pub use memo::{EvalMemo, PassStats};
 pub use types::{
-    Action, DecisionCounts, Deletion, GatePeers, Plan, PlanError, PlanInput, PlanWarning,
-    PlannedEndpoints, PlannedSlice, PodGate,
+    Action, DecisionCounts, Deletion, GatePeers, NameCollision, Plan, PlanError, PlanInput,
+    PlanWarning, PlannedEndpoints, PlannedSlice, PodGate,
 };
 
 use crate::membership::{PortRules, port_rules, publish_not_ready};
 use crate::network::{NetworkDecisions, NetworkLookup};
+use crate::ownership::{HeldName, ownership};
 use crate::pool::pod_in_pool;
 use crate::target::{is_named_target, service_port_protocol};
 use render::{HintMode, hint_mode, owner_reference};
@@ -162,14 +163,6 @@ fn is_external_name(service: &Service) -> bool {
     service.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("ExternalName")
 }
 
-fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true))
-        .map(|r| r.uid.as_str())
-}
-
 fn port_views<'a>(service: &'a Service, spec: &'a PortMappingSpec) -> Vec<PortView<'a>> {
     let ports = service
         .spec
@@ -240,29 +233,27 @@ fn static_target(sp: &ServicePort) -> i32 {
     }
 }
 
-/// Splits live slices into ours and the names of foreign ones (controlled by another owner:
-/// never touched, reported).
+/// Splits live slices into those this PortMapping may write (the one classifier,
+/// [`ownership`]) and names held by others, which join `held` (never touched; a create there is
+/// a collision).
 fn classify_live<'a>(
     live: &'a [Arc<EndpointSlice>],
     pm_uid: &str,
+    svc_name: &str,
+    adopt: bool,
     take_over: &[String],
-    warnings: &mut Vec<PlanWarning>,
-) -> (Vec<&'a Arc<EndpointSlice>>, HashSet<&'a str>) {
+    held: &mut BTreeMap<String, HeldName>,
+) -> Vec<&'a Arc<EndpointSlice>> {
     let mut ours = Vec::new();
-    let mut foreign = HashSet::new();
     for s in live {
-        let name = s.metadata.name.as_deref().unwrap_or_default();
-        match controller_uid(&s.metadata) {
-            Some(uid) if uid != pm_uid && !take_over.iter().any(|t| t == uid) => {
-                foreign.insert(name);
-                warnings.push(PlanWarning::ForeignSlice {
-                    name: name.to_owned(),
-                });
-            }
-            _ => ours.push(s),
+        if ownership(&s.metadata, pm_uid).claimable(svc_name, adopt, take_over) {
+            ours.push(s);
+        } else {
+            let name = s.metadata.name.clone().unwrap_or_default();
+            held.insert(name, HeldName::of(&s.metadata));
         }
     }
-    (ours, foreign)
+    ours
 }
 
 /// Computes the plan. Pure and deterministic: the same input always gives the same plan, and
@@ -296,11 +287,14 @@ fn plan_inner(input: &PlanInput<'_>, memo: Option<&mut EvalMemo>) -> Result<Plan
     }
     let owner = owner_reference(&pm_name, &pm_uid);
     let mut out = Plan::default();
-    let (ours, foreign) = classify_live(
+    let mut held = input.held_by_others.clone();
+    let ours = classify_live(
         input.live_slices,
         &pm_uid,
+        svc_name,
+        pm.metadata.deletion_timestamp.is_none(),
         input.take_over,
-        &mut out.warnings,
+        &mut held,
     );
 
     if is_external_name(service) {
@@ -370,7 +364,7 @@ fn plan_inner(input: &PlanInput<'_>, memo: Option<&mut EvalMemo>) -> Result<Plan
     out.decisions = evaluated.decisions;
     out.network_lookups = std::mem::take(&mut evaluated.lookups);
     to_input_indices(&mut out.network_lookups, &pods, input.pods);
-    let assignment = emit::assign_live(&evaluated.groups, &ours, &foreign, &mut out.deletions);
+    let assignment = emit::assign_live(&evaluated.groups, &ours, &mut out.deletions);
     emit::emit_slices(&ctx, evaluated.groups, &assignment, &mut out)?;
     out.slices
         .sort_by(|a, b| a.slice.metadata.name.cmp(&b.slice.metadata.name));
@@ -381,6 +375,21 @@ fn plan_inner(input: &PlanInput<'_>, memo: Option<&mut EvalMemo>) -> Result<Plan
         // the garbage collector; existing slices are still kept accurate.
         out.slices.retain(|s| s.action != Action::Create);
     }
+    // Never create over another owner's object: the name stays theirs and the PortMapping
+    // reports the collision until it is freed (its deletion wakes the PortMapping).
+    out.slices.retain(|s| {
+        let name = s.slice.metadata.name.as_deref().unwrap_or_default();
+        match held.get(name) {
+            Some(h) if s.action == Action::Create => {
+                out.collisions.push(NameCollision {
+                    name: name.to_owned(),
+                    held: h.clone(),
+                });
+                false
+            }
+            _ => true,
+        }
+    });
 
     if spec.legacy_endpoints {
         let legacy_ctx = legacy::LegacyContext {

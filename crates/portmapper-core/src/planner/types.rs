@@ -10,6 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use portmapper_api::{PortMapping, PortStatus};
 
 use crate::network::{NetworkDecisions, NetworkLookup};
+use crate::ownership::HeldName;
 use crate::pool::SelectorError;
 
 /// Everything the planner needs; all of it read by the caller from the API (or the prober).
@@ -26,12 +27,19 @@ pub struct PlanInput<'a> {
     pub node_zones: &'a BTreeMap<String, String>,
     /// Latest network check results.
     pub network: &'a NetworkDecisions,
-    /// EndpointSlices currently stored for this Service with `managed-by: portmapper.dev`.
-    /// Slices controller-owned by something else are reported and never touched.
+    /// The slices this PortMapping may write ([`Ownership::claimable`]): its own, orphans of
+    /// its Service, and those of `take_over`. Any other slice given here is treated as a name
+    /// held by others: never touched.
+    ///
+    /// [`Ownership::claimable`]: crate::ownership::Ownership::claimable
     pub live_slices: &'a [Arc<EndpointSlice>],
     /// UIDs of other PortMappings whose slices among `live_slices` this one takes over (they
     /// name the same Service and lose it to this one); any other controller is foreign.
     pub take_over: &'a [String],
+    /// Slice names this plan may want (`<service>` and `<service>.*`) that someone else holds,
+    /// gathered by the caller before planning: a slice the plan would create at one of them is
+    /// not created but reported in [`Plan::collisions`].
+    pub held_by_others: &'a BTreeMap<String, HeldName>,
     /// The Endpoints object named after the Service, if one exists.
     pub live_endpoints: Option<&'a Endpoints>,
     /// The time of this reconcile: no `last-change-trigger-time` is later, and it stands for
@@ -130,11 +138,6 @@ pub enum PlanWarning {
         /// Why the API rejects it.
         reason: String,
     },
-    /// A slice carries our labels but another controller owns it; it is left alone.
-    ForeignSlice {
-        /// Slice name.
-        name: String,
-    },
     /// The Endpoints object is controller-owned by something else; it is left alone.
     ForeignEndpoints,
     /// The legacy Endpoints object was cut at 1000 addresses.
@@ -170,10 +173,6 @@ impl fmt::Display for PlanWarning {
                     "pod {pod} has address {ip}, which EndpointSlices cannot carry ({reason}); it is left out"
                 )
             }
-            Self::ForeignSlice { name } => write!(
-                f,
-                "EndpointSlice {name} is labelled managed-by portmapper.dev but controlled by another owner; it is left alone"
-            ),
             Self::ForeignEndpoints => write!(
                 f,
                 "the Endpoints object of this Service is controlled by another owner; it is left alone"
@@ -227,6 +226,9 @@ pub struct Plan {
     pub summary: String,
     /// Things to tell the user.
     pub warnings: Vec<PlanWarning>,
+    /// Slices the plan would create at names someone else holds, sorted by name: not created
+    /// (never overwrite another owner's object); the PortMapping reports `NameCollision`.
+    pub collisions: Vec<NameCollision>,
     /// How every (pod, port, family) membership was decided, for metrics.
     pub decisions: DecisionCounts,
     /// Publication gate conditions to write (pods listing the PortMapping's gate type in
@@ -236,6 +238,25 @@ pub struct Plan {
     /// The network check results this plan depends on, with what the prober needs to probe
     /// them: the operator's prober targets. In (Service port, family, pod, position) order.
     pub network_lookups: Vec<NetworkLookup>,
+}
+
+/// A slice the plan wants at a name another owner holds.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NameCollision {
+    /// The slice name.
+    pub name: String,
+    /// Who holds it.
+    pub held: HeldName,
+}
+
+impl fmt::Display for NameCollision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "EndpointSlice {} already exists ({})",
+            self.name, self.held
+        )
+    }
 }
 
 /// The publication gate condition (`spec.readinessGate.conditionType`, by default

@@ -401,6 +401,7 @@ fn a_service_label_the_api_would_refuse_fails_the_plan_with_nothing_written() {
         network: &w.network,
         live_slices: &slices,
         take_over: &[],
+        held_by_others: &std::collections::BTreeMap::new(),
         live_endpoints: None,
         now: w.now,
         gate_peers: portmapper_core::GatePeers::NONE,

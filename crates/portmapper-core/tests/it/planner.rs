@@ -844,9 +844,68 @@ fn stray_owned_slices_are_deleted_and_foreign_ones_left_alone() {
             uid: Some("stray-uid".into())
         }]
     );
-    assert!(p.warnings.contains(&PlanWarning::ForeignSlice {
-        name: "web.http.2".into()
-    }));
+    // Not wanted by the plan (one chunk), so neither written nor a collision.
+    assert!(
+        p.slices
+            .iter()
+            .all(|s| s.slice.metadata.name.as_deref() != Some("web.http.2"))
+    );
+    assert!(p.collisions.is_empty());
+}
+
+#[test]
+fn a_name_held_by_others_is_not_created_but_reported_and_freed_later() {
+    let mut w = seed_world();
+    let squatter = portmapper_core::HeldName {
+        uid: Some("sq-1".into()),
+        holder: "managed by someone-else".into(),
+    };
+    w.held.insert("web.http".into(), squatter.clone());
+    // A name of another Service's prefix is not ours to want.
+    w.held.insert("webx.http".into(), squatter.clone());
+    let p = w.step();
+    assert_eq!(actions(&p), vec![("web.https".into(), "create")]);
+    assert_eq!(
+        p.collisions,
+        vec![portmapper_core::NameCollision {
+            name: "web.http".into(),
+            held: squatter
+        }]
+    );
+    assert_eq!(
+        p.collisions[0].to_string(),
+        "EndpointSlice web.http already exists (managed by someone-else)"
+    );
+    w.held.clear();
+    let p = w.step();
+    assert!(p.collisions.is_empty());
+    assert_eq!(
+        actions(&p),
+        vec![
+            ("web.http".into(), "create"),
+            ("web.https".into(), "unchanged")
+        ]
+    );
+}
+
+#[test]
+fn a_slice_of_another_owner_at_a_wanted_name_is_a_collision_not_a_write() {
+    let mut w = seed_world();
+    w.step();
+    // Another PortMapping's slice where ours was: the plan wants the name but may not take it.
+    w.slices[0].metadata.owner_references.as_mut().unwrap()[0].uid = "other-pm".into();
+    w.slices[0].metadata.owner_references.as_mut().unwrap()[0].name = "other".into();
+    assert_eq!(w.slices[0].metadata.name.as_deref(), Some("web.http"));
+    let p = w.plan();
+    assert_eq!(actions(&p), vec![("web.https".into(), "unchanged")]);
+    assert!(p.deletions.is_empty(), "never deleted either");
+    assert_eq!(
+        p.collisions
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        vec!["EndpointSlice web.http already exists (owned by PortMapping other)"]
+    );
 }
 
 #[test]
@@ -977,7 +1036,14 @@ fn legacy_endpoints_off_deletes_only_an_owned_object() {
             uid: Some("ep-uid".into())
         })
     );
+    // Labels stripped but still controlled by us: ours (one classifier; the migration steps
+    // repair such an object too), so it goes.
     w.endpoints.as_mut().unwrap().metadata.labels = None;
+    assert_eq!(
+        w.plan().endpoints_deletion.map(|d| d.name),
+        Some("web".into())
+    );
+    w.endpoints.as_mut().unwrap().metadata.owner_references = None;
     assert_eq!(
         w.plan().endpoints_deletion,
         None,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use portmapper_api::PortMapping;
 use serde_json::{Value, json};
 
@@ -224,9 +224,13 @@ async fn stripped_ownership_labels_are_restored_through_the_owner_reference() {
         .await
         .unwrap();
     // The label-selected watch reports the strip as a deletion of the labelled object; its
-    // owner reference leads to the PortMapping, whose claim GET finds the slice still ours.
+    // owner reference leads to the PortMapping, and the watch of slices not managed by us (or a
+    // GET while that watch lags) shows the unlabelled slice still controlled by it: ours, so it
+    // is applied again.
+    // Read by LIST, so that every GET in the log is the operator's.
+    let by_name = ListParams::default().fields("metadata.name=web.http");
     let repaired = eventually("labels and endpoints restored", T, || async {
-        let s = slices.get("web.http").await.ok()?;
+        let s = slices.list(&by_name).await.ok()?.items.pop()?;
         (s.labels().get("endpointslice.kubernetes.io/managed-by")? == "portmapper.dev"
             && s.labels().get("kubernetes.io/service-name")? == "web"
             && s.endpoints.len() == 1)
@@ -234,11 +238,14 @@ async fn stripped_ownership_labels_are_restored_through_the_owner_reference() {
     })
     .await;
     assert!(controller_uid(&repaired).is_some());
-    let claims = h
+    // The slice left our watch without our deleting it: its name is read (GET) until the watch
+    // of slices not ours shows it; nothing else is.
+    let gets = h
         .emu
         .requests()
-        .filter(|r| r.verb == "get" && r.resource == "endpointslices" && r.name == "web.http");
-    assert!(!claims.is_empty(), "repaired through the claim GET");
+        .filter(|r| r.verb == "get" && r.resource == "endpointslices");
+    assert!(!gets.is_empty(), "the name in doubt was read");
+    assert!(gets.iter().all(|r| r.name == "web.http"), "{gets:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -269,8 +276,8 @@ async fn a_name_collision_is_reported_and_clears_soon_after_the_squatter_goes() 
         "{}",
         h.metrics_text()
     );
-    // Nothing of ours watches the squatter, so the PortMapping looks again on its own, well
-    // before its resync.
+    // No resync: the squatter's deletion, seen by the watch of slices not managed by us, wakes
+    // the PortMapping that wants its name.
     slices
         .delete("web.http", &DeleteParams::default())
         .await

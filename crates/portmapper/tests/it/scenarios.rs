@@ -78,7 +78,13 @@ async fn deleting_the_service_withdraws_the_slices() {
         h.slices("web").await.is_empty().then_some(())
     })
     .await;
-    let (_, reason, _) = condition(&h, "web", "Stalled").await.unwrap();
+    // The slices go first, the status after them: wait for it (reading it at once raced).
+    let (_, reason, _) = eventually("ServiceNotFound reported", T, || async {
+        condition(&h, "web", "Stalled")
+            .await
+            .filter(|c| c.1 == "ServiceNotFound")
+    })
+    .await;
     assert_eq!(reason, "ServiceNotFound");
     let status = h.portmapping("web").await.status.unwrap();
     assert!(status.ports.is_empty(), "{:?}", status.ports);

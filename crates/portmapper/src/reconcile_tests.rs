@@ -1,0 +1,383 @@
+//! Reconcile-level tests: `reconcile` against the recording fake API ([`crate::fake_api`]),
+//! with caches filled by hand, asserting the ordered writes and the status synchronously.
+//! Emulator tests (`tests/it`) stay for wiring, faults and failover.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Resource;
+use kube::api::PartialObjectMeta;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::watcher;
+use portmapper_api::PortMapping;
+use serde_json::{Value, json};
+
+use crate::controller::{Context, Settings};
+use crate::fake_api::FakeApi;
+use crate::index::{PodSource, SharedIndex};
+use crate::leader::Leadership;
+use crate::metrics::Metrics;
+
+const NS: &str = "default";
+const SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices";
+const STATUS: &str = "/apis/portmapper.dev/v1alpha1/namespaces/default/portmappings/web/status";
+const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
+
+/// A ready reflector store and its writer.
+fn ready_store<K>(objects: Vec<K>) -> (reflector::Store<K>, Writer<K>)
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+{
+    let (store, mut writer) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for o in objects {
+        writer.apply_watcher_event(&watcher::Event::InitApply(o));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    (store, writer)
+}
+
+fn pm() -> PortMapping {
+    let mut pm = PortMapping::new(
+        "web",
+        serde_json::from_value(json!({
+            "serviceRef": {"name": "web"},
+            "pods": {"key": "app"},
+            "defaultChecks": [{"podReady": {}}],
+        }))
+        .unwrap(),
+    );
+    pm.metadata.namespace = Some(NS.into());
+    pm.metadata.uid = Some("pm-uid".into());
+    pm.metadata.generation = Some(1);
+    pm.metadata.resource_version = Some("1".into());
+    pm
+}
+
+fn service() -> Service {
+    serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": NS, "uid": "svc-uid"},
+        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}], "clusterIP": "10.96.0.10"},
+    }))
+    .unwrap()
+}
+
+fn pod(name: &str, ip: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"),
+                     "labels": {"app": "web"}, "resourceVersion": "5"},
+        "spec": {"nodeName": "node-1", "containers": [{"name": "c", "ports": [{"name": "http", "containerPort": 8080}]}]},
+        "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+                   "conditions": [{"type": "Ready", "status": "True"}]},
+    }))
+    .unwrap()
+}
+
+/// A slice as the API server stores it (what our first publication writes, with a UID).
+fn stored(body: &Value) -> EndpointSlice {
+    let mut slice: EndpointSlice = serde_json::from_value(body.clone()).unwrap();
+    slice.metadata.namespace = Some(NS.into());
+    slice.metadata.uid = Some("slice-uid".into());
+    slice.metadata.resource_version = Some("100".into());
+    slice
+}
+
+/// The operator's context over the fake, with caches the test fills.
+struct World {
+    api: FakeApi,
+    ctx: Arc<Context>,
+    slices: Writer<EndpointSlice>,
+    foreign: Writer<PartialObjectMeta<EndpointSlice>>,
+    _probe_events: portmapper_probe::ProbeEvents,
+}
+
+impl World {
+    fn new(service: Option<Service>, pods: Vec<Pod>) -> Self {
+        let api = FakeApi::default();
+        // The status subresource answers with the whole object, as the API server does.
+        api.respond("PATCH", STATUS, 200, serde_json::to_value(pm()).unwrap());
+        let client = api.client();
+        let index = SharedIndex::default();
+        let metrics = Metrics::new();
+        let (tx, _rx) = futures::channel::mpsc::unbounded();
+        let trigger = crate::watches::Trigger::new(tx, Default::default(), metrics.clone());
+        let pod_watches =
+            crate::pods::PodWatches::new(client.clone(), None, index.clone(), trigger);
+        let source = PodSource::Label("app".into());
+        {
+            let mut idx = index.lock();
+            idx.apply_portmapping(&pm());
+            for p in &pods {
+                idx.apply_pod(&source, Arc::new(p.clone()));
+            }
+        }
+        pod_watches.insert_ready(source);
+        let (prober, probe_events) = crate::probing::start(1, None, &metrics).unwrap();
+        let (slices, slice_writer) = ready_store(Vec::new());
+        let (foreign, foreign_writer) = ready_store(Vec::new());
+        let ctx = Context {
+            recorder: Recorder::new(client.clone(), "portmapper".into()),
+            prober,
+            client,
+            settings: Settings {
+                namespace: None,
+                concurrency: 1,
+                resync: Duration::from_secs(300),
+                node_lookups: false,
+                instance: None,
+                probe_concurrency: 1,
+            },
+            portmappings: ready_store(vec![pm()]).0,
+            services: ready_store(service.into_iter().collect()).0,
+            slices,
+            nodes: None,
+            owned_endpoints: ready_store::<Endpoints>(Vec::new()).0,
+            native_slices: foreign,
+            index,
+            pods: pod_watches,
+            leadership: Leadership::always(),
+            metrics,
+            warned: Default::default(),
+            memos: Default::default(),
+            status_written: Default::default(),
+            backoff: Default::default(),
+            gates_written: Default::default(),
+        };
+        Self {
+            api,
+            ctx: Arc::new(ctx),
+            slices: slice_writer,
+            foreign: foreign_writer,
+            _probe_events: probe_events,
+        }
+    }
+
+    /// A slice event of our label-selected watch: the store, then the index.
+    fn slice_seen(&mut self, slice: EndpointSlice) {
+        self.ctx.index.lock().apply_slice(&slice);
+        self.slices
+            .apply_watcher_event(&watcher::Event::Apply(slice));
+    }
+
+    fn slice_gone(&mut self, slice: EndpointSlice) {
+        self.ctx
+            .index
+            .lock()
+            .delete_slice(&reflector::ObjectRef::from_obj(&slice));
+        self.slices
+            .apply_watcher_event(&watcher::Event::Delete(slice));
+    }
+
+    fn foreign_seen(&mut self, slice: PartialObjectMeta<EndpointSlice>) {
+        self.ctx.index.lock().apply_native_slice(&slice);
+        self.foreign
+            .apply_watcher_event(&watcher::Event::Apply(slice));
+    }
+
+    async fn reconcile(&self) -> Result<kube::runtime::controller::Action, crate::error::Error> {
+        crate::reconcile::reconcile(Arc::new(pm()), self.ctx.clone()).await
+    }
+
+    /// The body of the one request `line` (`METHOD path`).
+    fn body(&self, line: &str) -> Value {
+        let found: Vec<_> = self
+            .api
+            .requests()
+            .into_iter()
+            .filter(|r| r.line() == line)
+            .collect();
+        assert_eq!(found.len(), 1, "{line}: {found:?}");
+        found[0].body.clone()
+    }
+}
+
+/// The condition `type_` of a status body: (status, reason).
+fn condition(status: &Value, type_: &str) -> (String, String) {
+    let c = status["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+        .cloned()
+        .unwrap_or_default();
+    (
+        c["status"].as_str().unwrap_or_default().to_owned(),
+        c["reason"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+#[tokio::test]
+async fn first_publication_applies_the_slice_then_the_status_and_then_writes_nothing() {
+    let mut w = World::new(Some(service()), vec![pod("pod-a", "10.244.0.1")]);
+    w.reconcile().await.unwrap();
+    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    let status = w.body(&format!("PATCH {STATUS}"));
+    let query = &w.api.requests()[0].uri;
+    assert!(
+        query.contains("fieldManager=portmapper.dev") && query.contains("force=true"),
+        "{query}"
+    );
+    assert_eq!(
+        w.api.take_lines(),
+        [
+            format!("PATCH {SLICES}/web.http"),
+            format!("PATCH {STATUS}")
+        ],
+        "no GET before the create, the slice before the status"
+    );
+    assert_eq!(apply["endpoints"][0]["addresses"], json!(["10.244.0.1"]));
+    assert_eq!(
+        apply["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"],
+        "portmapper.dev"
+    );
+    assert_eq!(
+        condition(&status, "Ready"),
+        ("True".into(), "Published".into())
+    );
+    assert_eq!(status["status"]["endpointSlices"], 1);
+
+    // The watch brings our slice (and our status is remembered): converged, zero requests.
+    w.slice_seen(stored(&apply));
+    w.reconcile().await.unwrap();
+    assert_eq!(w.api.take_lines(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_name_held_by_others_is_never_written_and_reported_once() {
+    let mut w = World::new(Some(service()), vec![pod("pod-a", "10.244.0.1")]);
+    let squatter: PartialObjectMeta<EndpointSlice> = serde_json::from_value(json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "web.http", "namespace": NS, "uid": "squatter-uid",
+                     "labels": {"endpointslice.kubernetes.io/managed-by": "someone-else"}},
+    }))
+    .unwrap();
+    w.foreign_seen(squatter);
+    w.reconcile().await.unwrap();
+    let status = w.body(&format!("PATCH {STATUS}"));
+    let event = w.body(&format!("POST {EVENTS}"));
+    assert_eq!(
+        w.api.take_lines(),
+        [format!("POST {EVENTS}"), format!("PATCH {STATUS}")],
+        "no slice write, no GET"
+    );
+    assert_eq!(
+        condition(&status, "Stalled"),
+        ("True".into(), "NameCollision".into())
+    );
+    assert_eq!(event["reason"], "EndpointSliceNameCollision");
+    assert_eq!(
+        event["note"],
+        "EndpointSlice web.http already exists (managed by someone-else)"
+    );
+    assert_eq!(event["related"]["uid"], "squatter-uid");
+    // Again: the same squatter is not news, and the status is unchanged.
+    w.reconcile().await.unwrap();
+    assert_eq!(w.api.take_lines(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_missing_service_takes_the_slices_back_then_reports() {
+    let mut w = World::new(None, vec![pod("pod-a", "10.244.0.1")]);
+    let mut ours = stored(&json!({
+        "metadata": {"name": "web.http", "labels": {
+            "endpointslice.kubernetes.io/managed-by": "portmapper.dev",
+            "kubernetes.io/service-name": "web"},
+            "ownerReferences": [{"apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping",
+                                 "name": "web", "uid": "pm-uid", "controller": true}]},
+        "addressType": "IPv4", "endpoints": [],
+    }));
+    ours.metadata.uid = Some("ours-uid".into());
+    w.slice_seen(ours);
+    w.reconcile().await.unwrap();
+    let delete = w.body(&format!("DELETE {SLICES}/web.http"));
+    let status = w.body(&format!("PATCH {STATUS}"));
+    assert_eq!(
+        w.api.take_lines(),
+        [
+            format!("DELETE {SLICES}/web.http"),
+            format!("PATCH {STATUS}")
+        ]
+    );
+    assert_eq!(delete["preconditions"]["uid"], "ours-uid");
+    assert_eq!(
+        condition(&status, "Ready"),
+        ("False".into(), "ServiceNotFound".into())
+    );
+}
+
+#[tokio::test]
+async fn a_forbidden_write_is_kept_reported_and_backed_off_as_permanent() {
+    let w = World::new(Some(service()), vec![pod("pod-a", "10.244.0.1")]);
+    w.api
+        .fail("PATCH", &format!("{SLICES}/web.http"), 403, "Forbidden");
+    let err = w.reconcile().await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("applying EndpointSlice default/web.http"),
+        "{err}"
+    );
+    let status = w.body(&format!("PATCH {STATUS}"));
+    assert_eq!(
+        w.api.take_lines(),
+        [
+            format!("PATCH {SLICES}/web.http"),
+            format!("PATCH {STATUS}")
+        ],
+        "the status reports what we know before the error policy retries"
+    );
+    assert_eq!(
+        condition(&status, "Ready"),
+        ("False".into(), "ApplyFailed".into())
+    );
+    // A 403 is permanent: the first retry waits ~10 s (not the transient ladder's ~1 s), and a
+    // reconcile inside that window writes nothing.
+    let action = crate::reconcile::error_policy(Arc::new(pm()), &err, w.ctx.clone());
+    let wait = format!("{action:?}");
+    let failure = w
+        .ctx
+        .backoff
+        .remaining(
+            &kube::runtime::reflector::ObjectRef::from_obj(&pm()),
+            Some(1),
+            tokio::time::Instant::now(),
+        )
+        .unwrap_or_default();
+    assert!(failure >= Duration::from_secs(7), "{failure:?} ({wait})");
+    w.reconcile().await.unwrap();
+    assert_eq!(w.api.take_lines(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_slice_relabelled_by_someone_is_read_not_forced_back_while_the_other_watch_lags() {
+    let mut w = World::new(Some(service()), vec![pod("pod-a", "10.244.0.1")]);
+    w.reconcile().await.unwrap();
+    let ours = stored(&w.body(&format!("PATCH {SLICES}/web.http")));
+    w.slice_seen(ours.clone());
+    w.api.take_lines();
+    // Someone relabels it: our label-selected watch says DELETED; the watch of slices not ours
+    // has not delivered the new state yet. The API server has it relabelled.
+    w.slice_gone(ours.clone());
+    let mut relabelled = serde_json::to_value(&ours).unwrap();
+    relabelled["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] =
+        json!("someone-else");
+    w.api
+        .respond("GET", &format!("{SLICES}/web.http"), 200, relabelled);
+    w.reconcile().await.unwrap();
+    let status = w.body(&format!("PATCH {STATUS}"));
+    let lines = w.api.take_lines();
+    assert_eq!(
+        lines,
+        [
+            format!("GET {SLICES}/web.http"),
+            format!("POST {EVENTS}"),
+            format!("PATCH {STATUS}")
+        ],
+        "read, never applied back"
+    );
+    assert_eq!(
+        condition(&status, "Stalled"),
+        ("True".into(), "NameCollision".into())
+    );
+}
