@@ -5,6 +5,7 @@
 
 pub mod check;
 pub mod crd;
+pub mod fields;
 pub mod reference;
 mod selector;
 pub mod spec;
@@ -12,8 +13,9 @@ pub mod status;
 pub mod validate;
 
 pub use check::{Check, CheckKind, LeafCheck};
+pub use fields::KeySource;
 pub use spec::{
-    KeySource, PodPool, PortMapping, PortMappingSpec, PortRule, ProbeSettings, ServiceRef,
+    PodPool, PortMapping, PortMappingSpec, PortRule, ProbeSettings, ServiceRef,
     TerminatingEndpoints, UnlistedPorts,
 };
 pub use status::{ExcludedPod, PortMappingStatus, PortStatus};
