@@ -26,7 +26,8 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::DemoArgs;
-use crate::controller::{self, MANAGED_BY_SELECTOR, Settings};
+use crate::context::Settings;
+use crate::controller::{self, MANAGED_BY_SELECTOR};
 use crate::demo_pods::PodNetwork;
 use crate::error::Error;
 use crate::http::Readiness;

@@ -11,7 +11,7 @@ use portmapper_core::planner::Plan;
 use tracing::{info, warn};
 
 use crate::apply::Writer;
-use crate::controller::Context;
+use crate::context::Context;
 use crate::error::Error;
 use crate::metrics::ResourceLabels;
 use crate::migration::{self, Input, NativeSlice, Step};
@@ -198,7 +198,7 @@ pub async fn converge(
             Step::Warn { reason, note } => {
                 warned.push(reason);
                 if ctx.warn_once(pm_ref, reason) {
-                    crate::reconcile::warn_event(ctx, pm, pm_ref, reason, &note).await;
+                    crate::context::warn_event(ctx, pm, pm_ref, reason, &note).await;
                 }
                 Ok(())
             }

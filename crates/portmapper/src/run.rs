@@ -7,7 +7,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::cli::RunArgs;
-use crate::controller::{self, Settings};
+use crate::context::Settings;
+use crate::controller;
 use crate::error::Error;
 use crate::http::{self, Readiness};
 use crate::leader::{Election, Leadership};
