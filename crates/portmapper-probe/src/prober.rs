@@ -255,16 +255,6 @@ impl Prober {
     pub fn mapping_keys(&self) -> Vec<MappingKey> {
         self.inner.read().keys().cloned().collect()
     }
-
-    /// Targets scheduled, over all PortMappings.
-    pub fn target_count(&self) -> usize {
-        self.inner.read().values().map(HashMap::len).sum()
-    }
-
-    /// Probes in flight right now.
-    pub fn in_flight(&self) -> usize {
-        self.inner.config.concurrency.max(1) - self.inner.permits.available_permits()
-    }
 }
 
 impl Drop for Prober {

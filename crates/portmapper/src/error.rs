@@ -18,15 +18,6 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    /// Encoding an object for a write failed.
-    #[error("encoding {what}: {source}")]
-    Encode {
-        /// What was being encoded.
-        what: String,
-        /// The serialiser error.
-        #[source]
-        source: serde_json::Error,
-    },
     /// A write was attempted while another replica holds the leader Lease.
     #[error("not the leader: writes are disabled on this replica")]
     NotLeader,
@@ -60,7 +51,6 @@ impl Error {
                 kube::Error::Api(_) => "api",
                 _ => "transport",
             },
-            Self::Encode { .. } => "encode",
             Self::MissingMetadata(_) => "invalid_object",
             Self::NotLeader => "not_leader",
         }

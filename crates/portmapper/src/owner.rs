@@ -2,22 +2,6 @@
 
 use kube::Resource;
 use kube::ResourceExt;
-use kube::runtime::reflector::ObjectRef;
-use portmapper_api::PortMapping;
-
-/// The PortMapping that is the controller owner of `obj`, if any.
-pub fn portmapping_owner<K: Resource>(obj: &K) -> Option<ObjectRef<PortMapping>> {
-    let ns = obj.meta().namespace.clone()?;
-    obj.owner_references()
-        .iter()
-        .find(|o| {
-            o.controller == Some(true)
-                && o.kind == "PortMapping"
-                && o.api_version
-                    .starts_with(&format!("{}/", portmapper_api::GROUP))
-        })
-        .map(|o| ObjectRef::new(&o.name).within(&ns))
-}
 
 /// Whether `obj` is controlled by the PortMapping with `uid`.
 pub fn controlled_by<K: Resource>(obj: &K, uid: &str) -> bool {

@@ -93,14 +93,6 @@ impl State {
             Self::Unknown => "?",
         }
     }
-
-    /// Whether the slices publish the pod.
-    pub fn is_published(self) -> bool {
-        matches!(
-            self,
-            Self::Ready | Self::NotReady | Self::Terminating | Self::Kept
-        )
-    }
 }
 
 /// One cell of the matrix.
