@@ -48,7 +48,7 @@ pub struct Context {
     pub services: Store<Service>,
     pub slices: Store<EndpointSlice>,
     pub nodes: Option<Store<PartialObjectMeta<Node>>>,
-    /// Endpoints objects we publish (legacy mirror), found by our managed-by label.
+    /// The legacy Endpoints objects we publish, found by our managed-by label.
     pub owned_endpoints: Store<Endpoints>,
     /// The native controllers' slices (metadata only): evidence for the selector migration.
     pub native_slices: Store<PartialObjectMeta<EndpointSlice>>,
