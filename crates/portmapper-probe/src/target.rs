@@ -97,7 +97,7 @@ impl CheckPosition {
 
 /// Identity of one probe schedule within a PortMapping: (pod, Service port, family, check
 /// position). A pod recreated under the same name has a new uid, hence a new schedule and a
-/// fresh seed.
+/// fresh initial membership.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TargetKey {
     /// Pod name.
@@ -293,7 +293,7 @@ pub struct Target {
     /// Membership before the first probe: `Included` when the pod is published for this port
     /// now (so restarts and leader changes do not flap), else `Excluded`. Only read when the
     /// target is new to the prober.
-    pub seed: Membership,
+    pub initial_membership: Membership,
 }
 
 /// A socket address on a pool pod: the only kind of pod address an executor connects to.
@@ -474,7 +474,7 @@ mod tests {
             position: CheckPosition::top(0),
             check,
             settings: ProbeSettings::default(),
-            seed: Membership::Excluded,
+            initial_membership: Membership::Excluded,
         }
     }
 

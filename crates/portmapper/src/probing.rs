@@ -226,7 +226,7 @@ pub fn targets(
             },
             check,
             settings: pm.spec.probe.clone(),
-            seed,
+            initial_membership: seed,
         });
     }
     out
@@ -596,7 +596,7 @@ mod tests {
                     t.pod.name.clone(),
                     t.port.name.clone(),
                     t.position,
-                    t.seed,
+                    t.initial_membership,
                     t.pod_addr(false).unwrap().socket_addr().to_string(),
                 )
             })

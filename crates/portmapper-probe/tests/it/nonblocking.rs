@@ -37,7 +37,7 @@ async fn hanging_probes_never_delay_a_results_read() {
             );
             t.pod.name = format!("kafka-{i}");
             t.pod.uid = format!("uid-{i}");
-            t.seed = Membership::Included;
+            t.initial_membership = Membership::Included;
             t
         })
         .collect();
