@@ -78,8 +78,13 @@ async fn deleting_the_service_withdraws_the_slices() {
         h.slices("web").await.is_empty().then_some(())
     })
     .await;
-    let (_, reason, _) = condition(&h, "web", "Stalled").await.unwrap();
-    assert_eq!(reason, "ServiceNotFound");
+    // The status is written after the deletions, so the slices can be gone before it is.
+    eventually("Stalled: ServiceNotFound", T, || async {
+        condition(&h, "web", "Stalled")
+            .await
+            .filter(|(_, reason, _)| reason == "ServiceNotFound")
+    })
+    .await;
     let status = h.portmapping("web").await.status.unwrap();
     assert!(status.ports.is_empty(), "{:?}", status.ports);
     assert_eq!(status.endpoint_slices, Some(0));
