@@ -25,8 +25,8 @@ use serde_json::{Value, json};
 
 use crate::error::ApiError;
 use crate::faults::Rule;
+use crate::instance::{Body, Core, ListenerCmd, full};
 use crate::request::Query;
-use crate::server::{Body, Core, ListenerCmd, full};
 
 fn ok(v: Value) -> Response<Body> {
     let mut r = Response::new(full(serde_json::to_vec(&v).unwrap_or_default()));

@@ -10,10 +10,10 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{debug, info};
 
+use crate::instance::Core;
 use crate::meta::{self, str_at};
 use crate::ops::{self, DeleteOpts};
 use crate::registry::{self, GroupResource, ResourceType};
-use crate::server::Core;
 use crate::store::State;
 
 /// Run until shutdown: one pass after every kick (debounced) and at least once a second.
@@ -38,7 +38,7 @@ pub async fn run(core: Arc<Core>, mut shutdown: watch::Receiver<bool>) {
 }
 
 /// One reconciliation pass over everything; returns true if it changed something.
-pub fn pass(st: &mut State, cfg: &crate::server::Config) -> bool {
+pub fn pass(st: &mut State, cfg: &crate::instance::Config) -> bool {
     let mut changed = crds(st, cfg);
     changed |= namespaces(st);
     let pending = std::mem::take(&mut st.gc_pending);
@@ -67,7 +67,7 @@ fn is_established(crd: &Value) -> bool {
         })
 }
 
-fn crds(st: &mut State, cfg: &crate::server::Config) -> bool {
+fn crds(st: &mut State, cfg: &crate::instance::Config) -> bool {
     let mut changed = false;
     let all: Vec<(String, Arc<Value>)> = st
         .objects

@@ -15,9 +15,10 @@ use crate::admin::History;
 use crate::clock::Clock;
 use crate::error::{ApiError, EmuError};
 use crate::faults::{Faults, Rule};
+use crate::instance::{Config, Core};
 use crate::registry::GroupResource;
 use crate::reqlog::RequestLog;
-use crate::server::{self, Config, Core};
+use crate::server;
 use crate::snapshot::Snapshot;
 
 /// Builder for [`Emulator`].

@@ -319,3 +319,27 @@ pub enum EmuError {
     #[error("snapshot: {0}")]
     Snapshot(String),
 }
+
+/// The Status of an injected error (reason and message default by code).
+pub fn injected_status(code: u16, reason: Option<&str>, message: Option<&str>) -> ApiError {
+    let default_reason = match code {
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        409 => "Conflict",
+        429 => "TooManyRequests",
+        500 => "InternalError",
+        503 => "ServiceUnavailable",
+        504 => "Timeout",
+        _ => "",
+    };
+    let msg = message.map(str::to_string).unwrap_or_else(|| match code {
+        429 => "the server has received too many requests and has asked us to try again later (injected)".into(),
+        500 => "Internal error occurred: injected fault".into(),
+        503 => "the server is currently unable to handle the request (injected)".into(),
+        504 => "the server was unable to return a response in the time allotted, but may still be processing the request (injected)".into(),
+        c => format!("injected fault {c}"),
+    });
+    ApiError::new(code, reason.unwrap_or(default_reason), msg)
+}

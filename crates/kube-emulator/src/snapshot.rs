@@ -134,7 +134,7 @@ pub fn load_object(st: &mut State, mut obj: Value) -> Result<Value, ApiError> {
 /// Load every `.yaml`/`.yml`/`.json` file of a path (directory entries sorted).
 pub fn load_path(
     st: &mut State,
-    cfg: &crate::server::Config,
+    cfg: &crate::instance::Config,
     path: &std::path::Path,
 ) -> Result<usize, EmuError> {
     let err = |m: String| EmuError::Load {

@@ -15,11 +15,11 @@ use tracing::debug;
 use crate::clock::Clock;
 use crate::error::ApiError;
 use crate::faults::{Action, DropMode, Rule};
+use crate::instance::{Body, Core};
 use crate::meta;
 use crate::ops::Target;
 use crate::request::Output;
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::server::{Body, Core};
 use crate::store::{EventType, JsonCache, Subscriber, WatchMsg};
 
 /// A parsed watch request.
@@ -174,7 +174,7 @@ pub fn start(core: &Arc<Core>, w: WatchReq) -> Result<Body, ApiError> {
     });
     let mut rx = rx;
     let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
-    Ok(crate::server::boxed_stream(StreamBody::new(stream)))
+    Ok(crate::instance::boxed_stream(StreamBody::new(stream)))
 }
 
 #[derive(Default)]
@@ -343,7 +343,7 @@ async fn run(
 
 fn gone(core: &Core, code: u16) -> ApiError {
     if code != 410 {
-        return crate::server::injected_status(code, None, None);
+        return crate::error::injected_status(code, None, None);
     }
     let st = core.lock();
     ApiError::expired(format!(

@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::spec::KeySource;
+use crate::fields::KeySource;
 
 /// Declares a check struct with the leaf kinds, plus any extra fields, and its kind accessor.
 macro_rules! check_struct {
@@ -94,7 +94,7 @@ pub struct ContainerReadyCheck {
     /// container that declares the Service port's target port; for a numeric target port that no
     /// container declares, the pod is excluded with a reason saying so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 63), regex(pattern = crate::spec::DNS1123_LABEL_PATTERN))]
+    #[schemars(length(min = 1, max = 63), regex(pattern = crate::fields::DNS1123_LABEL_PATTERN))]
     pub container: Option<String>,
 }
 
@@ -119,11 +119,11 @@ pub struct PodConditionCheck {
     /// Condition type, e.g. a readiness gate such as `example.com/broker-joined`.
     #[serde(rename = "type")]
     #[schemars(
-        length(min = 1, max = crate::spec::QUALIFIED_NAME_MAX_LENGTH),
-        regex(pattern = crate::spec::QUALIFIED_NAME_PATTERN)
+        length(min = 1, max = crate::fields::QUALIFIED_NAME_MAX_LENGTH),
+        regex(pattern = crate::fields::QUALIFIED_NAME_PATTERN)
     )]
-    #[x_kube(validation = kube::core::Rule::new(crate::spec::QUALIFIED_NAME_PREFIX_RULE)
-        .message(crate::spec::QUALIFIED_NAME_PREFIX_MESSAGE))]
+    #[x_kube(validation = kube::core::Rule::new(crate::fields::QUALIFIED_NAME_PREFIX_RULE)
+        .message(crate::fields::QUALIFIED_NAME_PREFIX_MESSAGE))]
     pub type_: String,
     /// Required status of that condition. A missing condition never matches. Default: `True`.
     #[serde(default)]
@@ -137,11 +137,11 @@ pub struct PortNamesCheck {
     /// Label or annotation key whose value lists, comma separated, the Service port names the pod
     /// backs (whitespace around names is ignored).
     #[schemars(
-        length(min = 1, max = crate::spec::QUALIFIED_NAME_MAX_LENGTH),
-        regex(pattern = crate::spec::QUALIFIED_NAME_PATTERN)
+        length(min = 1, max = crate::fields::QUALIFIED_NAME_MAX_LENGTH),
+        regex(pattern = crate::fields::QUALIFIED_NAME_PATTERN)
     )]
-    #[x_kube(validation = kube::core::Rule::new(crate::spec::QUALIFIED_NAME_PREFIX_RULE)
-        .message(crate::spec::QUALIFIED_NAME_PREFIX_MESSAGE))]
+    #[x_kube(validation = kube::core::Rule::new(crate::fields::QUALIFIED_NAME_PREFIX_RULE)
+        .message(crate::fields::QUALIFIED_NAME_PREFIX_MESSAGE))]
     pub key: String,
     /// Where to read `key`. Default `Annotation`, because label values cannot contain commas.
     #[serde(default = "KeySource::annotation")]
@@ -190,8 +190,8 @@ pub struct HttpGetCheck {
     #[schemars(extend(
         "minimum" = 1,
         "maximum" = 65535,
-        "maxLength" = crate::spec::IANA_SVC_NAME_MAX_LENGTH,
-        "pattern" = crate::spec::IANA_SVC_NAME_PATTERN
+        "maxLength" = crate::fields::IANA_SVC_NAME_MAX_LENGTH,
+        "pattern" = crate::fields::IANA_SVC_NAME_PATTERN
     ))]
     pub port: Option<IntOrString>,
     /// `HTTP` (default) or `HTTPS`.
@@ -217,8 +217,8 @@ pub struct TcpSocketCheck {
     #[schemars(extend(
         "minimum" = 1,
         "maximum" = 65535,
-        "maxLength" = crate::spec::IANA_SVC_NAME_MAX_LENGTH,
-        "pattern" = crate::spec::IANA_SVC_NAME_PATTERN
+        "maxLength" = crate::fields::IANA_SVC_NAME_MAX_LENGTH,
+        "pattern" = crate::fields::IANA_SVC_NAME_PATTERN
     ))]
     pub port: Option<IntOrString>,
     /// Overrides `spec.probe.timeoutSeconds` for this check.
@@ -237,8 +237,8 @@ pub struct GrpcCheck {
     #[schemars(extend(
         "minimum" = 1,
         "maximum" = 65535,
-        "maxLength" = crate::spec::IANA_SVC_NAME_MAX_LENGTH,
-        "pattern" = crate::spec::IANA_SVC_NAME_PATTERN
+        "maxLength" = crate::fields::IANA_SVC_NAME_MAX_LENGTH,
+        "pattern" = crate::fields::IANA_SVC_NAME_PATTERN
     ))]
     pub port: Option<IntOrString>,
     /// Service name sent in the `HealthCheckRequest`. Default: empty (the server's overall health).

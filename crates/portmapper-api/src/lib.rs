@@ -5,6 +5,7 @@
 
 pub mod check;
 pub mod crd;
+pub mod fields;
 pub mod network_key;
 pub mod reference;
 mod selector;
@@ -13,10 +14,11 @@ pub mod status;
 pub mod validate;
 
 pub use check::{Check, CheckKind, LeafCheck};
+pub use fields::KeySource;
 pub use network_key::{CheckPosition, IpFamily, NetworkKey};
 pub use spec::{
-    DEFAULT_GATE_CONDITION_TYPE, KeySource, PodPool, PortMapping, PortMappingSpec, PortRule,
-    ProbeSettings, ReadinessGate, ServiceRef, TerminatingEndpoints, UnlistedPorts,
+    DEFAULT_GATE_CONDITION_TYPE, PodPool, PortMapping, PortMappingSpec, PortRule, ProbeSettings,
+    ReadinessGate, ServiceRef, TerminatingEndpoints, UnlistedPorts,
 };
 pub use status::{ExcludedPod, PortMappingStatus, PortStatus};
 

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{
+use crate::fields::{
     LABEL_VALUE_MAX_LENGTH, LABEL_VALUE_PATTERN, QUALIFIED_NAME_MAX_LENGTH, QUALIFIED_NAME_PATTERN,
     QUALIFIED_NAME_PREFIX_MESSAGE, QUALIFIED_NAME_PREFIX_RULE, SELECTOR_MAX_ENTRIES,
 };

@@ -12,7 +12,8 @@ use kube_validation::field::{FieldError, FieldPath};
 use kube_validation::names;
 
 use crate::check::{Check, CheckKind, LeafCheck};
-use crate::spec::{KeySource, PortMappingSpec, ProbeSettings};
+use crate::fields::KeySource;
+use crate::spec::{PortMappingSpec, ProbeSettings};
 
 /// Every problem in `spec`, in field order. Empty means valid.
 pub fn validate_spec(spec: &PortMappingSpec) -> Vec<FieldError> {

@@ -8,7 +8,7 @@
 //!    `httpGet` and `httpGet` over HTTPS.
 //!
 //! Every pod has its own loopback IP (127.1.x.y) and one listener per port. A round is one
-//! `set_targets` of fresh targets (seeded `Excluded`, so probed at once with no jitter) until
+//! `set_targets` of fresh targets (starting `Excluded`, so probed at once with no jitter) until
 //! every target has one result.
 
 // A bench binary: a failed setup step should stop it with its message.
@@ -139,7 +139,7 @@ fn target(round: usize, index: usize, addr: SocketAddr, check: NetworkCheck) -> 
             success_threshold: 1,
             failure_threshold: 3,
         },
-        seed: Membership::Excluded,
+        initial_membership: Membership::Excluded,
     }
 }
 

@@ -14,10 +14,10 @@ pub(crate) struct Damper {
 }
 
 impl Damper {
-    /// Starts at `seed` with no results counted.
-    pub(crate) fn new(seed: Membership, success_threshold: u32, failure_threshold: u32) -> Self {
+    /// Starts at `initial` with no results counted.
+    pub(crate) fn new(initial: Membership, success_threshold: u32, failure_threshold: u32) -> Self {
         Self {
-            membership: seed,
+            membership: initial,
             successes: 0,
             failures: 0,
             success_threshold: success_threshold.max(1),
@@ -114,7 +114,11 @@ mod tests {
         // Zero means one: a single result flips, never "already flipped before any result".
         let mut d = Damper::new(Membership::Included, 0, 0);
         assert_eq!(d, Damper::new(Membership::Included, 1, 1));
-        assert_eq!(d.membership(), Membership::Included, "the seed holds");
+        assert_eq!(
+            d.membership(),
+            Membership::Included,
+            "the initial membership holds"
+        );
         assert!(!d.observe(Include));
         assert!(d.observe(Exclude));
         assert_eq!(d.membership(), Membership::Excluded);

@@ -39,7 +39,7 @@
 //!
 //! A target's membership flips to included after `successThreshold` consecutive Include
 //! results and to excluded after `failureThreshold` consecutive Exclude results. Abstain
-//! neither counts nor breaks a streak. A new target starts from the caller's seed (published
+//! neither counts nor breaks a streak. A new target starts from the caller's initial membership (published
 //! now → included), so a restart or leader change neither flaps nor empties anything.
 //!
 //! # Safety

@@ -36,8 +36,8 @@ pub const DEFAULT_CONCURRENCY: usize = 128;
 pub struct ProberConfig {
     /// Most probes in flight at once, over all PortMappings.
     pub concurrency: usize,
-    /// Spread the first probe of targets seeded `Included` over one period, so a restart does
-    /// not probe every published pod at once. Targets seeded `Excluded` (new pods) probe at
+    /// Spread the first probe of targets starting `Included` over one period, so a restart does
+    /// not probe every published pod at once. Targets starting `Excluded` (new pods) probe at
     /// once so they are included without waiting.
     pub start_jitter: bool,
 }
@@ -68,7 +68,7 @@ pub struct TargetResult {
     /// The damped membership: what the reconcile should apply.
     pub membership: Membership,
     /// Why the target has this membership: the reason of the latest result that agreed with
-    /// it, or the seed's reason before any did. Meant for PortMapping status.
+    /// it, or the initial membership's reason before any did. Meant for PortMapping status.
     pub reason: String,
     /// The latest probe result, whatever it said.
     pub last: Option<ProbeResult>,
@@ -157,7 +157,7 @@ impl Prober {
     /// Targets whose [`NetworkKey`] was already known keep their schedule, membership and
     /// streaks; their definition (check, pod facts, thresholds) is updated in place and used
     /// from the next probe, and only a changed `periodSeconds` restarts their schedule. New
-    /// targets start from their `seed`. Targets no longer listed are cancelled at once, probe
+    /// targets start from their `initial_membership`. Targets no longer listed are cancelled at once, probe
     /// in flight included. An empty list forgets the PortMapping.
     pub fn set_targets(&self, mapping: &MappingKey, targets: impl IntoIterator<Item = Target>) {
         let inner = &self.inner;
@@ -191,19 +191,19 @@ impl Prober {
                     entry
                 }
                 None => {
-                    let seed = target.seed;
+                    let initial = target.initial_membership;
                     let generation = inner.next_generation();
-                    let delay = inner.first_delay(mapping, &key, seed, period);
+                    let delay = inner.first_delay(mapping, &key, initial, period);
                     let worker = inner.spawn_worker(mapping, &key, generation, period, delay);
-                    let damper = Damper::new(seed, success, failure);
+                    let damper = Damper::new(initial, success, failure);
                     Entry {
                         target: Arc::new(target),
                         generation,
                         period,
                         worker,
                         result: TargetResult {
-                            membership: seed,
-                            reason: match seed {
+                            membership: initial,
+                            reason: match initial {
                                 Membership::Included => "published before the first probe".into(),
                                 Membership::Excluded => "not probed yet".into(),
                             },
@@ -256,16 +256,6 @@ impl Prober {
     pub fn mapping_keys(&self) -> Vec<MappingKey> {
         self.inner.read().keys().cloned().collect()
     }
-
-    /// Targets scheduled, over all PortMappings.
-    pub fn target_count(&self) -> usize {
-        self.inner.read().values().map(HashMap::len).sum()
-    }
-
-    /// Probes in flight right now.
-    pub fn in_flight(&self) -> usize {
-        self.inner.config.concurrency.max(1) - self.inner.permits.available_permits()
-    }
 }
 
 impl Drop for Prober {
@@ -298,10 +288,10 @@ impl Inner {
         &self,
         mapping: &MappingKey,
         key: &NetworkKey,
-        seed: Membership,
+        initial: Membership,
         period: Duration,
     ) -> Duration {
-        if !self.config.start_jitter || seed == Membership::Excluded {
+        if !self.config.start_jitter || initial == Membership::Excluded {
             return Duration::ZERO;
         }
         let hash = self.jitter.hash_one((mapping, key));

@@ -203,7 +203,7 @@ pub struct Target {
     /// Membership before the first probe: `Included` when the pod is published for this port
     /// now (so restarts and leader changes do not flap), else `Excluded`. Only read when the
     /// target is new to the prober.
-    pub seed: Membership,
+    pub initial_membership: Membership,
 }
 
 /// A socket address on a pool pod: the only kind of pod address an executor connects to.
@@ -381,7 +381,7 @@ mod tests {
             position: CheckPosition::top(0),
             check,
             settings: ProbeSettings::default(),
-            seed: Membership::Excluded,
+            initial_membership: Membership::Excluded,
         }
     }
 

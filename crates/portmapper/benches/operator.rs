@@ -14,7 +14,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, CustomResourceExt};
-use portmapper::controller::{self, Settings};
+use portmapper::context::Settings;
+use portmapper::controller;
 use portmapper::http::Readiness;
 use portmapper::leader::Leadership;
 use portmapper::metrics::Metrics;

@@ -82,10 +82,7 @@ impl Class {
             }
             // Connection refused or reset, timeouts, a body cut short.
             Error::Kube { .. } => Self::Transient,
-            Error::Config(_)
-            | Error::Leader(_)
-            | Error::Encode { .. }
-            | Error::MissingMetadata(_) => Self::Permanent,
+            Error::Config(_) | Error::Leader(_) | Error::MissingMetadata(_) => Self::Permanent,
         })
     }
 

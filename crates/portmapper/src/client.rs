@@ -19,7 +19,7 @@ use tower::buffer::BufferLayer;
 use tower::retry::{Policy, RetryLayer};
 use tower::{BoxError, Layer, Service};
 
-use crate::error::Error;
+use crate::error::{Error, WriteRefused};
 use crate::leader::Leadership;
 
 /// `portmapper/<version>`, with the replica's identity as a comment when there is one, so the
@@ -150,26 +150,6 @@ impl<Res> Policy<Request<Body>, Response<Res>, BoxError> for ShortRetry {
         *clone.extensions_mut() = req.extensions().clone();
         Some(clone)
     }
-}
-
-/// The error a refused write fails with (turned into [`Error::NotLeader`] by [`Error::kube`]).
-#[derive(Debug, thiserror::Error)]
-#[error("write refused: this replica's leadership deadline has passed")]
-pub struct WriteRefused;
-
-/// Whether a client error is the gate refusing a write.
-pub fn is_refused(err: &kube::Error) -> bool {
-    let kube::Error::Service(source) = err else {
-        return false;
-    };
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
-    while let Some(e) = cause {
-        if e.is::<WriteRefused>() {
-            return true;
-        }
-        cause = e.source();
-    }
-    false
 }
 
 /// Refuses every request but GET (get, list, watch) unless leadership is held at that instant.

@@ -25,14 +25,29 @@ use serde_json::{Value, json};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::DemoArgs;
-use crate::controller::{self, MANAGED_BY_SELECTOR, Settings};
+use crate::context::Settings;
+use crate::controller::{self, MANAGED_BY_SELECTOR};
 use crate::demo_pods::PodNetwork;
 use crate::error::Error;
 use crate::http::Readiness;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::probing::CustomExecutor;
+
+/// What `portmapper demo` needs (built from its flags by the command line, `cli.rs`).
+#[derive(Debug, Clone)]
+pub struct DemoConfig {
+    /// Stop after this long (None: run until Ctrl-C).
+    pub duration: Option<Duration>,
+    /// Directory of manifests to apply (the built-in copy of examples/demo when absent).
+    pub manifests: PathBuf,
+    /// Where to write the kubeconfig of the embedded API server (None: a temporary file).
+    pub kubeconfig: Option<PathBuf>,
+    /// Act out a user's kubectl session and show the effect.
+    pub tour: bool,
+    /// Where the logs go (shown at the start; the subscriber is installed by the caller).
+    pub log_path: PathBuf,
+}
 
 /// Lines the demo has printed: the live table is redrawn in place only when nothing was printed
 /// below it since it was drawn.
@@ -77,10 +92,10 @@ const EMBEDDED: [(&str, &str); 3] = [
 ];
 
 /// Runs the demo until `--duration` passes or Ctrl-C.
-pub async fn run(args: DemoArgs) -> Result<(), Error> {
+pub async fn run(config: DemoConfig) -> Result<(), Error> {
     let started = Instant::now();
     let mut builder = kube_emulator::Emulator::builder();
-    if let Some(path) = &args.kubeconfig {
+    if let Some(path) = &config.kubeconfig {
         builder = builder.kubeconfig(path.clone());
     }
     let emu = builder
@@ -94,7 +109,7 @@ pub async fn run(args: DemoArgs) -> Result<(), Error> {
     say!("portmapper demo: embedded API server on {}", emu.url());
     say!("  export KUBECONFIG={kubeconfig}");
     say!("  kubectl get pm,endpointslices");
-    say!("  logs: {}", args.log_path().display());
+    say!("  logs: {}", config.log_path.display());
     let pod_network = match PodNetwork::create() {
         Ok(network) => {
             say!(
@@ -111,7 +126,7 @@ pub async fn run(args: DemoArgs) -> Result<(), Error> {
     };
 
     install_crd(&client).await?;
-    let manifests = load_manifests(&args.manifests)?;
+    let manifests = load_manifests(&config.manifests)?;
     for doc in &manifests {
         match &pod_network {
             Some(_) => apply(&client, &with_http_checks(doc)).await?,
@@ -121,7 +136,7 @@ pub async fn run(args: DemoArgs) -> Result<(), Error> {
     say!(
         "applied {} objects from {}",
         manifests.len(),
-        source_name(&args.manifests)
+        source_name(&config.manifests)
     );
 
     let shutdown = CancellationToken::new();
@@ -159,14 +174,14 @@ pub async fn run(args: DemoArgs) -> Result<(), Error> {
         shutdown.clone(),
     ));
 
-    if args.tour {
+    if config.tour {
         tour(&client, &view, pod_network.as_deref()).await?;
     } else {
         say!("try: kubectl annotate pod pod-a example.com/ports=http,https --overwrite");
     }
     let until = async {
-        match args.duration {
-            Some(secs) => tokio::time::sleep(Duration::from_secs(secs)).await,
+        match config.duration {
+            Some(duration) => tokio::time::sleep(duration).await,
             None => {
                 let _ = tokio::signal::ctrl_c().await;
             }

@@ -18,8 +18,8 @@ pub fn main(program: &str) -> ExitCode {
     };
     let telemetry = match &cli.command {
         #[cfg(feature = "demo")]
-        Command::Demo(args) => crate::telemetry::init_to_file(&cli.log, &args.log_path()),
-        _ => crate::telemetry::init(&cli.log),
+        Command::Demo(args) => crate::telemetry::init_to_file(&cli.log.config(), &args.log_path()),
+        _ => crate::telemetry::init(&cli.log.config()),
     };
     if let Err(err) = telemetry {
         eprintln!("{program}: {err}");
@@ -33,11 +33,13 @@ pub fn main(program: &str) -> ExitCode {
             }
             Err(err) => Err(crate::error::Error::Config(err.to_string())),
         },
-        Command::Run(args) => runtime().and_then(|rt| rt.block_on(crate::run::run(args))),
+        Command::Run(args) => runtime().and_then(|rt| rt.block_on(crate::run::run(args.config()))),
         #[cfg(feature = "demo")]
-        Command::Demo(args) => runtime().and_then(|rt| rt.block_on(crate::demo::run(args))),
-        Command::Render(args) => return crate::render::main(&args),
-        Command::Status(args) => return crate::status_view::main(args, program),
+        Command::Demo(args) => {
+            runtime().and_then(|rt| rt.block_on(crate::demo::run(args.config())))
+        }
+        Command::Render(args) => return crate::render::main(&args.options()),
+        Command::Status(args) => return crate::status_view::main(args.options(), program),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -18,15 +18,6 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    /// Encoding an object for a write failed.
-    #[error("encoding {what}: {source}")]
-    Encode {
-        /// What was being encoded.
-        what: String,
-        /// The serialiser error.
-        #[source]
-        source: serde_json::Error,
-    },
     /// A write was attempted while another replica holds the leader Lease.
     #[error("not the leader: writes are disabled on this replica")]
     NotLeader,
@@ -39,7 +30,7 @@ impl Error {
     /// Wraps a client error with what we were doing.
     pub fn kube(action: impl Into<String>, source: kube::Error) -> Self {
         // The client's write gate refused it: this replica's leadership deadline passed.
-        if crate::client::is_refused(&source) {
+        if is_refused(&source) {
             return Self::NotLeader;
         }
         Self::Kube {
@@ -60,9 +51,29 @@ impl Error {
                 kube::Error::Api(_) => "api",
                 _ => "transport",
             },
-            Self::Encode { .. } => "encode",
             Self::MissingMetadata(_) => "invalid_object",
             Self::NotLeader => "not_leader",
         }
     }
+}
+
+/// The error a refused write fails with (turned into [`Error::NotLeader`] by [`Error::kube`]; the
+/// write gate of [`crate::client`] returns it).
+#[derive(Debug, thiserror::Error)]
+#[error("write refused: this replica's leadership deadline has passed")]
+pub struct WriteRefused;
+
+/// Whether a client error is the gate refusing a write.
+pub fn is_refused(err: &kube::Error) -> bool {
+    let kube::Error::Service(source) = err else {
+        return false;
+    };
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
+    while let Some(e) = cause {
+        if e.is::<WriteRefused>() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }

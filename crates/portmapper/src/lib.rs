@@ -5,6 +5,7 @@ pub mod backoff;
 pub mod cli;
 pub mod client;
 pub mod conditions;
+pub mod context;
 pub mod controller;
 #[cfg(feature = "demo")]
 pub mod demo;

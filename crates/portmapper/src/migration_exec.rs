@@ -13,7 +13,7 @@ use tracing::{info, warn};
 use portmapper_core::EventReason;
 
 use crate::apply::Writer;
-use crate::controller::Context;
+use crate::context::Context;
 use crate::error::Error;
 use crate::metrics::ResourceLabels;
 use crate::migration::{self, Input, NativeSlice, Step};
@@ -200,7 +200,7 @@ pub async fn converge(
             Step::Warn { reason, note } => {
                 warned.push(reason);
                 if ctx.warn_once(pm_ref, reason.as_str()) {
-                    crate::reconcile::warn_event(ctx, pm, pm_ref, reason, &note).await;
+                    crate::context::warn_event(ctx, pm, pm_ref, reason, &note).await;
                 }
                 Ok(())
             }

@@ -198,7 +198,7 @@ pub fn lookup_targets(
             position: key.position,
             check,
             settings: pm.spec.probe.clone(),
-            seed: if lookup.published {
+            initial_membership: if lookup.published {
                 Membership::Included
             } else {
                 Membership::Excluded
@@ -529,7 +529,7 @@ mod tests {
                     t.pod.name.clone(),
                     t.port.name.clone(),
                     t.position,
-                    t.seed,
+                    t.initial_membership,
                     t.pod_addr(false).unwrap().socket_addr().to_string(),
                 )
             })

@@ -8,10 +8,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
 use portmapper_api::status::condition_types as ct;
 use portmapper_api::{PortMapping, PortMappingStatus};
 use portmapper_core::EventReason;
@@ -20,7 +19,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::apply::Writer;
 use crate::conditions::{self, Desired};
-use crate::controller::{self, Context};
+use crate::context::{self, Context, publish_warning, warn_event};
 use crate::error::Error;
 use crate::index::PodSource;
 use crate::metrics::ServiceLabels;
@@ -63,7 +62,7 @@ pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
-    controller::record(&ctx.metrics, &result);
+    context::record(&ctx.metrics, &result);
     if result.is_ok()
         && let Some(failures) = ctx.backoff.succeeded(&pm_ref)
     {
@@ -852,53 +851,6 @@ fn record_gauges(
         &per_port,
         i64::from(slice_count(plan)),
     );
-}
-
-pub(crate) async fn warn_event(
-    ctx: &Context,
-    pm: &PortMapping,
-    pm_ref: &ObjectRef<PortMapping>,
-    reason: EventReason,
-    note: &str,
-) {
-    publish_warning(ctx, pm, pm_ref, reason, note, None).await;
-}
-
-/// A Warning Event about `pm`, with `related` as its secondary object.
-async fn publish_warning(
-    ctx: &Context,
-    pm: &PortMapping,
-    pm_ref: &ObjectRef<PortMapping>,
-    reason: EventReason,
-    note: &str,
-    related: Option<ObjectReference>,
-) {
-    let event = Event {
-        type_: EventType::Warning,
-        reason: reason.to_string(),
-        note: Some(truncate_note(note)),
-        action: "Reconcile".to_string(),
-        secondary: related,
-    };
-    if !ctx.leadership.is_leader() {
-        return;
-    }
-    if let Err(err) = ctx.recorder.publish(&event, &pm.object_ref(&())).await {
-        warn!(portmapping = %pm_ref, reason = reason.as_str(), error = %err, "publishing a Warning event failed");
-    } else {
-        ctx.metrics.write("create", "events");
-    }
-}
-
-fn truncate_note(note: &str) -> String {
-    if note.len() <= 1000 {
-        return note.to_string();
-    }
-    let mut end = 997;
-    while !note.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &note[..end])
 }
 
 async fn write_status(

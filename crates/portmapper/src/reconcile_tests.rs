@@ -15,7 +15,7 @@ use kube::runtime::watcher;
 use portmapper_api::PortMapping;
 use serde_json::{Value, json};
 
-use crate::controller::{Context, Settings};
+use crate::context::{Context, Settings};
 use crate::fake_api::FakeApi;
 use crate::index::{PodSource, SharedIndex};
 use crate::leader::Leadership;

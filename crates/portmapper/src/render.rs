@@ -16,7 +16,6 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, ValueEnum};
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -31,26 +30,21 @@ use crate::conditions::{self, Desired};
 use crate::report;
 pub use input::{InputError, Loaded, Object, Source};
 
-/// `portmapper render`.
-#[derive(Debug, Args, Clone)]
-pub struct RenderArgs {
+/// What `portmapper render` reads and prints (built from its flags by the command line, `cli.rs`).
+#[derive(Debug, Clone)]
+pub struct RenderOptions {
     /// Manifest files or directories (read recursively: *.yaml, *.yml, *.json); `-` is stdin.
-    #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
     pub filenames: Vec<PathBuf>,
-    /// The result every network check (httpGet, tcpSocket, grpc, webhook) is assumed to give:
-    /// render never probes.
-    #[arg(long, value_enum, default_value_t = Assume::Abstain)]
+    /// The result every network check is assumed to give: render never probes.
     pub assume: Assume,
     /// Output format.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Yaml)]
     pub output: Format,
     /// Namespace of objects that name none (as kubectl's current namespace would).
-    #[arg(short = 'n', long, default_value = "default")]
     pub namespace: String,
 }
 
 /// The assumed outcome of network checks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Assume {
     /// Every network check includes the pod.
     Include,
@@ -85,7 +79,7 @@ impl Assume {
 }
 
 /// Output formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     /// Multi-document YAML: the objects, then the PortMapping with its status.
     Yaml,
@@ -149,10 +143,10 @@ pub struct Rendered {
 }
 
 /// The binary's entry point: prints the preview to stdout, errors to stderr.
-pub fn main(args: &RenderArgs) -> ExitCode {
+pub fn main(options: &RenderOptions) -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    match run(args, &mut out) {
+    match run(options, &mut out) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             let mut stderr = std::io::stderr();
@@ -164,10 +158,11 @@ pub fn main(args: &RenderArgs) -> ExitCode {
 }
 
 /// Reads the manifests, renders and writes the chosen format.
-pub fn run(args: &RenderArgs, out: &mut dyn Write) -> Result<(), RenderError> {
-    let loaded = input::load(&args.filenames).map_err(RenderError::Input)?;
-    let rendered = render(loaded, args.assume, &args.namespace).map_err(RenderError::Input)?;
-    let text = match args.output {
+pub fn run(options: &RenderOptions, out: &mut dyn Write) -> Result<(), RenderError> {
+    let loaded = input::load(&options.filenames).map_err(RenderError::Input)?;
+    let rendered =
+        render(loaded, options.assume, &options.namespace).map_err(RenderError::Input)?;
+    let text = match options.output {
         Format::Yaml => output::yaml(&rendered)?,
         Format::Table => output::table(&rendered),
     };

@@ -1,32 +1,45 @@
 //! `portmapper run`: connect, elect, serve health and metrics, reconcile until SIGTERM.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use crate::cli::RunArgs;
-use crate::controller::{self, Settings};
+use crate::context::Settings;
+use crate::controller;
 use crate::error::Error;
 use crate::http::{self, Readiness};
-use crate::leader::{Election, Leadership};
+use crate::leader::{Election, LeaderConfig, Leadership};
 use crate::metrics::Metrics;
+use crate::watch_health::WatchPolicy;
+
+/// What `portmapper run` needs (built from its flags by the command line, `cli.rs`).
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Kubeconfig to use instead of the in-cluster config or `$KUBECONFIG`.
+    pub kubeconfig: Option<PathBuf>,
+    /// Address of the HTTP server for `/metrics`, `/healthz` and `/readyz`.
+    pub http_addr: SocketAddr,
+    /// The election; None: this process always writes.
+    pub leader: Option<LeaderConfig>,
+    /// How watches retry and when one counts as stalled.
+    pub watch_policy: WatchPolicy,
+    /// The controller's settings; `instance` is also the User-Agent's identity.
+    pub settings: Settings,
+}
 
 /// Runs the operator until SIGINT/SIGTERM.
-pub async fn run(args: RunArgs) -> Result<(), Error> {
-    let config = kube_config(&args).await?;
-    let leader = args.leader.leader_elect.then(|| args.leader.config());
-    let identity = leader
-        .as_ref()
-        .map(|l| l.identity.clone())
-        .or_else(|| args.leader.identity.clone());
-    let user_agent = crate::client::user_agent(identity.as_deref());
+pub async fn run(run: RunConfig) -> Result<(), Error> {
+    let config = kube_config(run.kubeconfig.as_deref()).await?;
+    let user_agent = crate::client::user_agent(run.settings.instance.as_deref());
     let metrics = Metrics::new();
-    let readiness = Readiness::new(args.watch_policy());
+    let readiness = Readiness::new(run.watch_policy);
     let shutdown = CancellationToken::new();
 
-    let listener = http::bind(args.http_addr).await?;
+    let listener = http::bind(run.http_addr).await?;
     let server = tokio::spawn(http::serve(
         listener,
         metrics.clone(),
@@ -36,7 +49,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
 
     // The Lease is renewed through a client without the write gate (the renewal is what moves
     // the gate's deadline); everything else goes through the gated one.
-    let election = match leader {
+    let election = match run.leader {
         Some(leader) => {
             Some(Election::start(crate::client::plain(config.clone(), &user_agent)?, leader).await?)
         }
@@ -62,18 +75,9 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         signals.cancel();
     });
 
-    let settings = Settings {
-        namespace: args.watch_namespace.clone(),
-        concurrency: args.concurrency,
-        resync: args.resync(),
-        node_lookups: args.node_lookups,
-        instance: identity,
-        probe_concurrency: usize::try_from(args.probe_concurrency)
-            .unwrap_or(portmapper_probe::DEFAULT_CONCURRENCY),
-    };
     let result = controller::run(
         client,
-        settings,
+        run.settings,
         leadership,
         metrics,
         readiness,
@@ -88,8 +92,8 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     result
 }
 
-async fn kube_config(args: &RunArgs) -> Result<Config, Error> {
-    match &args.kubeconfig {
+async fn kube_config(kubeconfig: Option<&std::path::Path>) -> Result<Config, Error> {
+    match kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path).map_err(|e| {
                 Error::Config(format!("reading kubeconfig {}: {e}", path.display()))

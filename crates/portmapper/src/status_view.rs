@@ -17,7 +17,6 @@ pub mod print;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
@@ -34,30 +33,25 @@ pub(crate) const SERVICE_NAME: &str = "kubernetes.io/service-name";
 /// `schema` of the JSON output; bumped on any incompatible change of its shape.
 pub const JSON_SCHEMA: &str = "portmapper.dev/status/v1";
 
-/// `portmapper status`.
-#[derive(Debug, Args, Clone)]
-pub struct StatusArgs {
+/// What `portmapper status` shows (built from its flags by the command line, `cli.rs`).
+#[derive(Debug, Clone)]
+pub struct StatusOptions {
     /// The PortMapping.
     pub name: String,
-    /// Namespace (default: the kubeconfig context's namespace, else `default`).
-    #[arg(short = 'n', long)]
+    /// Namespace (None: the kubeconfig context's namespace, else `default`).
     pub namespace: Option<String>,
-    /// Print again on every change of the PortMapping, its Service or its slices, until Ctrl-C.
-    #[arg(short = 'w', long)]
+    /// Print again on every change of the PortMapping, its Service or its slices.
     pub watch: bool,
-    /// Output format (`json` with `--watch`: one document per line).
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
+    /// Output format.
     pub output: Output,
-    /// Kubeconfig file (default: `$KUBECONFIG`, else `~/.kube/config`, else in-cluster).
-    #[arg(long)]
+    /// Kubeconfig file (None: `$KUBECONFIG`, else `~/.kube/config`, else in-cluster).
     pub kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context to use (default: the current context).
-    #[arg(long)]
+    /// Kubeconfig context (None: the current context).
     pub context: Option<String>,
 }
 
 /// Output formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Output {
     /// One matrix per IP family, reasons below it.
     Table,
@@ -98,14 +92,6 @@ impl State {
             Self::NotCandidate => "-",
             Self::Unknown => "?",
         }
-    }
-
-    /// Whether the slices publish the pod.
-    pub fn is_published(self) -> bool {
-        matches!(
-            self,
-            Self::Ready | Self::NotReady | Self::Terminating | Self::Kept
-        )
     }
 }
 

@@ -45,20 +45,6 @@ impl Writes {
         }
         m
     }
-
-    /// Operator writes per resource (`endpointslices`, `portmappings/status`, …).
-    pub fn operator_by_resource(&self) -> BTreeMap<String, usize> {
-        let mut m = BTreeMap::new();
-        for w in self.0.iter().filter(|w| w.client == OPERATOR) {
-            let key = if w.subresource.is_empty() {
-                w.resource.clone()
-            } else {
-                format!("{}/{}", w.resource, w.subresource)
-            };
-            *m.entry(key).or_insert(0) += 1;
-        }
-        m
-    }
 }
 
 async fn call(client: &Client, method: &str, path: &str) -> Result<String, Error> {

@@ -454,8 +454,3 @@ fn deletion(meta: &ObjectMeta) -> Deletion {
         uid: meta.uid.clone(),
     }
 }
-
-/// The owner reference the planner puts on every object it renders for this PortMapping.
-pub fn planned_owner_reference(name: &str, uid: &str) -> OwnerReference {
-    owner_reference(name, uid)
-}

@@ -299,11 +299,6 @@ impl Plan {
             + usize::from(self.endpoints_deletion.is_some())
             + self.pod_gates.len()
     }
-
-    /// Whether everything is already as desired.
-    pub fn is_converged(&self) -> bool {
-        self.writes() == 0
-    }
 }
 
 /// Why no plan could be made. Nothing must be written then.

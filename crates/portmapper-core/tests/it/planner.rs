@@ -94,7 +94,7 @@ fn converged_plan_issues_no_writes() {
     let mut w = seed_world();
     w.step();
     let again = w.plan();
-    assert!(again.is_converged(), "{:?}", actions(&again));
+    assert_eq!(again.writes(), 0, "{:?}", actions(&again));
     assert_eq!(
         actions(&again),
         vec![
@@ -591,7 +591,7 @@ fn abstain_keeps_what_is_published_and_publishes_nothing_new() {
     // does not list them as kept, so a restart does not rewrite it twice within a period.
     w.network = Default::default();
     let p = w.plan();
-    assert!(p.is_converged());
+    assert_eq!(p.writes(), 0);
     assert_eq!(p.ports[0].ready, 1);
     assert!(p.ports[0].kept.is_empty(), "{:?}", p.ports[0].kept);
     // Probes that answer but cannot tell (no route from the operator): the status says which
@@ -603,7 +603,7 @@ fn abstain_keeps_what_is_published_and_publishes_nothing_new() {
     .into_iter()
     .collect();
     let p = w.plan();
-    assert!(p.is_converged());
+    assert_eq!(p.writes(), 0);
     assert_eq!(p.ports[0].ready, 1);
     assert_eq!(p.ports[0].kept.len(), 1);
     assert_eq!(p.ports[0].kept[0].pod, "a");
@@ -706,7 +706,7 @@ fn server_stripped_for_nodes_is_not_reapplied() {
             }
         }
     }
-    assert!(w.plan().is_converged());
+    assert_eq!(w.plan().writes(), 0);
 }
 
 #[test]
@@ -736,7 +736,7 @@ fn chunks_at_max_endpoints_and_removal_rewrites_one_slice() {
         .push(PodBuilder::new("p9", &["10.0.0.9"]).ports("http").build());
     let p = w.step();
     assert_eq!(p.writes(), 1, "{:?}", actions(&p));
-    assert!(w.plan().is_converged());
+    assert_eq!(w.plan().writes(), 0);
 }
 
 #[test]
@@ -784,7 +784,7 @@ fn tampered_slice_is_repaired() {
         ]
     );
     w.apply(&p);
-    assert!(w.plan().is_converged());
+    assert_eq!(w.plan().writes(), 0);
 }
 
 #[test]
@@ -797,7 +797,7 @@ fn foreign_labels_on_a_slice_are_tolerated() {
         .as_mut()
         .unwrap()
         .insert("team".into(), "x".into());
-    assert!(w.plan().is_converged());
+    assert_eq!(w.plan().writes(), 0);
 }
 
 #[test]
@@ -821,7 +821,7 @@ fn address_type_change_deletes_and_republishes_under_a_free_name() {
         vec!["pod-a", "pod-b", "pod-c"]
     );
     w.apply(&p);
-    assert!(w.plan().is_converged());
+    assert_eq!(w.plan().writes(), 0);
 }
 
 #[test]
@@ -955,10 +955,7 @@ fn legacy_endpoints_group_addresses_by_port_set() {
             (vec!["https".into()], vec!["10.0.0.4".into()]),
         ]
     );
-    assert!(
-        w.plan().is_converged(),
-        "legacy Endpoints are write-quiet too"
-    );
+    assert_eq!(w.plan().writes(), 0, "legacy Endpoints are write-quiet too");
 }
 
 #[test]
@@ -1129,7 +1126,7 @@ fn host_network_pods_sharing_an_address_are_separate_endpoints() {
     assert_eq!(pod_names(&p.slices[0].slice), vec!["a", "b"]);
     let mut w = w;
     w.apply(&p);
-    assert!(w.plan().is_converged());
+    assert_eq!(w.plan().writes(), 0);
 }
 
 #[test]
@@ -1283,7 +1280,7 @@ fn lowering_max_endpoints_per_slice_spreads_without_touching_other_slices_needle
             ("web.http.2".into(), "create")
         ]
     );
-    assert!(w.plan().is_converged());
+    assert_eq!(w.plan().writes(), 0);
 }
 
 #[test]
@@ -1467,12 +1464,12 @@ fn legacy_endpoints_follow_service_label_changes() {
         "content unchanged"
     );
     w.apply(&p);
-    assert!(w.plan().is_converged());
+    assert_eq!(w.plan().writes(), 0);
     // A label removed from the Service lingers on the object until its next write, as in the
     // seed (extra labels are tolerated, so removal alone is no drift).
     w.service.metadata.labels.as_mut().unwrap().remove("team");
     let p = w.plan();
-    assert!(p.is_converged(), "{:?}", p.endpoints.map(|e| e.action));
+    assert_eq!(p.writes(), 0, "{:?}", p.endpoints.map(|e| e.action));
     assert_eq!(
         legacy_label(w.endpoints.as_ref().unwrap(), "team"),
         Some("payments")
@@ -1605,16 +1602,16 @@ fn legacy_endpoints_with_no_member_are_write_quiet_against_the_stored_form() {
     stored.metadata.creation_timestamp =
         Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(w.now));
     let p = w.plan();
-    assert!(p.is_converged(), "{:?}", p.endpoints.map(|e| e.action));
+    assert_eq!(p.writes(), 0, "{:?}", p.endpoints.map(|e| e.action));
     // Born empty: the same.
     let mut pm = port_mapping(&["http"]);
     pm.spec.legacy_endpoints = true;
     let mut empty = World::new(pm, service(vec![sport("http", 80, None)]), vec![]);
     assert_eq!(empty.step().endpoints.unwrap().action, Action::Create);
     empty.endpoints.as_mut().unwrap().subsets = Some(vec![]);
-    assert!(empty.plan().is_converged());
+    assert_eq!(empty.plan().writes(), 0);
     empty.endpoints.as_mut().unwrap().subsets = None;
-    assert!(empty.plan().is_converged());
+    assert_eq!(empty.plan().writes(), 0);
 }
 
 #[test]
@@ -1629,7 +1626,7 @@ fn legacy_endpoints_stored_target_ref_resource_version_is_not_drift() {
             }
         }
     }
-    assert!(w.plan().is_converged());
+    assert_eq!(w.plan().writes(), 0);
 }
 
 #[test]
@@ -1724,7 +1721,7 @@ fn legacy_endpoints_tampering_is_repaired() {
     let p = w.step();
     assert_eq!(p.endpoints.unwrap().action, update);
     assert_eq!(legacy_shape(w.endpoints.as_ref().unwrap()), expect);
-    assert!(w.plan().is_converged());
+    assert_eq!(w.plan().writes(), 0);
 }
 
 #[test]
@@ -1762,7 +1759,7 @@ fn legacy_endpoints_shared_ip_keeps_pods_separate_without_duplicated_ports() {
         )],
         "one entry per pod (sorted by pod UID), each port once, draining c omitted"
     );
-    assert!(w.plan().is_converged());
+    assert_eq!(w.plan().writes(), 0);
 }
 
 #[test]
@@ -1907,7 +1904,7 @@ fn stale_over_capacity_annotation_is_drift() {
             .contains_key("endpoints.kubernetes.io/over-capacity")
     );
     w.apply(&p);
-    assert!(w.plan().is_converged());
+    assert_eq!(w.plan().writes(), 0);
 }
 
 fn hints(zones: &[&str], nodes: &[&str]) -> Option<EndpointHints> {
@@ -1950,7 +1947,7 @@ fn prefer_same_node_without_zones_hints_the_node_only() {
         assert_eq!(zone, None, "{ip}");
         assert_eq!(h, hints(&[], &["node-1"]), "{ip}");
     }
-    assert!(w.plan().is_converged());
+    assert_eq!(w.plan().writes(), 0);
 }
 
 #[test]
@@ -1980,7 +1977,7 @@ fn prefer_same_node_to_prefer_close_removes_for_nodes() {
         assert_eq!(h, hints(&["z1"], &[]), "{ip}");
     }
     w.apply(&p);
-    assert!(w.plan().is_converged());
+    assert_eq!(w.plan().writes(), 0);
 }
 
 #[test]
@@ -2117,7 +2114,7 @@ fn named_target_group_emptied_is_deleted_and_one_placeholder_stays() {
         }]
     );
     assert_eq!(w.slices.len(), 1, "exactly one placeholder");
-    assert!(w.plan().is_converged());
+    assert_eq!(w.plan().writes(), 0);
 }
 
 #[test]
@@ -2138,7 +2135,7 @@ fn named_target_placeholder_stays_at_the_published_group_rather_than_the_lowest(
         Some(9443)
     );
     assert_eq!(p.deletions, vec![]);
-    assert!(w.plan().is_converged());
+    assert_eq!(w.plan().writes(), 0);
     // A member of the other group arrives: it is published, and the empty placeholder goes.
     w.pods[1] = PodBuilder::new("b", &["10.0.0.2"])
         .container_port("grpc", 8443)

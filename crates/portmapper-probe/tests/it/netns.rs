@@ -124,11 +124,11 @@ async fn inner_probes_pod_ips_in_namespace() {
     )
     .unwrap();
     let mut healthy = target(http.addr, http_get("/"));
-    healthy.seed = Membership::Included;
+    healthy.initial_membership = Membership::Included;
     let mut failing = target(down, http_get("/"));
     failing.pod.name = "kafka-1".into();
     failing.pod.uid = "uid-1".into();
-    failing.seed = Membership::Included;
+    failing.initial_membership = Membership::Included;
     failing.settings.failure_threshold = 1;
     prober.set_targets(&mapping(), [healthy.clone(), failing.clone()]);
     let key = tokio::time::timeout(Duration::from_secs(5), events.recv())

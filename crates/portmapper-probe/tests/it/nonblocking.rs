@@ -37,7 +37,7 @@ async fn hanging_probes_never_delay_a_results_read() {
             );
             t.pod.name = format!("kafka-{i}");
             t.pod.uid = format!("uid-{i}");
-            t.seed = Membership::Included;
+            t.initial_membership = Membership::Included;
             t
         })
         .collect();
@@ -49,7 +49,8 @@ async fn hanging_probes_never_delay_a_results_read() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(prober.in_flight(), 4);
+    // Four connections, the concurrency: every permit is held by a hanging probe.
+    assert_eq!(hanging.seen.connections(), 4);
 
     let prober = Arc::new(prober);
     let reader = prober.clone();
@@ -70,8 +71,9 @@ async fn hanging_probes_never_delay_a_results_read() {
             .values()
             .all(|r| r.membership == Membership::Included && r.probes == 0)
     );
+    // No probe finished (probes == 0 above) and none started after: still the same four.
     assert_eq!(
-        prober.in_flight(),
+        hanging.seen.connections(),
         4,
         "probes still hanging while reads completed"
     );
@@ -84,5 +86,5 @@ async fn hanging_probes_never_delay_a_results_read() {
     .await
     .expect("set_targets waited on hanging probes")
     .unwrap();
-    assert_eq!(prober.target_count(), 0);
+    assert!(prober.mapping_keys().is_empty());
 }

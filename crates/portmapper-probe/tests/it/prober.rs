@@ -1,4 +1,4 @@
-//! Scheduling, damping, seeding and cancellation, on tokio's paused clock with a scripted
+//! Scheduling, damping, initial membership and cancellation, on tokio's paused clock with a scripted
 //! executor (no sockets: the paused clock would fire real I/O timeouts early).
 
 use std::collections::HashMap;
@@ -132,11 +132,11 @@ fn prober(exec: &Arc<Scripted>, concurrency: usize, start_jitter: bool) -> (Prob
     .unwrap()
 }
 
-fn pod_target(pod: &str, seed: Membership, success: i32, failure: i32) -> Target {
+fn pod_target(pod: &str, initial: Membership, success: i32, failure: i32) -> Target {
     let mut t = target("10.244.1.5:8080".parse().unwrap(), http_get("/"));
     t.pod.name = pod.into();
     t.pod.uid = format!("uid-{pod}");
-    t.seed = seed;
+    t.initial_membership = initial;
     t.settings = ProbeSettings {
         period_seconds: 10,
         timeout_seconds: 1,
@@ -194,7 +194,7 @@ async fn included_target_flips_after_failure_threshold_and_notifies_once() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn seeded_included_healthy_target_never_notifies() {
+async fn initially_included_healthy_target_never_notifies() {
     let exec = Arc::new(Scripted::default());
     exec.script("a", &[Step::Answer(Outcome::Include)]);
     let (prober, mut events) = prober(&exec, 4, false);
@@ -204,7 +204,7 @@ async fn seeded_included_healthy_target_never_notifies() {
     assert_eq!(
         before.membership,
         Membership::Included,
-        "seeded before any probe"
+        "included before any probe"
     );
     assert_eq!(before.probes, 0);
     advance(PERIOD * 5).await;
@@ -275,11 +275,11 @@ async fn unchanged_targets_keep_schedule_and_streaks_across_set_targets() {
     advance(PERIOD).await;
     assert_eq!(prober.result(&mapping(), &a.key()).unwrap().failures, 2);
 
-    // The next reconcile lists `a` again (with a new check timeout and a stale seed) and a new
+    // The next reconcile lists `a` again (with a new check timeout and a stale initial membership) and a new
     // target `b`. `a` keeps its streak and is not probed again out of turn.
     let mut a2 = a.clone();
     a2.settings.timeout_seconds = 5;
-    a2.seed = Membership::Excluded;
+    a2.initial_membership = Membership::Excluded;
     let b = pod_target("b", Membership::Excluded, 1, 3);
     advance(Duration::from_secs(3)).await;
     prober.set_targets(&mapping(), [a2.clone(), b.clone()]);
@@ -325,14 +325,14 @@ async fn removed_targets_are_cancelled_in_flight_and_forgotten() {
     assert_eq!(exec.calls("stays"), 4);
 
     prober.remove_mapping(&mapping());
-    assert_eq!(prober.target_count(), 0);
+    assert!(prober.mapping_keys().is_empty());
     assert!(prober.results(&mapping()).is_empty());
     advance(PERIOD * 3).await;
     assert_eq!(exec.calls("stays"), 4);
 }
 
 #[tokio::test(start_paused = true)]
-async fn recreated_pod_starts_from_its_new_seed() {
+async fn recreated_pod_starts_from_its_new_initial_membership() {
     let exec = Arc::new(Scripted::default());
     exec.script("a", &[Step::Answer(Outcome::Exclude)]);
     let (prober, _events) = prober(&exec, 4, false);
@@ -342,7 +342,7 @@ async fn recreated_pod_starts_from_its_new_seed() {
     assert_eq!(membership(&prober, &old), Membership::Excluded);
     let mut new = old.clone();
     new.pod.uid = "uid-a-2".into();
-    new.seed = Membership::Included;
+    new.initial_membership = Membership::Included;
     exec.script("a", &[Step::Hang]);
     prober.set_targets(&mapping(), [new.clone()]);
     settle().await;
@@ -363,7 +363,7 @@ async fn concurrency_bound_is_global() {
     prober.set_targets(&mapping(), targets[..5].to_vec());
     prober.set_targets(&MappingKey::new("shop", "other"), targets[5..].to_vec());
     settle().await;
-    assert_eq!(prober.in_flight(), 3);
+    assert_eq!(exec.in_flight.load(Ordering::SeqCst), 3);
     // Ten half-second probes, three at a time: four waves.
     advance(Duration::from_millis(1900)).await;
     let probed: usize = (0..10).map(|i| exec.calls(&format!("p{i}"))).sum();
@@ -372,7 +372,7 @@ async fn concurrency_bound_is_global() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn start_jitter_spreads_seeded_targets_over_one_period() {
+async fn start_jitter_spreads_initially_included_targets_over_one_period() {
     let exec = Arc::new(Scripted::default());
     let targets: Vec<Target> = (0..50)
         .map(|i| {
@@ -525,7 +525,7 @@ async fn thresholds_below_one_act_as_one() {
     assert_eq!(
         membership(&prober, &t),
         Membership::Included,
-        "the seed holds until a result"
+        "the initial membership holds until a result"
     );
     settle().await;
     assert_eq!(exec.calls("a"), 1);

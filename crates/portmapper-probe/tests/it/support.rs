@@ -62,7 +62,7 @@ pub fn target(addr: SocketAddr, check: NetworkCheck) -> Target {
         position: CheckPosition::top(0),
         check,
         settings: ProbeSettings::default(),
-        seed: Membership::Excluded,
+        initial_membership: Membership::Excluded,
     }
 }
 

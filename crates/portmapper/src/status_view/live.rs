@@ -14,7 +14,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Config, ResourceExt};
 use portmapper_api::PortMapping;
 
-use super::{MANAGED_BY, Output, SERVICE_NAME, StatusArgs, View, json, matrix, table};
+use super::{MANAGED_BY, Output, SERVICE_NAME, StatusOptions, View, json, matrix, table};
 
 /// Why `portmapper status` failed.
 #[derive(Debug, thiserror::Error)]
@@ -85,7 +85,7 @@ fn api_error(err: kube::Error, action: String, not_found: Option<NotFound<'_>>) 
 
 /// A client for the kubeconfig (`--kubeconfig`, `$KUBECONFIG`, `~/.kube/config`, else
 /// in-cluster) and `--context`, and the namespace to use.
-async fn connect(args: &StatusArgs) -> Result<(Client, String), StatusError> {
+async fn connect(args: &StatusOptions) -> Result<(Client, String), StatusError> {
     let options = KubeConfigOptions {
         context: args.context.clone(),
         ..KubeConfigOptions::default()
@@ -361,7 +361,7 @@ async fn watch(
 }
 
 /// `portmapper status`: reads, prints, and with `--watch` follows the changes.
-pub async fn run(args: StatusArgs) -> Result<(), StatusError> {
+pub async fn run(args: StatusOptions) -> Result<(), StatusError> {
     let (client, namespace) = connect(&args).await?;
     // Read once first, also with --watch: not found / forbidden fail here with a clear message
     // instead of a watch retrying forever.
@@ -378,7 +378,7 @@ pub async fn run(args: StatusArgs) -> Result<(), StatusError> {
 }
 
 /// Entry point from `main`: runs [`run`] on a runtime and maps errors to the exit code.
-pub fn main(args: StatusArgs, program: &str) -> ExitCode {
+pub fn main(args: StatusOptions, program: &str) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use portmapper::render::{self, Assume, Format, RenderArgs, RenderError};
+use portmapper::render::{self, Assume, Format, RenderError, RenderOptions};
 use proptest::prelude::*;
 
 use crate::render::repo;
@@ -124,14 +124,14 @@ fn render_text(text: &str, case: u64) -> Result<(), RenderError> {
         (Format::Yaml, Assume::Abstain),
         (Format::Table, Assume::Include),
     ] {
-        let args = RenderArgs {
+        let options = RenderOptions {
             filenames: vec![file.clone()],
             assume,
             output,
             namespace: "default".into(),
         };
         let mut out = Vec::new();
-        result = render::run(&args, &mut out);
+        result = render::run(&options, &mut out);
         if result.is_ok() {
             assert!(!out.is_empty() || text.trim().is_empty() || !text.contains("PortMapping"));
         }

@@ -9,7 +9,9 @@ use kube::api::{Api, PostParams};
 use kube_emulator::faults::{Action, Rule};
 use kube_emulator::reqlog::LoggedRequest;
 use portmapper::client;
-use portmapper::controller::{self, Settings};
+use portmapper::context::Settings;
+use portmapper::controller;
+use portmapper::error::is_refused;
 use portmapper::http::Readiness;
 use portmapper::leader::{Election, LeaderConfig, Leadership, default_identity};
 use portmapper::metrics::Metrics;
@@ -311,7 +313,7 @@ async fn the_gated_client_refuses_writes_after_the_deadline() {
         .create(&PostParams::default(), &cm("after-deadline"))
         .await
         .expect_err("refused");
-    assert!(client::is_refused(&err), "{err}");
+    assert!(is_refused(&err), "{err}");
     cms.get("while-leading").await.expect("reads still work");
     let creates = h
         .emu
