@@ -108,7 +108,7 @@ where
     S: FnMut(&mut K) + Send + 'static,
     M: FnMut(Change<'_, K>) -> Vec<ObjectRef<PortMapping>> + Send + 'static,
 {
-    let mut relisting: Option<HashSet<ObjectRef<K>>> = None;
+    let mut relist = Relist::default();
     crate::watch_health::resilient(api, config, what, &trigger.health, &trigger.metrics)
         .modify(strip)
         .reflect(writer)
@@ -116,32 +116,62 @@ where
             let targets = match item {
                 Ok(Event::Apply(obj)) => on_change(Change::Apply(obj)),
                 Ok(Event::Delete(obj)) => on_change(Change::Delete(obj)),
-                Ok(Event::Init) => {
-                    relisting = Some(HashSet::new());
-                    Vec::new()
-                }
+                Ok(Event::Init) => relist.start(),
                 Ok(Event::InitApply(obj)) => {
-                    relisting
-                        .get_or_insert_with(HashSet::new)
-                        .insert(ObjectRef::from_obj(obj));
+                    relist.saw(obj);
                     on_change(Change::Apply(obj))
                 }
-                Ok(Event::InitDone) => {
-                    let present = relisting.take().unwrap_or_default();
-                    on_change(Change::Relisted(&present))
-                }
+                Ok(Event::InitDone) => on_change(Change::Relisted(&relist.finish())),
                 // The backoff retries; the store keeps serving its last state meanwhile.
-                Err(err) => {
-                    warn!(watch = what, error = %err, "watch failed; retrying with backoff");
-                    Vec::new()
-                }
+                Err(err) => failed(what, err),
             };
-            for target in targets {
-                debug!(watch = what, portmapping = %target, "queueing reconcile");
-                // A closed channel means the controller has stopped: nothing left to trigger.
-                let _ = trigger.unbounded_send(target);
-            }
+            queue(&trigger, what, targets);
         })
+}
+
+/// The objects of a relist in progress (kube-runtime's `Init` … `InitDone`).
+struct Relist<K: Resource>(Option<HashSet<ObjectRef<K>>>);
+
+impl<K: Resource> Default for Relist<K> {
+    fn default() -> Self {
+        Self(None)
+    }
+}
+
+impl<K> Relist<K>
+where
+    K: Resource,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    /// A relist starts; nothing to reconcile yet.
+    fn start(&mut self) -> Vec<ObjectRef<PortMapping>> {
+        self.0 = Some(HashSet::new());
+        Vec::new()
+    }
+
+    fn saw(&mut self, obj: &K) {
+        self.0
+            .get_or_insert_with(HashSet::new)
+            .insert(ObjectRef::from_obj(obj));
+    }
+
+    /// Every object the relist listed.
+    fn finish(&mut self) -> HashSet<ObjectRef<K>> {
+        self.0.take().unwrap_or_default()
+    }
+}
+
+fn failed(what: &str, err: &watcher::Error) -> Vec<ObjectRef<PortMapping>> {
+    warn!(watch = what, error = %err, "watch failed; retrying with backoff");
+    Vec::new()
+}
+
+fn queue(trigger: &Trigger, what: &str, targets: Vec<ObjectRef<PortMapping>>) {
+    for target in targets {
+        debug!(watch = what, portmapping = %target, "queueing reconcile");
+        // A closed channel means the controller has stopped: nothing left to trigger.
+        let _ = trigger.unbounded_send(target);
+    }
 }
 
 /// One watch event, owned, for an index that keeps the objects itself.
@@ -177,34 +207,21 @@ where
             .modify(strip);
     async move {
         let mut stream = std::pin::pin!(stream);
-        let mut relisting: Option<HashSet<ObjectRef<K>>> = None;
+        let mut relist = Relist::default();
         while let Some(item) = stream.next().await {
             let targets = match item {
                 Ok(Event::Apply(obj)) => on_change(Owned::Apply(obj)),
                 Ok(Event::Delete(obj)) => on_change(Owned::Delete(obj)),
-                Ok(Event::Init) => {
-                    relisting = Some(HashSet::new());
-                    Vec::new()
-                }
+                Ok(Event::Init) => relist.start(),
                 Ok(Event::InitApply(obj)) => {
-                    relisting
-                        .get_or_insert_with(HashSet::new)
-                        .insert(ObjectRef::from_obj(&obj));
+                    relist.saw(&obj);
                     on_change(Owned::Apply(obj))
                 }
-                Ok(Event::InitDone) => {
-                    on_change(Owned::Relisted(relisting.take().unwrap_or_default()))
-                }
+                Ok(Event::InitDone) => on_change(Owned::Relisted(relist.finish())),
                 // The backoff retries; the index keeps its last state meanwhile.
-                Err(err) => {
-                    warn!(watch = what, error = %err, "watch failed; retrying with backoff");
-                    Vec::new()
-                }
+                Err(err) => failed(what, &err),
             };
-            for target in targets {
-                debug!(watch = what, portmapping = %target, "queueing reconcile");
-                let _ = trigger.unbounded_send(target);
-            }
+            queue(&trigger, what, targets);
         }
     }
 }

@@ -540,7 +540,10 @@ impl<'a> Evaluator<'_, 'a> {
         };
         for target in targets {
             let mut endpoints = by_target.remove(&target).unwrap_or_default();
-            endpoints.sort_unstable_by_key(|e| Identity::new(e.facts.address, e.uid()));
+            endpoints.sort_unstable_by(|a, b| {
+                Identity::new(a.facts.address, a.uid())
+                    .cmp_addresses_first(&Identity::new(b.facts.address, b.uid()))
+            });
             self.out.groups.push(Group {
                 port: port_idx,
                 family,

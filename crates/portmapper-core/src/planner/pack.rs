@@ -57,6 +57,21 @@ pub struct Identity<'a> {
     uid: &'a str,
 }
 
+impl Identity<'_> {
+    /// The address part, as one integer pair: identities are nearly always told apart by it.
+    fn address_key(&self) -> (u8, u128) {
+        (self.family, self.bits)
+    }
+
+    /// `Ord`, comparing the UIDs only when the addresses tie (hostNetwork pods).
+    pub(crate) fn cmp_addresses_first(&self, other: &Self) -> std::cmp::Ordering {
+        match self.address_key().cmp(&other.address_key()) {
+            std::cmp::Ordering::Equal => self.uid.cmp(other.uid),
+            unequal => unequal,
+        }
+    }
+}
+
 impl<'a> Identity<'a> {
     /// The identity of `address` and `uid`.
     pub fn new(address: IpAddr, uid: &'a str) -> Self {
@@ -130,7 +145,7 @@ impl<'a> WantedIndex<'a> {
         let sorted = desired
             .windows(2)
             .all(|w| match (w[0].identity(), w[1].identity()) {
-                (Some(a), Some(b)) => a < b,
+                (Some(a), Some(b)) => a.cmp_addresses_first(&b).is_lt(),
                 _ => false,
             });
         if sorted {
@@ -148,12 +163,18 @@ impl<'a> WantedIndex<'a> {
 
     fn get<W: Wanted>(&self, desired: &[W], id: Identity<'_>) -> Option<usize> {
         match self {
-            Self::Sorted => desired
-                .binary_search_by(|e| match e.identity() {
-                    Some(x) => x.cmp(&id),
-                    None => std::cmp::Ordering::Less,
-                })
-                .ok(),
+            // By address as integers, then the few entries of that address by UID: comparing
+            // whole identities in the search called `memcmp` on UIDs at every step.
+            Self::Sorted => {
+                let key = id.address_key();
+                let first =
+                    desired.partition_point(|e| e.identity().is_none_or(|x| x.address_key() < key));
+                desired[first..]
+                    .iter()
+                    .take_while(|e| e.identity().is_some_and(|x| x.address_key() == key))
+                    .position(|e| e.identity().is_some_and(|x| x.uid == id.uid))
+                    .map(|i| first + i)
+            }
             Self::Map(map) => map.get(&id).copied(),
         }
     }
