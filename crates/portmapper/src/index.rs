@@ -529,7 +529,8 @@ impl Index {
     /// The publication gates of `pm`'s namespace as they bear on `pm`: the gate types the other
     /// PortMappings set, and those of its own type that rank before it (creation time, then
     /// name; none being deleted), oldest first: a pod one of them selects is that one's to gate.
-    pub fn gate_peers(&self, pm: &PmKey) -> (BTreeSet<String>, Vec<PmKey>) {
+    /// Without `with_older` (no pod of the pool carries the gate) only the types.
+    pub fn gate_peers(&self, pm: &PmKey, with_older: bool) -> (BTreeSet<String>, Vec<PmKey>) {
         let Some(footprint) = self.pms.get(pm) else {
             return (BTreeSet::new(), Vec::new());
         };
@@ -541,6 +542,9 @@ impl Index {
             .filter(|t| **t != footprint.gate)
             .cloned()
             .collect();
+        if !with_older {
+            return (types, Vec::new());
+        }
         let mut older: Vec<(&(Option<i64>, String), &PmKey)> = by_type
             .get(&footprint.gate)
             .into_iter()
@@ -1594,13 +1598,13 @@ mod tests {
             ["a/api", "a/web-1", "a/web-2"]
         );
         let key = |name: &str| ObjectRef::<PortMapping>::new(name).within("a");
-        let (types, older) = index.gate_peers(&key("web-2"));
+        let (types, older) = index.gate_peers(&key("web-2"), true);
         assert_eq!(types, BTreeSet::from(["example.com/api".to_owned()]));
         assert_eq!(names(older), ["a/web-1"]);
-        let (types, older) = index.gate_peers(&key("web-1"));
+        let (types, older) = index.gate_peers(&key("web-1"), true);
         assert_eq!(types, BTreeSet::from(["example.com/api".to_owned()]));
         assert!(older.is_empty());
-        let (types, older) = index.gate_peers(&key("api"));
+        let (types, older) = index.gate_peers(&key("api"), true);
         assert_eq!(
             types,
             BTreeSet::from(["portmapper.dev/published".to_owned()])
@@ -1609,7 +1613,7 @@ mod tests {
         // web-1 goes: web-2 sets the default type alone, and hears of it.
         let gone = index.delete_portmapping(&key("web-1"));
         assert!(names(gone).contains(&"a/web-2".to_owned()));
-        assert!(index.gate_peers(&key("web-2")).1.is_empty());
+        assert!(index.gate_peers(&key("web-2"), true).1.is_empty());
         // An unchanged PortMapping wakes only itself.
         assert_eq!(names(index.apply_portmapping(&api).affected), ["a/api"]);
     }

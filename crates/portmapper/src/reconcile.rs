@@ -368,10 +368,14 @@ fn gate_peers(
     pm_ref: &ObjectRef<PortMapping>,
     pods: &[&Pod],
 ) -> GatePeers {
-    let (types, older) = ctx.index.lock().gate_peers(pm_ref);
+    let own = pm.spec.gate_condition_type();
+    // Older PortMappings of the same type matter only for pods that carry the gate; without
+    // one, listing them cost O(PortMappings of the namespace) per reconcile (2.3 s of CPU per
+    // resync pass at 1,000 PortMappings).
+    let gated = pods.iter().any(|p| portmapper_core::has_gate(p, own));
+    let (types, older) = ctx.index.lock().gate_peers(pm_ref, gated);
     let mut managed_by = BTreeMap::new();
     if !older.is_empty() {
-        let own = pm.spec.gate_condition_type();
         let older: Vec<Arc<PortMapping>> = older
             .iter()
             .filter_map(|k| ctx.portmappings.get(k))
