@@ -239,12 +239,12 @@ async fn stripped_ownership_labels_are_restored_through_the_owner_reference() {
     .await;
     assert!(controller_uid(&repaired).is_some());
     // The slice left our watch without our deleting it: its name is read (GET) until the watch
-    // of slices not ours shows it; nothing else is.
+    // of slices not ours shows it, and nothing else is. Whether a GET happens at all depends on
+    // which watch event comes first (a clean-clone CI run saw none), so only its target is exact.
     let gets = h
         .emu
         .requests()
         .filter(|r| r.verb == "get" && r.resource == "endpointslices");
-    assert!(!gets.is_empty(), "the name in doubt was read");
     assert!(gets.iter().all(|r| r.name == "web.http"), "{gets:?}");
 }
 
