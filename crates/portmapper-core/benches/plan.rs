@@ -228,7 +228,17 @@ fn bench_memo(c: &mut Criterion) {
     let mut memo = EvalMemo::default();
     let first = run_memo(&pm, &svc, &pods, &[], &mut memo);
     assert_eq!(first.slices.len(), 300);
-    let live: Vec<Arc<EndpointSlice>> = first.slices.iter().map(|p| p.slice.clone()).collect();
+    // Stored as the API server stores them: with a resourceVersion each.
+    let live: Vec<Arc<EndpointSlice>> = first
+        .slices
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut s = (*p.slice).clone();
+            s.metadata.resource_version = Some(format!("s{i}"));
+            Arc::new(s)
+        })
+        .collect();
     assert_eq!(run_memo(&pm, &svc, &pods, &live, &mut memo).writes(), 0);
 
     let mut group = c.benchmark_group("shape_a_10k_pods_with_memo");

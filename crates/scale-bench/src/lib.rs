@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod observe;
+pub mod op_metrics;
 pub mod procs;
 pub mod shape;
 
@@ -146,6 +147,9 @@ pub struct Flip {
     pub slice_writes: usize,
     /// Every write by the operator (slices, status, events).
     pub operator_writes: usize,
+    /// The operator's reconciles from the PATCH to the end of the settle time after it (our
+    /// own writes' echoes included), from its `/metrics`.
+    pub reconciles: op_metrics::Reconciles,
 }
 
 /// The rolling restart: every pod unready then ready, back to back.
@@ -309,7 +313,11 @@ async fn create_objects(
     .await
 }
 
-fn operator_args(kubeconfig: &std::path::Path, resync: u64) -> Vec<String> {
+fn operator_args(
+    kubeconfig: &std::path::Path,
+    resync: u64,
+    http: std::net::SocketAddr,
+) -> Vec<String> {
     [
         "run",
         "--kubeconfig",
@@ -319,7 +327,7 @@ fn operator_args(kubeconfig: &std::path::Path, resync: u64) -> Vec<String> {
         "--resync-seconds",
         &resync.to_string(),
         "--http-addr",
-        "127.0.0.1:0",
+        &http.to_string(),
     ]
     .map(String::from)
     .to_vec()
@@ -349,9 +357,10 @@ async fn run_in(bins: &Binaries, cfg: &RunConfig, dir: &TempDir) -> Result<Repor
     let want_total: usize = g.expected.values().sum();
 
     let load_before = procs::load_average();
+    let op_http = op_metrics::free_addr()?;
     let mut op = Proc::spawn(
         &bins.operator,
-        &operator_args(&kubeconfig, cfg.resync_seconds),
+        &operator_args(&kubeconfig, cfg.resync_seconds, op_http),
         dir.path.join("operator.log"),
     )?;
     let started = Instant::now();
@@ -431,7 +440,7 @@ async fn run_in(bins: &Binaries, cfg: &RunConfig, dir: &TempDir) -> Result<Repor
             let p = &g.pods[i];
             report
                 .flips
-                .push(flip(&client, &pods, &obs, cfg, p, ready).await?);
+                .push(flip(&client, &pods, &obs, cfg, p, ready, op_http).await?);
         }
     }
 
@@ -460,8 +469,10 @@ async fn flip(
     cfg: &RunConfig,
     p: &shape::PodSpec,
     ready: bool,
+    op_http: std::net::SocketAddr,
 ) -> Result<Flip, Error> {
     admin::clear(client).await?;
+    let reconciles_before = op_metrics::reconciles(op_http).await?;
     let (pe0, tr0) = {
         let v = obs.view();
         (v.pod_events.len(), v.transitions.len())
@@ -495,6 +506,9 @@ async fn flip(
         .await?;
     tokio::time::sleep(cfg.settle).await;
     let w = admin::writes(client).await?;
+    let reconciles = op_metrics::reconciles(op_http)
+        .await?
+        .since(reconciles_before);
     Ok(Flip {
         pod: p.name.clone(),
         ready,
@@ -504,6 +518,7 @@ async fn flip(
         all: all.saturating_duration_since(pod_event),
         slice_writes: w.count(admin::OPERATOR, Some("endpointslices")),
         operator_writes: w.count(admin::OPERATOR, None),
+        reconciles,
     })
 }
 
@@ -784,6 +799,17 @@ impl Report {
                     sw as f64 / n as f64,
                     ports as f64 / n as f64,
                     ow as f64 / n as f64
+                ),
+            ));
+            let rc: u64 = self.flips.iter().map(|f| f.reconciles.count).sum();
+            let rs: f64 = self.flips.iter().map(|f| f.reconciles.seconds).sum();
+            r.push((
+                "operator reconciles per flip (echoes included); time in them",
+                format!(
+                    "{:.2}; {:.1} ms per flip, {:.1} ms per reconcile",
+                    rc as f64 / n as f64,
+                    rs * 1e3 / n as f64,
+                    rs * 1e3 / (rc.max(1)) as f64
                 ),
             ));
         }

@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::compare::{metadata_eq, ports_eq};
 use super::evaluate::Group;
+use super::memo::EvalMemo;
 use super::naming::{chunk_name, parse_chunk};
 use super::pack::{LiveChunk, pack};
 use super::render::{ANNOTATION_TRIGGER_TIME, slice_labels};
@@ -66,7 +67,10 @@ pub(crate) fn emit_slices(
     groups: Vec<Group<'_>>,
     assignment: &Assignment<'_>,
     out: &mut Plan,
+    memo: Option<&mut EvalMemo>,
 ) -> Result<(), PlanError> {
+    // Slices found exactly as desired in this pass, for the memo's next one.
+    let mut settled: Vec<(String, String, Vec<u32>)> = Vec::new();
     let max = usize::try_from(ctx.spec.max_endpoints_per_slice.clamp(1, 1000)).unwrap_or(100);
     let template = ObjectMeta {
         namespace: Some(ctx.namespace.to_owned()),
@@ -88,13 +92,26 @@ pub(crate) fn emit_slices(
         let live = &assignment.live[g];
         // Only read when a chunk of this group is written.
         let mut conditions: Option<Vec<&str>> = None;
+        let known: Vec<Option<Vec<usize>>> = live
+            .iter()
+            .map(|(_, s)| {
+                let m = memo.as_deref()?;
+                m.settled_endpoints(
+                    s.metadata.name.as_deref()?,
+                    s.metadata.resource_version.as_deref(),
+                    &group.at,
+                )
+            })
+            .collect();
         let live_chunks: Vec<LiveChunk<'_>> = live
             .iter()
-            .map(|(chunk, s)| LiveChunk {
+            .zip(&known)
+            .map(|((chunk, s), known)| LiveChunk {
                 chunk: *chunk,
                 endpoints: &s.endpoints,
                 drift: !metadata_eq(&template, &s.metadata)
                     || !ports_eq(&slice_ports, s.ports.as_deref().unwrap_or_default()),
+                settled: known.as_deref(),
             })
             .collect();
         let desired = group.endpoints;
@@ -116,6 +133,17 @@ pub(crate) fn emit_slices(
                     resource_version: l.metadata.resource_version.clone(),
                 },
                 (Some(l), false) => {
+                    if memo.is_some()
+                        && let (Some(name), Some(rv)) =
+                            (&l.metadata.name, &l.metadata.resource_version)
+                    {
+                        let positions = chunk
+                            .endpoints
+                            .iter()
+                            .map(|&i| desired[i].pool_position)
+                            .collect();
+                        settled.push((name.clone(), rv.clone(), positions));
+                    }
                     // Already as desired: the live object stands for itself (nothing rendered).
                     out.slices.push(PlannedSlice {
                         slice: Arc::clone(l),
@@ -172,6 +200,9 @@ pub(crate) fn emit_slices(
                 action,
             });
         }
+    }
+    if let Some(memo) = memo {
+        memo.settle(settled);
     }
     Ok(())
 }

@@ -36,6 +36,9 @@ pub(crate) struct Group<'a> {
     pub base: String,
     pub placeholder: bool,
     pub endpoints: Vec<DesiredEndpoint<'a>>,
+    /// Pool position → index in `endpoints` (`u32::MAX`: not in this group); built only when
+    /// planning with a memo, for its settled slices.
+    pub at: Vec<u32>,
 }
 
 /// What phase 1 produces.
@@ -237,7 +240,17 @@ impl<'a> Evaluator<'_, 'a> {
                 }),
                 _ => None,
             };
-            by_target.entry(group_target).or_default().push(endpoint);
+            // Sized for the whole pool at once: growing one endpoint at a time copied the
+            // group several times over per pass. Named targets may split it; those others grow.
+            let capacity = if by_target.is_empty() {
+                ctx.pods.len()
+            } else {
+                0
+            };
+            by_target
+                .entry(group_target)
+                .or_insert_with(|| Vec::with_capacity(capacity))
+                .push(endpoint);
         }
         self.close_groups(port_idx, family, by_target, &candidate_targets);
     }
@@ -471,18 +484,19 @@ impl<'a> Evaluator<'_, 'a> {
             .and_then(|s| s.node_name.as_ref())
             .and_then(|n| ctx.node_zones.get(n))
             .map(String::as_str);
-        let endpoint = DesiredEndpoint {
-            facts: EndpointFacts {
+        let mut endpoint = DesiredEndpoint::new(
+            EndpointFacts {
                 pod,
                 address,
                 ready,
                 terminating,
                 zone,
             },
-            service_name: ctx.svc_name,
-            namespace: ctx.namespace,
-            hints: ctx.hints,
-        };
+            ctx.svc_name,
+            ctx.namespace,
+            ctx.hints,
+        );
+        endpoint.pool_position = u32::try_from(pod_idx).unwrap_or(u32::MAX);
         if ctx.spec.legacy_endpoints && family == ctx.families[0] {
             self.out.members.push(Member {
                 pod: pod_idx,
@@ -544,6 +558,15 @@ impl<'a> Evaluator<'_, 'a> {
                 Identity::new(a.facts.address, a.uid())
                     .cmp_addresses_first(&Identity::new(b.facts.address, b.uid()))
             });
+            let mut at = Vec::new();
+            if self.memos.is_some() {
+                at = vec![u32::MAX; ctx.pods.len()];
+                for (i, e) in endpoints.iter().enumerate() {
+                    if let Some(slot) = at.get_mut(e.pool_position as usize) {
+                        *slot = u32::try_from(i).unwrap_or(u32::MAX);
+                    }
+                }
+            }
             self.out.groups.push(Group {
                 port: port_idx,
                 family,
@@ -551,6 +574,7 @@ impl<'a> Evaluator<'_, 'a> {
                 base: base(target),
                 placeholder: placeholder == Some(target),
                 endpoints,
+                at,
             });
         }
     }

@@ -13,12 +13,13 @@
 //! The memo only skips work: a plan with a memo equals the plan without one for the same inputs
 //! (a property test checks it on random event sequences).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Pod, ServiceSpec};
 use portmapper_api::PortMappingSpec;
 
+use super::render::HintMode;
 use crate::decision::Verdict;
 
 /// Per-PortMapping memory of the last evaluation. Start with `EvalMemo::default()`, pass the same
@@ -32,6 +33,32 @@ pub struct EvalMemo {
     uids: Vec<String>,
     memos: Vec<PodMemo>,
     last_pass: PassStats,
+    /// Changes whenever the pool's pods change order or membership, so that pool positions
+    /// remembered in an earlier pass are known to still name the same pods.
+    pool_epoch: u64,
+    /// Per pod of this pass (aligned with the pool): whether its outcomes were reused, i.e. it
+    /// has not changed since the last pass.
+    reused: Vec<bool>,
+    /// Live slices the last pass found exactly as desired, by name (see [`Settled`]): what
+    /// this pass may take as they are. Only the last pass's: `reused` says what changed since
+    /// that pass, not since any earlier one.
+    usable: HashMap<String, Settled>,
+    /// What this pass found settled, for the next one.
+    settled: HashMap<String, Settled>,
+    /// What a settled slice's endpoints depend on besides their pods and the inputs above.
+    settled_context: Option<(HintMode, BTreeMap<String, String>)>,
+}
+
+/// A live slice a pass found exactly as desired (every endpoint wanted, in place, nothing to
+/// write), remembered so that a later pass in which neither the slice nor any of its pods has
+/// changed takes its endpoints as they are instead of finding and comparing each one again: at
+/// 10,000 pods that comparison, which reads every endpoint and every pod, was most of a pass.
+#[derive(Debug)]
+pub(crate) struct Settled {
+    resource_version: String,
+    pool_epoch: u64,
+    /// Pool positions of its endpoints' pods, in slice order.
+    positions: Vec<u32>,
 }
 
 /// What the last pass with a memo did, per pod.
@@ -82,6 +109,8 @@ impl EvalMemo {
         if !same {
             self.uids.clear();
             self.memos.clear();
+            self.settled.clear();
+            self.pool_epoch += 1;
             self.inputs = Some(Inputs {
                 pm_uid: pm_uid.to_owned(),
                 spec: spec.clone(),
@@ -92,7 +121,10 @@ impl EvalMemo {
         let uids = &self.uids;
         // Built only when a pod is not at its last position (pods came or went).
         let mut positions: Option<HashMap<&str, usize>> = None;
+        self.usable = std::mem::take(&mut self.settled);
         let mut stats = PassStats::default();
+        let reused = &mut self.reused;
+        reused.clear();
         let memos = pods
             .iter()
             .enumerate()
@@ -121,6 +153,7 @@ impl EvalMemo {
                 } else {
                     stats.evaluated += 1;
                 }
+                reused.push(kept.is_some());
                 kept.unwrap_or_else(|| PodMemo {
                     resource_version: version.map(|(_, rv)| rv.to_owned()).unwrap_or_default(),
                     outcomes: vec![None; slots],
@@ -145,6 +178,7 @@ impl EvalMemo {
                 .iter()
                 .map(|p| p.metadata.uid.clone().unwrap_or_default())
                 .collect();
+            self.pool_epoch += 1;
         }
         for (pod, memo) in pods.iter().zip(memos.iter_mut()) {
             if identity(pod).is_none() {
@@ -152,6 +186,65 @@ impl EvalMemo {
             }
         }
         self.memos = memos;
+    }
+}
+
+impl EvalMemo {
+    /// Forgets the settled slices when what their endpoints depend on besides the pods changed
+    /// (hints, node zones). Call once per pass, after [`check_in`](Self::check_in).
+    pub(crate) fn settle_context(&mut self, hints: HintMode, zones: &BTreeMap<String, String>) {
+        let same = self
+            .settled_context
+            .as_ref()
+            .is_some_and(|(h, z)| *h == hints && z == zones);
+        if !same {
+            self.usable.clear();
+            self.settled_context = Some((hints, zones.clone()));
+        }
+    }
+
+    /// The desired indexes of a live slice's endpoints when the slice is settled and nothing it
+    /// depends on changed: the same resourceVersion, the same pool, every one of its pods
+    /// unchanged and still desired in the group (`at`: pool position → desired index).
+    pub(crate) fn settled_endpoints(
+        &self,
+        name: &str,
+        resource_version: Option<&str>,
+        at: &[u32],
+    ) -> Option<Vec<usize>> {
+        let s = self.usable.get(name)?;
+        if s.pool_epoch != self.pool_epoch || Some(s.resource_version.as_str()) != resource_version
+        {
+            return None;
+        }
+        s.positions
+            .iter()
+            .map(|&p| {
+                let p = p as usize;
+                let i = *at.get(p)?;
+                (self.reused.get(p) == Some(&true) && i != u32::MAX).then_some(i as usize)
+            })
+            .collect()
+    }
+
+    /// Remembers the slices this pass found exactly as desired (`positions`: pool positions of
+    /// their endpoints' pods, in slice order), for the next pass only. A pass that fails before
+    /// it gets here leaves nothing for the next.
+    pub(crate) fn settle(&mut self, slices: Vec<(String, String, Vec<u32>)>) {
+        let epoch = self.pool_epoch;
+        self.settled = slices
+            .into_iter()
+            .map(|(name, resource_version, positions)| {
+                (
+                    name,
+                    Settled {
+                        resource_version,
+                        pool_epoch: epoch,
+                        positions,
+                    },
+                )
+            })
+            .collect();
     }
 }
 

@@ -269,7 +269,7 @@ pub fn plan_with_memo(input: &PlanInput<'_>, memo: &mut EvalMemo) -> Result<Plan
     plan_inner(input, Some(memo))
 }
 
-fn plan_inner(input: &PlanInput<'_>, memo: Option<&mut EvalMemo>) -> Result<Plan, PlanError> {
+fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<Plan, PlanError> {
     let pm = input.port_mapping;
     let spec = &pm.spec;
     let nonempty = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
@@ -360,12 +360,16 @@ fn plan_inner(input: &PlanInput<'_>, memo: Option<&mut EvalMemo>) -> Result<Plan
     };
 
     let ours_plain: Vec<&EndpointSlice> = ours.iter().map(|s| s.as_ref()).collect();
-    let mut evaluated = evaluate::evaluate(&ctx, &ours_plain, &mut out.warnings, memo);
+    let mut evaluated =
+        evaluate::evaluate(&ctx, &ours_plain, &mut out.warnings, memo.as_deref_mut());
+    if let Some(memo) = memo.as_deref_mut() {
+        memo.settle_context(hints, input.node_zones);
+    }
     out.decisions = evaluated.decisions;
     out.network_lookups = std::mem::take(&mut evaluated.lookups);
     to_input_indices(&mut out.network_lookups, &pods, input.pods);
     let assignment = emit::assign_live(&evaluated.groups, &ours, &mut out.deletions);
-    emit::emit_slices(&ctx, evaluated.groups, &assignment, &mut out)?;
+    emit::emit_slices(&ctx, evaluated.groups, &assignment, &mut out, memo)?;
     out.slices
         .sort_by(|a, b| a.slice.metadata.name.cmp(&b.slice.metadata.name));
     out.deletions.sort();

@@ -22,6 +22,10 @@ pub struct LiveChunk<'a> {
     pub endpoints: &'a [Endpoint],
     /// Its metadata or ports differ from the desired ones (it is written anyway).
     pub drift: bool,
+    /// When known to be exactly as desired already (nothing it depends on changed since a
+    /// pass found it so): the desired index of each of its endpoints, in slice order, which
+    /// packing then takes without finding and comparing them again.
+    pub settled: Option<&'a [usize]>,
 }
 
 /// One slice of the packed group.
@@ -207,6 +211,20 @@ pub fn pack<W: Wanted>(
             live: Some(li),
             changed: slice.drift,
         };
+        // Settled: every endpoint is wanted and unchanged, unless an earlier slice of this pass
+        // took one of them (then it is looked at as any other).
+        if let Some(settled) = slice.settled.filter(|s| {
+            s.len() == slice.endpoints.len()
+                && s.len() <= max
+                && s.iter().all(|&i| i < desired.len() && !placed[i])
+        }) {
+            for &i in settled {
+                placed[i] = true;
+            }
+            chunk.endpoints.extend_from_slice(settled);
+            chunks.push(chunk);
+            continue;
+        }
         for e in slice.endpoints {
             let found = identity(e).and_then(|id| Some((wanted.get(desired, id)?, id)));
             match found {
@@ -398,11 +416,13 @@ mod tests {
                 chunk: 1,
                 endpoints: &s1,
                 drift: false,
+                settled: None,
             },
             LiveChunk {
                 chunk: 2,
                 endpoints: &s2,
                 drift: false,
+                settled: None,
             },
         ];
         let p = pack(&d, &live, 2, true, &none);
@@ -426,11 +446,13 @@ mod tests {
                 chunk: 1,
                 endpoints: &s1,
                 drift: false,
+                settled: None,
             },
             LiveChunk {
                 chunk: 2,
                 endpoints: &s2,
                 drift: false,
+                settled: None,
             },
         ];
         let p = pack(&d, &live, 2, true, &none);
@@ -452,6 +474,7 @@ mod tests {
             chunk: 1,
             endpoints: &s1,
             drift: false,
+            settled: None,
         }];
         let p = pack(&d, &live, 2, true, &none);
         assert_eq!(p.chunks.len(), 1);
@@ -468,11 +491,13 @@ mod tests {
                 chunk: 1,
                 endpoints: &s1,
                 drift: false,
+                settled: None,
             },
             LiveChunk {
                 chunk: 2,
                 endpoints: &s2,
                 drift: false,
+                settled: None,
             },
         ];
         let p = pack(&d, &live, 4, true, &none);
@@ -499,11 +524,13 @@ mod tests {
                 chunk: 1,
                 endpoints: &s2,
                 drift: false,
+                settled: None,
             },
             LiveChunk {
                 chunk: 2,
                 endpoints: &s1,
                 drift: false,
+                settled: None,
             },
         ];
         let p = pack(&d, &live, 4, true, &none);
@@ -527,11 +554,13 @@ mod tests {
                 chunk: 1,
                 endpoints: &s1,
                 drift: false,
+                settled: None,
             },
             LiveChunk {
                 chunk: 2,
                 endpoints: &s2,
                 drift: false,
+                settled: None,
             },
         ];
         let p = pack(&d, &live, 2, true, &none);
@@ -554,11 +583,13 @@ mod tests {
                 chunk: 1,
                 endpoints: &s1,
                 drift: false,
+                settled: None,
             },
             LiveChunk {
                 chunk: 3,
                 endpoints: &s2,
                 drift: false,
+                settled: None,
             },
         ];
         let p = pack::<Endpoint>(&[], &live, 2, true, &none);
@@ -592,6 +623,7 @@ mod tests {
             chunk: 1,
             endpoints: &s1,
             drift: false,
+            settled: None,
         }];
         let p = pack(&d, &live, 2, true, &none);
         assert_eq!(
@@ -613,11 +645,13 @@ mod tests {
                 chunk: 1,
                 endpoints: &s1,
                 drift: false,
+                settled: None,
             },
             LiveChunk {
                 chunk: 2,
                 endpoints: &s2,
                 drift: false,
+                settled: None,
             },
         ];
         let p = pack(&d, &live, 2, true, &none);
@@ -643,6 +677,7 @@ mod tests {
             chunk: 1,
             endpoints: &s1,
             drift: true,
+            settled: None,
         }];
         let p = pack(&d, &live, 2, true, &none);
         assert_eq!(p.chunks.len(), 1);

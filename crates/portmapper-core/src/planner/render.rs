@@ -193,12 +193,35 @@ pub struct DesiredEndpoint<'a> {
     pub namespace: &'a str,
     /// The hint mode.
     pub hints: HintMode,
+    /// The pod's UID, read once: sorting and finding endpoints compare it, and reading it
+    /// through the pod at every comparison was a cache miss each (the pods lie all over the
+    /// heap).
+    uid: &'a str,
+    /// The pod's position in the pool (set by the evaluation; 0 otherwise).
+    pub(crate) pool_position: u32,
 }
 
 impl<'a> DesiredEndpoint<'a> {
+    /// The endpoint of `facts` in a slice of Service `service_name`.
+    pub fn new(
+        facts: EndpointFacts<'a>,
+        service_name: &'a str,
+        namespace: &'a str,
+        hints: HintMode,
+    ) -> Self {
+        Self {
+            uid: facts.pod.metadata.uid.as_deref().unwrap_or_default(),
+            pool_position: 0,
+            facts,
+            service_name,
+            namespace,
+            hints,
+        }
+    }
+
     /// The pod's UID.
     pub fn uid(&self) -> &'a str {
-        self.facts.pod.metadata.uid.as_deref().unwrap_or_default()
+        self.uid
     }
 
     /// The endpoint as the API stores it.
@@ -594,18 +617,18 @@ mod tests {
             ] {
                 for zone in [None, Some("z1"), Some("z2")] {
                     for hints in [HintMode::None, HintMode::Zone, HintMode::Node] {
-                        desired.push(DesiredEndpoint {
-                            facts: EndpointFacts {
+                        desired.push(DesiredEndpoint::new(
+                            EndpointFacts {
                                 pod: p,
                                 address: address.parse().unwrap(),
                                 ready,
                                 terminating,
                                 zone,
                             },
-                            service_name: "web",
-                            namespace: "ns",
+                            "web",
+                            "ns",
                             hints,
-                        });
+                        ));
                     }
                 }
             }

@@ -2217,3 +2217,59 @@ fn a_plan_with_the_memo_evaluates_only_the_pods_that_changed() {
     );
     assert_eq!(memo.len(), 299, "deleted pods are forgotten");
 }
+
+/// A slice the memo remembers as exactly as desired is taken as it is only while it is the
+/// same object version with the same pods: an edit behind the operator's back (a new
+/// resourceVersion) or a change of node zones is looked at again and written back.
+#[test]
+fn a_settled_slice_changed_behind_the_memo_is_compared_again() {
+    let pods: Vec<k8s_openapi::api::core::v1::Pod> = (0..30)
+        .map(|i| {
+            let ip = format!("10.0.0.{}", i + 1);
+            let mut pod = PodBuilder::new(&format!("p{i:02}"), &[ip.as_str()])
+                .ports("http")
+                .build();
+            pod.metadata.resource_version = Some("1".into());
+            pod.spec.as_mut().unwrap().node_name = Some("n1".into());
+            pod
+        })
+        .collect();
+    let svc = service(vec![sport("http", 80, Some(IntOrString::Int(8080)))]);
+    let mut w = World::new(port_mapping(&["http"]), svc, pods);
+    w.pm.spec.max_endpoints_per_slice = 10;
+    let mut memo = portmapper_core::EvalMemo::default();
+    let step = |w: &mut World, memo: &mut portmapper_core::EvalMemo| {
+        let incremental = w.try_plan_with(Some(memo)).expect("plan");
+        assert_eq!(incremental, w.plan(), "the memo changes nothing");
+        w.apply(&incremental);
+        incremental.writes()
+    };
+    assert_eq!(step(&mut w, &mut memo), 3, "first pass: three slices");
+    assert_eq!(step(&mut w, &mut memo), 0, "converged");
+    assert_eq!(
+        step(&mut w, &mut memo),
+        0,
+        "still converged (slices settled)"
+    );
+
+    // Someone edits a slice: an endpoint's node changes, and the API server gives it a new
+    // resourceVersion.
+    let edited = w
+        .slices
+        .iter_mut()
+        .find(|s| s.metadata.name.as_deref() == Some("web.http.2"))
+        .expect("second chunk");
+    edited.endpoints[0].node_name = Some("elsewhere".into());
+    edited.metadata.resource_version = Some("edited".into());
+    assert_eq!(
+        step(&mut w, &mut memo),
+        1,
+        "the edited slice is written back"
+    );
+    assert_eq!(step(&mut w, &mut memo), 0);
+
+    // Node zones are read afresh every pass: a zone appearing rewrites every slice.
+    w.zones.insert("n1".into(), "z1".into());
+    assert_eq!(step(&mut w, &mut memo), 3, "every endpoint gains its zone");
+    assert_eq!(step(&mut w, &mut memo), 0);
+}
