@@ -347,7 +347,7 @@ fn network(name: &str, ctx: &CheckContext<'_>) -> Verdict {
         Some(v) => match &v.reason {
             Some(r) if !r.starts_with(name) => Verdict {
                 decision: v.decision,
-                reason: Some(format!("{name}: {r}")),
+                reason: Some(format!("{name}: {r}").into()),
             },
             _ => v.clone(),
         },

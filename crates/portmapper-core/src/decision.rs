@@ -1,5 +1,7 @@
 //! The tri-state membership decision and its AND / OR combinators.
 
+use std::sync::Arc;
+
 /// What one check (or a combination of checks) says about one (pod, port, address).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Decision {
@@ -18,7 +20,8 @@ pub struct Verdict {
     /// The decision.
     pub decision: Decision,
     /// Why, for Exclude and Abstain (Include carries none, to keep the hot path allocation-free).
-    pub reason: Option<String>,
+    /// Shared: a remembered verdict's reason is reported at every pass without a copy.
+    pub reason: Option<Arc<str>>,
 }
 
 impl Verdict {
@@ -29,7 +32,7 @@ impl Verdict {
     };
 
     /// Exclude, saying why.
-    pub fn exclude(reason: impl Into<String>) -> Self {
+    pub fn exclude(reason: impl Into<Arc<str>>) -> Self {
         Self {
             decision: Decision::Exclude,
             reason: Some(reason.into()),
@@ -37,7 +40,7 @@ impl Verdict {
     }
 
     /// Abstain, saying why.
-    pub fn abstain(reason: impl Into<String>) -> Self {
+    pub fn abstain(reason: impl Into<Arc<str>>) -> Self {
         Self {
             decision: Decision::Abstain,
             reason: Some(reason.into()),
@@ -84,7 +87,7 @@ where
             Decision::Abstain => {
                 abstain.get_or_insert(verdict);
             }
-            Decision::Exclude => reasons.push(verdict.reason.unwrap_or_default()),
+            Decision::Exclude => reasons.push(verdict.reason().to_owned()),
         }
     }
     match abstain {

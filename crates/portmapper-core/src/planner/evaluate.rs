@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_validation::IpFamily;
@@ -408,7 +409,7 @@ impl<'a> Evaluator<'_, 'a> {
         merge_state(
             &mut self.out.states[port_idx][pod_idx],
             PodPortState::Excluded {
-                reason: format!("address {ip} cannot be published: {reason}"),
+                reason: format!("address {ip} cannot be published: {reason}").into(),
                 meant_to_serve: true,
             },
         );
@@ -441,29 +442,33 @@ impl<'a> Evaluator<'_, 'a> {
         // so `portmapper status` can tell a kept pod from an included one. Not while a network
         // check merely has no result yet (a restarted operator's first period): that would
         // rewrite every status twice per restart.
-        let mut kept = None;
-        let mut excluded = match verdict.decision {
+        let mut kept: Option<Arc<str>> = None;
+        let shared_reason = || verdict.reason.clone().unwrap_or_default();
+        let mut excluded: Option<Arc<str>> = match verdict.decision {
             Decision::Include => None,
-            Decision::Exclude => Some(verdict.reason().to_owned()),
+            Decision::Exclude => Some(shared_reason()),
             Decision::Abstain
                 if self
                     .published
                     .get_or_insert_with(|| published_memberships(ours))
                     .contains(&(port.name, family, uid)) =>
             {
-                kept = (!is_no_result_yet(verdict.reason())).then(|| verdict.reason().to_owned());
+                kept = (!is_no_result_yet(verdict.reason())).then(shared_reason);
                 None
             }
-            Decision::Abstain => Some(format!(
-                "{} (abstained; nothing published to keep)",
-                verdict.reason()
-            )),
+            Decision::Abstain => Some(
+                format!(
+                    "{} (abstained; nothing published to keep)",
+                    verdict.reason()
+                )
+                .into(),
+            ),
         };
         if excluded.is_none()
             && terminating
             && ctx.spec.terminating_endpoints == TerminatingEndpoints::Drop
         {
-            excluded = Some("pod is terminating and spec.terminatingEndpoints is Drop".to_owned());
+            excluded = Some("pod is terminating and spec.terminatingEndpoints is Drop".into());
         }
         let slot = &mut self.out.states[port_idx][pod_idx];
         if let Some(reason) = excluded {

@@ -1,5 +1,7 @@
 //! Per-port status: ready / notReady / candidates / excluded (with the reason naming the check).
 
+use std::sync::Arc;
+
 use portmapper_api::status::MAX_EXCLUDED_LISTED;
 use portmapper_api::{ExcludedPod, PortStatus};
 
@@ -10,12 +12,13 @@ use super::PortView;
 pub(crate) enum PodPortState {
     /// Published in at least one family (ready in at least one when `ready`); `kept` is the
     /// abstention's reason when at least one family keeps it only because a check abstained.
-    Published { ready: bool, kept: Option<String> },
+    Published { ready: bool, kept: Option<Arc<str>> },
     /// A candidate left out everywhere; the first reason seen. `meant_to_serve`: in some
     /// family its backing checks include it (or its address cannot be published), so the
     /// publication gate waits for the port.
     Excluded {
-        reason: String,
+        /// Shared with the verdict (remembered across passes), not copied per pass.
+        reason: Arc<str>,
         meant_to_serve: bool,
     },
 }
@@ -147,7 +150,7 @@ mod tests {
     fn published(ready: bool, kept: Option<&str>) -> PodPortState {
         PodPortState::Published {
             ready,
-            kept: kept.map(str::to_owned),
+            kept: kept.map(Into::into),
         }
     }
 
