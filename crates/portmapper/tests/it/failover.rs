@@ -261,6 +261,8 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
     assert!(stale.is_empty(), "the paused ex-leader wrote: {stale:?}");
     let runs = assert_single_writer(&h);
     let versions = observer.assert_held();
+    // Within the bound after the churn's last flip.
+    observer.assert_final_state_is_the_plan(SVC).await;
     println!(
         "failover: {flips} pod flips; writers in order {runs:?}; {versions} slice versions, no \
          blackout, no lasting duplicate"
