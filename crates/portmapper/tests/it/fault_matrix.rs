@@ -6,6 +6,8 @@
 //! [`WINDOW`] under the fault (pod c becomes Ready, pod b flips every 250 ms), counts the
 //! operator's requests meanwhile from the emulator's request log, removes the fault, and
 //! requires convergence within the 5 s plus the observer's invariants.
+//!
+//! Rounds of every timed case: `PORTMAPPER_MATRIX_ROUNDS` (1 by default, 3 in `make soak`).
 
 use std::time::Duration;
 
