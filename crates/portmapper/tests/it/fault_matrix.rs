@@ -178,17 +178,22 @@ async fn slice_writes_answered_503_without_retry_after_back_off_and_converge() {
         },
         "unavail-bare",
     );
-    under("unavail-bare", "503 without Retry-After", rule, |c, fired| {
-        assert_eq!(
-            fired as usize, c.slice_writes,
-            "every slice write met the 503"
-        );
-        assert!(
-            (1..=40).contains(&c.slice_writes),
-            "{} slice writes in {WINDOW:?} (≤ 40)",
-            c.slice_writes
-        );
-    })
+    under(
+        "unavail-bare",
+        "503 without Retry-After",
+        rule,
+        |c, fired| {
+            assert_eq!(
+                fired as usize, c.slice_writes,
+                "every slice write met the 503"
+            );
+            assert!(
+                (1..=40).contains(&c.slice_writes),
+                "{} slice writes in {WINDOW:?} (≤ 40)",
+                c.slice_writes
+            );
+        },
+    )
     .await;
 }
 

@@ -160,7 +160,6 @@ impl Observer {
         report.versions
     }
 
-
     /// Invariant (c): within [`FINAL_STATE_BOUND`], the plan of PortMapping `name`'s final
     /// inputs writes nothing against the live slices. Returns how long it took to hold.
     pub async fn assert_final_state_is_the_plan(&self, name: &str) -> Duration {
@@ -265,8 +264,16 @@ pub async fn pending_writes(client: &Client, name: &str) -> Vec<String> {
             )
         })
         .collect();
-    pending.extend(plan.deletions.iter().map(|d| format!("delete slice {}", d.name)));
-    pending.extend(plan.collisions.iter().map(|c| format!("name collision {c}")));
+    pending.extend(
+        plan.deletions
+            .iter()
+            .map(|d| format!("delete slice {}", d.name)),
+    );
+    pending.extend(
+        plan.collisions
+            .iter()
+            .map(|c| format!("name collision {c}")),
+    );
     if let Some(e) = plan.endpoints.as_ref().filter(|e| e.action.is_write()) {
         pending.push(format!("{:?} Endpoints {svc_name}", e.action));
     }
@@ -443,7 +450,10 @@ mod tests {
         ready_pods(
             &h,
             "plan",
-            &[("plan-a", "http", "10.244.9.1"), ("plan-b", "http", "10.244.9.2")],
+            &[
+                ("plan-a", "http", "10.244.9.1"),
+                ("plan-b", "http", "10.244.9.2"),
+            ],
         )
         .await;
         h.create(portmapping("plan", "plan")).await;

@@ -161,4 +161,3 @@ async fn a_stalled_watch_is_restarted_and_the_operator_converges() {
         "/readyz never said the pod watch stalled"
     );
 }
-
