@@ -52,13 +52,20 @@ unit:
 ## soak: the long variants. The fuzz targets (every test named fuzz_*) with FUZZ_CASES cases each
 ## instead of `make test`'s 64 (PORTMAPPER_FUZZ_CASES); about 15 minutes at the default on 2 cores.
 ## Then the issue's 60 s throttling storm instead of `make test`'s 10 s (about 70 s), and
-## CRASH_ROUNDS kill -9 restarts of the operator binary instead of 3 (about 3 s each).
+## CRASH_ROUNDS kill -9 restarts of the operator binary instead of 3 (about 3 s each), the fault
+## matrix (tests/it/fault_matrix.rs) MATRIX_ROUNDS times instead of once (every timed case in a
+## fresh world each round; about 40 s per round with two test threads), and FAILOVER_ROUNDS
+## rounds of kill -9, SIGTERM and SIGSTOP/SIGCONT of the leader instead of one (about 15 s each).
 FUZZ_CASES ?= 10000
 CRASH_ROUNDS ?= 30
+MATRIX_ROUNDS ?= 3
+FAILOVER_ROUNDS ?= 10
 soak:
 	PORTMAPPER_FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test --workspace --locked -- fuzz_
 	PORTMAPPER_STORM_SECONDS=60 $(CARGO) test -p portmapper --locked --test it -- faults::a_throttling_storm_is_reported
 	PORTMAPPER_CRASH_ROUNDS=$(CRASH_ROUNDS) $(CARGO) test -p portmapper --locked --test it -- crashes::
+	PORTMAPPER_MATRIX_ROUNDS=$(MATRIX_ROUNDS) $(CARGO) test -p portmapper --locked --test it -- fault_matrix:: --test-threads 2
+	PORTMAPPER_FAILOVER_ROUNDS=$(FAILOVER_ROUNDS) $(CARGO) test -p portmapper --locked --test it -- failover::
 
 ## crds: regenerate the CRD YAML from the Rust types (and the Helm chart's copy).
 crds:

@@ -13,8 +13,9 @@
 //!   long a Service stays stale after the API recovers (the target: converged ≤ 5 s
 //!   after a fault ends) while holding a persistently failing PortMapping to one attempt every
 //!   3–4 s (≤ 16 in 20 s, with the ladder's first ten attempts inside the first 4 s);
-//! - **throttled** (429): the transient delay, but never less than the server's
-//!   `retryAfterSeconds` (clamped to 60 s, so a hostile value cannot park a PortMapping);
+//! - **throttled** (429, or a 5xx naming a wait, e.g. 503 + `Retry-After`): the transient
+//!   delay, but never less than the server's `retryAfterSeconds` (clamped to 60 s, so a hostile
+//!   value cannot park a PortMapping);
 //! - **permanent** (401, 403, 400, 422, an object we cannot encode): retrying soon cannot help
 //!   (RBAC or admission must change first), so `10 s · 2^(n-1)`, capped at 5 minutes.
 //!
@@ -43,7 +44,8 @@ use crate::error::Error;
 pub enum Class {
     /// Likely to pass soon: conflicts, server errors, transport failures.
     Transient,
-    /// The server asked us to slow down (429), possibly saying for how long.
+    /// The server asked us to slow down (429, possibly saying for how long), or answered a
+    /// server error saying how long to wait (a 5xx with `retryAfterSeconds`).
     Throttled {
         /// The Status' `details.retryAfterSeconds`, when the server sent one.
         retry_after: Option<Duration>,
@@ -62,13 +64,20 @@ impl Class {
                 source: kube::Error::Api(status),
                 ..
             } => {
+                let retry_after = status
+                    .details
+                    .as_ref()
+                    .map(|d| d.retry_after_seconds)
+                    .filter(|s| *s > 0)
+                    .map(|s| Duration::from_secs(u64::from(s)));
                 if status.code == 429 || status.reason == "TooManyRequests" {
-                    let retry_after = status
-                        .details
-                        .as_ref()
-                        .map(|d| d.retry_after_seconds)
-                        .filter(|s| *s > 0)
-                        .map(|s| Duration::from_secs(u64::from(s)));
+                    Self::Throttled { retry_after }
+                } else if (500..=599).contains(&status.code) && retry_after.is_some() {
+                    // A server error naming a wait (503 while the API server is overloaded or
+                    // starting, 504 `ServerTimeout`): the server knows when trying again is
+                    // worth it, so its wait is honoured as a 429's is (client-go's
+                    // `checkWait` does the same for 429 and every 5xx). Without a wait, a 5xx
+                    // stays on the transient ladder.
                     Self::Throttled { retry_after }
                 } else if status.is_forbidden()
                     || status.is_invalid()
@@ -330,9 +339,31 @@ mod tests {
             Class::of(&api_error(500, "InternalError", 0)),
             Some(Class::Transient)
         );
+        // A server error naming a wait is waited out; without one it stays transient.
         assert_eq!(
             Class::of(&api_error(503, "ServiceUnavailable", 1)),
+            Some(Class::Throttled {
+                retry_after: Some(Duration::from_secs(1))
+            })
+        );
+        assert_eq!(
+            Class::of(&api_error(504, "Timeout", 2)),
+            Some(Class::Throttled {
+                retry_after: Some(Duration::from_secs(2))
+            })
+        );
+        assert_eq!(
+            Class::of(&api_error(503, "ServiceUnavailable", 0)),
             Some(Class::Transient)
+        );
+        // A wait on a 409 or a 4xx other than 429 changes nothing.
+        assert_eq!(
+            Class::of(&api_error(409, "Conflict", 5)),
+            Some(Class::Transient)
+        );
+        assert_eq!(
+            Class::of(&api_error(403, "Forbidden", 5)),
+            Some(Class::Permanent)
         );
         assert_eq!(
             Class::of(&api_error(429, "TooManyRequests", 3)),
@@ -469,6 +500,36 @@ mod tests {
                 f.delay
             );
         }
+    }
+
+    #[test]
+    fn a_503_naming_a_wait_is_not_retried_before_it() {
+        let b = Backoffs::default();
+        let now = Instant::now();
+        // The transient ladder would allow ten attempts within the first 2.6 s; the server's
+        // 1 s (plus up to a quarter) allows one per second: attempts at 0, 1–1.25 s, …, 4–5 s.
+        let mut at = Duration::ZERO;
+        let mut attempts = 0;
+        while at < Duration::from_secs(5) {
+            let f = b
+                .failed(&pm(), G, &api_error(503, "ServiceUnavailable", 1), now + at)
+                .unwrap();
+            attempts += 1;
+            assert!(
+                f.delay >= Duration::from_secs(1) && f.delay <= Duration::from_millis(1250),
+                "attempt {attempts}: {:?}",
+                f.delay
+            );
+            assert_eq!(b.remaining(&pm(), G, now + at), Some(f.delay));
+            at += f.delay;
+        }
+        assert!((4..=5).contains(&attempts), "{attempts} attempts in 5 s");
+        // The same 503 without a wait climbs the transient ladder from 5 ms.
+        let other = ObjectRef::new("other").within("ns");
+        let f = b
+            .failed(&other, G, &api_error(503, "ServiceUnavailable", 0), now)
+            .unwrap();
+        assert!(f.delay <= Duration::from_millis(5), "{:?}", f.delay);
     }
 
     #[test]

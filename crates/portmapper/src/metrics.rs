@@ -100,7 +100,8 @@ pub struct Metrics {
     pub api_writes: Family<WriteLabels, Counter>,
     pub leader: Gauge,
     /// Watch restarts by watch and reason (`error`: the stream failed, `stalled`: silent for
-    /// longer than the stall threshold).
+    /// longer than the stall threshold, `no_progress`: re-watched from one resourceVersion
+    /// after early ends, relisted).
     pub watch_restarts: Family<WatchRestartLabels, Counter>,
     /// Watches silent for longer than the stall threshold right now, by watch.
     pub watches_stalled: Family<WatchLabels, Gauge>,
@@ -198,7 +199,7 @@ impl Metrics {
         );
         registry.register(
             "watch_restarts",
-            "Watch restarts by watch and reason (error, stalled)",
+            "Watch restarts by watch and reason (error, stalled, no_progress)",
             watch_restarts.clone(),
         );
         registry.register(

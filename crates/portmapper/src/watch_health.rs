@@ -6,7 +6,14 @@
 //!   BOOKMARK, for [`WatchPolicy::stall_after`]; meanwhile `/readyz` answers 503 and
 //!   `portmapper_watches_stalled` counts it. Liveness is measured on the response bytes (the
 //!   client is wrapped by [`track`]), because kube-runtime's watcher consumes bookmarks without
-//!   surfacing them.
+//!   surfacing them;
+//! - relists when it makes no progress: a watch re-opened from the resourceVersion of a watch
+//!   that ended early ([`WatchPolicy::healthy_after`]) delivered nothing, not even a bookmark
+//!   (kube's watcher resumes from the last version it received). After
+//!   [`NO_PROGRESS_RELIST`] such re-watches in a row the watch starts over with a LIST, so the
+//!   store follows the objects even while a server keeps resetting every watch before its
+//!   first event arrives (issue 11's reset storm), as client-go's reflector relists after a
+//!   "very short watch" that received no items.
 
 use std::collections::hash_map::RandomState;
 use std::fmt::Debug;
@@ -33,6 +40,12 @@ use tower::{BoxError, Service};
 use tracing::{debug, info, warn};
 
 use crate::metrics::{Metrics, WatchLabels, WatchRestartLabels};
+
+/// Re-watches in a row from one resourceVersion, each after an early end, before a watch
+/// relists. Two, not one: a single reset (an API-server restart, a load balancer closing idle
+/// connections) resumes without a LIST; a server that resets every watch costs a LIST per three
+/// paced watch requests (about one every 6–9 s with the default backoff).
+pub const NO_PROGRESS_RELIST: u32 = 2;
 
 /// How watches retry, and when a silent watch counts as stalled.
 #[derive(Clone, Debug)]
@@ -192,7 +205,13 @@ impl WatchHealth {
 
     fn register(&self, what: &'static str, key: String) -> Arc<Liveness> {
         let live = Arc::new(Liveness {
-            pace: Mutex::new((WatchBackoff::new(&self.inner.policy), None)),
+            pace: Mutex::new(Pace {
+                backoff: WatchBackoff::new(&self.inner.policy),
+                started: None,
+                resumed_from: None,
+                repeats: 0,
+            }),
+            relist: tokio::sync::Notify::new(),
             what,
             key,
             last: Mutex::new(Instant::now()),
@@ -218,23 +237,50 @@ struct Liveness {
     stalled: AtomicBool,
     /// Paces re-watches: kube's watcher re-watches at once after a watch ends early (a reset
     /// after one event surfaces as an ended stream, never reaching a stream backoff), so the
-    /// pacing has to happen where the request leaves. Holds when the last watch started.
-    pace: Mutex<(WatchBackoff, Option<Instant>)>,
+    /// pacing has to happen where the request leaves.
+    pace: Mutex<Pace>,
+    /// Told when re-watches make no progress ([`NO_PROGRESS_RELIST`]); the watch's stream
+    /// ([`resilient`]) starts over with a LIST.
+    relist: tokio::sync::Notify,
+}
+
+/// What the re-watch pacing remembers of the watch requests of one watch.
+struct Pace {
+    backoff: WatchBackoff,
+    /// When the last watch request left (after its pause).
+    started: Option<Instant>,
+    /// The resourceVersion it resumed from.
+    resumed_from: Option<String>,
+    /// Consecutive early re-watches from that same resourceVersion.
+    repeats: u32,
 }
 
 impl Liveness {
-    /// The pause before a new watch: backs off while watches end sooner than `healthy_after`
-    /// after they started.
-    fn next_watch(&self, healthy_after: Duration) -> Duration {
+    /// The pause before a new watch resuming from `resource_version`: backs off while watches
+    /// end sooner than `healthy_after` after they started. Asks for a relist when this is the
+    /// [`NO_PROGRESS_RELIST`]th early re-watch in a row from the same resourceVersion.
+    fn next_watch(&self, healthy_after: Duration, resource_version: Option<&str>) -> Duration {
         let mut pace = self.pace.lock().unwrap_or_else(|p| p.into_inner());
-        let early = pace.1.is_some_and(|start| start.elapsed() < healthy_after);
+        let early = pace
+            .started
+            .is_some_and(|start| start.elapsed() < healthy_after);
         let pause = if early {
-            pace.0.failed()
+            pace.backoff.failed()
         } else {
-            pace.0.succeeded();
+            pace.backoff.succeeded();
             Duration::ZERO
         };
-        pace.1 = Some(Instant::now() + pause);
+        let stuck = early
+            && resource_version.is_some_and(|rv| !rv.is_empty())
+            && pace.resumed_from.as_deref() == resource_version;
+        pace.repeats = if stuck { pace.repeats + 1 } else { 0 };
+        if pace.repeats >= NO_PROGRESS_RELIST {
+            pace.repeats = 0;
+            // A stored permit if the stream is busy: it relists at its next poll.
+            self.relist.notify_one();
+        }
+        pace.resumed_from = resource_version.map(str::to_owned);
+        pace.started = Some(Instant::now() + pause);
         pause
     }
 
@@ -308,6 +354,7 @@ enum Step<T> {
     Item(T),
     Ended,
     Check,
+    Relist,
 }
 
 impl<K> Resilient<K>
@@ -332,6 +379,7 @@ where
                     None => Step::Ended,
                 },
                 _ = tokio::time::sleep(check_every) => Step::Check,
+                _ = self.live.relist.notified() => Step::Relist,
             };
             match step {
                 Step::Item(Ok(event)) => {
@@ -348,6 +396,17 @@ where
                 }
                 // kube's watcher never ends; if it does, start over.
                 Step::Ended => self.inner = None,
+                Step::Relist => {
+                    info!(
+                        watch = self.what,
+                        relist_after = NO_PROGRESS_RELIST,
+                        "re-watches make no progress (each ended early, from one \
+                         resourceVersion); relisting"
+                    );
+                    self.restarted("no_progress");
+                    // The new watcher lists first; its watch is paced like any re-watch.
+                    self.inner = None;
+                }
                 Step::Check => {
                     if self.live.stalled.load(Ordering::Acquire)
                         && !self.live.silent(self.policy.stall_after)
@@ -435,6 +494,14 @@ fn request_key(uri: &hyper::Uri) -> (String, bool) {
     (format!("{}?{labels}|{fields}", uri.path()), watch)
 }
 
+/// The `resourceVersion` a request names (a watch resumes from it).
+fn resource_version(uri: &hyper::Uri) -> Option<String> {
+    uri.query()?
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("resourceVersion="))
+        .map(decode)
+}
+
 /// Decodes a form-urlencoded query value.
 fn decode(v: &str) -> String {
     let hex = |b: u8| {
@@ -486,12 +553,13 @@ impl Service<Request<Body>> for Tracked {
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
         let (key, watch) = request_key(req.uri());
+        let resumed_from = resource_version(req.uri());
         let lives = self.health.lookup(&key);
         let client = self.client.clone();
         let healthy_after = self.health.policy.healthy_after;
         Box::pin(async move {
             if watch && let Some(live) = lives.first() {
-                let pause = live.next_watch(healthy_after);
+                let pause = live.next_watch(healthy_after, resumed_from.as_deref());
                 if !pause.is_zero() {
                     debug!(
                         watch = live.what,
@@ -549,6 +617,53 @@ mod tests {
             backoff_max: Duration::from_millis(800),
             healthy_after: Duration::from_millis(200),
         }
+    }
+
+    #[tokio::test]
+    async fn early_rewatches_from_one_resource_version_ask_for_a_relist() {
+        use futures::FutureExt;
+        let health = WatchHealth::new(WatchPolicy {
+            backoff_initial: Duration::from_millis(1),
+            backoff_max: Duration::from_millis(2),
+            healthy_after: Duration::from_millis(100),
+            ..policy()
+        });
+        let live = health.register("pods", "/api/v1/pods?|".into());
+        let healthy_after = health.policy().healthy_after;
+        let relisted = || live.relist.notified().now_or_never().is_some();
+        // The first watch, then early re-watches from the same version: the second of those
+        // asks for a relist, and the count starts over.
+        let watches = |rv: Option<&str>, n: usize| {
+            (0..n)
+                .map(|_| {
+                    live.next_watch(healthy_after, rv);
+                    relisted()
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            watches(Some("10"), 6),
+            [false, false, true, false, true, false]
+        );
+        // Progress (a newer version) starts the count over.
+        assert_eq!(watches(Some("11"), 3), [false, false, true]);
+        // A watch without a resourceVersion (a fresh one) never counts.
+        assert_eq!(watches(None, 4), [false; 4]);
+        // Re-watches after a watch that lasted (not early) do not count either.
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            assert_eq!(watches(Some("12"), 1), [false]);
+        }
+    }
+
+    #[test]
+    fn the_resource_version_of_a_request_is_read_from_its_query() {
+        let uri: hyper::Uri = "/api/v1/pods?watch=true&resourceVersion=42&timeoutSeconds=290"
+            .parse()
+            .unwrap();
+        assert_eq!(resource_version(&uri).as_deref(), Some("42"));
+        let uri: hyper::Uri = "/api/v1/pods?limit=500".parse().unwrap();
+        assert_eq!(resource_version(&uri), None);
     }
 
     #[tokio::test]

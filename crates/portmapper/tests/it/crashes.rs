@@ -212,6 +212,7 @@ async fn kill_9_at_random_points_during_churn_restarts_cleanly() {
         let took = started.elapsed();
         converge_figures.push(took);
         assert_no_orphan_or_duplicate(&h, round).await;
+        observer.assert_final_state_is_the_plan(SVC).await;
 
         // Zero writes once converged: two complete reconcile passes (1 s resync) later, the
         // restarted process has written nothing more.

@@ -5,6 +5,8 @@
 //! signals reach real processes. Every write is attributed by User-Agent
 //! (`portmapper/<version> (<identity>)`) from the emulator's request log, and the writers
 //! must form one run each: no write by an old identity after the next leader's first write.
+//!
+//! Rounds of the three faults: `PORTMAPPER_FAILOVER_ROUNDS` (1 by default, 10 in `make soak`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,7 +20,7 @@ use serde_json::json;
 
 use crate::harness::*;
 use crate::observer::Observer;
-use crate::procs::Operator;
+use crate::procs::{Operator, env_count};
 
 const SVC: &str = "fo";
 const LEASE_SECONDS: u64 = 4;
@@ -140,7 +142,7 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
     let a = start(&h, "fo-a");
     let b = start(&h, "fo-b");
     let leader = eventually("a leader", Duration::from_secs(20), || holder(&h)).await;
-    let (mut leader, standby) = if leader == a.identity { (a, b) } else { (b, a) };
+    let (leader, standby) = if leader == a.identity { (a, b) } else { (b, a) };
     eventually("published", Duration::from_secs(20), || async {
         (h.membership(SVC).await.get("fo.http")? == &["fo-0", "fo-1"]).then_some(())
     })
@@ -172,97 +174,117 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
         })
     };
 
-    // 1. kill -9: the standby writes within the Lease duration + 2 s.
-    writing(&h, &leader).await;
-    let t0 = h.emu.requests().elapsed();
-    leader.kill9();
-    let first = first_write_after(&h, &standby, t0, Duration::from_secs(20)).await;
-    let kill9 = first - t0;
-    println!(
-        "kill -9 of {}: {} wrote {kill9:?} later",
-        leader.identity, standby.identity
-    );
-    assert!(
-        kill9 <= Duration::from_secs(LEASE_SECONDS + 2),
-        "takeover after kill -9 took {kill9:?}"
-    );
+    let rounds = env_count("PORTMAPPER_FAILOVER_ROUNDS", 1);
+    println!("failover: {rounds} round(s) of kill -9, SIGTERM, SIGSTOP/SIGCONT");
+    let (mut leader, mut standby) = (leader, standby);
+    let mut figures = Vec::new();
+    for round in 1..=rounds {
+        // 1. kill -9: the standby writes within the Lease duration + 2 s.
+        writing(&h, &leader).await;
+        let t0 = h.emu.requests().elapsed();
+        leader.kill9();
+        let first = first_write_after(&h, &standby, t0, Duration::from_secs(20)).await;
+        let kill9 = first - t0;
+        println!(
+            "kill -9 of {}: {} wrote {kill9:?} later",
+            leader.identity, standby.identity
+        );
+        assert!(
+            kill9 <= Duration::from_secs(LEASE_SECONDS + 2),
+            "takeover after kill -9 took {kill9:?}"
+        );
 
-    // 2. SIGTERM: the released Lease is taken by a running standby within 2 s.
-    let (mut leader, standby) = (standby, start(&h, "fo-c"));
-    is_standby(&h, &standby).await;
-    writing(&h, &leader).await;
-    let t0 = h.emu.requests().elapsed();
-    leader.signal("TERM");
-    let first = first_write_after(&h, &standby, t0, Duration::from_secs(20)).await;
-    let sigterm = first - t0;
-    println!(
-        "SIGTERM of {}: {} wrote {sigterm:?} later",
-        leader.identity, standby.identity
-    );
-    assert!(
-        sigterm <= Duration::from_secs(2),
-        "takeover after SIGTERM took {sigterm:?}"
-    );
-    assert!(
-        leader.wait_exit(Duration::from_secs(10)).await,
-        "SIGTERM exits 0\n{}",
-        leader.log_text()
-    );
+        // 2. SIGTERM: the released Lease is taken by a running standby within 2 s.
+        leader = standby;
+        standby = start(&h, &format!("fo-{round}c"));
+        is_standby(&h, &standby).await;
+        writing(&h, &leader).await;
+        let t0 = h.emu.requests().elapsed();
+        leader.signal("TERM");
+        let first = first_write_after(&h, &standby, t0, Duration::from_secs(20)).await;
+        let sigterm = first - t0;
+        println!(
+            "SIGTERM of {}: {} wrote {sigterm:?} later",
+            leader.identity, standby.identity
+        );
+        assert!(
+            sigterm <= Duration::from_secs(2),
+            "takeover after SIGTERM took {sigterm:?}"
+        );
+        assert!(
+            leader.wait_exit(Duration::from_secs(10)).await,
+            "SIGTERM exits 0\n{}",
+            leader.log_text()
+        );
 
-    // 3. SIGSTOP until the standby has taken over, then SIGCONT: the resumed ex-leader writes
-    // nothing (its deadline passed while it was stopped).
-    let (paused, standby) = (standby, start(&h, "fo-d"));
-    is_standby(&h, &standby).await;
-    writing(&h, &paused).await;
-    let t0 = h.emu.requests().elapsed();
-    paused.signal("STOP");
-    let first = first_write_after(&h, &standby, t0, Duration::from_secs(20)).await;
-    let sigstop = first - t0;
-    println!(
-        "SIGSTOP of {}: {} wrote {sigstop:?} later",
-        paused.identity, standby.identity
-    );
-    assert!(
-        sigstop <= Duration::from_secs(LEASE_SECONDS + 2),
-        "takeover after SIGSTOP took {sigstop:?}"
-    );
-    let resumed = h.emu.requests().elapsed();
-    paused.signal("CONT");
-    // Proof it runs again: a request of its own (the Lease) after SIGCONT; then two more
-    // writes by the new leader, so anything the ex-leader sent on resuming is in the log.
-    eventually(
-        "the ex-leader's first request after SIGCONT",
-        Duration::from_secs(20),
-        || async {
-            h.emu
-                .requests()
-                .filter(|r| r.user_agent == paused.user_agent && r.since_start >= resumed)
-                .first()
-                .map(|_| ())
-        },
-    )
-    .await;
-    let after = h.emu.requests().elapsed();
-    let next = first_write_after(&h, &standby, after, Duration::from_secs(20)).await;
-    first_write_after(
-        &h,
-        &standby,
-        next + Duration::from_millis(1),
-        Duration::from_secs(20),
-    )
-    .await;
+        // 3. SIGSTOP until the standby has taken over, then SIGCONT: the resumed ex-leader writes
+        // nothing (its deadline passed while it was stopped).
+        let paused = standby;
+        standby = start(&h, &format!("fo-{round}d"));
+        is_standby(&h, &standby).await;
+        writing(&h, &paused).await;
+        let t0 = h.emu.requests().elapsed();
+        paused.signal("STOP");
+        let first = first_write_after(&h, &standby, t0, Duration::from_secs(20)).await;
+        let sigstop = first - t0;
+        println!(
+            "SIGSTOP of {}: {} wrote {sigstop:?} later",
+            paused.identity, standby.identity
+        );
+        assert!(
+            sigstop <= Duration::from_secs(LEASE_SECONDS + 2),
+            "takeover after SIGSTOP took {sigstop:?}"
+        );
+        let resumed = h.emu.requests().elapsed();
+        paused.signal("CONT");
+        // Proof it runs again: a request of its own (the Lease) after SIGCONT; then two more
+        // writes by the new leader, so anything the ex-leader sent on resuming is in the log.
+        eventually(
+            "the ex-leader's first request after SIGCONT",
+            Duration::from_secs(20),
+            || async {
+                h.emu
+                    .requests()
+                    .filter(|r| r.user_agent == paused.user_agent && r.since_start >= resumed)
+                    .first()
+                    .map(|_| ())
+            },
+        )
+        .await;
+        let after = h.emu.requests().elapsed();
+        let next = first_write_after(&h, &standby, after, Duration::from_secs(20)).await;
+        first_write_after(
+            &h,
+            &standby,
+            next + Duration::from_millis(1),
+            Duration::from_secs(20),
+        )
+        .await;
+        let stale: Vec<_> = object_writes(&h)
+            .into_iter()
+            .filter(|r| r.user_agent == paused.user_agent && r.since_start >= t0)
+            .collect();
+        assert!(stale.is_empty(), "the paused ex-leader wrote: {stale:?}");
+        figures.push((kill9, sigterm, sigstop));
+        // The resumed ex-leader is a standby now; it goes, so every identity writes in one
+        // run only, and a fresh standby waits for the next round.
+        drop(paused);
+        if round < rounds {
+            leader = standby;
+            standby = start(&h, &format!("fo-{}a", round + 1));
+            is_standby(&h, &standby).await;
+        }
+    }
     churning.store(false, Ordering::Relaxed);
     let flips = churn.await.unwrap();
 
-    let stale: Vec<_> = object_writes(&h)
-        .into_iter()
-        .filter(|r| r.user_agent == paused.user_agent && r.since_start >= t0)
-        .collect();
-    assert!(stale.is_empty(), "the paused ex-leader wrote: {stale:?}");
     let runs = assert_single_writer(&h);
     let versions = observer.assert_held();
+    // Within the bound after the churn's last flip.
+    observer.assert_final_state_is_the_plan(SVC).await;
     println!(
-        "failover: {flips} pod flips; writers in order {runs:?}; {versions} slice versions, no \
-         blackout, no lasting duplicate"
+        "failover: {rounds} round(s), (kill -9, SIGTERM, SIGSTOP) takeovers {figures:?}; \
+         {flips} pod flips; writers in order {runs:?}; {versions} slice versions, no blackout, \
+         no lasting duplicate"
     );
 }

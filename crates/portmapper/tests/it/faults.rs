@@ -183,6 +183,7 @@ pub(crate) async fn converges_after(
     println!("{name}: converged {took:?} after the fault was removed");
     let versions = observer.assert_held();
     assert!(versions >= 1, "the observer saw no write of the slices");
+    observer.assert_final_state_is_the_plan(name).await;
     println!("{name}: no blackout, no lasting duplicate in {versions} slice versions");
 }
 

@@ -5,23 +5,37 @@
 //! - a **lasting duplicate**: an (address, port, family) in two of our slices of one Service
 //!   still there after the next write to that Service's slices (moving an endpoint between
 //!   slices takes two writes, so one version with it twice is allowed).
-//!
-//! Not covered here: comparing the final state with the planner's output for the final inputs
-//! (the tests compare the final membership with the pods instead).
+//! - a **final state that is not the plan** ([`Observer::assert_final_state_is_the_plan`]): once
+//!   a test has removed its fault and seen convergence, the final inputs (PortMapping, Service,
+//!   pods, nodes, the live slices and Endpoints) are read back through the test's client and
+//!   given to the operator's own pure planner; the plan must write nothing (every slice
+//!   `Unchanged`, no deletion, no collision) within [`FINAL_STATE_BOUND`] of that call. A plan
+//!   with zero writes means the live slices equal the desired ones in everything the planner
+//!   compares: endpoints with their conditions, ports, labels, owner and address type.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::Api;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
 use portmapper::controller::MANAGED_BY_SELECTOR;
+use portmapper_api::PortMapping;
+use portmapper_core::{GatePeers, NetworkDecisions, PlanInput, planner};
 use tokio::task::JoinHandle;
 
 use crate::harness::{NS, eventually};
+
+/// How long after a test's own convergence check (which follows the last change of the
+/// inputs) the live slices may still differ from the plan of the final inputs. The issue's
+/// convergence target: the operator has already converged by then, so in practice the first
+/// comparison holds; the bound only absorbs a write still in flight.
+pub const FINAL_STATE_BOUND: Duration = Duration::from_secs(5);
 
 /// (Service, port name, address type): one published port of one family.
 type PortKey = (String, String, String);
@@ -46,6 +60,7 @@ struct State {
 
 /// A running observer; dropping it stops the watch.
 pub struct Observer {
+    client: Client,
     state: Arc<Mutex<State>>,
     task: JoinHandle<()>,
 }
@@ -75,7 +90,7 @@ impl Observer {
             .map(|(s, p)| (s.to_string(), p.to_string()))
             .collect();
         let state = Arc::new(Mutex::new(State::default()));
-        let api: Api<EndpointSlice> = Api::namespaced(client, NS);
+        let api: Api<EndpointSlice> = Api::namespaced(client.clone(), NS);
         let stream = watcher::watcher(api, watcher::Config::default().labels(MANAGED_BY_SELECTOR));
         let task = {
             let state = state.clone();
@@ -109,7 +124,11 @@ impl Observer {
                 }
             })
         };
-        let observer = Self { state, task };
+        let observer = Self {
+            client,
+            state,
+            task,
+        };
         eventually(
             "the observer's initial list",
             Duration::from_secs(10),
@@ -140,6 +159,128 @@ impl Observer {
         );
         report.versions
     }
+
+    /// Invariant (c): within [`FINAL_STATE_BOUND`], the plan of PortMapping `name`'s final
+    /// inputs writes nothing against the live slices. Returns how long it took to hold.
+    pub async fn assert_final_state_is_the_plan(&self, name: &str) -> Duration {
+        let started = tokio::time::Instant::now();
+        let mut pending = Vec::new();
+        while started.elapsed() < FINAL_STATE_BOUND {
+            pending = pending_writes(&self.client, name).await;
+            if pending.is_empty() {
+                let took = started.elapsed();
+                println!("{name}: final state = the plan of the final inputs after {took:?}");
+                return took;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "{name}: {FINAL_STATE_BOUND:?} after convergence the plan of the final inputs still \
+             writes: {pending:#?}"
+        );
+    }
+}
+
+/// What the planner, given the final inputs of PortMapping `name` as the API server holds them,
+/// would still write: one line per slice to create, update or delete, Endpoints to write or
+/// delete, and name collision. Empty: the live state is the plan.
+pub async fn pending_writes(client: &Client, name: &str) -> Vec<String> {
+    let pm = Api::<PortMapping>::namespaced(client.clone(), NS)
+        .get(name)
+        .await
+        .expect("the PortMapping");
+    let svc_name = pm.spec.service_ref.name.clone();
+    let service = Api::<Service>::namespaced(client.clone(), NS)
+        .get(&svc_name)
+        .await
+        .expect("the Service");
+    let pods = Api::<Pod>::namespaced(client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .expect("the pods")
+        .items;
+    let pods: Vec<&Pod> = pods.iter().collect();
+    let node_zones: BTreeMap<String, String> = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("the nodes")
+        .items
+        .into_iter()
+        .filter_map(|n| {
+            let zone = n.labels().get("topology.kubernetes.io/zone")?.clone();
+            Some((n.name_any(), zone))
+        })
+        .collect();
+    // Every slice of the Service: ours are claimable, any other the planner treats as a name
+    // held by someone else, as the operator does.
+    let live_slices: Vec<Arc<EndpointSlice>> = Api::<EndpointSlice>::namespaced(client.clone(), NS)
+        .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={svc_name}")))
+        .await
+        .expect("the slices")
+        .items
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    let live_endpoints = Api::<Endpoints>::namespaced(client.clone(), NS)
+        .get_opt(&svc_name)
+        .await
+        .expect("the Endpoints");
+    let input = PlanInput {
+        port_mapping: &pm,
+        service: &service,
+        pods: &pods,
+        node_zones: &node_zones,
+        // The tests using this check pods with API-object checks only (no prober).
+        network: &NetworkDecisions::new(),
+        live_slices: &live_slices,
+        take_over: &[],
+        held_by_others: &BTreeMap::new(),
+        live_endpoints: live_endpoints.as_ref(),
+        now: Timestamp::now(),
+        gate_peers: GatePeers::NONE,
+    };
+    let plan = planner::plan(&input).expect("the final inputs plan");
+    assert!(
+        plan.network_lookups.is_empty(),
+        "{name} has network checks: the final-state check knows no prober results"
+    );
+    let live = |slice: &str| {
+        live_slices
+            .iter()
+            .find(|l| l.name_any() == slice)
+            .map(|l| (l.ports.clone(), l.endpoints.clone(), l.labels().clone()))
+    };
+    let mut pending: Vec<String> = plan
+        .slices
+        .iter()
+        .filter(|p| p.action.is_write())
+        .map(|p| {
+            let slice = p.slice.name_any();
+            format!(
+                "{:?} {slice}: desired {:?}; live {:?}",
+                p.action,
+                (&p.slice.ports, &p.slice.endpoints, p.slice.labels()),
+                live(&slice)
+            )
+        })
+        .collect();
+    pending.extend(
+        plan.deletions
+            .iter()
+            .map(|d| format!("delete slice {}", d.name)),
+    );
+    pending.extend(
+        plan.collisions
+            .iter()
+            .map(|c| format!("name collision {c}")),
+    );
+    if let Some(e) = plan.endpoints.as_ref().filter(|e| e.action.is_write()) {
+        pending.push(format!("{:?} Endpoints {svc_name}", e.action));
+    }
+    if let Some(d) = &plan.endpoints_deletion {
+        pending.push(format!("delete Endpoints {}", d.name));
+    }
+    pending
 }
 
 fn service_of(slice: &EndpointSlice) -> String {
@@ -296,6 +437,70 @@ mod tests {
         );
         write(&mut st, slice("web.http", &[]), &BTreeSet::new());
         assert!(st.blackouts.is_empty());
+    }
+
+    /// Invariant (c) can fail: with the operator stopped, a slice changed behind its back, a
+    /// pod change it never saw, and a stray slice of ours are each a pending write; with the
+    /// operator running again they are all gone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_final_state_check_sees_what_the_operator_has_not_written() {
+        use crate::harness::*;
+        let mut h = Harness::new().await;
+        h.create(service("plan", &[("http", 8080)])).await;
+        ready_pods(
+            &h,
+            "plan",
+            &[
+                ("plan-a", "http", "10.244.9.1"),
+                ("plan-b", "http", "10.244.9.2"),
+            ],
+        )
+        .await;
+        h.create(portmapping("plan", "plan")).await;
+        h.run_controller();
+        let observer = Observer::start(h.client.clone(), &[("plan", "http")]).await;
+        eventually("plan.http published", Duration::from_secs(15), || async {
+            (h.membership("plan").await.get("plan.http")?.len() == 2).then_some(())
+        })
+        .await;
+        observer.assert_final_state_is_the_plan("plan").await;
+        h.stop_controller().await;
+
+        // Behind its back: one endpoint marked not ready in our slice.
+        let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), NS);
+        let mut slice = slices.get("plan.http").await.unwrap();
+        slice.metadata.managed_fields = None;
+        slice.endpoints[0].conditions = Some(EndpointConditions {
+            ready: Some(false),
+            ..EndpointConditions::default()
+        });
+        slices
+            .replace("plan.http", &Default::default(), &slice)
+            .await
+            .unwrap();
+        let pending = pending_writes(&h.client, "plan").await;
+        assert_eq!(pending.len(), 1, "{pending:#?}");
+        assert!(pending[0].starts_with("Update") && pending[0].contains("plan.http"));
+
+        // A pod change nobody published: still one write, of the same slice.
+        h.set_pod_status("plan-b", &["10.244.9.2"], false).await;
+        let pending = pending_writes(&h.client, "plan").await;
+        assert_eq!(pending.len(), 1, "{pending:#?}");
+
+        // A stray slice of ours (its labels and owner, a name the plan does not want).
+        let mut stray = slice.clone();
+        stray.metadata.name = Some("plan.stray".into());
+        stray.metadata.resource_version = None;
+        stray.metadata.uid = None;
+        slices.create(&Default::default(), &stray).await.unwrap();
+        let pending = pending_writes(&h.client, "plan").await;
+        assert!(
+            pending.iter().any(|p| p == "delete slice plan.stray"),
+            "{pending:#?}"
+        );
+
+        h.run_controller();
+        observer.assert_final_state_is_the_plan("plan").await;
     }
 
     #[test]
