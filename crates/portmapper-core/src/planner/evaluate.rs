@@ -483,11 +483,15 @@ impl<'a> Evaluator<'_, 'a> {
         }
         let ready = ctx.pnr || !terminating;
         merge_state(slot, PodPortState::Published { ready, kept });
-        let zone = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_ref())
-            .and_then(|n| ctx.node_zones.get(n))
+        // Without zones (node lookups off) the pod's spec is not read at all.
+        let zone = (!ctx.node_zones.is_empty())
+            .then(|| {
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .and_then(|n| ctx.node_zones.get(n))
+            })
+            .flatten()
             .map(String::as_str);
         let mut endpoint = DesiredEndpoint::new(
             EndpointFacts {

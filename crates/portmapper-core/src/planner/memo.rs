@@ -33,6 +33,8 @@ pub struct EvalMemo {
     uids: Vec<String>,
     memos: Vec<PodMemo>,
     last_pass: PassStats,
+    /// Whether this pass's checkout found every pod at its last position (and no others).
+    aligned: bool,
     /// Changes whenever the pool's pods change order or membership, so that pool positions
     /// remembered in an earlier pass are known to still name the same pods.
     pool_epoch: u64,
@@ -125,11 +127,13 @@ impl EvalMemo {
         let mut stats = PassStats::default();
         let reused = &mut self.reused;
         reused.clear();
+        let mut anonymous = false;
         let memos = pods
             .iter()
             .enumerate()
             .map(|(i, pod)| {
                 let version = identity(pod);
+                anonymous |= version.is_none();
                 let kept = version.and_then(|(uid, rv)| {
                     let at = if uids.get(i).is_some_and(|u| u == uid) {
                         Some(i)
@@ -161,18 +165,16 @@ impl EvalMemo {
             })
             .collect();
         self.last_pass = stats;
+        // Every pod where it was, and no more of them: the pool is the same list of pods.
+        self.aligned = positions.is_none() && !anonymous && self.uids.len() == pods.len();
         memos
     }
 
     /// Remembers the outcomes of this pass (pods without UID or resourceVersion are not
     /// remembered); pods not in this pass are forgotten.
     pub(crate) fn check_in(&mut self, pods: &[&Pod], mut memos: Vec<PodMemo>) {
-        let same_pods = self.uids.len() == pods.len()
-            && self
-                .uids
-                .iter()
-                .zip(pods)
-                .all(|(u, p)| p.metadata.uid.as_deref() == Some(u.as_str()));
+        // Known from the checkout, without comparing every UID again.
+        let same_pods = self.aligned;
         if !same_pods {
             self.uids = pods
                 .iter()
