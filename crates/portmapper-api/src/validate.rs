@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube_validation::field::{FieldError, FieldPath};
 use kube_validation::names;
 
-use crate::check::{Check, CheckKind, LeafCheck};
+use crate::check::{ApiKind, Check, CheckKind, LeafCheck, NetworkKind};
 use crate::fields::KeySource;
 use crate::spec::{PortMappingSpec, ProbeSettings};
 
@@ -197,8 +197,8 @@ fn validate_kind(path: &FieldPath, kind: CheckKind<'_>, period: i32) -> Vec<Fiel
         }
     };
     match kind {
-        CheckKind::PodReady | CheckKind::NotTerminating | CheckKind::AnyOf(_) => {}
-        CheckKind::ContainerReady(c) => {
+        CheckKind::Api(ApiKind::PodReady(_) | ApiKind::NotTerminating(_)) | CheckKind::AnyOf(_) => {}
+        CheckKind::Api(ApiKind::ContainerReady(c)) => {
             if let Some(name) = &c.container {
                 for msg in names::is_dns1123_label(name) {
                     errs.push(FieldError::invalid(
@@ -209,7 +209,7 @@ fn validate_kind(path: &FieldPath, kind: CheckKind<'_>, period: i32) -> Vec<Fiel
                 }
             }
         }
-        CheckKind::PodCondition(c) => {
+        CheckKind::Api(ApiKind::PodCondition(c)) => {
             for msg in names::is_qualified_name(&c.type_) {
                 errs.push(FieldError::invalid(
                     &path.child("type"),
@@ -218,12 +218,12 @@ fn validate_kind(path: &FieldPath, kind: CheckKind<'_>, period: i32) -> Vec<Fiel
                 ));
             }
         }
-        CheckKind::PortNames(c) => {
+        CheckKind::Api(ApiKind::PortNames(c)) => {
             for msg in names::is_qualified_name(&c.key) {
                 errs.push(FieldError::invalid(&path.child("key"), c.key.as_str(), msg));
             }
         }
-        CheckKind::HttpGet(c) => {
+        CheckKind::Network(NetworkKind::HttpGet(c)) => {
             if let Some(p) = c.path.as_deref().filter(|p| !p.starts_with('/')) {
                 errs.push(FieldError::invalid(
                     &path.child("path"),
@@ -247,15 +247,15 @@ fn validate_kind(path: &FieldPath, kind: CheckKind<'_>, period: i32) -> Vec<Fiel
             }
             timeout(&mut errs, c.timeout_seconds);
         }
-        CheckKind::TcpSocket(c) => {
+        CheckKind::Network(NetworkKind::TcpSocket(c)) => {
             errs.extend(validate_port(&path.child("port"), c.port.as_ref()));
             timeout(&mut errs, c.timeout_seconds);
         }
-        CheckKind::Grpc(c) => {
+        CheckKind::Network(NetworkKind::Grpc(c)) => {
             errs.extend(validate_port(&path.child("port"), c.port.as_ref()));
             timeout(&mut errs, c.timeout_seconds);
         }
-        CheckKind::Webhook(c) => {
+        CheckKind::Network(NetworkKind::Webhook(c)) => {
             let url = c.url.as_str();
             let rest = url
                 .strip_prefix("https://")

@@ -175,7 +175,7 @@ fn evaluate_check(index: usize, check: &Check, e: &Evaluation<'_>) -> Verdict {
         Some(kind) => kind.evaluate(&ctx),
         None => Verdict::exclude(format!(
             "checks[{index}] sets {} kinds instead of exactly one",
-            check.kinds().len()
+            check.kind_count()
         )),
     }
 }
