@@ -9,10 +9,10 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition, Service};
+use portmapper_api::check::Dials;
 use portmapper_api::check::{
     ConditionStatus, ContainerReadyCheck, PodConditionCheck, PortNamesCheck,
 };
-use portmapper_api::check::Dials;
 use portmapper_api::{ApiKind, CheckKind, KeySource};
 
 use crate::decision::{Verdict, any_of};
@@ -445,17 +445,36 @@ mod tests {
         let n = NetworkDecisions::new();
         let mut p = pod();
         assert_eq!(
-            eval(CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})), &p, &port("http", None), &n, false),
+            eval(
+                CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})),
+                &p,
+                &port("http", None),
+                &n,
+                false
+            ),
             Verdict::INCLUDE
         );
         if let Some(c) = p.status.as_mut().and_then(|s| s.conditions.as_mut()) {
             c[0].status = "False".into();
         }
-        let v = eval(CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})), &p, &port("http", None), &n, false);
+        let v = eval(
+            CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})),
+            &p,
+            &port("http", None),
+            &n,
+            false,
+        );
         assert_eq!(v.reason(), "podReady: pod is not Ready (Ready=False)");
         p.status = None;
         assert_eq!(
-            eval(CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})), &p, &port("http", None), &n, false).reason(),
+            eval(
+                CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})),
+                &p,
+                &port("http", None),
+                &n,
+                false
+            )
+            .reason(),
             "podReady: pod has no Ready condition"
         );
     }
@@ -488,37 +507,73 @@ mod tests {
             condition(PUBLISHED_GATE, "False"),
             condition("example.com/warm", "True"),
         ]);
-        let v = eval(CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})), &p, &port("http", None), &n, false);
+        let v = eval(
+            CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})),
+            &p,
+            &port("http", None),
+            &n,
+            false,
+        );
         assert_eq!(v.decision, Decision::Include, "{}", v.reason());
 
         let conditions = p.status.as_mut().unwrap().conditions.as_mut().unwrap();
         conditions[3].status = "False".into();
-        let v = eval(CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})), &p, &port("http", None), &n, false);
+        let v = eval(
+            CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})),
+            &p,
+            &port("http", None),
+            &n,
+            false,
+        );
         assert_eq!(
             v.reason(),
             "podReady: readiness gate example.com/warm is not True (example.com/warm=False)"
         );
         conditions_mut(&mut p).retain(|c| c.type_ != "example.com/warm");
-        let v = eval(CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})), &p, &port("http", None), &n, false);
+        let v = eval(
+            CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})),
+            &p,
+            &port("http", None),
+            &n,
+            false,
+        );
         assert_eq!(
             v.reason(),
             "podReady: readiness gate example.com/warm has no condition"
         );
         conditions_mut(&mut p).push(condition("example.com/warm", "True"));
         conditions_mut(&mut p)[1].status = "False".into();
-        let v = eval(CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})), &p, &port("http", None), &n, false);
+        let v = eval(
+            CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})),
+            &p,
+            &port("http", None),
+            &n,
+            false,
+        );
         assert_eq!(
             v.reason(),
             "podReady: containers are not ready (ContainersReady=False)"
         );
         conditions_mut(&mut p).remove(1);
-        let v = eval(CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})), &p, &port("http", None), &n, false);
+        let v = eval(
+            CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})),
+            &p,
+            &port("http", None),
+            &n,
+            false,
+        );
         assert_eq!(v.reason(), "podReady: pod has no ContainersReady condition");
 
         // Without our gate, podReady reads Ready as before.
         p.spec = None;
         conditions_mut(&mut p).push(condition("ContainersReady", "True"));
-        let v = eval(CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})), &p, &port("http", None), &n, false);
+        let v = eval(
+            CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})),
+            &p,
+            &port("http", None),
+            &n,
+            false,
+        );
         assert_eq!(v.reason(), "podReady: pod is not Ready (Ready=False)");
     }
 
@@ -553,7 +608,14 @@ mod tests {
             Decision::Exclude
         );
         assert_eq!(
-            eval(CheckKind::Api(ApiKind::NotTerminating(&NotTerminatingCheck {})), &p, &port("http", None), &n, true).decision,
+            eval(
+                CheckKind::Api(ApiKind::NotTerminating(&NotTerminatingCheck {})),
+                &p,
+                &port("http", None),
+                &n,
+                true
+            )
+            .decision,
             Decision::Exclude,
             "not bypassed"
         );
@@ -676,7 +738,14 @@ mod tests {
             "portNames: annotation example.com/ports does not list \"grpc\""
         );
         assert_eq!(
-            eval(CheckKind::Api(ApiKind::PortNames(&c)), &pod(), &port("", None), &n, false).decision,
+            eval(
+                CheckKind::Api(ApiKind::PortNames(&c)),
+                &pod(),
+                &port("", None),
+                &n,
+                false
+            )
+            .decision,
             Decision::Exclude
         );
         let label = PortNamesCheck {

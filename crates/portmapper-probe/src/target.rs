@@ -94,7 +94,6 @@ pub struct ServicePort {
     pub target_port: u16,
 }
 
-
 /// Damped membership of a target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Membership {

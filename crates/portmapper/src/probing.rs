@@ -23,8 +23,8 @@ use portmapper_api::{NetworkKey, PortMapping};
 use portmapper_core::target::service_port_protocol;
 use portmapper_core::{NetworkDecisions, NetworkLookup, Verdict, check_at, port_rules};
 use portmapper_probe::{
-    ContainerPort, ExecutorConfig, MappingKey, Membership, Outcome, PoolPod,
-    ProbeEvents, ProbeExecutor, Prober, ProberConfig, ServicePort, Target, TargetResult,
+    ContainerPort, ExecutorConfig, MappingKey, Membership, Outcome, PoolPod, ProbeEvents,
+    ProbeExecutor, Prober, ProberConfig, ServicePort, Target, TargetResult,
 };
 use tracing::debug;
 
