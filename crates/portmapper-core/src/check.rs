@@ -1,5 +1,5 @@
-//! The check trait and the built-in checks that need only API objects (podReady,
-//! notTerminating, containerReady, podCondition, portNames, anyOf). Network checks read their
+//! The evaluation of membership checks. API checks (`ApiKind`) are decided here from the pod
+//! and the Service, one function per kind behind `evaluate_api`; network checks read their
 //! result from [`NetworkDecisions`].
 //!
 //! `publishNotReadyAddresses` bypasses *health* checks (podReady, containerReady and the
@@ -39,57 +39,38 @@ pub struct CheckContext<'a> {
     pub gates: GateTypes<'a>,
 }
 
-/// A membership check.
-pub trait MembershipCheck {
-    /// The name users write in YAML (`podReady`, `httpGet`, ...).
-    fn name(&self) -> &'static str;
-    /// Whether `publishNotReadyAddresses` bypasses it.
-    fn is_health(&self) -> bool;
-    /// The decision for one (pod, port, address).
-    fn evaluate(&self, ctx: &CheckContext<'_>) -> Verdict;
-}
-
-impl MembershipCheck for CheckKind<'_> {
-    fn name(&self) -> &'static str {
-        CheckKind::name(self)
+/// The decision of one check for one (pod, port, address).
+pub fn evaluate(kind: &CheckKind<'_>, ctx: &CheckContext<'_>) -> Verdict {
+    if ctx.bypass_health && kind.is_health() {
+        return Verdict::INCLUDE;
     }
-
-    fn is_health(&self) -> bool {
-        CheckKind::is_health(self)
-    }
-
-    fn evaluate(&self, ctx: &CheckContext<'_>) -> Verdict {
-        if ctx.bypass_health && self.is_health() {
-            return Verdict::INCLUDE;
+    match kind {
+        CheckKind::Api(kind) => evaluate_api(*kind, ctx),
+        CheckKind::Network(network) if dials_non_tcp_target(kind, ctx.port.protocol) => {
+            Verdict::exclude(format!(
+                "{}: Service port {} is {}; a probe without its own port would dial it over TCP (set the check's port)",
+                network.name(),
+                port_label(ctx),
+                ctx.port.protocol
+            ))
         }
-        match self {
-            CheckKind::Api(kind) => evaluate_api(*kind, ctx),
-            CheckKind::Network(kind) if dials_non_tcp_target(self, ctx.port.protocol) => {
-                Verdict::exclude(format!(
-                    "{}: Service port {} is {}; a probe without its own port would dial it over TCP (set the check's port)",
-                    kind.name(),
-                    port_label(ctx),
-                    ctx.port.protocol
-                ))
+        CheckKind::Network(network) => network_verdict(network.name(), ctx),
+        CheckKind::AnyOf(leaves) => any_of(leaves.iter().enumerate().map(|(j, leaf)| {
+            let sub = CheckContext {
+                position: CheckPosition {
+                    index: ctx.position.index,
+                    any_of: Some(j),
+                },
+                ..*ctx
+            };
+            match leaf.kind() {
+                Some(kind) => evaluate(&kind, &sub),
+                None => Verdict::exclude(format!(
+                    "anyOf[{j}]: the check sets {} kinds instead of one",
+                    leaf.kind_count()
+                )),
             }
-            CheckKind::Network(kind) => network(kind.name(), ctx),
-            CheckKind::AnyOf(leaves) => any_of(leaves.iter().enumerate().map(|(j, leaf)| {
-                let sub = CheckContext {
-                    position: CheckPosition {
-                        index: ctx.position.index,
-                        any_of: Some(j),
-                    },
-                    ..*ctx
-                };
-                match leaf.kind() {
-                    Some(kind) => kind.evaluate(&sub),
-                    None => Verdict::exclude(format!(
-                        "anyOf[{j}]: the check sets {} kinds instead of one",
-                        leaf.kind_count()
-                    )),
-                }
-            })),
-        }
+        })),
     }
 }
 
@@ -340,7 +321,7 @@ pub fn is_no_result_yet(reason: &str) -> bool {
     reason.ends_with(NO_RESULT_YET)
 }
 
-fn network(name: &str, ctx: &CheckContext<'_>) -> Verdict {
+fn network_verdict(name: &str, ctx: &CheckContext<'_>) -> Verdict {
     let uid = ctx.pod.metadata.uid.as_deref().unwrap_or_default();
     match ctx
         .network
@@ -437,7 +418,7 @@ mod tests {
             bypass_health: bypass,
             gates: GateTypes::DEFAULT,
         };
-        kind.evaluate(&ctx)
+        evaluate(&kind, &ctx)
     }
 
     #[test]

@@ -13,9 +13,7 @@ pub mod planner;
 pub mod pool;
 pub mod target;
 
-pub use check::{
-    CheckContext, GateTypes, MembershipCheck, PUBLISHED_GATE, has_gate, has_published_gate,
-};
+pub use check::{CheckContext, GateTypes, PUBLISHED_GATE, has_gate, has_published_gate};
 pub use decision::{Decision, Verdict, all_of, any_of};
 pub use events::EventReason;
 pub use membership::{

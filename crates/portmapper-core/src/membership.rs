@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use portmapper_api::{Check, CheckKind, PortMappingSpec, UnlistedPorts};
 
-use crate::check::{CheckContext, GateTypes, MembershipCheck, is_probed};
+use crate::check::{CheckContext, GateTypes, evaluate, is_probed};
 use crate::decision::{Decision, Verdict};
 use crate::network::{CheckPosition, NetworkDecisions};
 use crate::target::ResolvedPort;
@@ -172,7 +172,7 @@ fn evaluate_check(index: usize, check: &Check, e: &Evaluation<'_>) -> Verdict {
         gates: e.gates,
     };
     match check.kind() {
-        Some(kind) => kind.evaluate(&ctx),
+        Some(kind) => evaluate(&kind, &ctx),
         None => Verdict::exclude(format!(
             "checks[{index}] sets {} kinds instead of exactly one",
             check.kind_count()
