@@ -25,6 +25,6 @@ pub use pool::{SelectorError, pod_in_pool, selector_matches};
 pub use target::{PodAddress, ResolvedPort, ResolvedTarget, pod_address, resolve_target_port};
 
 pub use planner::{
-    Action, Deletion, EvalMemo, GatePeers, NameCollision, Plan, PlanError, PlanInput, PlanWarning,
-    PlannedEndpoints, PlannedSlice, PodGate, plan, plan_with_memo, service_families,
+    Deletion, EvalMemo, GatePeers, NameCollision, Plan, PlanError, PlanInput, PlanWarning,
+    PlannedEndpoints, PlannedSlice, PodGate, WriteAction, plan, plan_with_memo, service_families,
 };

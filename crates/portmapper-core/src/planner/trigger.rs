@@ -26,7 +26,7 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use portmapper_api::{Check, CheckKind, LeafCheck};
 
-use super::render::{ANNOTATION_TRIGGER_TIME, DesiredEndpoint};
+use super::objects::{ANNOTATION_TRIGGER_TIME, DesiredEndpoint};
 use crate::check::read_condition;
 use crate::membership::PortRules;
 

@@ -313,7 +313,7 @@ impl World {
                 .iter()
                 .find(|s| s.metadata.name == p.slice.metadata.name);
             let mut s = match (&p.action, live) {
-                (portmapper_core::Action::Unchanged, Some(l)) => l.clone(),
+                (portmapper_core::WriteAction::Unchanged, Some(l)) => l.clone(),
                 _ => (*p.slice).clone(),
             };
             if p.action.is_write() {
@@ -389,9 +389,9 @@ pub fn actions(plan: &Plan) -> Vec<(String, &'static str)> {
         .iter()
         .map(|p| {
             let a = match p.action {
-                portmapper_core::Action::Create => "create",
-                portmapper_core::Action::Update { .. } => "update",
-                portmapper_core::Action::Unchanged => "unchanged",
+                portmapper_core::WriteAction::Create => "create",
+                portmapper_core::WriteAction::Update { .. } => "update",
+                portmapper_core::WriteAction::Unchanged => "unchanged",
             };
             (p.slice.metadata.name.clone().unwrap_or_default(), a)
         })

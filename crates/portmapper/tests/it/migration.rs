@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube_emulator::faults::{Action, Rule};
+use kube_emulator::faults::{FaultAction, Rule};
 use portmapper_api::PortMapping;
 use serde_json::json;
 
@@ -384,7 +384,7 @@ async fn a_failed_endpoints_delete_keeps_the_native_slice_as_evidence_across_a_r
     .await;
     // Deleting the abandoned Endpoints object fails until the rule is removed.
     let rule = h.emu.inject(
-        Rule::new(Action::Status {
+        Rule::new(FaultAction::Status {
             code: 500,
             reason: None,
             message: Some("injected".into()),
@@ -453,7 +453,7 @@ async fn a_forbidden_mirror_write_does_not_hold_back_the_native_cleanup_but_is_r
     .await;
     // RBAC without patch on endpoints: every write of our mirror is forbidden.
     let rule = h.emu.inject(
-        Rule::new(Action::Status {
+        Rule::new(FaultAction::Status {
             code: 403,
             reason: None,
             message: Some("endpoints is forbidden".into()),
