@@ -569,37 +569,21 @@ pub trait NetworkParams {
     fn timeout_seconds(&self) -> Option<i32>;
 }
 
-/// A check's own `port`, or the target port when it names none.
-fn pod_port(port: Option<&IntOrString>) -> Dials<'_> {
-    port.map_or(Dials::TargetPort, Dials::PodPort)
+/// [`NetworkParams`] of checks that dial the pod at their own `port`, else the target port.
+macro_rules! dials_the_pod {
+    ($($ty:ty),*) => {$(
+        impl NetworkParams for $ty {
+            fn dials(&self) -> Dials<'_> {
+                self.port.as_ref().map_or(Dials::TargetPort, Dials::PodPort)
+            }
+            fn timeout_seconds(&self) -> Option<i32> {
+                self.timeout_seconds
+            }
+        }
+    )*};
 }
 
-impl NetworkParams for HttpGetCheck {
-    fn dials(&self) -> Dials<'_> {
-        pod_port(self.port.as_ref())
-    }
-    fn timeout_seconds(&self) -> Option<i32> {
-        self.timeout_seconds
-    }
-}
-
-impl NetworkParams for TcpSocketCheck {
-    fn dials(&self) -> Dials<'_> {
-        pod_port(self.port.as_ref())
-    }
-    fn timeout_seconds(&self) -> Option<i32> {
-        self.timeout_seconds
-    }
-}
-
-impl NetworkParams for GrpcCheck {
-    fn dials(&self) -> Dials<'_> {
-        pod_port(self.port.as_ref())
-    }
-    fn timeout_seconds(&self) -> Option<i32> {
-        self.timeout_seconds
-    }
-}
+dials_the_pod!(HttpGetCheck, TcpSocketCheck, GrpcCheck);
 
 impl NetworkParams for WebhookCheck {
     fn dials(&self) -> Dials<'_> {
@@ -629,38 +613,27 @@ impl ValidateParams for NotTerminatingCheck {
 impl ValidateParams for ContainerReadyCheck {
     fn validate(&self, path: &FieldPath, _: i32, errs: &mut Vec<FieldError>) {
         if let Some(name) = &self.container {
-            for msg in names::is_dns1123_label(name) {
-                errs.push(FieldError::invalid(
-                    &path.child("container"),
-                    name.as_str(),
-                    msg,
-                ));
-            }
+            invalid_each(
+                &path.child("container"),
+                name,
+                names::is_dns1123_label(name),
+                errs,
+            );
         }
     }
 }
 
 impl ValidateParams for PodConditionCheck {
     fn validate(&self, path: &FieldPath, _: i32, errs: &mut Vec<FieldError>) {
-        for msg in names::is_qualified_name(&self.type_) {
-            errs.push(FieldError::invalid(
-                &path.child("type"),
-                self.type_.as_str(),
-                msg,
-            ));
-        }
+        let msgs = names::is_qualified_name(&self.type_);
+        invalid_each(&path.child("type"), &self.type_, msgs, errs);
     }
 }
 
 impl ValidateParams for PortNamesCheck {
     fn validate(&self, path: &FieldPath, _: i32, errs: &mut Vec<FieldError>) {
-        for msg in names::is_qualified_name(&self.key) {
-            errs.push(FieldError::invalid(
-                &path.child("key"),
-                self.key.as_str(),
-                msg,
-            ));
-        }
+        let msgs = names::is_qualified_name(&self.key);
+        invalid_each(&path.child("key"), &self.key, msgs, errs);
     }
 }
 
@@ -691,19 +664,19 @@ impl ValidateParams for HttpGetCheck {
     }
 }
 
-impl ValidateParams for TcpSocketCheck {
-    fn validate(&self, path: &FieldPath, period: i32, errs: &mut Vec<FieldError>) {
-        validate_port(&path.child("port"), self.port.as_ref(), errs);
-        validate_timeout(path, self.timeout_seconds, period, errs);
-    }
+/// [`ValidateParams`] of checks whose only rules are those of `port` and `timeoutSeconds`.
+macro_rules! port_and_timeout_rules {
+    ($($ty:ty),*) => {$(
+        impl ValidateParams for $ty {
+            fn validate(&self, path: &FieldPath, period: i32, errs: &mut Vec<FieldError>) {
+                validate_port(&path.child("port"), self.port.as_ref(), errs);
+                validate_timeout(path, self.timeout_seconds, period, errs);
+            }
+        }
+    )*};
 }
 
-impl ValidateParams for GrpcCheck {
-    fn validate(&self, path: &FieldPath, period: i32, errs: &mut Vec<FieldError>) {
-        validate_port(&path.child("port"), self.port.as_ref(), errs);
-        validate_timeout(path, self.timeout_seconds, period, errs);
-    }
-}
+port_and_timeout_rules!(TcpSocketCheck, GrpcCheck);
 
 impl ValidateParams for WebhookCheck {
     fn validate(&self, path: &FieldPath, period: i32, errs: &mut Vec<FieldError>) {
@@ -735,6 +708,14 @@ impl ValidateParams for WebhookCheck {
         }
         validate_timeout(path, self.timeout_seconds, period, errs);
     }
+}
+
+/// One error at `path` about `value` per message of a name rule.
+fn invalid_each(path: &FieldPath, value: &str, msgs: Vec<String>, errs: &mut Vec<FieldError>) {
+    errs.extend(
+        msgs.into_iter()
+            .map(|msg| FieldError::invalid(path, value, msg)),
+    );
 }
 
 /// A check's own `timeoutSeconds`: 1-60 and at most `spec.probe.periodSeconds`.

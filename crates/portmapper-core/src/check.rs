@@ -352,6 +352,10 @@ mod tests {
     use portmapper_api::check::{HttpGetCheck, LeafCheck, NotTerminatingCheck, PodReadyCheck};
     use std::collections::BTreeMap;
 
+    const POD_READY: CheckKind<'static> = CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {}));
+    const NOT_TERMINATING: CheckKind<'static> =
+        CheckKind::Api(ApiKind::NotTerminating(&NotTerminatingCheck {}));
+
     fn pod() -> Pod {
         Pod {
             metadata: ObjectMeta {
@@ -426,36 +430,17 @@ mod tests {
         let n = NetworkDecisions::new();
         let mut p = pod();
         assert_eq!(
-            eval(
-                CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})),
-                &p,
-                &port("http", None),
-                &n,
-                false
-            ),
+            eval(POD_READY, &p, &port("http", None), &n, false),
             Verdict::INCLUDE
         );
         if let Some(c) = p.status.as_mut().and_then(|s| s.conditions.as_mut()) {
             c[0].status = "False".into();
         }
-        let v = eval(
-            CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})),
-            &p,
-            &port("http", None),
-            &n,
-            false,
-        );
+        let v = eval(POD_READY, &p, &port("http", None), &n, false);
         assert_eq!(v.reason(), "podReady: pod is not Ready (Ready=False)");
         p.status = None;
         assert_eq!(
-            eval(
-                CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})),
-                &p,
-                &port("http", None),
-                &n,
-                false
-            )
-            .reason(),
+            eval(POD_READY, &p, &port("http", None), &n, false).reason(),
             "podReady: pod has no Ready condition"
         );
     }
@@ -488,73 +473,37 @@ mod tests {
             condition(PUBLISHED_GATE, "False"),
             condition("example.com/warm", "True"),
         ]);
-        let v = eval(
-            CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})),
-            &p,
-            &port("http", None),
-            &n,
-            false,
-        );
+        let v = eval(POD_READY, &p, &port("http", None), &n, false);
         assert_eq!(v.decision, Decision::Include, "{}", v.reason());
 
         let conditions = p.status.as_mut().unwrap().conditions.as_mut().unwrap();
         conditions[3].status = "False".into();
-        let v = eval(
-            CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})),
-            &p,
-            &port("http", None),
-            &n,
-            false,
-        );
+        let v = eval(POD_READY, &p, &port("http", None), &n, false);
         assert_eq!(
             v.reason(),
             "podReady: readiness gate example.com/warm is not True (example.com/warm=False)"
         );
         conditions_mut(&mut p).retain(|c| c.type_ != "example.com/warm");
-        let v = eval(
-            CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})),
-            &p,
-            &port("http", None),
-            &n,
-            false,
-        );
+        let v = eval(POD_READY, &p, &port("http", None), &n, false);
         assert_eq!(
             v.reason(),
             "podReady: readiness gate example.com/warm has no condition"
         );
         conditions_mut(&mut p).push(condition("example.com/warm", "True"));
         conditions_mut(&mut p)[1].status = "False".into();
-        let v = eval(
-            CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})),
-            &p,
-            &port("http", None),
-            &n,
-            false,
-        );
+        let v = eval(POD_READY, &p, &port("http", None), &n, false);
         assert_eq!(
             v.reason(),
             "podReady: containers are not ready (ContainersReady=False)"
         );
         conditions_mut(&mut p).remove(1);
-        let v = eval(
-            CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})),
-            &p,
-            &port("http", None),
-            &n,
-            false,
-        );
+        let v = eval(POD_READY, &p, &port("http", None), &n, false);
         assert_eq!(v.reason(), "podReady: pod has no ContainersReady condition");
 
         // Without our gate, podReady reads Ready as before.
         p.spec = None;
         conditions_mut(&mut p).push(condition("ContainersReady", "True"));
-        let v = eval(
-            CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {})),
-            &p,
-            &port("http", None),
-            &n,
-            false,
-        );
+        let v = eval(POD_READY, &p, &port("http", None), &n, false);
         assert_eq!(v.reason(), "podReady: pod is not Ready (Ready=False)");
     }
 
@@ -567,36 +516,16 @@ mod tests {
         let n = NetworkDecisions::new();
         let mut p = pod();
         assert_eq!(
-            eval(
-                CheckKind::Api(ApiKind::NotTerminating(&NotTerminatingCheck {})),
-                &p,
-                &port("http", None),
-                &n,
-                false
-            ),
+            eval(NOT_TERMINATING, &p, &port("http", None), &n, false),
             Verdict::INCLUDE
         );
         p.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
         assert_eq!(
-            eval(
-                CheckKind::Api(ApiKind::NotTerminating(&NotTerminatingCheck {})),
-                &p,
-                &port("http", None),
-                &n,
-                false
-            )
-            .decision,
+            eval(NOT_TERMINATING, &p, &port("http", None), &n, false).decision,
             Decision::Exclude
         );
         assert_eq!(
-            eval(
-                CheckKind::Api(ApiKind::NotTerminating(&NotTerminatingCheck {})),
-                &p,
-                &port("http", None),
-                &n,
-                true
-            )
-            .decision,
+            eval(NOT_TERMINATING, &p, &port("http", None), &n, true).decision,
             Decision::Exclude,
             "not bypassed"
         );

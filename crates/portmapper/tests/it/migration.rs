@@ -281,9 +281,9 @@ async fn legacy_endpoints_follow_the_flag() {
     );
     assert_eq!(ep.owner_references()[0].kind, "PortMapping");
     // Converged: no further writes.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    h.passes(1).await;
     let before = h.operator_writes();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    h.passes(2).await;
     assert_eq!(
         h.operator_writes(),
         before,
@@ -521,8 +521,8 @@ async fn a_foreign_endpoints_object_is_left_alone_while_the_native_cleanup_goes_
         is_ready(&h, "web").await.then_some(())
     })
     .await;
-    // Several resyncs later: one Warning, and the foreign object untouched.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Passes later: one Warning, and the foreign object untouched.
+    h.passes(2).await;
     let warnings = h.events("EndpointsCollision").await;
     assert_eq!(warnings.len(), 1, "warned once, not per pass");
     assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
