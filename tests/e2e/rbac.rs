@@ -27,7 +27,7 @@ const UNREACHABLE: &[(&str, &str, &str, &str)] = &[
         "portmapper.dev",
         "portmappings/finalizers",
         "not an API request: our slices and Endpoints set ownerReferences with blockOwnerDeletion: true \
-     (portmapper-core planner/render.rs owner_reference), and the OwnerReferencesPermissionEnforcement \
+     (portmapper-core planner/objects.rs owner_reference), and the OwnerReferencesPermissionEnforcement \
      admission plugin lets that through only for users who may update the owner's finalizers; \
      the emulator has no admission plugins",
     ),

@@ -49,7 +49,7 @@ pub enum DropMode {
 /// What happens when a rule fires.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "camelCase")]
-pub enum Action {
+pub enum FaultAction {
     /// Only the rule's `delayMs` latency.
     Delay,
     /// A Status error (429/500/502/503/504/...); 429/503 carry `Retry-After`.
@@ -152,8 +152,8 @@ pub struct Rule {
     /// Matcher.
     #[serde(default, rename = "match")]
     pub matcher: Match,
-    /// Action.
-    pub action: Action,
+    /// FaultAction.
+    pub action: FaultAction,
     /// Fire this many times, then the rule is removed (None = forever).
     #[serde(default)]
     pub times: Option<u64>,
@@ -174,7 +174,7 @@ fn one() -> f64 {
 
 impl Rule {
     /// A rule with the given action matching everything; refine with the builder methods.
-    pub fn new(action: Action) -> Self {
+    pub fn new(action: FaultAction) -> Self {
         Self {
             id: String::new(),
             matcher: Match::default(),
@@ -436,7 +436,12 @@ mod tests {
     #[test]
     fn times_after_probability() {
         let f = Faults::new(7);
-        f.add(Rule::new(Action::Delay).verbs(&["get"]).times(2).after(1));
+        f.add(
+            Rule::new(FaultAction::Delay)
+                .verbs(&["get"])
+                .times(2)
+                .after(1),
+        );
         let facts = RequestFacts {
             verb: "get".into(),
             ..Default::default()
@@ -444,7 +449,7 @@ mod tests {
         let fired: Vec<usize> = (0..5).map(|_| f.evaluate(&facts).len()).collect();
         assert_eq!(fired, vec![0, 1, 1, 0, 0]);
         let f = Faults::new(7);
-        f.add(Rule::new(Action::Delay).probability(0.5));
+        f.add(Rule::new(FaultAction::Delay).probability(0.5));
         let n: usize = (0..1000).map(|_| f.evaluate(&facts).len()).sum();
         assert!((350..650).contains(&n), "{n}");
     }
@@ -457,11 +462,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.times, Some(3));
-        let stale: Action = serde_json::from_str(r#"{"type":"staleList","revisions":5}"#).unwrap();
-        assert_eq!(stale, Action::StaleList { revisions: 5 });
+        let stale: FaultAction =
+            serde_json::from_str(r#"{"type":"staleList","revisions":5}"#).unwrap();
+        assert_eq!(stale, FaultAction::StaleList { revisions: 5 });
         assert!(matches!(
             r.action,
-            Action::Status {
+            FaultAction::Status {
                 code: 429,
                 retry_after_seconds: Some(1),
                 ..

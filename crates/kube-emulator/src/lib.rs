@@ -9,16 +9,16 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use kube_emulator::{Emulator, History, faults::{Action, DropMode, Rule}};
+//! use kube_emulator::{Emulator, History, faults::{FaultAction, DropMode, Rule}};
 //! let emu = Emulator::start().await?;                 // ephemeral port, kubeconfig in a temp dir
 //! let client = emu.client()?;                          // a kube::Client for it
 //! let kubeconfig = emu.kubeconfig_path();              // KUBECONFIG for kubectl / an operator binary
 //! // ... run the code under test ...
 //! let writes = emu.requests().writes_by_manager("my-operator");   // count API writes
 //! let lists = emu.requests().filter(|r| r.verb == "list" && r.resource == "endpointslices");
-//! emu.inject(Rule::new(Action::Status { code: 500, reason: None, message: None, retry_after_seconds: None })
+//! emu.inject(Rule::new(FaultAction::Status { code: 500, reason: None, message: None, retry_after_seconds: None })
 //!     .verbs(&["list"]).resource("discovery.k8s.io", "endpointslices").times(1));
-//! emu.inject(Rule::new(Action::WatchDrop { after_events: Some(3), after_ms: None, mode: DropMode::Abrupt })
+//! emu.inject(Rule::new(FaultAction::WatchDrop { after_events: Some(3), after_ms: None, mode: DropMode::Abrupt })
 //!     .watch(true).times(1));
 //! emu.compact_now(true);                               // force a 410 + relist on every watcher
 //! emu.restart(Duration::from_secs(1), History::Drop).await;   // refuse connections, drop history
@@ -33,7 +33,7 @@
 //! | [`Emulator::addr`], [`Emulator::url`], [`Emulator::kubeconfig_path`] | where it listens |
 //! | [`Emulator::client`], [`Emulator::kube_config`] | a `kube::Client` / a `kube::Config` to tweak first |
 //! | [`Emulator::requests`] | the [`reqlog::RequestLog`]: `writes_by_manager`, `writes_by_user_agent`, `write_counts`, `filter`, `clear` |
-//! | [`Emulator::inject`], [`Emulator::faults`] | fault rules ([`faults::Rule`], [`faults::Action`]) |
+//! | [`Emulator::inject`], [`Emulator::faults`] | fault rules ([`faults::Rule`], [`faults::FaultAction`]) |
 //! | [`Emulator::compact_now`], [`Emulator::restart`], [`Emulator::set_ready`] | 410s, restarts, readiness |
 //! | [`Emulator::snapshot`], [`Emulator::restore`], [`Emulator::load_yaml`], [`Emulator::get`] | state |
 //! | [`Emulator::resource_version`], [`Emulator::watch_count`] | introspection |

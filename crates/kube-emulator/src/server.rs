@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use crate::error::{ApiError, injected_status};
-use crate::faults::{Action, RequestFacts, Rule};
+use crate::faults::{FaultAction, RequestFacts, Rule};
 use crate::instance::{Body, Core, ListenerCmd, boxed_stream, full};
 use crate::ops::{self, Target, Writer};
 use crate::reqlog::LoggedRequest;
@@ -417,7 +417,7 @@ async fn resource(
     }
     for r in &fired {
         match &r.action {
-            Action::Status {
+            FaultAction::Status {
                 code,
                 reason,
                 message,
@@ -430,7 +430,7 @@ async fn resource(
                 }
                 return error_response(&e);
             }
-            Action::ConflictStatus if matches!(verb, "update" | "patch") => {
+            FaultAction::ConflictStatus if matches!(verb, "update" | "patch") => {
                 return error_response(&ApiError::conflict(
                     &rp.resource,
                     &rp.group,
@@ -483,8 +483,10 @@ async fn resource(
     // Faults that act on the store just before the request is handled.
     for r in &fired {
         match &r.action {
-            Action::StaleWrite if matches!(verb, "update" | "patch") => stale_write(core, &target),
-            Action::AlreadyExistsRace if verb == "create" => {
+            FaultAction::StaleWrite if matches!(verb, "update" | "patch") => {
+                stale_write(core, &target)
+            }
+            FaultAction::AlreadyExistsRace if verb == "create" => {
                 let st = &mut core.lock();
                 if let Ok(obj) = ops::decode_body(&body) {
                     let _ = ops::create(
@@ -520,7 +522,7 @@ async fn resource(
                 })
                 .unwrap_or(false));
     let stale = fired.iter().find_map(|r| match r.action {
-        Action::StaleList { revisions } => Some(revisions),
+        FaultAction::StaleList { revisions } => Some(revisions),
         _ => None,
     });
     let result = {
@@ -574,7 +576,7 @@ async fn resource(
                 }
             }
             if let Some(ms) = fired.iter().find_map(|r| match r.action {
-                Action::SlowBody { ms } => Some(ms),
+                FaultAction::SlowBody { ms } => Some(ms),
                 _ => None,
             }) {
                 return slow(resp, Duration::from_millis(ms));

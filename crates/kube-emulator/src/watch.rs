@@ -14,7 +14,7 @@ use tracing::debug;
 
 use crate::clock::Clock;
 use crate::error::ApiError;
-use crate::faults::{Action, DropMode, Rule};
+use crate::faults::{DropMode, FaultAction, Rule};
 use crate::instance::{Body, Core};
 use crate::meta;
 use crate::ops::Target;
@@ -195,7 +195,7 @@ impl WatchFaults {
         let mut f = Self::default();
         for r in rules {
             match &r.action {
-                Action::WatchDrop {
+                FaultAction::WatchDrop {
                     after_events,
                     after_ms,
                     mode,
@@ -210,13 +210,15 @@ impl WatchFaults {
                         f.drop_after_events = Some((0, *mode));
                     }
                 }
-                Action::WatchGone { after_events } => f.gone_after = Some((*after_events, 410)),
-                Action::WatchError { code, after_events } => {
+                FaultAction::WatchGone { after_events } => {
+                    f.gone_after = Some((*after_events, 410))
+                }
+                FaultAction::WatchError { code, after_events } => {
                     f.gone_after = Some((*after_events, *code))
                 }
-                Action::WatchStall => f.stall = true,
-                Action::EventDelay { ms } => f.event_delay = Some(Duration::from_millis(*ms)),
-                Action::Bookmarks {
+                FaultAction::WatchStall => f.stall = true,
+                FaultAction::EventDelay { ms } => f.event_delay = Some(Duration::from_millis(*ms)),
+                FaultAction::Bookmarks {
                     disabled,
                     interval_ms,
                     lag,

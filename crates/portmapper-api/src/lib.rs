@@ -13,7 +13,7 @@ pub mod spec;
 pub mod status;
 pub mod validate;
 
-pub use check::{Check, CheckKind, LeafCheck};
+pub use check::{ApiKind, Check, CheckClass, CheckKind, LeafCheck, NetworkKind};
 pub use fields::KeySource;
 pub use network_key::{CheckPosition, IpFamily, NetworkKey};
 pub use spec::{

@@ -7,7 +7,6 @@
 //! which check is enforced where is in `docs/operator.md`.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube_validation::field::{FieldError, FieldPath};
 use kube_validation::names;
 
@@ -181,143 +180,13 @@ fn exactly_one(path: &FieldPath, kinds: &[CheckKind<'_>]) -> FieldError {
 fn validate_kind(path: &FieldPath, kind: CheckKind<'_>, period: i32) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let path = path.child(kind.name());
-    let timeout = |errs: &mut Vec<FieldError>, t: Option<i32>| {
-        if let Some(t) = t.filter(|t| !(1..=60).contains(t)) {
-            errs.push(FieldError::invalid(
-                &path.child("timeoutSeconds"),
-                i64::from(t),
-                "must be between 1 and 60, inclusive",
-            ));
-        } else if let Some(t) = t.filter(|t| *t > period) {
-            errs.push(FieldError::invalid(
-                &path.child("timeoutSeconds"),
-                i64::from(t),
-                format!("must not exceed spec.probe.periodSeconds ({period})"),
-            ));
-        }
-    };
     match kind {
-        CheckKind::PodReady | CheckKind::NotTerminating | CheckKind::AnyOf(_) => {}
-        CheckKind::ContainerReady(c) => {
-            if let Some(name) = &c.container {
-                for msg in names::is_dns1123_label(name) {
-                    errs.push(FieldError::invalid(
-                        &path.child("container"),
-                        name.as_str(),
-                        msg,
-                    ));
-                }
-            }
-        }
-        CheckKind::PodCondition(c) => {
-            for msg in names::is_qualified_name(&c.type_) {
-                errs.push(FieldError::invalid(
-                    &path.child("type"),
-                    c.type_.as_str(),
-                    msg,
-                ));
-            }
-        }
-        CheckKind::PortNames(c) => {
-            for msg in names::is_qualified_name(&c.key) {
-                errs.push(FieldError::invalid(&path.child("key"), c.key.as_str(), msg));
-            }
-        }
-        CheckKind::HttpGet(c) => {
-            if let Some(p) = c.path.as_deref().filter(|p| !p.starts_with('/')) {
-                errs.push(FieldError::invalid(
-                    &path.child("path"),
-                    p,
-                    "must start with '/'",
-                ));
-            }
-            errs.extend(validate_port(&path.child("port"), c.port.as_ref()));
-            for (i, h) in c.http_headers.iter().flatten().enumerate() {
-                let valid = !h.name.is_empty()
-                    && h.name
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-                if !valid {
-                    errs.push(FieldError::invalid(
-                        &path.child("httpHeaders").index(i).child("name"),
-                        h.name.as_str(),
-                        "must be an HTTP header name (token characters only)",
-                    ));
-                }
-            }
-            timeout(&mut errs, c.timeout_seconds);
-        }
-        CheckKind::TcpSocket(c) => {
-            errs.extend(validate_port(&path.child("port"), c.port.as_ref()));
-            timeout(&mut errs, c.timeout_seconds);
-        }
-        CheckKind::Grpc(c) => {
-            errs.extend(validate_port(&path.child("port"), c.port.as_ref()));
-            timeout(&mut errs, c.timeout_seconds);
-        }
-        CheckKind::Webhook(c) => {
-            let url = c.url.as_str();
-            let rest = url
-                .strip_prefix("https://")
-                .or_else(|| url.strip_prefix("http://"));
-            // As the schema's pattern: a host of at least one character before any path,
-            // query or fragment, and no whitespace.
-            match rest {
-                Some(rest)
-                    if !rest.is_empty()
-                        && !rest.starts_with(['/', '?', '#'])
-                        && !url.contains(char::is_whitespace) => {}
-                _ => errs.push(FieldError::invalid(
-                    &path.child("url"),
-                    url,
-                    "must be an absolute http:// or https:// URL with a host",
-                )),
-            }
-            if let Some(ca) = &c.ca_bundle
-                && !has_pem_certificate(ca)
-            {
-                errs.push(FieldError::invalid(
-                    &path.child("caBundle"),
-                    "<redacted>",
-                    "must contain at least one PEM certificate",
-                ));
-            }
-            timeout(&mut errs, c.timeout_seconds);
-        }
+        CheckKind::Api(kind) => kind.validate(&path, period, &mut errs),
+        CheckKind::Network(kind) => kind.validate(&path, period, &mut errs),
+        // Its entries are validated one by one as leaves.
+        CheckKind::AnyOf(_) => {}
     }
     errs
-}
-
-/// Whether `text` holds a PEM certificate block with base64 content (not only whitespace):
-/// what the schema's
-/// [`crate::check::PEM_CERTIFICATE_PATTERN`] matches, without a regex engine.
-fn has_pem_certificate(text: &str) -> bool {
-    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
-    const END: &str = "-----END CERTIFICATE-----";
-    let body_char = |c: char| c.is_ascii_alphanumeric() || "+/=\r\n\t ".contains(c);
-    text.match_indices(BEGIN).any(|(at, _)| {
-        let rest = &text[at + BEGIN.len()..];
-        // The body cannot contain '-', so the block ends at the first one.
-        let end = rest.find('-').unwrap_or(rest.len());
-        let body = &rest[..end];
-        body.chars().all(body_char)
-            && body.chars().any(|c| !c.is_ascii_whitespace())
-            && rest[end..].starts_with(END)
-    })
-}
-
-fn validate_port(path: &FieldPath, port: Option<&IntOrString>) -> Vec<FieldError> {
-    match port {
-        None => Vec::new(),
-        Some(IntOrString::Int(n)) => names::is_valid_port_num(i64::from(*n))
-            .into_iter()
-            .map(|msg| FieldError::invalid(path, i64::from(*n), msg))
-            .collect(),
-        Some(IntOrString::String(name)) => names::is_valid_port_name(name)
-            .into_iter()
-            .map(|msg| FieldError::invalid(path, name.as_str(), msg))
-            .collect(),
-    }
 }
 
 /// apimachinery's `ValidateLabelSelector`: key syntax, operators and their values.

@@ -19,9 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use portmapper_api::check::PortNamesCheck;
-use portmapper_api::{
-    Check, KeySource, PodPool, PortMapping, PortMappingSpec, PortRule, ServiceRef,
-};
+use portmapper_api::{Check, KeySource, PortMapping, PortMappingSpec, PortRule};
 use portmapper_core::{EvalMemo, NetworkDecisions, Plan, PlanInput, plan, plan_with_memo};
 
 const PODS: usize = 10_000;
@@ -37,16 +35,10 @@ fn port_mapping() -> PortMapping {
         },
         Check::pod_ready(),
     ];
-    let mut pm = PortMapping::new(
+    test_support::port_mapping(
         "pm",
+        "bench",
         PortMappingSpec {
-            service_ref: ServiceRef { name: "web".into() },
-            pods: PodPool {
-                key: "group".into(),
-                from: KeySource::Label,
-                value: None,
-                selector: None,
-            },
             ports: ["http", "https", "grpc", "metrics"]
                 .iter()
                 .map(|n| PortRule {
@@ -54,20 +46,9 @@ fn port_mapping() -> PortMapping {
                     checks: checks.clone(),
                 })
                 .collect(),
-            default_checks: None,
-            unlisted_ports: Default::default(),
-            publish_not_ready_addresses: None,
-            terminating_endpoints: Default::default(),
-            max_endpoints_per_slice: 100,
-            legacy_endpoints: false,
-            native_cleanup: true,
-            probe: Default::default(),
-            readiness_gate: None,
+            ..test_support::spec("web", "group")
         },
-    );
-    pm.metadata.namespace = Some("bench".into());
-    pm.metadata.uid = Some("pm-uid".into());
-    pm
+    )
 }
 
 fn service() -> Service {

@@ -1,5 +1,5 @@
-//! The check trait and the built-in checks that need only API objects (podReady,
-//! notTerminating, containerReady, podCondition, portNames, anyOf). Network checks read their
+//! The evaluation of membership checks. API checks (`ApiKind`) are decided here from the pod
+//! and the Service, one function per kind behind `evaluate_api`; network checks read their
 //! result from [`NetworkDecisions`].
 //!
 //! `publishNotReadyAddresses` bypasses *health* checks (podReady, containerReady and the
@@ -9,11 +9,11 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition, Service};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use portmapper_api::check::Dials;
 use portmapper_api::check::{
     ConditionStatus, ContainerReadyCheck, PodConditionCheck, PortNamesCheck,
 };
-use portmapper_api::{CheckKind, KeySource};
+use portmapper_api::{ApiKind, CheckKind, KeySource};
 
 use crate::decision::{Verdict, any_of};
 use crate::network::{CheckPosition, NetworkDecisions};
@@ -39,82 +39,67 @@ pub struct CheckContext<'a> {
     pub gates: GateTypes<'a>,
 }
 
-/// A membership check.
-pub trait MembershipCheck {
-    /// The name users write in YAML (`podReady`, `httpGet`, ...).
-    fn name(&self) -> &'static str;
-    /// Whether `publishNotReadyAddresses` bypasses it.
-    fn is_health(&self) -> bool;
-    /// The decision for one (pod, port, address).
-    fn evaluate(&self, ctx: &CheckContext<'_>) -> Verdict;
-}
-
-impl MembershipCheck for CheckKind<'_> {
-    fn name(&self) -> &'static str {
-        CheckKind::name(self)
+/// The decision of one check for one (pod, port, address).
+pub fn evaluate(kind: &CheckKind<'_>, ctx: &CheckContext<'_>) -> Verdict {
+    if ctx.bypass_health && kind.is_health() {
+        return Verdict::INCLUDE;
     }
-
-    fn is_health(&self) -> bool {
-        CheckKind::is_health(self)
-    }
-
-    fn evaluate(&self, ctx: &CheckContext<'_>) -> Verdict {
-        if ctx.bypass_health && self.is_health() {
-            return Verdict::INCLUDE;
+    match kind {
+        CheckKind::Api(kind) => evaluate_api(*kind, ctx),
+        CheckKind::Network(network) if dials_non_tcp_target(kind, ctx.port.protocol) => {
+            Verdict::exclude(format!(
+                "{}: Service port {} is {}; a probe without its own port would dial it over TCP (set the check's port)",
+                network.name(),
+                port_label(ctx),
+                ctx.port.protocol
+            ))
         }
-        match self {
-            CheckKind::PodReady => pod_ready(ctx.pod, ctx.gates),
-            CheckKind::NotTerminating => {
-                if is_terminating(ctx.pod) {
-                    Verdict::exclude("notTerminating: pod is terminating")
-                } else {
-                    Verdict::INCLUDE
-                }
+        CheckKind::Network(network) => network_verdict(network.name(), ctx),
+        CheckKind::AnyOf(leaves) => any_of(leaves.iter().enumerate().map(|(j, leaf)| {
+            let sub = CheckContext {
+                position: CheckPosition {
+                    index: ctx.position.index,
+                    any_of: Some(j),
+                },
+                ..*ctx
+            };
+            match leaf.kind() {
+                Some(kind) => evaluate(&kind, &sub),
+                None => Verdict::exclude(format!(
+                    "anyOf[{j}]: the check sets {} kinds instead of one",
+                    leaf.kind_count()
+                )),
             }
-            CheckKind::ContainerReady(c) => container_ready(c, ctx),
-            CheckKind::PodCondition(c) => pod_condition(c, ctx.pod),
-            CheckKind::PortNames(c) => port_names(c, ctx),
-            CheckKind::HttpGet(_) | CheckKind::TcpSocket(_) | CheckKind::Grpc(_)
-                if dials_non_tcp_target(self, ctx.port.protocol) =>
-            {
-                Verdict::exclude(format!(
-                    "{}: Service port {} is {}; a probe without its own port would dial it over TCP (set the check's port)",
-                    self.name(),
-                    port_label(ctx),
-                    ctx.port.protocol
-                ))
-            }
-            CheckKind::HttpGet(_)
-            | CheckKind::TcpSocket(_)
-            | CheckKind::Grpc(_)
-            | CheckKind::Webhook(_) => network(self.name(), ctx),
-            CheckKind::AnyOf(leaves) => any_of(leaves.iter().enumerate().map(|(j, leaf)| {
-                let sub = CheckContext {
-                    position: CheckPosition {
-                        index: ctx.position.index,
-                        any_of: Some(j),
-                    },
-                    ..*ctx
-                };
-                match leaf.kind() {
-                    Some(kind) => kind.evaluate(&sub),
-                    None => Verdict::exclude(format!(
-                        "anyOf[{j}]: the check sets {} kinds instead of one",
-                        leaf.kinds().len()
-                    )),
-                }
-            })),
-        }
+        })),
     }
 }
 
-/// A network check's own `port`, if it names one (webhooks never do).
-pub fn check_port<'a>(check: &CheckKind<'a>) -> Option<&'a IntOrString> {
-    match check {
-        CheckKind::HttpGet(c) => c.port.as_ref(),
-        CheckKind::TcpSocket(c) => c.port.as_ref(),
-        CheckKind::Grpc(c) => c.port.as_ref(),
-        _ => None,
+/// The decision of a check the reconcile evaluates itself, for one (pod, port, address).
+fn evaluate_api(kind: ApiKind<'_>, ctx: &CheckContext<'_>) -> Verdict {
+    match kind {
+        ApiKind::PodReady(_) => pod_ready(ctx.pod, ctx.gates),
+        ApiKind::NotTerminating(_) => {
+            if is_terminating(ctx.pod) {
+                Verdict::exclude("notTerminating: pod is terminating")
+            } else {
+                Verdict::INCLUDE
+            }
+        }
+        ApiKind::ContainerReady(c) => container_ready(c, ctx),
+        ApiKind::PodCondition(c) => pod_condition(c, ctx.pod),
+        ApiKind::PortNames(c) => port_names(c, ctx),
+    }
+}
+
+/// The pod condition whose transitions can change what `kind` decides, if any: the source of
+/// an endpoint's trigger time. `containerReady` reads container statuses, which carry no
+/// transition time of their own; the pod's `ContainersReady` condition moves with them.
+pub fn read_condition<'a>(kind: ApiKind<'a>) -> Option<&'a str> {
+    match kind {
+        ApiKind::PodReady(_) => Some("Ready"),
+        ApiKind::ContainerReady(_) => Some("ContainersReady"),
+        ApiKind::PodCondition(c) => Some(c.type_.as_str()),
+        ApiKind::NotTerminating(_) | ApiKind::PortNames(_) => None,
     }
 }
 
@@ -122,11 +107,10 @@ pub fn check_port<'a>(check: &CheckKind<'a>) -> Option<&'a IntOrString> {
 /// without its own `port` on a non-TCP port has nothing to test, so it is never run and the
 /// planner excludes the pod with a reason that says so.
 pub fn dials_non_tcp_target(check: &CheckKind<'_>, protocol: &str) -> bool {
-    matches!(
-        check,
-        CheckKind::HttpGet(_) | CheckKind::TcpSocket(_) | CheckKind::Grpc(_)
-    ) && check_port(check).is_none()
-        && protocol != "TCP"
+    match check {
+        CheckKind::Network(kind) => kind.dials() == Dials::TargetPort && protocol != "TCP",
+        CheckKind::Api(_) | CheckKind::AnyOf(_) => false,
+    }
 }
 
 /// Whether the prober evaluates `check` on a port of `protocol`: a network check that does not
@@ -337,7 +321,7 @@ pub fn is_no_result_yet(reason: &str) -> bool {
     reason.ends_with(NO_RESULT_YET)
 }
 
-fn network(name: &str, ctx: &CheckContext<'_>) -> Verdict {
+fn network_verdict(name: &str, ctx: &CheckContext<'_>) -> Verdict {
     let uid = ctx.pod.metadata.uid.as_deref().unwrap_or_default();
     match ctx
         .network
@@ -364,8 +348,13 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use k8s_openapi::jiff::Timestamp;
     use kube_validation::IpFamily;
-    use portmapper_api::check::{HttpGetCheck, LeafCheck};
+    use portmapper_api::NetworkKind;
+    use portmapper_api::check::{HttpGetCheck, LeafCheck, NotTerminatingCheck, PodReadyCheck};
     use std::collections::BTreeMap;
+
+    const POD_READY: CheckKind<'static> = CheckKind::Api(ApiKind::PodReady(&PodReadyCheck {}));
+    const NOT_TERMINATING: CheckKind<'static> =
+        CheckKind::Api(ApiKind::NotTerminating(&NotTerminatingCheck {}));
 
     fn pod() -> Pod {
         Pod {
@@ -433,7 +422,7 @@ mod tests {
             bypass_health: bypass,
             gates: GateTypes::DEFAULT,
         };
-        kind.evaluate(&ctx)
+        evaluate(&kind, &ctx)
     }
 
     #[test]
@@ -441,17 +430,17 @@ mod tests {
         let n = NetworkDecisions::new();
         let mut p = pod();
         assert_eq!(
-            eval(CheckKind::PodReady, &p, &port("http", None), &n, false),
+            eval(POD_READY, &p, &port("http", None), &n, false),
             Verdict::INCLUDE
         );
         if let Some(c) = p.status.as_mut().and_then(|s| s.conditions.as_mut()) {
             c[0].status = "False".into();
         }
-        let v = eval(CheckKind::PodReady, &p, &port("http", None), &n, false);
+        let v = eval(POD_READY, &p, &port("http", None), &n, false);
         assert_eq!(v.reason(), "podReady: pod is not Ready (Ready=False)");
         p.status = None;
         assert_eq!(
-            eval(CheckKind::PodReady, &p, &port("http", None), &n, false).reason(),
+            eval(POD_READY, &p, &port("http", None), &n, false).reason(),
             "podReady: pod has no Ready condition"
         );
     }
@@ -484,37 +473,37 @@ mod tests {
             condition(PUBLISHED_GATE, "False"),
             condition("example.com/warm", "True"),
         ]);
-        let v = eval(CheckKind::PodReady, &p, &port("http", None), &n, false);
+        let v = eval(POD_READY, &p, &port("http", None), &n, false);
         assert_eq!(v.decision, Decision::Include, "{}", v.reason());
 
         let conditions = p.status.as_mut().unwrap().conditions.as_mut().unwrap();
         conditions[3].status = "False".into();
-        let v = eval(CheckKind::PodReady, &p, &port("http", None), &n, false);
+        let v = eval(POD_READY, &p, &port("http", None), &n, false);
         assert_eq!(
             v.reason(),
             "podReady: readiness gate example.com/warm is not True (example.com/warm=False)"
         );
         conditions_mut(&mut p).retain(|c| c.type_ != "example.com/warm");
-        let v = eval(CheckKind::PodReady, &p, &port("http", None), &n, false);
+        let v = eval(POD_READY, &p, &port("http", None), &n, false);
         assert_eq!(
             v.reason(),
             "podReady: readiness gate example.com/warm has no condition"
         );
         conditions_mut(&mut p).push(condition("example.com/warm", "True"));
         conditions_mut(&mut p)[1].status = "False".into();
-        let v = eval(CheckKind::PodReady, &p, &port("http", None), &n, false);
+        let v = eval(POD_READY, &p, &port("http", None), &n, false);
         assert_eq!(
             v.reason(),
             "podReady: containers are not ready (ContainersReady=False)"
         );
         conditions_mut(&mut p).remove(1);
-        let v = eval(CheckKind::PodReady, &p, &port("http", None), &n, false);
+        let v = eval(POD_READY, &p, &port("http", None), &n, false);
         assert_eq!(v.reason(), "podReady: pod has no ContainersReady condition");
 
         // Without our gate, podReady reads Ready as before.
         p.spec = None;
         conditions_mut(&mut p).push(condition("ContainersReady", "True"));
-        let v = eval(CheckKind::PodReady, &p, &port("http", None), &n, false);
+        let v = eval(POD_READY, &p, &port("http", None), &n, false);
         assert_eq!(v.reason(), "podReady: pod is not Ready (Ready=False)");
     }
 
@@ -527,29 +516,16 @@ mod tests {
         let n = NetworkDecisions::new();
         let mut p = pod();
         assert_eq!(
-            eval(
-                CheckKind::NotTerminating,
-                &p,
-                &port("http", None),
-                &n,
-                false
-            ),
+            eval(NOT_TERMINATING, &p, &port("http", None), &n, false),
             Verdict::INCLUDE
         );
         p.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
         assert_eq!(
-            eval(
-                CheckKind::NotTerminating,
-                &p,
-                &port("http", None),
-                &n,
-                false
-            )
-            .decision,
+            eval(NOT_TERMINATING, &p, &port("http", None), &n, false).decision,
             Decision::Exclude
         );
         assert_eq!(
-            eval(CheckKind::NotTerminating, &p, &port("http", None), &n, true).decision,
+            eval(NOT_TERMINATING, &p, &port("http", None), &n, true).decision,
             Decision::Exclude,
             "not bypassed"
         );
@@ -560,7 +536,7 @@ mod tests {
         let n = NetworkDecisions::new();
         let c = ContainerReadyCheck { container: None };
         let v = eval(
-            CheckKind::ContainerReady(&c),
+            CheckKind::Api(ApiKind::ContainerReady(&c)),
             &pod(),
             &port("http", Some("app")),
             &n,
@@ -568,7 +544,7 @@ mod tests {
         );
         assert_eq!(v.reason(), "containerReady: container \"app\" is not ready");
         let v = eval(
-            CheckKind::ContainerReady(&c),
+            CheckKind::Api(ApiKind::ContainerReady(&c)),
             &pod(),
             &port("http", None),
             &n,
@@ -582,7 +558,7 @@ mod tests {
             container: Some("sidecar".into()),
         };
         let v = eval(
-            CheckKind::ContainerReady(&named),
+            CheckKind::Api(ApiKind::ContainerReady(&named)),
             &pod(),
             &port("http", Some("app")),
             &n,
@@ -603,7 +579,7 @@ mod tests {
         };
         assert_eq!(
             eval(
-                CheckKind::PodCondition(&want_false),
+                CheckKind::Api(ApiKind::PodCondition(&want_false)),
                 &pod(),
                 &port("http", None),
                 &n,
@@ -616,7 +592,7 @@ mod tests {
             status: ConditionStatus::True,
         };
         let v = eval(
-            CheckKind::PodCondition(&want_true),
+            CheckKind::Api(ApiKind::PodCondition(&want_true)),
             &pod(),
             &port("http", None),
             &n,
@@ -632,7 +608,7 @@ mod tests {
         };
         assert_eq!(
             eval(
-                CheckKind::PodCondition(&missing),
+                CheckKind::Api(ApiKind::PodCondition(&missing)),
                 &pod(),
                 &port("http", None),
                 &n,
@@ -652,7 +628,7 @@ mod tests {
         };
         assert_eq!(
             eval(
-                CheckKind::PortNames(&c),
+                CheckKind::Api(ApiKind::PortNames(&c)),
                 &pod(),
                 &port("https", None),
                 &n,
@@ -661,7 +637,7 @@ mod tests {
             Verdict::INCLUDE
         );
         let v = eval(
-            CheckKind::PortNames(&c),
+            CheckKind::Api(ApiKind::PortNames(&c)),
             &pod(),
             &port("grpc", None),
             &n,
@@ -672,7 +648,14 @@ mod tests {
             "portNames: annotation example.com/ports does not list \"grpc\""
         );
         assert_eq!(
-            eval(CheckKind::PortNames(&c), &pod(), &port("", None), &n, false).decision,
+            eval(
+                CheckKind::Api(ApiKind::PortNames(&c)),
+                &pod(),
+                &port("", None),
+                &n,
+                false
+            )
+            .decision,
             Decision::Exclude
         );
         let label = PortNamesCheck {
@@ -681,7 +664,7 @@ mod tests {
         };
         assert_eq!(
             eval(
-                CheckKind::PortNames(&label),
+                CheckKind::Api(ApiKind::PortNames(&label)),
                 &pod(),
                 &port("http", None),
                 &n,
@@ -697,7 +680,7 @@ mod tests {
         let n = NetworkDecisions::new();
         let h = HttpGetCheck::default();
         let v = eval(
-            CheckKind::HttpGet(&h),
+            CheckKind::Network(NetworkKind::HttpGet(&h)),
             &pod(),
             &port("http", None),
             &n,
@@ -721,7 +704,7 @@ mod tests {
         let h = HttpGetCheck::default();
         assert_eq!(
             eval(
-                CheckKind::HttpGet(&h),
+                CheckKind::Network(NetworkKind::HttpGet(&h)),
                 &pod(),
                 &port("http", None),
                 &n,
@@ -738,7 +721,7 @@ mod tests {
         let h = HttpGetCheck::default();
         assert_eq!(
             eval(
-                CheckKind::HttpGet(&h),
+                CheckKind::Network(NetworkKind::HttpGet(&h)),
                 &pod(),
                 &port("http", None),
                 &n,
@@ -749,7 +732,7 @@ mod tests {
         let c = ContainerReadyCheck { container: None };
         assert_eq!(
             eval(
-                CheckKind::ContainerReady(&c),
+                CheckKind::Api(ApiKind::ContainerReady(&c)),
                 &pod(),
                 &port("http", Some("app")),
                 &n,

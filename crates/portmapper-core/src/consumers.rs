@@ -313,7 +313,7 @@ mod tests {
 
     #[test]
     fn a_plan_is_read_through_its_slices_and_the_pool_annotations() {
-        use crate::planner::{Action, PlannedSlice};
+        use crate::planner::{PlannedSlice, WriteAction};
         use std::sync::Arc;
         let plan = Plan {
             slices: [
@@ -323,7 +323,7 @@ mod tests {
             .into_iter()
             .map(|s| PlannedSlice {
                 slice: Arc::new(s),
-                action: Action::Unchanged,
+                action: WriteAction::Unchanged,
             })
             .collect(),
             ..Plan::default()

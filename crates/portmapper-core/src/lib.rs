@@ -13,9 +13,7 @@ pub mod planner;
 pub mod pool;
 pub mod target;
 
-pub use check::{
-    CheckContext, GateTypes, MembershipCheck, PUBLISHED_GATE, has_gate, has_published_gate,
-};
+pub use check::{CheckContext, GateTypes, PUBLISHED_GATE, has_gate, has_published_gate};
 pub use decision::{Decision, Verdict, all_of, any_of};
 pub use events::EventReason;
 pub use membership::{
@@ -27,6 +25,6 @@ pub use pool::{SelectorError, pod_in_pool, selector_matches};
 pub use target::{PodAddress, ResolvedPort, ResolvedTarget, pod_address, resolve_target_port};
 
 pub use planner::{
-    Action, Deletion, EvalMemo, GatePeers, NameCollision, Plan, PlanError, PlanInput, PlanWarning,
-    PlannedEndpoints, PlannedSlice, PodGate, plan, plan_with_memo, service_families,
+    Deletion, EvalMemo, GatePeers, NameCollision, Plan, PlanError, PlanInput, PlanWarning,
+    PlannedEndpoints, PlannedSlice, PodGate, WriteAction, plan, plan_with_memo, service_families,
 };

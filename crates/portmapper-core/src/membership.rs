@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use portmapper_api::{Check, CheckKind, PortMappingSpec, UnlistedPorts};
 
-use crate::check::{CheckContext, GateTypes, MembershipCheck, is_probed};
+use crate::check::{CheckContext, GateTypes, evaluate, is_probed};
 use crate::decision::{Decision, Verdict};
 use crate::network::{CheckPosition, NetworkDecisions};
 use crate::target::ResolvedPort;
@@ -172,10 +172,10 @@ fn evaluate_check(index: usize, check: &Check, e: &Evaluation<'_>) -> Verdict {
         gates: e.gates,
     };
     match check.kind() {
-        Some(kind) => kind.evaluate(&ctx),
+        Some(kind) => evaluate(&kind, &ctx),
         None => Verdict::exclude(format!(
             "checks[{index}] sets {} kinds instead of exactly one",
-            check.kinds().len()
+            check.kind_count()
         )),
     }
 }
@@ -251,17 +251,10 @@ mod tests {
     use k8s_openapi::api::core::v1::{PodCondition, PodStatus, ServiceSpec};
     use kube_validation::IpFamily;
     use portmapper_api::check::{HttpGetCheck, NotTerminatingCheck, PortNamesCheck};
-    use portmapper_api::{KeySource, PodPool, PortRule, ServiceRef};
+    use portmapper_api::{KeySource, PortRule};
 
     fn spec() -> PortMappingSpec {
         PortMappingSpec {
-            service_ref: ServiceRef { name: "web".into() },
-            pods: PodPool {
-                key: "g".into(),
-                from: KeySource::Label,
-                value: None,
-                selector: None,
-            },
             ports: vec![PortRule {
                 name: "http".into(),
                 checks: vec![
@@ -278,15 +271,8 @@ mod tests {
                     },
                 ],
             }],
-            default_checks: None,
             unlisted_ports: UnlistedPorts::UseDefaultChecks,
-            publish_not_ready_addresses: None,
-            terminating_endpoints: Default::default(),
-            max_endpoints_per_slice: 100,
-            legacy_endpoints: false,
-            native_cleanup: true,
-            probe: Default::default(),
-            readiness_gate: None,
+            ..test_support::spec("web", "g")
         }
     }
 

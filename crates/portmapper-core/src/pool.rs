@@ -115,32 +115,17 @@ pub fn pod_in_pool(
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, ObjectMeta};
-    use portmapper_api::{PodPool, ServiceRef};
 
     fn spec(
         from: KeySource,
         value: Option<&str>,
         selector: Option<LabelSelector>,
     ) -> PortMappingSpec {
-        PortMappingSpec {
-            service_ref: ServiceRef { name: "web".into() },
-            pods: PodPool {
-                key: "example.com/group".into(),
-                from,
-                value: value.map(Into::into),
-                selector,
-            },
-            ports: vec![],
-            default_checks: None,
-            unlisted_ports: Default::default(),
-            publish_not_ready_addresses: None,
-            terminating_endpoints: Default::default(),
-            max_endpoints_per_slice: 100,
-            legacy_endpoints: false,
-            native_cleanup: true,
-            probe: Default::default(),
-            readiness_gate: None,
-        }
+        let mut spec = test_support::spec("web", "example.com/group");
+        spec.pods.from = from;
+        spec.pods.value = value.map(Into::into);
+        spec.pods.selector = selector;
+        spec
     }
 
     fn pod(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Pod {

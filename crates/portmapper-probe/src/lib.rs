@@ -67,7 +67,7 @@ mod outcome;
 mod prober;
 mod target;
 
-pub use exec::webhook::{Decision, MembershipDecision, MembershipReview};
+pub use exec::webhook::{MembershipDecision, MembershipReview, WebhookDecision};
 pub use exec::{ExecutorConfig, NetworkExecutor, ProbeExecutor, ProbeFuture, TlsConfigError};
 pub use metrics::{NoMetrics, ProbeMetrics, PrometheusProbeMetrics};
 pub use outcome::{Cause, Outcome, ProbeResult};

@@ -16,7 +16,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use portmapper_api::ProbeSettings;
-use portmapper_api::check::{CheckKind, GrpcCheck, HttpGetCheck, TcpSocketCheck, WebhookCheck};
+use portmapper_api::check::Dials;
+pub use portmapper_api::check::{CheckType, NetworkCheck};
 use portmapper_api::network_key::{CheckPosition, IpFamily, NetworkKey};
 
 /// Namespace and name of a PortMapping.
@@ -91,87 +92,6 @@ pub struct ServicePort {
     pub protocol: String,
     /// The target port resolved for this pod: the default port of every check.
     pub target_port: u16,
-}
-
-/// One network check, as written in the PortMapping.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NetworkCheck {
-    /// `httpGet`.
-    HttpGet(HttpGetCheck),
-    /// `tcpSocket`.
-    TcpSocket(TcpSocketCheck),
-    /// `grpc`.
-    Grpc(GrpcCheck),
-    /// `webhook`.
-    Webhook(WebhookCheck),
-}
-
-/// Which kind of network check: a bounded metric label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CheckType {
-    /// `httpGet`.
-    HttpGet,
-    /// `tcpSocket`.
-    TcpSocket,
-    /// `grpc`.
-    Grpc,
-    /// `webhook`.
-    Webhook,
-}
-
-impl CheckType {
-    /// The field name users write in YAML.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::HttpGet => "httpGet",
-            Self::TcpSocket => "tcpSocket",
-            Self::Grpc => "grpc",
-            Self::Webhook => "webhook",
-        }
-    }
-}
-
-impl NetworkCheck {
-    /// The network check of a check kind; `None` for checks the reconcile evaluates itself.
-    pub fn from_kind(kind: CheckKind<'_>) -> Option<Self> {
-        match kind {
-            CheckKind::HttpGet(c) => Some(Self::HttpGet(c.clone())),
-            CheckKind::TcpSocket(c) => Some(Self::TcpSocket(c.clone())),
-            CheckKind::Grpc(c) => Some(Self::Grpc(c.clone())),
-            CheckKind::Webhook(c) => Some(Self::Webhook(c.clone())),
-            _ => None,
-        }
-    }
-
-    /// Which kind this is.
-    pub fn check_type(&self) -> CheckType {
-        match self {
-            Self::HttpGet(_) => CheckType::HttpGet,
-            Self::TcpSocket(_) => CheckType::TcpSocket,
-            Self::Grpc(_) => CheckType::Grpc,
-            Self::Webhook(_) => CheckType::Webhook,
-        }
-    }
-
-    /// The check's own `timeoutSeconds`, which overrides `spec.probe.timeoutSeconds`.
-    pub fn timeout_seconds(&self) -> Option<i32> {
-        match self {
-            Self::HttpGet(c) => c.timeout_seconds,
-            Self::TcpSocket(c) => c.timeout_seconds,
-            Self::Grpc(c) => c.timeout_seconds,
-            Self::Webhook(c) => c.timeout_seconds,
-        }
-    }
-
-    /// The check's explicit port, if it names one (webhooks never do).
-    fn port(&self) -> Option<&IntOrString> {
-        match self {
-            Self::HttpGet(c) => c.port.as_ref(),
-            Self::TcpSocket(c) => c.port.as_ref(),
-            Self::Grpc(c) => c.port.as_ref(),
-            Self::Webhook(_) => None,
-        }
-    }
 }
 
 /// Damped membership of a target.
@@ -305,13 +225,14 @@ impl Target {
     /// The port a pod-facing check connects to: the check's explicit number, a container port
     /// of this pod it names, or the resolved target port.
     pub fn pod_port(&self) -> Result<u16, AddrError> {
-        match self.check.port() {
-            None => Ok(self.port.target_port),
-            Some(IntOrString::Int(n)) => match u16::try_from(*n) {
+        // Webhooks dial no pod port and do not call this; the arm only keeps the match total.
+        match self.check.dials() {
+            Dials::TargetPort | Dials::Elsewhere => Ok(self.port.target_port),
+            Dials::PodPort(IntOrString::Int(n)) => match u16::try_from(*n) {
                 Ok(port) if port != 0 => Ok(port),
                 _ => Err(AddrError::BadPortNumber(*n)),
             },
-            Some(IntOrString::String(name)) => self
+            Dials::PodPort(IntOrString::String(name)) => self
                 .pod
                 .ports
                 .iter()
@@ -356,6 +277,7 @@ fn unusable(ip: &IpAddr, allow_loopback: bool) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use portmapper_api::check::TcpSocketCheck;
 
     fn target(ips: &[&str], check: NetworkCheck) -> Target {
         Target {

@@ -284,7 +284,7 @@ mod tests {
     use k8s_openapi::api::core::v1::{EndpointAddress, EndpointSubset};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
     use portmapper_api::MANAGER;
-    use portmapper_core::planner::Action;
+    use portmapper_core::planner::WriteAction;
 
     use super::*;
 
@@ -333,7 +333,7 @@ mod tests {
     fn planned() -> PlannedEndpoints {
         PlannedEndpoints {
             endpoints: Endpoints::default(),
-            action: Action::Create,
+            action: WriteAction::Create,
         }
     }
 
@@ -638,7 +638,7 @@ mod tests {
         assert_eq!(ownership(&stripped, "o"), Ownership::Ours);
         let plan = PlannedEndpoints {
             endpoints: Endpoints::default(),
-            action: Action::Update {
+            action: WriteAction::Update {
                 resource_version: None,
             },
         };

@@ -253,7 +253,7 @@ async fn normal_event(ctx: &Context, pm: &PortMapping, reason: EventReason, note
 mod tests {
     use k8s_openapi::api::core::v1::ServiceSpec;
     use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointSlice};
-    use portmapper_core::planner::{Action, PlannedSlice};
+    use portmapper_core::planner::{PlannedSlice, WriteAction};
 
     use super::*;
 
@@ -273,7 +273,7 @@ mod tests {
                     .collect(),
                 ..Default::default()
             }),
-            action: Action::Unchanged,
+            action: WriteAction::Unchanged,
         }
     }
 

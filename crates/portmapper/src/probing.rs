@@ -23,8 +23,8 @@ use portmapper_api::{NetworkKey, PortMapping};
 use portmapper_core::target::service_port_protocol;
 use portmapper_core::{NetworkDecisions, NetworkLookup, Verdict, check_at, port_rules};
 use portmapper_probe::{
-    ContainerPort, ExecutorConfig, MappingKey, Membership, NetworkCheck, Outcome, PoolPod,
-    ProbeEvents, ProbeExecutor, Prober, ProberConfig, ServicePort, Target, TargetResult,
+    ContainerPort, ExecutorConfig, MappingKey, Membership, Outcome, PoolPod, ProbeEvents,
+    ProbeExecutor, Prober, ProberConfig, ServicePort, Target, TargetResult,
 };
 use tracing::debug;
 
@@ -181,7 +181,8 @@ pub fn lookup_targets(
             continue;
         };
         let Some(check) = check_at(port_rules(&pm.spec, &key.port_name), key.position)
-            .and_then(NetworkCheck::from_kind)
+            .and_then(|kind| kind.as_network())
+            .map(|kind| kind.cloned())
         else {
             continue;
         };

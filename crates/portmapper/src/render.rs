@@ -22,7 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use portmapper_api::{PortMapping, PortMappingStatus};
-use portmapper_core::planner::render::ANNOTATION_TRIGGER_TIME;
+use portmapper_core::planner::objects::ANNOTATION_TRIGGER_TIME;
 use portmapper_core::target::{PodAddress, is_terminal, pod_address};
 use portmapper_core::{NetworkDecisions, PlanInput, Verdict, planner, pod_in_pool};
 

@@ -164,32 +164,9 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
-    use portmapper_api::{PodPool, PortMappingSpec, ServiceRef};
 
     fn pm(name: &str, service: &str, created: Option<i64>) -> PortMapping {
-        let mut pm = PortMapping::new(
-            name,
-            PortMappingSpec {
-                service_ref: ServiceRef {
-                    name: service.into(),
-                },
-                pods: PodPool {
-                    key: "g".into(),
-                    ..PodPool::default()
-                },
-                ports: vec![],
-                default_checks: None,
-                unlisted_ports: Default::default(),
-                publish_not_ready_addresses: None,
-                terminating_endpoints: Default::default(),
-                max_endpoints_per_slice: 100,
-                legacy_endpoints: false,
-                native_cleanup: true,
-                probe: Default::default(),
-                readiness_gate: None,
-            },
-        );
-        pm.metadata.namespace = Some("ns".into());
+        let mut pm = test_support::port_mapping(name, "ns", test_support::spec(service, "g"));
         pm.metadata.creation_timestamp = created.map(|s| Time(Timestamp::from_second(s).unwrap()));
         pm
     }

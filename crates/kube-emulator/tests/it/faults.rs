@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::runtime::watcher;
 use kube_emulator::History;
-use kube_emulator::faults::{Action, DropMode, Rule};
+use kube_emulator::faults::{DropMode, FaultAction, Rule};
 use serde_json::{Value, json};
 
 use crate::common::{emu, name_and, pairs, raw};
@@ -20,8 +20,8 @@ fn cm(name: &str) -> ConfigMap {
     .unwrap()
 }
 
-fn status(code: u16, retry: Option<u64>) -> Action {
-    Action::Status {
+fn status(code: u16, retry: Option<u64>) -> FaultAction {
+    FaultAction::Status {
         code,
         reason: None,
         message: None,
@@ -40,7 +40,7 @@ async fn latency_delays_the_request() {
     let emu = emu().await;
     let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
     emu.inject(
-        Rule::new(Action::Delay)
+        Rule::new(FaultAction::Delay)
             .verbs(&["list"])
             .delay_ms(400)
             .times(1),
@@ -115,7 +115,7 @@ async fn status_500_is_surfaced_not_retried() {
 async fn slow_body_hangs_clients_without_read_timeout() {
     let emu = emu().await;
     emu.inject(
-        Rule::new(Action::SlowBody { ms: 1500 })
+        Rule::new(FaultAction::SlowBody { ms: 1500 })
             .verbs(&["list"])
             .times(1),
     );
@@ -135,7 +135,11 @@ async fn stale_write_makes_the_clients_rv_genuinely_stale() {
     let emu = emu().await;
     let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
     let c = api.create(&PostParams::default(), &cm("a")).await.unwrap();
-    emu.inject(Rule::new(Action::StaleWrite).verbs(&["update"]).times(1));
+    emu.inject(
+        Rule::new(FaultAction::StaleWrite)
+            .verbs(&["update"])
+            .times(1),
+    );
     let err = api
         .replace("a", &PostParams::default(), &c)
         .await
@@ -158,7 +162,11 @@ async fn stale_write_makes_the_clients_rv_genuinely_stale() {
         .await
         .unwrap();
     // Plain injected conflict status.
-    emu.inject(Rule::new(Action::ConflictStatus).verbs(&["patch"]).times(1));
+    emu.inject(
+        Rule::new(FaultAction::ConflictStatus)
+            .verbs(&["patch"])
+            .times(1),
+    );
     let err = api
         .patch(
             "a",
@@ -175,7 +183,7 @@ async fn already_exists_race() {
     let emu = emu().await;
     let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
     emu.inject(
-        Rule::new(Action::AlreadyExistsRace)
+        Rule::new(FaultAction::AlreadyExistsRace)
             .verbs(&["create"])
             .times(1),
     );
@@ -194,7 +202,7 @@ async fn watch_drop_then_resume(mode: DropMode) {
     let emu = emu().await;
     let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
     emu.inject(
-        Rule::new(Action::WatchDrop {
+        Rule::new(FaultAction::WatchDrop {
             after_events: Some(1),
             after_ms: None,
             mode,
@@ -268,7 +276,7 @@ async fn watch_gone_forces_relist() {
     let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
     api.create(&PostParams::default(), &cm("a")).await.unwrap();
     emu.inject(
-        Rule::new(Action::WatchGone { after_events: 0 })
+        Rule::new(FaultAction::WatchGone { after_events: 0 })
             .watch(true)
             .times(1),
     );
@@ -296,7 +304,7 @@ async fn watch_gone_forces_relist() {
 #[tokio::test]
 async fn watch_stall_sends_nothing_until_client_idle_timeout() {
     let emu = emu().await;
-    emu.inject(Rule::new(Action::WatchStall).watch(true).times(1));
+    emu.inject(Rule::new(FaultAction::WatchStall).watch(true).times(1));
     let (code, body) = raw(
         &emu,
         "GET",
@@ -316,7 +324,7 @@ async fn watch_stall_sends_nothing_until_client_idle_timeout() {
 async fn bookmark_control_disable_and_lag() {
     let emu = emu().await;
     emu.inject(
-        Rule::new(Action::Bookmarks {
+        Rule::new(FaultAction::Bookmarks {
             disabled: true,
             interval_ms: None,
             lag: 0,
@@ -327,7 +335,7 @@ async fn bookmark_control_disable_and_lag() {
     let (_, body) = raw(&emu, "GET", "/api/v1/namespaces/default/configmaps?watch=1&allowWatchBookmarks=true&timeoutSeconds=1&resourceVersion=1", &[], "").await;
     assert!(!body.contains("BOOKMARK"), "{body}");
     emu.inject(
-        Rule::new(Action::Bookmarks {
+        Rule::new(FaultAction::Bookmarks {
             disabled: false,
             interval_ms: Some(100),
             lag: 2,
@@ -354,7 +362,7 @@ async fn event_delay_makes_informers_lag() {
     let emu = emu().await;
     let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
     emu.inject(
-        Rule::new(Action::EventDelay { ms: 500 })
+        Rule::new(FaultAction::EventDelay { ms: 500 })
             .watch(true)
             .times(1),
     );
@@ -540,7 +548,7 @@ async fn watch_error_event_other_than_410_rewatches_without_relist() {
     let emu = emu().await;
     let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
     emu.inject(
-        Rule::new(Action::WatchError {
+        Rule::new(FaultAction::WatchError {
             code: 500,
             after_events: 0,
         })
@@ -640,7 +648,7 @@ async fn watcher_whose_initial_list_is_stale_converges_through_its_watch() {
     let api: Api<ConfigMap> = Api::namespaced(emu.client().unwrap(), "default");
     two_revisions_of_news(&api, &emu).await;
     emu.inject(
-        Rule::new(Action::StaleList { revisions: 2 })
+        Rule::new(FaultAction::StaleList { revisions: 2 })
             .verbs(&["list"])
             .resource("", "configmaps")
             .times(1),

@@ -76,7 +76,7 @@ async fn watcher_pages_bookmarks_resumes_and_relists_on_410() {
     // Let bookmarks advance the watcher's RV, then drop the watch cleanly: resume, no relist.
     tokio::time::sleep(Duration::from_millis(700)).await;
     emu.inject(
-        kube_emulator::faults::Rule::new(kube_emulator::faults::Action::WatchDrop {
+        kube_emulator::faults::Rule::new(kube_emulator::faults::FaultAction::WatchDrop {
             after_events: None,
             after_ms: Some(100),
             mode: kube_emulator::faults::DropMode::Clean,

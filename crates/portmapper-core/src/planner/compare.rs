@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointHints, EndpointPort};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use super::render::ANNOTATION_TRIGGER_TIME;
+use super::objects::ANNOTATION_TRIGGER_TIME;
 
 fn target_ref_eq(a: &Option<ObjectReference>, b: &Option<ObjectReference>) -> bool {
     match (a, b) {

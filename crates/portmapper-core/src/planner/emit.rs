@@ -12,11 +12,11 @@ use super::compare::{metadata_eq, ports_eq};
 use super::evaluate::Group;
 use super::memo::EvalMemo;
 use super::naming::{chunk_name, parse_chunk};
+use super::objects::{ANNOTATION_TRIGGER_TIME, slice_labels};
 use super::pack::{LiveChunk, pack};
-use super::render::{ANNOTATION_TRIGGER_TIME, slice_labels};
 use super::trigger::{WrittenChunk, chunk_trigger_time, read_conditions};
-use super::types::{Action, Deletion, Plan, PlanError, PlannedSlice};
-use super::{Context, deletion};
+use super::types::{Deletion, Plan, PlanError, PlannedSlice, WriteAction};
+use super::{PlanContext, deletion};
 
 /// Live slices per group, and chunk numbers each group may not create.
 pub(crate) struct Assignment<'a> {
@@ -63,7 +63,7 @@ pub(crate) fn assign_live<'a>(
 /// Packs and renders every group into `out.slices` (and `out.deletions`); every slice to write
 /// is validated.
 pub(crate) fn emit_slices(
-    ctx: &Context<'_>,
+    ctx: &PlanContext<'_>,
     groups: Vec<Group<'_>>,
     assignment: &Assignment<'_>,
     out: &mut Plan,
@@ -128,8 +128,8 @@ pub(crate) fn emit_slices(
         for chunk in packing.chunks {
             let live_slice = chunk.live.map(|i| live[i].1);
             let action = match (live_slice, chunk.changed) {
-                (None, _) => Action::Create,
-                (Some(l), true) => Action::Update {
+                (None, _) => WriteAction::Create,
+                (Some(l), true) => WriteAction::Update {
                     resource_version: l.metadata.resource_version.clone(),
                 },
                 (Some(l), false) => {
@@ -147,7 +147,7 @@ pub(crate) fn emit_slices(
                     // Already as desired: the live object stands for itself (nothing rendered).
                     out.slices.push(PlannedSlice {
                         slice: Arc::clone(l),
-                        action: Action::Unchanged,
+                        action: WriteAction::Unchanged,
                     });
                     continue;
                 }
@@ -177,7 +177,7 @@ pub(crate) fn emit_slices(
                 endpoints: chunk
                     .endpoints
                     .iter()
-                    .map(|&i| desired[i].render())
+                    .map(|&i| desired[i].to_endpoint())
                     .collect(),
                 ports: Some(slice_ports.clone()),
             };

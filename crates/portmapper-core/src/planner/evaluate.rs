@@ -12,11 +12,11 @@ use portmapper_api::check::CheckKind;
 
 use super::memo::{EvalMemo, Outcome, PodMemo};
 use super::naming::{group_base_name, parse_chunk};
+use super::objects::{DesiredEndpoint, EndpointFacts};
 use super::pack::Identity;
-use super::render::{DesiredEndpoint, EndpointFacts};
 use super::status::PodPortState;
 use super::types::{DecisionCounts, PlanWarning};
-use super::{Context, Member, PortView, static_target};
+use super::{Member, PlanContext, PortView, static_target};
 use crate::check::{has_published_gate, is_no_result_yet, is_probed};
 use crate::decision::{Decision, Verdict};
 use crate::membership::{
@@ -57,7 +57,7 @@ pub(crate) struct Evaluated<'a> {
 }
 
 struct Evaluator<'c, 'a> {
-    ctx: &'c Context<'a>,
+    ctx: &'c PlanContext<'a>,
     ours: &'c [&'a EndpointSlice],
     warnings: &'c mut Vec<PlanWarning>,
     /// Memberships currently published, for Abstain; built on the first abstention only.
@@ -78,7 +78,7 @@ struct Evaluator<'c, 'a> {
 /// Evaluates every membership and builds the groups. With `memo`, outcomes of pods unchanged
 /// since the memo's last pass are reused instead of evaluated.
 pub(crate) fn evaluate<'a>(
-    ctx: &Context<'a>,
+    ctx: &PlanContext<'a>,
     ours: &[&'a EndpointSlice],
     warnings: &mut Vec<PlanWarning>,
     mut memo: Option<&mut EvalMemo>,
@@ -135,7 +135,7 @@ pub(crate) fn evaluate<'a>(
 /// included), except those that never run (see [`is_probed`]). None under
 /// `publishNotReadyAddresses` (network checks are health checks, bypassed then) and for the
 /// pseudo-port of a headless Service without ports (no target port to probe).
-fn probed_positions(ctx: &Context<'_>, port: &PortView<'_>) -> Vec<CheckPosition> {
+fn probed_positions(ctx: &PlanContext<'_>, port: &PortView<'_>) -> Vec<CheckPosition> {
     let mut out = Vec::new();
     if ctx.pnr || port.service_port.is_none() {
         return out;
@@ -512,7 +512,7 @@ impl<'a> Evaluator<'_, 'a> {
                 port: port_idx,
                 target,
                 ready,
-                endpoint: endpoint.render(),
+                endpoint: endpoint.to_endpoint(),
             });
         }
         Some(endpoint)

@@ -21,7 +21,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::Context;
+use super::PlanContext;
 use super::status::PodPortState;
 use super::types::{GatePeers, PodGate};
 use crate::check::has_gate;
@@ -74,7 +74,10 @@ pub fn stalled_pod_gates(
 }
 
 /// The gate changes of one plan, in pool order.
-pub(crate) fn pod_gates(ctx: &Context<'_>, states: &[Vec<Option<PodPortState>>]) -> Vec<PodGate> {
+pub(crate) fn pod_gates(
+    ctx: &PlanContext<'_>,
+    states: &[Vec<Option<PodPortState>>],
+) -> Vec<PodGate> {
     let mut out = Vec::new();
     for (pod_idx, &pod) in ctx.pods.iter().enumerate() {
         // A terminating pod is on its way out: its readiness no longer gates anything, and a
@@ -99,7 +102,7 @@ pub(crate) fn pod_gates(ctx: &Context<'_>, states: &[Vec<Option<PodPortState>>])
 }
 
 fn desired(
-    ctx: &Context<'_>,
+    ctx: &PlanContext<'_>,
     pod_idx: usize,
     states: &[Vec<Option<PodPortState>>],
 ) -> (bool, &'static str, String) {

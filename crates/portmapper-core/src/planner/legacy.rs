@@ -12,11 +12,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use portmapper_api::MANAGER;
 
 use super::compare::metadata_eq;
-use super::render::{
+use super::objects::{
     ANNOTATION_OVER_CAPACITY, ANNOTATION_TRIGGER_TIME, LABEL_HEADLESS, LABEL_MANAGED_BY,
     LABEL_SERVICE_NAME, LABEL_SKIP_MIRROR, RESERVED_LABELS, is_headless,
 };
-use super::types::{Action, Deletion, PlanError, PlannedEndpoints};
+use super::types::{Deletion, PlanError, PlannedEndpoints, WriteAction};
 use super::{Member, PortView};
 use crate::ownership::{Ownership, controlled_by_another, ownership};
 
@@ -171,7 +171,7 @@ pub(crate) fn plan_endpoints(
     };
     let over_capacity = truncated.is_some();
     let action = match live {
-        None => Action::Create,
+        None => WriteAction::Create,
         Some(l) => {
             let live_over = l
                 .metadata
@@ -182,9 +182,9 @@ pub(crate) fn plan_endpoints(
                 && live_over == over_capacity
                 && subsets_eq(&desired, l)
             {
-                Action::Unchanged
+                WriteAction::Unchanged
             } else {
-                Action::Update {
+                WriteAction::Update {
                     resource_version: l.metadata.resource_version.clone(),
                 }
             }

@@ -19,7 +19,7 @@ use std::net::IpAddr;
 use k8s_openapi::api::core::v1::{Pod, ServiceSpec};
 use portmapper_api::PortMappingSpec;
 
-use super::render::HintMode;
+use super::objects::HintMode;
 use crate::decision::Verdict;
 
 /// Per-PortMapping memory of the last evaluation. Start with `EvalMemo::default()`, pass the same

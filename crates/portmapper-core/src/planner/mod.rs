@@ -42,8 +42,8 @@ mod gate;
 mod legacy;
 mod memo;
 pub mod naming;
+pub mod objects;
 pub mod pack;
-pub mod render;
 mod status;
 mod trigger;
 mod types;
@@ -63,8 +63,8 @@ pub use evaluate::published_memberships;
 pub use gate::{REASON_NO_ADDRESS, REASON_NOT_PUBLISHED, REASON_PUBLISHED, stalled_pod_gates};
 pub use memo::{EvalMemo, PassStats};
 pub use types::{
-    Action, DecisionCounts, Deletion, GatePeers, NameCollision, Plan, PlanError, PlanInput,
-    PlanWarning, PlannedEndpoints, PlannedSlice, PodGate,
+    DecisionCounts, Deletion, GatePeers, NameCollision, Plan, PlanError, PlanInput, PlanWarning,
+    PlannedEndpoints, PlannedSlice, PodGate, WriteAction,
 };
 
 use crate::membership::{PortRules, port_rules, publish_not_ready};
@@ -72,7 +72,7 @@ use crate::network::{NetworkDecisions, NetworkLookup};
 use crate::ownership::{HeldName, ownership};
 use crate::pool::pod_in_pool;
 use crate::target::{is_named_target, service_port_protocol};
-use render::{HintMode, hint_mode, owner_reference};
+use objects::{HintMode, hint_mode, owner_reference};
 use status::port_statuses;
 
 /// One Service port as the planner sees it (or the portless pseudo-port of a headless Service
@@ -99,7 +99,7 @@ pub(crate) struct Member {
 }
 
 /// What every phase of one plan reads.
-pub(crate) struct Context<'a> {
+pub(crate) struct PlanContext<'a> {
     pub spec: &'a PortMappingSpec,
     pub service: &'a Service,
     pub svc_name: &'a str,
@@ -122,7 +122,7 @@ pub(crate) struct Context<'a> {
     pub gate_peers: &'a GatePeers,
 }
 
-impl Context<'_> {
+impl PlanContext<'_> {
     /// The gate types podReady must not wait for.
     pub fn gates(&self) -> crate::check::GateTypes<'_> {
         crate::check::GateTypes {
@@ -172,7 +172,7 @@ fn port_views<'a>(service: &'a Service, spec: &'a PortMappingSpec) -> Vec<PortVi
     if ports.is_empty() {
         // Headless Services may have no ports: publish the pods for DNS with an empty port list,
         // under the default checks.
-        if render::is_headless(service) {
+        if objects::is_headless(service) {
             return vec![PortView {
                 service_port: None,
                 name: "",
@@ -341,7 +341,7 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
         out.warnings.push(w);
     }
     let now = input.now.to_string();
-    let ctx = Context {
+    let ctx = PlanContext {
         spec,
         service,
         svc_name,
@@ -377,14 +377,14 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
     if pm.metadata.deletion_timestamp.is_some() {
         // Like the native controller while its Service is deleted: no creates that would race
         // the garbage collector; existing slices are still kept accurate.
-        out.slices.retain(|s| s.action != Action::Create);
+        out.slices.retain(|s| s.action != WriteAction::Create);
     }
     // Never create over another owner's object: the name stays theirs and the PortMapping
     // reports the collision until it is freed (its deletion wakes the PortMapping).
     out.slices.retain(|s| {
         let name = s.slice.metadata.name.as_deref().unwrap_or_default();
         match held.get(name) {
-            Some(h) if s.action == Action::Create => {
+            Some(h) if s.action == WriteAction::Create => {
                 out.collisions.push(NameCollision {
                     name: name.to_owned(),
                     held: h.clone(),

@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use k8s_openapi::api::discovery::v1::Endpoint;
 
 use super::compare::endpoint_eq;
-use super::render::DesiredEndpoint;
+use super::objects::DesiredEndpoint;
 
 /// One live slice of the group.
 #[derive(Clone, Copy, Debug)]

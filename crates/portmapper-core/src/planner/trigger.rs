@@ -24,34 +24,29 @@ use std::collections::{HashMap, HashSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use portmapper_api::CheckKind;
+use portmapper_api::{Check, CheckKind, LeafCheck};
 
-use super::render::{ANNOTATION_TRIGGER_TIME, DesiredEndpoint};
+use super::objects::{ANNOTATION_TRIGGER_TIME, DesiredEndpoint};
+use crate::check::read_condition;
 use crate::membership::PortRules;
 
-/// The pod conditions whose transitions can change a port's membership under `rules`.
-/// `containerReady` reads container statuses, which carry no transition time of their own; the
-/// pod's `ContainersReady` condition moves with them and stands in.
+/// The pod conditions whose transitions can change a port's membership under `rules` (see
+/// [`read_condition`]).
 pub(crate) fn read_conditions<'a>(rules: PortRules<'a>) -> Vec<&'a str> {
     let mut out: Vec<&'a str> = Vec::new();
-    let add = |kind: CheckKind<'a>, out: &mut Vec<&'a str>| match kind {
-        CheckKind::PodReady => out.push("Ready"),
-        CheckKind::ContainerReady(_) => out.push("ContainersReady"),
-        CheckKind::PodCondition(c) => out.push(c.type_.as_str()),
-        _ => {}
-    };
-    for check in rules.checks() {
-        for kind in check.kinds() {
-            if let CheckKind::AnyOf(leaves) = kind {
-                for leaf in leaves {
-                    for k in leaf.kinds() {
-                        add(k, &mut out);
-                    }
+    let mut add = |kind: CheckKind<'a>| match kind {
+        CheckKind::Api(kind) => out.extend(read_condition(kind)),
+        CheckKind::Network(_) => {}
+        CheckKind::AnyOf(leaves) => {
+            for kind in leaves.iter().filter_map(LeafCheck::kind) {
+                if let CheckKind::Api(kind) = kind {
+                    out.extend(read_condition(kind));
                 }
-            } else {
-                add(kind, &mut out);
             }
         }
+    };
+    for kind in rules.checks().iter().filter_map(Check::kind) {
+        add(kind);
     }
     out.sort_unstable();
     out.dedup();

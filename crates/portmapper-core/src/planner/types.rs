@@ -72,7 +72,7 @@ impl GatePeers {
 
 /// What to do with one desired object.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub enum WriteAction {
     /// It does not exist: create it.
     Create,
     /// It exists and differs: write it (with `resource_version` as an optimistic lock if wanted).
@@ -84,7 +84,7 @@ pub enum Action {
     Unchanged,
 }
 
-impl Action {
+impl WriteAction {
     /// Whether the object must be written.
     pub fn is_write(&self) -> bool {
         !matches!(self, Self::Unchanged)
@@ -98,7 +98,7 @@ pub struct PlannedSlice {
     /// object itself (shared, not rendered).
     pub slice: Arc<EndpointSlice>,
     /// What to do with it.
-    pub action: Action,
+    pub action: WriteAction,
 }
 
 /// An object to delete, with the UID to use as a delete precondition.
@@ -116,7 +116,7 @@ pub struct PlannedEndpoints {
     /// The full object to apply.
     pub endpoints: Endpoints,
     /// What to do with it.
-    pub action: Action,
+    pub action: WriteAction,
 }
 
 /// Something the user should hear about; the plan is still safe to apply.

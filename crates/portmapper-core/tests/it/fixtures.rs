@@ -11,10 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use portmapper_api::check::PortNamesCheck;
-use portmapper_api::{
-    Check, KeySource, PodPool, PortMapping, PortMappingSpec, PortRule, ServiceRef,
-};
+use portmapper_api::{Check, KeySource, PortMapping, PortMappingSpec, PortRule};
 use portmapper_core::{EvalMemo, NetworkDecisions, Plan, PlanInput, plan, plan_with_memo};
+use test_support::spec;
 
 pub const NS: &str = "shop";
 pub const GROUP_KEY: &str = "example.com/group";
@@ -32,16 +31,10 @@ pub fn port_names_check() -> Check {
 
 /// A PortMapping for Service `web` whose listed ports use `[portNames, podReady]`.
 pub fn port_mapping(listed_ports: &[&str]) -> PortMapping {
-    let mut pm = PortMapping::new(
+    test_support::port_mapping(
         "pm",
+        NS,
         PortMappingSpec {
-            service_ref: ServiceRef { name: "web".into() },
-            pods: PodPool {
-                key: GROUP_KEY.into(),
-                from: KeySource::Label,
-                value: None,
-                selector: None,
-            },
             ports: listed_ports
                 .iter()
                 .map(|p| PortRule {
@@ -49,20 +42,9 @@ pub fn port_mapping(listed_ports: &[&str]) -> PortMapping {
                     checks: vec![port_names_check(), Check::pod_ready()],
                 })
                 .collect(),
-            default_checks: None,
-            unlisted_ports: Default::default(),
-            publish_not_ready_addresses: None,
-            terminating_endpoints: Default::default(),
-            max_endpoints_per_slice: 100,
-            legacy_endpoints: false,
-            native_cleanup: true,
-            probe: Default::default(),
-            readiness_gate: None,
+            ..spec("web", GROUP_KEY)
         },
-    );
-    pm.metadata.namespace = Some(NS.into());
-    pm.metadata.uid = Some("pm-uid".into());
-    pm
+    )
 }
 
 pub fn sport(name: &str, port: i32, target: Option<IntOrString>) -> ServicePort {
@@ -313,7 +295,7 @@ impl World {
                 .iter()
                 .find(|s| s.metadata.name == p.slice.metadata.name);
             let mut s = match (&p.action, live) {
-                (portmapper_core::Action::Unchanged, Some(l)) => l.clone(),
+                (portmapper_core::WriteAction::Unchanged, Some(l)) => l.clone(),
                 _ => (*p.slice).clone(),
             };
             if p.action.is_write() {
@@ -389,9 +371,9 @@ pub fn actions(plan: &Plan) -> Vec<(String, &'static str)> {
         .iter()
         .map(|p| {
             let a = match p.action {
-                portmapper_core::Action::Create => "create",
-                portmapper_core::Action::Update { .. } => "update",
-                portmapper_core::Action::Unchanged => "unchanged",
+                portmapper_core::WriteAction::Create => "create",
+                portmapper_core::WriteAction::Update { .. } => "update",
+                portmapper_core::WriteAction::Unchanged => "unchanged",
             };
             (p.slice.metadata.name.clone().unwrap_or_default(), a)
         })

@@ -10,7 +10,7 @@ use kube_validation::IpFamily;
 use portmapper_api::check::HttpGetCheck;
 use portmapper_api::{Check, PortRule, TerminatingEndpoints, UnlistedPorts};
 use portmapper_core::{
-    Action, CheckPosition, Deletion, NetworkKey, PlanError, PlanWarning, Verdict,
+    CheckPosition, Deletion, NetworkKey, PlanError, PlanWarning, Verdict, WriteAction,
 };
 
 use crate::fixtures::*;
@@ -914,7 +914,7 @@ fn legacy_endpoints_group_addresses_by_port_set() {
     w.pm.spec.legacy_endpoints = true;
     let p = w.step();
     let e = &p.endpoints.as_ref().unwrap().endpoints;
-    assert_eq!(p.endpoints.as_ref().unwrap().action, Action::Create);
+    assert_eq!(p.endpoints.as_ref().unwrap().action, WriteAction::Create);
     assert_eq!(e.metadata.name.as_deref(), Some("web"));
     let labels = e.metadata.labels.clone().unwrap();
     assert_eq!(
@@ -1298,7 +1298,7 @@ fn no_creates_while_the_portmapping_is_being_deleted() {
     w.pm.spec.max_endpoints_per_slice = 2;
     let p = w.plan();
     assert!(
-        p.slices.iter().all(|s| s.action != Action::Create),
+        p.slices.iter().all(|s| s.action != WriteAction::Create),
         "{:?}",
         actions(&p)
     );
@@ -1445,7 +1445,7 @@ fn legacy_endpoints_follow_service_label_changes() {
     let planned = p.endpoints.as_ref().unwrap();
     assert_eq!(
         planned.action,
-        Action::Update {
+        WriteAction::Update {
             resource_version: Some("1".into())
         }
     );
@@ -1593,7 +1593,7 @@ fn legacy_endpoints_with_no_member_are_write_quiet_against_the_stored_form() {
         .build();
     let p = w.step();
     let planned = p.endpoints.as_ref().unwrap();
-    assert!(matches!(planned.action, Action::Update { .. }));
+    assert!(matches!(planned.action, WriteAction::Update { .. }));
     assert_eq!(planned.endpoints.subsets, None);
     // The server may hand it back as `subsets: []`, with server-set fields: still converged.
     let stored = w.endpoints.as_mut().unwrap();
@@ -1607,7 +1607,7 @@ fn legacy_endpoints_with_no_member_are_write_quiet_against_the_stored_form() {
     let mut pm = port_mapping(&["http"]);
     pm.spec.legacy_endpoints = true;
     let mut empty = World::new(pm, service(vec![sport("http", 80, None)]), vec![]);
-    assert_eq!(empty.step().endpoints.unwrap().action, Action::Create);
+    assert_eq!(empty.step().endpoints.unwrap().action, WriteAction::Create);
     empty.endpoints.as_mut().unwrap().subsets = Some(vec![]);
     assert_eq!(empty.plan().writes(), 0);
     empty.endpoints.as_mut().unwrap().subsets = None;
@@ -1636,7 +1636,7 @@ fn legacy_endpoints_tampering_is_repaired() {
     w.step();
     let converged = w.endpoints.clone().unwrap();
     let expect = legacy_shape(&converged);
-    let update = Action::Update {
+    let update = WriteAction::Update {
         resource_version: Some("1".into()),
     };
     let label = |e: &mut Endpoints, k: &str, v: Option<&str>| {
@@ -1852,7 +1852,7 @@ fn legacy_off_deletes_an_ownerless_mirror_carrying_our_label() {
     w.pm.spec.legacy_endpoints = true;
     let p = w.plan();
     let planned = p.endpoints.unwrap();
-    assert!(matches!(planned.action, Action::Update { .. }));
+    assert!(matches!(planned.action, WriteAction::Update { .. }));
     assert_eq!(
         planned.endpoints.metadata.owner_references.unwrap()[0].uid,
         "pm-uid"
@@ -1893,7 +1893,7 @@ fn stale_over_capacity_annotation_is_drift() {
         );
     let p = w.plan();
     let planned = p.endpoints.as_ref().unwrap();
-    assert!(matches!(planned.action, Action::Update { .. }));
+    assert!(matches!(planned.action, WriteAction::Update { .. }));
     assert!(
         !planned
             .endpoints

@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube_validation::IpFamily;
 use portmapper_api::check::HttpGetCheck;
 use portmapper_api::{Check, PortRule, TerminatingEndpoints};
-use portmapper_core::{Action, CheckPosition, NetworkDecisions, NetworkKey, Plan, Verdict};
+use portmapper_core::{CheckPosition, NetworkDecisions, NetworkKey, Plan, Verdict, WriteAction};
 use proptest::prelude::*;
 
 use crate::fixtures::*;
@@ -319,7 +319,7 @@ proptest! {
         w.step();
         let again = w.plan();
         prop_assert_eq!(again.writes(), 0, "{:?}", actions(&again));
-        prop_assert!(again.slices.iter().all(|p| p.action == Action::Unchanged));
+        prop_assert!(again.slices.iter().all(|p| p.action == WriteAction::Unchanged));
     }
 
     #[test]

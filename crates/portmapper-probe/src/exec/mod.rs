@@ -100,7 +100,7 @@ pub(crate) fn timed_out(check_type: CheckType, timeout: std::time::Duration) -> 
     let err = ProbeError::Timeout(timeout);
     match check_type {
         CheckType::Webhook => classify::webhook_failure(&err),
-        _ => {
+        CheckType::HttpGet | CheckType::TcpSocket | CheckType::Grpc => {
             let mut result = classify::pod_failure(&err);
             result.reason = format!("{} {}", check_type.as_str(), result.reason);
             result

@@ -110,7 +110,7 @@ pub struct ReviewPort {
 
 /// The webhook's verdict.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Decision {
+pub enum WebhookDecision {
     /// The pod backs the port.
     Include,
     /// The pod does not back the port.
@@ -123,7 +123,7 @@ pub enum Decision {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MembershipDecision {
     /// The verdict.
-    pub decision: Decision,
+    pub decision: WebhookDecision,
     /// Shown in PortMapping status. Optional.
     #[serde(default)]
     pub reason: String,
@@ -171,9 +171,9 @@ pub(super) async fn probe(
     match call(exec, check, &review).await {
         Ok(decision) => {
             let outcome = match decision.decision {
-                Decision::Include => Outcome::Include,
-                Decision::Exclude => Outcome::Exclude,
-                Decision::Abstain => Outcome::Abstain,
+                WebhookDecision::Include => Outcome::Include,
+                WebhookDecision::Exclude => Outcome::Exclude,
+                WebhookDecision::Abstain => Outcome::Abstain,
             };
             let reason = if decision.reason.is_empty() {
                 format!("webhook decided {:?}", decision.decision)
@@ -335,7 +335,7 @@ mod tests {
     #[test]
     fn decisions_parse_with_optional_reason() {
         let d: MembershipDecision = serde_json::from_str(r#"{"decision":"Exclude"}"#).unwrap();
-        assert_eq!(d.decision, Decision::Exclude);
+        assert_eq!(d.decision, WebhookDecision::Exclude);
         assert!(serde_json::from_str::<MembershipDecision>(r#"{"decision":"maybe"}"#).is_err());
     }
     use crate::fuzz_budget;

@@ -112,7 +112,7 @@ fn any_body() -> BoxedStrategy<Vec<u8>> {
     proptest::collection::vec(any::<u8>(), 0..256).boxed()
 }
 
-/// Decision documents a decider might send: right, nearly right, or not at all.
+/// WebhookDecision documents a decider might send: right, nearly right, or not at all.
 fn decision_body() -> BoxedStrategy<Vec<u8>> {
     let decision = prop_oneof![
         Just(json!("Include")),
@@ -213,9 +213,9 @@ proptest! {
         match decided {
             Some(d) => {
                 let want = match d.decision {
-                    portmapper_probe::Decision::Include => Outcome::Include,
-                    portmapper_probe::Decision::Exclude => Outcome::Exclude,
-                    portmapper_probe::Decision::Abstain => Outcome::Abstain,
+                    portmapper_probe::WebhookDecision::Include => Outcome::Include,
+                    portmapper_probe::WebhookDecision::Exclude => Outcome::Exclude,
+                    portmapper_probe::WebhookDecision::Abstain => Outcome::Abstain,
                 };
                 prop_assert_eq!((result.outcome, result.cause), (want, Cause::WebhookDecision), "{:?}", result);
             }

@@ -6,7 +6,6 @@
 //! namespace, which has no other interface.
 
 use std::net::IpAddr;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,59 +13,33 @@ use portmapper_probe::{
     Cause, ExecutorConfig, Membership, NetworkExecutor, NoMetrics, Outcome, Prober, ProberConfig,
 };
 
+use test_support::{Inner, Sandbox, in_sandbox, run_inner};
+
 use crate::grpc::{GrpcServer, grpc};
 use crate::support::*;
 
 const INNER: &str = "netns::inner_probes_pod_ips_in_namespace";
 const ENV: &str = "PORTMAPPER_PROBE_IN_NETNS";
-const SETUP: &str = "ip link set lo up && ip route add local 10.244.0.0/16 dev lo";
 
 #[test]
 fn probes_pod_ips_inside_own_network_namespace() {
-    // The namespace setup alone, as a permission check: `unshare` and `ip` must both work.
-    let permitted = Command::new("unshare")
-        .args(["-n", "sh", "-c", SETUP])
-        .output();
-    match permitted {
-        Ok(out) if out.status.success() => {}
-        Ok(out) => {
-            eprintln!(
-                "SKIPPED netns test: cannot set up a network namespace (`unshare -n`, `ip`): {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-            return;
-        }
-        Err(err) => {
-            eprintln!("SKIPPED netns test: cannot run unshare: {err}");
-            return;
-        }
-    }
-    let exe = std::env::current_exe().unwrap();
-    let script =
-        format!("{SETUP} && exec \"$0\" {INNER} --exact --ignored --nocapture --test-threads 1");
-    let out = Command::new("unshare")
-        .args(["-n", "sh", "-c", &script])
-        .arg(&exe)
-        .env(ENV, "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "inner test failed:\n{stdout}\n{stderr}"
-    );
-    assert!(
-        stdout.contains("1 passed"),
-        "inner test did not run:\n{stdout}\n{stderr}"
+    run_inner(
+        Sandbox::NetworkNamespace,
+        Inner {
+            what: "netns test",
+            filter: INNER,
+            exact: true,
+            threads: 1,
+            expect_passed: 1,
+            env: ENV,
+        },
     );
 }
 
 #[tokio::test]
 #[ignore = "runs only inside the network namespace made by probes_pod_ips_inside_own_network_namespace"]
 async fn inner_probes_pod_ips_in_namespace() {
-    if std::env::var_os(ENV).is_none() {
-        eprintln!("not inside the test's network namespace; nothing to do");
+    if !in_sandbox(ENV) {
         return;
     }
     let pod_a: IpAddr = "10.244.1.10".parse().unwrap();

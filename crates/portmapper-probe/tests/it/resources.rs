@@ -3,9 +3,8 @@
 //! The outer test re-runs this binary under `prlimit --nofile` so that the inner test can use up
 //! its own descriptor table without starving the other tests of this process.
 
-use std::process::Command;
-
 use portmapper_probe::{Cause, Outcome};
+use test_support::{Inner, Sandbox, in_sandbox, run_inner};
 use tokio::net::TcpListener;
 
 use crate::support::*;
@@ -15,44 +14,23 @@ const ENV: &str = "PORTMAPPER_PROBE_FD_LIMITED";
 
 #[test]
 fn descriptor_exhaustion_abstains() {
-    let exe = std::env::current_exe().unwrap();
-    let out = match Command::new("prlimit")
-        .args(["--nofile=256:256", "--"])
-        .arg(&exe)
-        .args([
-            INNER,
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(ENV, "1")
-        .output()
-    {
-        Ok(out) => out,
-        Err(err) => {
-            eprintln!("SKIPPED descriptor exhaustion test: cannot run prlimit: {err}");
-            return;
-        }
-    };
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "inner test failed:\n{stdout}\n{stderr}"
-    );
-    assert!(
-        stdout.contains("1 passed"),
-        "inner test did not run:\n{stdout}\n{stderr}"
+    run_inner(
+        Sandbox::DescriptorLimit(256),
+        Inner {
+            what: "descriptor exhaustion test",
+            filter: INNER,
+            exact: true,
+            threads: 1,
+            expect_passed: 1,
+            env: ENV,
+        },
     );
 }
 
 #[tokio::test]
 #[ignore = "runs only under the descriptor limit set by descriptor_exhaustion_abstains"]
 async fn inner_descriptor_exhaustion_abstains() {
-    if std::env::var_os(ENV).is_none() {
-        eprintln!("not under the test's descriptor limit; nothing to do");
+    if !in_sandbox(ENV) {
         return;
     }
     let listener = TcpListener::bind((LOCALHOST, 0)).await.unwrap();

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use kube_emulator::History;
-use kube_emulator::faults::{Action, DropMode, Rule};
+use kube_emulator::faults::{DropMode, FaultAction, Rule};
 use tokio::time::Instant;
 
 use crate::faults::{churn, operator_writes, wait_members_within, world};
@@ -102,7 +102,7 @@ async fn under(name: &str, case: &str, rule: Rule, check: impl Fn(&Counts, u64))
 async fn under_once(name: &str, case: &str, mut rule: Rule) -> (Counts, u64) {
     let (h, observer) = world(name).await;
     let on_watches = rule.matcher.watch == Some(true);
-    let bound = if matches!(rule.action, Action::WatchDrop { .. }) {
+    let bound = if matches!(rule.action, FaultAction::WatchDrop { .. }) {
         AFTER_WATCH_RESETS
     } else {
         TARGET
@@ -130,7 +130,7 @@ async fn under_once(name: &str, case: &str, mut rule: Rule) -> (Counts, u64) {
     (c, fired)
 }
 
-fn watches(action: Action) -> Rule {
+fn watches(action: FaultAction) -> Rule {
     Rule::new(action).watch(true)
 }
 
@@ -141,7 +141,7 @@ fn watches(action: Action) -> Rule {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slice_writes_answered_503_with_retry_after_are_spaced_and_converge() {
     let rule = crate::faults::on_slice_writes(
-        Action::Status {
+        FaultAction::Status {
             code: 503,
             reason: None,
             message: None,
@@ -175,7 +175,7 @@ fn every_slice_write_met_the_503(c: &Counts, fired: u64, most: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slice_writes_answered_503_without_retry_after_back_off_and_converge() {
     let rule = crate::faults::on_slice_writes(
-        Action::Status {
+        FaultAction::Status {
             code: 503,
             reason: None,
             message: None,
@@ -201,7 +201,7 @@ async fn slice_writes_answered_503_without_retry_after_back_off_and_converge() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_already_exists_race_meets_only_event_posts_and_costs_no_retry() {
     let (h, observer) = world("race").await;
-    let mut rule = Rule::new(Action::AlreadyExistsRace).verbs(&["create"]);
+    let mut rule = Rule::new(FaultAction::AlreadyExistsRace).verbs(&["create"]);
     rule.matcher.user_agent = Some(OPERATOR_USER_AGENT.into());
     let id = h.emu.inject(rule);
     let from = h.emu.requests().elapsed();
@@ -281,7 +281,7 @@ async fn the_already_exists_race_meets_only_event_posts_and_costs_no_retry() {
 }
 
 async fn watch_drop(name: &str, mode: DropMode) {
-    let rule = watches(Action::WatchDrop {
+    let rule = watches(FaultAction::WatchDrop {
         after_events: Some(1),
         after_ms: None,
         mode,
@@ -317,7 +317,7 @@ async fn watches_dropped_mid_line_are_resumed_and_converge() {
 /// item 7) keeps the plans from duplicating endpoints meanwhile (the observer).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watches_expiring_with_410_relist_and_converge_without_duplicates() {
-    let rule = watches(Action::WatchGone { after_events: 1 });
+    let rule = watches(FaultAction::WatchGone { after_events: 1 });
     under("gone", "watch 410", rule, |c, fired| {
         assert!(fired > 0, "no watch met the 410");
         assert!(c.lists > 0, "no relist after 410");
@@ -333,7 +333,7 @@ async fn watches_expiring_with_410_relist_and_converge_without_duplicates() {
 /// 300 ms on every request of the operator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_hundred_ms_of_latency_on_every_request_converges() {
-    let mut rule = Rule::new(Action::Delay);
+    let mut rule = Rule::new(FaultAction::Delay);
     rule.delay_ms = 300;
     under("slow", "300 ms latency", rule, |c, fired| {
         assert!(fired > 0, "no request was delayed");

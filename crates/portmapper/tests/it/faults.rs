@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use kube_emulator::faults::{Action, Rule};
+use kube_emulator::faults::{FaultAction, Rule};
 use kube_emulator::reqlog::LoggedRequest;
 use tokio::time::Instant;
 
@@ -69,7 +69,7 @@ pub(crate) async fn wait_members_within(
 }
 
 /// The fault on the operator's writes of `name`'s slices.
-pub(crate) fn on_slice_writes(action: Action, name: &str) -> Rule {
+pub(crate) fn on_slice_writes(action: FaultAction, name: &str) -> Rule {
     let mut rule = Rule::new(action)
         .verbs(&["create", "update", "patch"])
         .resource("discovery.k8s.io", "endpointslices")
@@ -146,8 +146,8 @@ pub(crate) async fn churn(h: &Harness, name: &str, window: Duration, failing_tex
 }
 
 /// 429 with `Retry-After: 1`.
-fn too_many_requests() -> Action {
-    Action::Status {
+fn too_many_requests() -> FaultAction {
+    FaultAction::Status {
         code: 429,
         reason: None,
         message: None,
@@ -210,7 +210,7 @@ fn warnings(name: &str) -> Vec<String> {
 /// removed.
 async fn persistent_fault(
     name: &str,
-    action: Action,
+    action: FaultAction,
     failing_text: &str,
     expected: std::ops::RangeInclusive<usize>,
     converge: Duration,
@@ -278,7 +278,7 @@ async fn persistent_fault(
 async fn persistent_500s_on_slice_writes_are_retried_with_backoff_not_per_event() {
     persistent_fault(
         "flaky-500",
-        Action::Status {
+        FaultAction::Status {
             code: 500,
             reason: None,
             message: None,
@@ -296,7 +296,7 @@ async fn persistent_500s_on_slice_writes_are_retried_with_backoff_not_per_event(
 async fn persistent_409s_on_slice_writes_are_retried_with_backoff_not_per_event() {
     persistent_fault(
         "flaky-409",
-        Action::ConflictStatus,
+        FaultAction::ConflictStatus,
         "Conflict",
         3..=20,
         CONVERGE,
@@ -311,7 +311,7 @@ async fn persistent_409s_on_slice_writes_are_retried_with_backoff_not_per_event(
 async fn forbidden_slice_writes_are_not_retried_fast() {
     persistent_fault(
         "forbidden",
-        Action::Status {
+        FaultAction::Status {
             code: 403,
             reason: None,
             message: Some("endpointslices is forbidden (injected)".into()),

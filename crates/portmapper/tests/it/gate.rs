@@ -68,6 +68,22 @@ async fn wait_gate(h: &Harness, name: &str, status: &str, message: &str) -> PodC
 }
 
 /// The operator's requests, in log order.
+/// Service `web` (http), gated `pod-a` on it made ready by "kubelet", and PortMapping `web`;
+/// returns once the gate of `pod-a` is True.
+async fn publish_gated_pod_a(h: &Harness) {
+    h.create(service("web", &[("http", 8080)])).await;
+    h.create(gated_pod("pod-a", "http")).await;
+    kubelet(h, "pod-a", "10.244.0.1", true).await;
+    h.create(portmapping("web", "web")).await;
+    wait_gate(
+        h,
+        "pod-a",
+        "True",
+        "published on every port it serves: http",
+    )
+    .await;
+}
+
 fn operator_requests(h: &Harness) -> Vec<LoggedRequest> {
     h.emu
         .requests()
@@ -513,17 +529,7 @@ async fn with_one_gate_type_the_oldest_portmapping_sets_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_service_turns_the_gates_false() {
     let h = Harness::start().await;
-    h.create(service("web", &[("http", 8080)])).await;
-    h.create(gated_pod("pod-a", "http")).await;
-    kubelet(&h, "pod-a", "10.244.0.1", true).await;
-    h.create(portmapping("web", "web")).await;
-    wait_gate(
-        &h,
-        "pod-a",
-        "True",
-        "published on every port it serves: http",
-    )
-    .await;
+    publish_gated_pod_a(&h).await;
     let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(h.client.clone(), NS);
     services.delete("web", &Default::default()).await.unwrap();
     wait_condition(
@@ -554,17 +560,7 @@ async fn a_deleted_service_turns_the_gates_false() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_external_name_service_turns_the_gates_false() {
     let h = Harness::start().await;
-    h.create(service("web", &[("http", 8080)])).await;
-    h.create(gated_pod("pod-a", "http")).await;
-    kubelet(&h, "pod-a", "10.244.0.1", true).await;
-    h.create(portmapping("web", "web")).await;
-    wait_gate(
-        &h,
-        "pod-a",
-        "True",
-        "published on every port it serves: http",
-    )
-    .await;
+    publish_gated_pod_a(&h).await;
     let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(h.client.clone(), NS);
     services
         .patch(
@@ -641,17 +637,7 @@ async fn the_loser_of_a_service_conflict_turns_its_gate_false() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_never_flips_a_gate_while_caches_sync() {
     let mut h = Harness::start().await;
-    h.create(service("web", &[("http", 8080)])).await;
-    h.create(gated_pod("pod-a", "http")).await;
-    kubelet(&h, "pod-a", "10.244.0.1", true).await;
-    h.create(portmapping("web", "web")).await;
-    wait_gate(
-        &h,
-        "pod-a",
-        "True",
-        "published on every port it serves: http",
-    )
-    .await;
+    publish_gated_pod_a(&h).await;
     h.stop_controller().await;
     let before = operator_requests(&h).len();
     h.run_controller();

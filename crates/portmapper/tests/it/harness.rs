@@ -253,6 +253,29 @@ impl Harness {
         })
     }
 
+    /// Reconciles finished so far, whatever their result (`portmapper_reconcile_total`).
+    pub fn reconciles(&self) -> f64 {
+        self.metrics_text()
+            .lines()
+            .filter(|l| l.starts_with("portmapper_reconcile_total{"))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Waits until `n` more reconciles have finished (the harness resyncs every 2 s). The
+    /// controller runs one reconcile of an object at a time, so of `n >= 2` passes at least
+    /// `n - 1` started after this call: a request-log delta read before it and checked after
+    /// it covers whole passes, which no sleep can promise.
+    pub async fn passes(&self, n: u32) {
+        let target = self.reconciles() + f64::from(n);
+        eventually(
+            &format!("{n} more reconciles"),
+            Duration::from_secs(30),
+            || async { (self.reconciles() >= target).then_some(()) },
+        )
+        .await;
+    }
+
     /// Writes issued by the operator's field manager so far.
     pub fn operator_writes(&self) -> usize {
         self.emu

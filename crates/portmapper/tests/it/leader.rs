@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
-use kube_emulator::faults::{Action, Rule};
+use kube_emulator::faults::{FaultAction, Rule};
 use kube_emulator::reqlog::LoggedRequest;
 use portmapper::client;
 use portmapper::context::Settings;
@@ -223,7 +223,7 @@ async fn a_stuck_leader_writes_nothing_after_its_deadline() {
 
     // Every Lease request of the leader hangs for 8 s: it cannot renew, as if it were paused,
     // while its controller keeps running.
-    let mut hang = Rule::new(Action::Delay)
+    let mut hang = Rule::new(FaultAction::Delay)
         .verbs(&["get", "update"])
         .resource("coordination.k8s.io", "leases")
         .delay_ms(8000);
@@ -300,7 +300,7 @@ async fn the_gated_client_refuses_writes_after_the_deadline() {
         .unwrap();
 
     let hang = h.emu.inject(
-        Rule::new(Action::Delay)
+        Rule::new(FaultAction::Delay)
             .verbs(&["get", "update"])
             .resource("coordination.k8s.io", "leases")
             .delay_ms(6000),

@@ -134,14 +134,14 @@ async fn converged_state_issues_no_writes() {
             .then_some(())
     })
     .await;
-    // Let any in-flight pass finish, then count writes across several resyncs (2 s each).
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Let any in-flight pass finish, then count writes across two more passes.
+    h.passes(1).await;
     let before = h.operator_writes();
     assert!(
         before >= 3,
         "the counter sees our writes (2 slices + status), got {before}"
     );
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    h.passes(2).await;
     assert_eq!(
         h.operator_writes(),
         before,
@@ -165,7 +165,8 @@ async fn restarted_controller_adopts_its_slices_without_writing() {
     h.stop_controller().await;
     let before = h.operator_writes();
     h.run_controller();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The new controller's first pass and a resync.
+    h.passes(2).await;
     let writes: Vec<String> = h
         .emu
         .requests()

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube_emulator::faults::{Action, Rule};
+use kube_emulator::faults::{FaultAction, Rule};
 use portmapper_api::PortMapping;
 use serde_json::json;
 
@@ -281,9 +281,9 @@ async fn legacy_endpoints_follow_the_flag() {
     );
     assert_eq!(ep.owner_references()[0].kind, "PortMapping");
     // Converged: no further writes.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    h.passes(1).await;
     let before = h.operator_writes();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    h.passes(2).await;
     assert_eq!(
         h.operator_writes(),
         before,
@@ -384,7 +384,7 @@ async fn a_failed_endpoints_delete_keeps_the_native_slice_as_evidence_across_a_r
     .await;
     // Deleting the abandoned Endpoints object fails until the rule is removed.
     let rule = h.emu.inject(
-        Rule::new(Action::Status {
+        Rule::new(FaultAction::Status {
             code: 500,
             reason: None,
             message: Some("injected".into()),
@@ -453,7 +453,7 @@ async fn a_forbidden_mirror_write_does_not_hold_back_the_native_cleanup_but_is_r
     .await;
     // RBAC without patch on endpoints: every write of our mirror is forbidden.
     let rule = h.emu.inject(
-        Rule::new(Action::Status {
+        Rule::new(FaultAction::Status {
             code: 403,
             reason: None,
             message: Some("endpoints is forbidden".into()),
@@ -521,8 +521,8 @@ async fn a_foreign_endpoints_object_is_left_alone_while_the_native_cleanup_goes_
         is_ready(&h, "web").await.then_some(())
     })
     .await;
-    // Several resyncs later: one Warning, and the foreign object untouched.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Passes later: one Warning, and the foreign object untouched.
+    h.passes(2).await;
     let warnings = h.events("EndpointsCollision").await;
     assert_eq!(warnings.len(), 1, "warned once, not per pass");
     assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));

@@ -8,7 +8,6 @@
 //! can leave it. Each inner test uses its own 10.244.N.0/24 so they can run side by side.
 
 use std::net::{IpAddr, SocketAddr};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,6 +16,7 @@ use hyper_util::service::TowerToHyperService;
 use portmapper_probe::MembershipReview;
 use portmapper_probe::metrics::OutcomeLabels;
 use serde_json::{Value, json};
+use test_support::{Inner, Sandbox, in_sandbox, run_inner};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
@@ -25,58 +25,28 @@ use tonic_health::ServingStatus;
 use crate::harness::*;
 
 const ENV: &str = "PORTMAPPER_IT_IN_NETNS";
-const SETUP: &str = "ip link set lo up && ip route add local 10.244.0.0/16 dev lo";
 const INNER: &str = "probing::inner_";
 /// Inner tests below; the outer test checks that every one of them ran and passed.
 const INNER_TESTS: usize = 11;
 
 #[test]
 fn network_checks_through_the_operator_in_own_network_namespace() {
-    // The namespace setup alone, as a permission check: `unshare` and `ip` must both work.
-    let permitted = Command::new("unshare")
-        .args(["-n", "sh", "-c", SETUP])
-        .output();
-    match permitted {
-        Ok(out) if out.status.success() => {}
-        Ok(out) => {
-            eprintln!(
-                "SKIPPED operator network-check tests: cannot set up a network namespace (`unshare -n`, `ip`): {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-            return;
-        }
-        Err(err) => {
-            eprintln!("SKIPPED operator network-check tests: cannot run unshare: {err}");
-            return;
-        }
-    }
-    let exe = std::env::current_exe().unwrap();
-    let script = format!("{SETUP} && exec \"$0\" {INNER} --ignored --nocapture --test-threads 2");
-    let out = Command::new("unshare")
-        .args(["-n", "sh", "-c", &script])
-        .arg(&exe)
-        .env(ENV, "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "inner tests failed:\n{stdout}\n{stderr}"
-    );
-    assert!(
-        stdout.contains(&format!("{INNER_TESTS} passed")),
-        "not every inner test ran:\n{stdout}\n{stderr}"
+    run_inner(
+        Sandbox::NetworkNamespace,
+        Inner {
+            what: "operator network-check tests",
+            filter: INNER,
+            exact: false,
+            threads: 2,
+            expect_passed: INNER_TESTS,
+            env: ENV,
+        },
     );
 }
 
 /// Whether this is the re-run inside the outer test's namespace.
 fn in_netns() -> bool {
-    let inside = std::env::var_os(ENV).is_some();
-    if !inside {
-        eprintln!("not inside the test's network namespace; nothing to do");
-    }
-    inside
+    in_sandbox(ENV)
 }
 
 fn ip(subnet: u8, host: u8) -> IpAddr {

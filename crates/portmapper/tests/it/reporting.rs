@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube_emulator::faults::{Action, Rule};
+use kube_emulator::faults::{FaultAction, Rule};
 use portmapper_api::PortMapping;
 use serde_json::json;
 
@@ -239,13 +239,13 @@ async fn a_status_change_is_patched_once_while_the_portmapping_cache_lags() {
     // Our own status writes reach the operator's PortMapping cache 3 s late, as under a slow
     // watch: every pass in between sees the old status.
     let lag = h.emu.faults().add(
-        Rule::new(Action::EventDelay { ms: 3000 })
+        Rule::new(FaultAction::EventDelay { ms: 3000 })
             .resource("portmapper.dev", "portmappings")
             .watch(true),
     );
     // The delay applies to watches opened from now on: make the operator re-open its watch.
     let drop = h.emu.faults().add(
-        Rule::new(Action::WatchGone { after_events: 0 })
+        Rule::new(FaultAction::WatchGone { after_events: 0 })
             .resource("portmapper.dev", "portmappings")
             .watch(true)
             .times(1),

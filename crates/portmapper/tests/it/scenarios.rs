@@ -372,7 +372,7 @@ async fn stray_and_tampered_slices_are_repaired_but_foreign_ones_are_left_alone(
         (h.membership("web").await.get("web.http").map(Vec::len) == Some(2)).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    h.passes(2).await;
     assert!(
         slices.get_opt("web-handmade").await.unwrap().is_some(),
         "foreign slice must survive"
@@ -607,8 +607,8 @@ async fn topology_mode_auto_is_refused_with_one_warning_event() {
         slices[0].endpoints.iter().all(|e| e.hints.is_none()),
         "no hints under Auto"
     );
-    // Several resyncs later there is still one event (warn once), not one per reconcile.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Passes later there is still one event (warn once), not one per reconcile.
+    h.passes(2).await;
     let list = events.list(&Default::default()).await.unwrap();
     let n = list
         .items
@@ -706,8 +706,8 @@ async fn prefer_same_node_hints_are_not_reapplied_when_the_server_strips_for_nod
         .unwrap();
     let stripped = slices.get("web.http").await.unwrap();
     let writes = h.operator_writes();
-    // Several resyncs (2 s each): no apply loop against the stripping server.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Passes later: no apply loop against the stripping server.
+    h.passes(2).await;
     let after = slices.get("web.http").await.unwrap();
     assert_eq!(
         h.operator_writes(),
@@ -769,7 +769,7 @@ async fn another_manager_on_our_own_slice_is_a_collision_not_a_takeover() {
     .await;
     assert_eq!(reason, "NameCollision");
     assert!(message.contains("managed by someone-else"), "{message}");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    h.passes(2).await;
     let kept = slices.get("web.http").await.unwrap();
     assert_eq!(
         kept.labels()["endpointslice.kubernetes.io/managed-by"],

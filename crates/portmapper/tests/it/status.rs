@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use kube_emulator::faults::{Action, Rule};
+use kube_emulator::faults::{FaultAction, Rule};
 use serde_json::{Value, json};
 
 use crate::harness::*;
@@ -277,7 +277,7 @@ async fn missing_service_and_forbidden_reads_fail_with_a_clear_message() {
 
     // The API server refuses the read, as RBAC would.
     h.emu.inject(
-        Rule::new(Action::Status {
+        Rule::new(FaultAction::Status {
             code: 403,
             reason: None,
             message: Some(

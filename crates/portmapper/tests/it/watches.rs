@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use kube_emulator::faults::{Action, DropMode, Rule};
+use kube_emulator::faults::{DropMode, FaultAction, Rule};
 use portmapper::http::Readiness;
 use portmapper::watch_health::WatchPolicy;
 
@@ -35,7 +35,7 @@ async fn a_watch_reset_storm_is_paced_and_membership_follows_during_it() {
     // Fault rules apply to watches opened after them: every watch the operator opens is reset
     // abruptly after one event (a bookmark does not count).
     let storm = h.emu.inject(
-        Rule::new(Action::WatchDrop {
+        Rule::new(FaultAction::WatchDrop {
             after_events: Some(1),
             after_ms: None,
             mode: DropMode::Abrupt,
@@ -107,7 +107,7 @@ async fn a_stalled_watch_is_restarted_and_the_operator_converges() {
     });
     // The first pod watch (after its initial list) goes silent.
     h.emu.inject(
-        Rule::new(Action::WatchStall)
+        Rule::new(FaultAction::WatchStall)
             .verbs(&["watch"])
             .resource("", "pods")
             .times(1),

@@ -1,4 +1,5 @@
-//! Rendering of the pieces every slice shares: labels, owner reference, endpoints and hints.
+//! The pieces every written object shares, built from the plan: labels, owner reference,
+//! endpoints and hints.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -123,7 +124,7 @@ pub struct EndpointFacts<'a> {
 /// Renders one endpoint like the native controller: one address, conditions, targetRef to the
 /// pod, nodeName, zone, hostname (pods whose subdomain is the Service), and hints for ready
 /// endpoints only.
-pub fn render_endpoint(
+pub fn build_endpoint(
     facts: &EndpointFacts<'_>,
     service_name: &str,
     namespace: &str,
@@ -225,8 +226,8 @@ impl<'a> DesiredEndpoint<'a> {
     }
 
     /// The endpoint as the API stores it.
-    pub fn render(&self) -> Endpoint {
-        render_endpoint(&self.facts, self.service_name, self.namespace, self.hints)
+    pub fn to_endpoint(&self) -> Endpoint {
+        build_endpoint(&self.facts, self.service_name, self.namespace, self.hints)
     }
 
     fn node(&self) -> Option<&'a str> {
@@ -248,7 +249,7 @@ impl<'a> DesiredEndpoint<'a> {
             .filter(|h| !h.is_empty())
     }
 
-    /// Whether `live` is what [`render`](Self::render) would give, by the planner's equality
+    /// Whether `live` is what [`to_endpoint`](Self::to_endpoint) would give, by the planner's equality
     /// ([`endpoint_eq`](super::endpoint_eq)) — without rendering.
     pub fn same_as(&self, live: &Endpoint) -> bool {
         let uid = live.target_ref.as_ref().and_then(|t| t.uid.as_deref());
@@ -285,7 +286,7 @@ impl<'a> DesiredEndpoint<'a> {
             && self.hints_match(live.hints.as_ref())
     }
 
-    /// Hints as [`render_endpoint`] sets them, compared as `hints_eq` does: zones equal, and
+    /// Hints as [`build_endpoint`] sets them, compared as `hints_eq` does: zones equal, and
     /// nodes equal unless the server dropped them.
     fn hints_match(&self, live: Option<&EndpointHints>) -> bool {
         let (zones, nodes) = match (self.facts.ready, self.hints) {
@@ -465,14 +466,14 @@ mod tests {
     fn hostname_only_when_subdomain_is_the_service() {
         let p = pod(None, Some("db-0"), Some("web"));
         assert_eq!(
-            render_endpoint(&facts(&p, true, None), "web", "ns", HintMode::None)
+            build_endpoint(&facts(&p, true, None), "web", "ns", HintMode::None)
                 .hostname
                 .as_deref(),
             Some("db-0")
         );
         let other = pod(None, Some("db-0"), Some("other"));
         assert_eq!(
-            render_endpoint(&facts(&other, true, None), "web", "ns", HintMode::None).hostname,
+            build_endpoint(&facts(&other, true, None), "web", "ns", HintMode::None).hostname,
             None
         );
     }
@@ -480,7 +481,7 @@ mod tests {
     #[test]
     fn hints_only_for_ready_endpoints() {
         let p = pod(Some("n1"), None, None);
-        let ep = render_endpoint(&facts(&p, true, Some("z1")), "web", "ns", HintMode::Zone);
+        let ep = build_endpoint(&facts(&p, true, Some("z1")), "web", "ns", HintMode::Zone);
         assert_eq!(
             ep.hints
                 .and_then(|h| h.for_zones)
@@ -488,7 +489,7 @@ mod tests {
                 .as_deref(),
             Some("z1")
         );
-        let draining = render_endpoint(&facts(&p, false, Some("z1")), "web", "ns", HintMode::Zone);
+        let draining = build_endpoint(&facts(&p, false, Some("z1")), "web", "ns", HintMode::Zone);
         assert_eq!(draining.hints, None);
         assert_eq!(
             draining.conditions.as_ref().and_then(|c| c.terminating),
@@ -499,7 +500,7 @@ mod tests {
     #[test]
     fn prefer_same_node_hints_node_and_zone() {
         let p = pod(Some("n1"), None, None);
-        let ep = render_endpoint(&facts(&p, true, Some("z1")), "web", "ns", HintMode::Node);
+        let ep = build_endpoint(&facts(&p, true, Some("z1")), "web", "ns", HintMode::Node);
         let hints = ep.hints.unwrap_or_default();
         assert_eq!(
             hints.for_nodes.map(|n| n[0].name.clone()).as_deref(),
@@ -509,14 +510,14 @@ mod tests {
             hints.for_zones.map(|z| z[0].name.clone()).as_deref(),
             Some("z1")
         );
-        let no_zone = render_endpoint(&facts(&p, true, None), "web", "ns", HintMode::Zone);
+        let no_zone = build_endpoint(&facts(&p, true, None), "web", "ns", HintMode::Zone);
         assert_eq!(no_zone.hints, None);
     }
 
     #[test]
     fn prefer_same_node_without_zone_hints_the_node_only() {
         let p = pod(Some("n1"), None, None);
-        let ep = render_endpoint(&facts(&p, true, None), "web", "ns", HintMode::Node);
+        let ep = build_endpoint(&facts(&p, true, None), "web", "ns", HintMode::Node);
         assert_eq!(
             ep.hints,
             Some(EndpointHints {
@@ -526,7 +527,7 @@ mod tests {
         );
         // Neither a node nor a zone: no hints struct at all.
         let unscheduled = pod(None, None, None);
-        let ep = render_endpoint(
+        let ep = build_endpoint(
             &facts(&unscheduled, true, None),
             "web",
             "ns",
@@ -534,7 +535,7 @@ mod tests {
         );
         assert_eq!(ep.hints, None);
         // A zone but no node: the zone only.
-        let ep = render_endpoint(
+        let ep = build_endpoint(
             &facts(&unscheduled, true, Some("z1")),
             "web",
             "ns",
@@ -548,7 +549,7 @@ mod tests {
             })
         );
         // Draining endpoints get no node hint either.
-        let ep = render_endpoint(&facts(&p, false, Some("z1")), "web", "ns", HintMode::Node);
+        let ep = build_endpoint(&facts(&p, false, Some("z1")), "web", "ns", HintMode::Node);
         assert_eq!(ep.hints, None);
     }
 
@@ -584,7 +585,7 @@ mod tests {
     #[test]
     fn endpoint_carries_target_ref_node_and_zone() {
         let p = pod(Some("n1"), None, None);
-        let ep = render_endpoint(&facts(&p, true, Some("z1")), "web", "ns", HintMode::None);
+        let ep = build_endpoint(&facts(&p, true, Some("z1")), "web", "ns", HintMode::None);
         assert_eq!(ep.addresses, vec!["10.0.0.1"]);
         assert_eq!(ep.node_name.as_deref(), Some("n1"));
         assert_eq!(ep.zone.as_deref(), Some("z1"));
@@ -633,7 +634,7 @@ mod tests {
                 }
             }
         }
-        let mut live: Vec<Endpoint> = desired.iter().map(DesiredEndpoint::render).collect();
+        let mut live: Vec<Endpoint> = desired.iter().map(DesiredEndpoint::to_endpoint).collect();
         for e in live.clone() {
             // What the server may store instead: defaults left out, forNodes stripped, a
             // non-canonical address, a targetRef with a resourceVersion.
@@ -655,7 +656,7 @@ mod tests {
         }
         let mut agreed = 0;
         for d in &desired {
-            let rendered = d.render();
+            let rendered = d.to_endpoint();
             for l in &live {
                 assert_eq!(
                     d.same_as(l),
