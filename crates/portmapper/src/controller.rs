@@ -110,7 +110,14 @@ pub async fn run_probing_with(
             trigger.clone(),
         )
     };
-    let controller = Controller::for_stream(pm_events.touched_objects(), portmappings.clone());
+    // A PortMapping whose status alone changed (our own status write coming back) is not
+    // reconciled again: that pass would only find nothing to do.
+    let controller = Controller::for_stream(
+        pm_events
+            .touched_objects()
+            .predicate_filter(crate::index::semantic_version, Default::default()),
+        portmappings.clone(),
+    );
 
     let idx = index.clone();
     let (services, task) = reflect(

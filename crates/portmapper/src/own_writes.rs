@@ -41,6 +41,19 @@ struct Expectation {
 pub struct OwnWrites {
     by_slice: HashMap<SliceRef, Expectation>,
     by_owner: HashMap<String, HashSet<SliceRef>>,
+    /// Owners whose reconcile was put off because their writes were not in the cache yet: the
+    /// event that brings the last of them must wake them.
+    waiting: HashSet<String>,
+}
+
+/// What a slice event is to the writes awaited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    /// Not a write we await (someone else's change, or a version we did not write).
+    NotAwaited,
+    /// The version `owner` wrote. `wake`: it was the last one a put-off reconcile of `owner`
+    /// waited for. Otherwise the event tells `owner` nothing its own plan did not already know.
+    Echo { owner: String, wake: bool },
 }
 
 impl OwnWrites {
@@ -71,14 +84,17 @@ impl OwnWrites {
     }
 
     /// The cache now holds `slice` at `resource_version`.
-    pub fn observed(&mut self, slice: &SliceRef, resource_version: Option<&str>) {
-        let met = self.by_slice.get(slice).is_some_and(|e| match &e.awaited {
-            Awaited::Version(v) => Some(v.as_str()) == resource_version,
-            Awaited::Gone => false,
+    pub fn observed(&mut self, slice: &SliceRef, resource_version: Option<&str>) -> Observed {
+        let owner = self.by_slice.get(slice).and_then(|e| match &e.awaited {
+            Awaited::Version(v) if Some(v.as_str()) == resource_version => Some(e.owner.clone()),
+            _ => None,
         });
-        if met {
-            self.forget(slice);
-        }
+        let Some(owner) = owner else {
+            return Observed::NotAwaited;
+        };
+        self.forget(slice);
+        let wake = !self.by_owner.contains_key(&owner) && self.waiting.remove(&owner);
+        Observed::Echo { owner, wake }
     }
 
     /// `slice` left the cache: whatever was awaited of it, the cache has moved past it.
@@ -112,7 +128,13 @@ impl OwnWrites {
             tracing::debug!(slice = %s, "own write never showed in the cache; trusting the cache");
             self.forget(s);
         }
-        self.by_owner.get(owner).is_some_and(|s| !s.is_empty())
+        let pending = self.by_owner.get(owner).is_some_and(|s| !s.is_empty());
+        if pending {
+            self.waiting.insert(owner.to_owned());
+        } else {
+            self.waiting.remove(owner);
+        }
+        pending
     }
 
     fn forget(&mut self, slice: &SliceRef) {
@@ -172,6 +194,46 @@ mod tests {
         assert!(w.pending("pm", t0));
         w.observed(&slice("web.http"), Some("8"));
         assert!(!w.pending("pm", t0));
+    }
+
+    #[test]
+    fn an_echo_wakes_its_owner_only_when_a_put_off_reconcile_waits_for_it() {
+        let t0 = Instant::now();
+        let mut w = OwnWrites::default();
+        w.wrote("pm", slice("web.http"), "7".into(), t0);
+        w.wrote("pm", slice("web.https"), "8".into(), t0);
+        assert_eq!(
+            w.observed(&slice("web.http"), Some("7")),
+            Observed::Echo {
+                owner: "pm".into(),
+                wake: false
+            },
+            "nobody waits: the echo tells the writer nothing new"
+        );
+        assert!(w.pending("pm", t0), "a reconcile is put off");
+        assert_eq!(
+            w.observed(&slice("web.https"), Some("9")),
+            Observed::NotAwaited,
+            "another writer's version"
+        );
+        w.wrote("pm", slice("web.https"), "10".into(), t0);
+        assert_eq!(
+            w.observed(&slice("web.https"), Some("10")),
+            Observed::Echo {
+                owner: "pm".into(),
+                wake: true
+            },
+            "the last awaited write wakes the put-off reconcile"
+        );
+        w.wrote("pm", slice("web.http"), "11".into(), t0);
+        assert_eq!(
+            w.observed(&slice("web.http"), Some("11")),
+            Observed::Echo {
+                owner: "pm".into(),
+                wake: false
+            },
+            "woken once: the next echo is an echo again"
+        );
     }
 
     #[test]
