@@ -199,6 +199,10 @@ pub struct Report {
     /// Operator process start → every port published with every pod; `None`: not within the
     /// bound.
     pub published: Option<Duration>,
+    /// The operator's requests from its start until the publication was seen complete, per
+    /// "verb resource[/subresource]" (every request costs the emulator, which serves one at a
+    /// time).
+    pub publish_requests: BTreeMap<String, usize>,
     /// Ready endpoints published when it converged or the bound ran out, and the total wanted.
     pub ready_endpoints: (usize, usize),
     /// Slices the operator published.
@@ -358,6 +362,8 @@ async fn run_in(bins: &Binaries, cfg: &RunConfig, dir: &TempDir) -> Result<Repor
 
     let load_before = procs::load_average();
     let op_http = op_metrics::free_addr()?;
+    // The log then holds the operator's requests of the publication (and the observer's).
+    admin::clear(&client).await?;
     let mut op = Proc::spawn(
         &bins.operator,
         &operator_args(&kubeconfig, cfg.resync_seconds, op_http),
@@ -372,6 +378,8 @@ async fn run_in(bins: &Binaries, cfg: &RunConfig, dir: &TempDir) -> Result<Repor
         .await;
     op.check_alive("portmapper")?;
     emu.check_alive("kube-emulator")?;
+    let publish_requests =
+        admin::by_request(&admin::requests(&client).await?, admin::OPERATOR_AGENT);
     // One guard: two `obs.view()` temporaries in one statement would deadlock.
     let (ready_now, slices_now) = {
         let v = obs.view();
@@ -383,6 +391,7 @@ async fn run_in(bins: &Binaries, cfg: &RunConfig, dir: &TempDir) -> Result<Repor
         mappings: g.mappings.len(),
         setup,
         published: None,
+        publish_requests,
         ready_endpoints: (ready_now, want_total),
         slices: slices_now,
         operator_mem: procs::memory(op.pid)?,
@@ -693,6 +702,18 @@ impl Report {
                 ),
             },
         ));
+        if !self.publish_requests.is_empty() {
+            let total: usize = self.publish_requests.values().sum();
+            let each: Vec<String> = self
+                .publish_requests
+                .iter()
+                .map(|(k, n)| format!("{n} {k}"))
+                .collect();
+            r.push((
+                "operator requests during publication",
+                format!("{total}: {}", each.join(", ")),
+            ));
+        }
         if let Some(f) = &self.floor {
             r.push((
                 "floor: plain client applies the same slices (1 / 4 in flight)",
