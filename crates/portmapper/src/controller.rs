@@ -235,6 +235,9 @@ pub async fn run_probing_with(
     });
 
     // Readiness = every shared store has listed once; pod watches start lazily per pool.
+    // Reconciles before that wrote nothing and wait `PENDING_RETRY` (2 s); the sync wakes
+    // every PortMapping at once instead (that wait was 2 s of a 3–9 s first publication).
+    let (synced_tx, synced_rx) = futures::channel::oneshot::channel::<()>();
     {
         let (pms, svcs, sls, nodes, eps, natives) = (
             portmappings.clone(),
@@ -263,6 +266,8 @@ pub async fn run_probing_with(
             }
             info!("caches synced");
             readiness.set_ready();
+            // The Controller may be gone (shutdown): nobody to wake.
+            let _ = synced_tx.send(());
         });
     }
     // Stop pod watches (and probes) that no PortMapping needs any more.
@@ -298,13 +303,15 @@ pub async fn run_probing_with(
         }
     });
     metrics.leader.set(i64::from(leadership.is_leader()));
+    let synced = futures::stream::once(synced_rx).filter_map(|r| futures::future::ready(r.ok()));
+    let reconcile_all = futures::stream::select(leader_changes, synced);
 
     let stop = shutdown.clone();
     let gone_ctx = ctx.clone();
     controller
         .with_config(controller::Config::default().concurrency(settings.concurrency))
         .reconcile_on(triggers)
-        .reconcile_all_on(leader_changes)
+        .reconcile_all_on(reconcile_all)
         .graceful_shutdown_on(async move { stop.cancelled().await })
         .run(
             crate::reconcile::reconcile,
