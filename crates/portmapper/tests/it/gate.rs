@@ -13,6 +13,12 @@ use serde_json::json;
 use crate::harness::*;
 
 const WAIT: Duration = Duration::from_secs(20);
+/// The gate condition of a pod published on its one port, `http`.
+const PUBLISHED_ON_HTTP: (&str, &str, &str) = (
+    "True",
+    "Published",
+    "published on every port it serves: http",
+);
 
 /// A pool pod that opts in to the gate.
 fn gated_pod(name: &str, ports: &str) -> serde_json::Value {
@@ -484,17 +490,7 @@ async fn with_one_gate_type_the_oldest_portmapping_sets_it() {
     kubelet(&h, "pod-a", "10.244.0.1", true).await;
     // "alpha" is the older by creation time or, within the same second, by name.
     h.create(portmapping_gated("alpha", "web", None)).await;
-    wait_condition(
-        &h,
-        "pod-a",
-        PUBLISHED_GATE,
-        (
-            "True",
-            "Published",
-            "published on every port it serves: http",
-        ),
-    )
-    .await;
+    wait_condition(&h, "pod-a", PUBLISHED_GATE, PUBLISHED_ON_HTTP).await;
     // beta would say False (pod-a does not list admin); it must not write.
     h.create(portmapping_gated("beta", "admin", None)).await;
     eventually("beta reconciled", WAIT, || async {
@@ -561,18 +557,7 @@ async fn a_deleted_service_turns_the_gates_false() {
 async fn an_external_name_service_turns_the_gates_false() {
     let h = Harness::start().await;
     publish_gated_pod_a(&h).await;
-    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(h.client.clone(), NS);
-    services
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {
-                "type": "ExternalName", "externalName": "example.com",
-                "clusterIP": null, "clusterIPs": null, "ipFamilies": null, "ipFamilyPolicy": null,
-            }})),
-        )
-        .await
-        .unwrap();
+    h.make_external_name("web").await;
     wait_condition(
         &h,
         "pod-a",
@@ -602,17 +587,7 @@ async fn the_loser_of_a_service_conflict_turns_its_gate_false() {
     h.create(portmapping_gated("alpha", "web", None)).await;
     h.create(portmapping_gated("beta", "web", Some(WEB_GATE)))
         .await;
-    wait_condition(
-        &h,
-        "pod-a",
-        PUBLISHED_GATE,
-        (
-            "True",
-            "Published",
-            "published on every port it serves: http",
-        ),
-    )
-    .await;
+    wait_condition(&h, "pod-a", PUBLISHED_GATE, PUBLISHED_ON_HTTP).await;
     wait_condition(
         &h,
         "pod-a",

@@ -276,6 +276,23 @@ impl Harness {
         .await;
     }
 
+    /// Turns Service `name` into an ExternalName Service (the fields the API server requires
+    /// cleared).
+    pub async fn make_external_name(&self, name: &str) {
+        let services: Api<Service> = Api::namespaced(self.client.clone(), NS);
+        services
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {
+                    "type": "ExternalName", "externalName": "example.com",
+                    "clusterIP": null, "clusterIPs": null, "ipFamilies": null, "ipFamilyPolicy": null,
+                }})),
+            )
+            .await
+            .expect("patch the Service to ExternalName");
+    }
+
     /// Writes issued by the operator's field manager so far.
     pub fn operator_writes(&self) -> usize {
         self.emu

@@ -322,18 +322,7 @@ async fn legacy_world(h: &Harness) -> Api<Endpoints> {
 async fn an_external_name_service_takes_back_slices_and_the_legacy_mirror() {
     let h = Harness::start().await;
     let eps = legacy_world(&h).await;
-    let services: Api<Service> = Api::namespaced(h.client.clone(), NS);
-    services
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {
-                "type": "ExternalName", "externalName": "example.com",
-                "clusterIP": null, "clusterIPs": null, "ipFamilies": null, "ipFamilyPolicy": null,
-            }})),
-        )
-        .await
-        .unwrap();
+    h.make_external_name("web").await;
     eventually("slices and Endpoints withdrawn", T, || async {
         (h.slices("web").await.is_empty() && eps.get_opt("web").await.unwrap().is_none())
             .then_some(())
