@@ -219,14 +219,18 @@ impl EvalMemo {
         {
             return None;
         }
-        s.positions
-            .iter()
-            .map(|&p| {
-                let p = p as usize;
-                let i = *at.get(p)?;
-                (self.reused.get(p) == Some(&true) && i != u32::MAX).then_some(i as usize)
-            })
-            .collect()
+        // Sized once: collecting `Option`s gives no size hint, and the vector grew by doubling
+        // for every slice of every pass.
+        let mut indexes = Vec::with_capacity(s.positions.len());
+        for &p in &s.positions {
+            let p = p as usize;
+            let i = *at.get(p)?;
+            if self.reused.get(p) != Some(&true) || i == u32::MAX {
+                return None;
+            }
+            indexes.push(i as usize);
+        }
+        Some(indexes)
     }
 
     /// Remembers the slices this pass found exactly as desired (`positions`: pool positions of
