@@ -5,7 +5,7 @@
 //! [`PodWatches::is_listed`]; a watch that has not listed yet answers `false`, and the reconcile
 //! then writes nothing rather than publish an empty pool.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -17,12 +17,14 @@ use kube::runtime::watcher;
 use tokio::task::AbortHandle;
 use tracing::info;
 
-use crate::index::{PodSource, SharedIndex};
+use crate::index::{PmKey, PodSource, SharedIndex};
 use crate::watches::{Owned, Trigger, consume};
 
 struct Running {
     /// Set once the watch's first list is in the index.
     listed: Arc<AtomicBool>,
+    /// PortMappings that found the watch not listed yet: woken when its first list is in.
+    waiting: Arc<Mutex<HashSet<PmKey>>>,
     task: AbortHandle,
 }
 
@@ -53,11 +55,20 @@ impl PodWatches {
     }
 
     /// Whether `source`'s watch has listed (so the index holds all its pods); starts the watch
-    /// on first use.
-    pub fn is_listed(self: &Arc<Self>, source: &PodSource) -> bool {
+    /// on first use. While it has not, `waiter` is woken once the first list is in: the pods
+    /// of the list wake their PortMappings as they arrive, before the list is complete, so
+    /// without this the last of those reconciles would wait out its retry.
+    pub fn is_listed(self: &Arc<Self>, source: &PodSource, waiter: &PmKey) -> bool {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(r) = running.get(source) {
-            return r.listed.load(Ordering::Acquire);
+            let mut waiting = r.waiting.lock().unwrap_or_else(|p| p.into_inner());
+            // Read under the waiting lock: the list's end sets the flag, then drains under
+            // this lock, so a waiter is either seen listed or drained.
+            let listed = r.listed.load(Ordering::Acquire);
+            if !listed {
+                waiting.insert(waiter.clone());
+            }
+            return listed;
         }
         let (api, config) = match source {
             PodSource::Label(key) => {
@@ -74,7 +85,8 @@ impl PodWatches {
         };
         let (index, watched) = (self.index.clone(), source.clone());
         let listed = Arc::new(AtomicBool::new(false));
-        let done = listed.clone();
+        let waiting = Arc::new(Mutex::new(HashSet::from([waiter.clone()])));
+        let (done, woken) = (listed.clone(), waiting.clone());
         let task = consume(
             api,
             config,
@@ -86,10 +98,12 @@ impl PodWatches {
                     .lock()
                     .delete_pod(&watched, &ObjectRef::from_obj(&pod)),
                 Owned::Relisted(present) => {
-                    let affected = index.lock().retain_pods(&watched, &present);
+                    let mut affected = index.lock().retain_pods(&watched, &present);
                     // After the index holds the whole list: a reconcile that sees the flag
                     // reads a complete pool.
+                    let mut waiting = woken.lock().unwrap_or_else(|p| p.into_inner());
                     done.store(true, Ordering::Release);
+                    affected.extend(waiting.drain());
                     affected
                 }
             },
@@ -97,7 +111,14 @@ impl PodWatches {
         );
         info!(?source, "starting pod watch");
         let task = tokio::spawn(task).abort_handle();
-        running.insert(source.clone(), Running { listed, task });
+        running.insert(
+            source.clone(),
+            Running {
+                listed,
+                waiting,
+                task,
+            },
+        );
         false
     }
 
@@ -107,10 +128,18 @@ impl PodWatches {
     pub fn insert_ready(&self, source: PodSource) {
         let task = tokio::spawn(async {}).abort_handle();
         let listed = Arc::new(AtomicBool::new(true));
+        let waiting = Arc::default();
         self.running
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(source, Running { listed, task });
+            .insert(
+                source,
+                Running {
+                    listed,
+                    waiting,
+                    task,
+                },
+            );
     }
 
     /// Re-indexes every pod `source`'s watch holds (a PortMapping started reading a new
@@ -234,6 +263,45 @@ mod tests {
     use k8s_openapi::api::core::v1::PodCondition;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
+
+    /// The PortMappings that asked before the first list was in are woken once it is: the
+    /// list's own pod events came before the list was complete, so they saw it unlisted.
+    #[tokio::test]
+    async fn the_first_list_wakes_the_portmappings_that_waited_for_it() {
+        use futures::StreamExt;
+        let api = crate::fake_api::FakeApi::default();
+        let list = serde_json::json!({
+            "apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "7"},
+            "items": [{"metadata": {"name": "a", "namespace": "default", "uid": "u-a",
+                                    "labels": {"app": "x"}}}],
+        });
+        api.respond("GET", "/api/v1/pods", 200, list);
+        let (tx, mut rx) = futures::channel::mpsc::unbounded();
+        let metrics = crate::metrics::Metrics::new();
+        let trigger = crate::watches::Trigger::new(tx, Default::default(), metrics);
+        let watches = PodWatches::new(api.client(), None, SharedIndex::default(), trigger);
+        let source = PodSource::Label("app".into());
+        let (one, two) = (
+            PmKey::new("one").within("default"),
+            PmKey::new("two").within("default"),
+        );
+        // The test's runtime has one thread: the watch does not run before both have asked.
+        assert!(!watches.is_listed(&source, &one));
+        assert!(!watches.is_listed(&source, &two));
+        let mut woken = BTreeSet::new();
+        for _ in 0..2 {
+            let next = tokio::time::timeout(std::time::Duration::from_secs(5), rx.next())
+                .await
+                .expect("the waiting PortMappings are woken when the list is in")
+                .expect("the trigger is open");
+            woken.insert(next.name);
+        }
+        assert_eq!(
+            woken,
+            BTreeSet::from(["one".to_string(), "two".to_string()])
+        );
+        assert!(watches.is_listed(&source, &one));
+    }
 
     #[test]
     fn stripping_keeps_what_dates_a_change() {

@@ -271,7 +271,7 @@ fn decide(pm: &PortMapping, ctx: &Context, ns: &str, pm_ref: &ObjectRef<PortMapp
     // The watch's first list first, then the pool: the index takes each pod of the first list
     // as it arrives, so a pool read before the list is done can miss its last pods (a first
     // plan at 10,000 pods saw 9,992); once it is done the index has them all.
-    if !ctx.pods.is_listed(&PodSource::of(pm)) {
+    if !ctx.pods.is_listed(&PodSource::of(pm), pm_ref) {
         // Not even status: a restart must not flap a Ready PortMapping while caches sync.
         debug!(portmapping = %pm_ref, "pod cache not synced yet; writing nothing");
         return Decided::Wait;
@@ -304,7 +304,7 @@ async fn stalled_gates(
     {
         return Ok(true);
     }
-    if !ctx.pods.is_listed(&PodSource::of(pm)) {
+    if !ctx.pods.is_listed(&PodSource::of(pm), pm_ref) {
         return Ok(false);
     }
     let pods: Vec<Arc<Pod>> = ctx.index.lock().pool_pods(pm);
