@@ -202,6 +202,38 @@ fn walk(
     Some(w.found)
 }
 
+/// Whether every field of `v` is declared by `s`: what [`Walk::node`] finds nothing in, without
+/// building paths.
+fn all_declared(defs: &Map<String, Value>, v: &Value, s: &Value) -> bool {
+    let Some(s) = resolve(defs, s, v) else {
+        return true;
+    };
+    if is_true(s, "x-kubernetes-preserve-unknown-fields")
+        || is_true(s, "x-kubernetes-int-or-string")
+    {
+        return true;
+    }
+    match v {
+        Value::Object(m) => {
+            let props = s.get("properties").and_then(Value::as_object);
+            let additional = s.get("additionalProperties").filter(|a| a.is_object());
+            if props.is_none() && additional.is_none() {
+                return true;
+            }
+            m.iter().all(|(k, child)| {
+                props
+                    .and_then(|p| p.get(k))
+                    .or(additional)
+                    .is_some_and(|cs| all_declared(defs, child, cs))
+            })
+        }
+        Value::Array(items) => s
+            .get("items")
+            .is_none_or(|is| items.iter().all(|item| all_declared(defs, item, is))),
+        _ => true,
+    }
+}
+
 /// Drop the fields `obj` declares that its built-in type (`group`/`version`/`kind`) does not, as
 /// decoding into the Go type does. `None` when the kind is not a served built-in (nothing is
 /// touched).
@@ -224,6 +256,12 @@ pub fn apply_undeclared_fields(
     kind: &str,
     config: &Value,
 ) -> Option<String> {
+    // Nearly every configuration declares all its fields: that is checked without the copy and
+    // the paths the message needs (they were most of an EndpointSlice apply's time).
+    let defs = crate::openapi::builtin_definitions();
+    if all_declared(defs, config, root(group, version, kind)?) {
+        return None;
+    }
     let mut copy = config.clone();
     let found = walk(group, version, kind, &mut copy, Style::Apply)?;
     let errors = match found.as_slice() {

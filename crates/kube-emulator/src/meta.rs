@@ -111,41 +111,100 @@ pub fn to_partial(obj: &Value) -> Value {
     })
 }
 
-/// Object without `metadata` and (optionally) `status`: what generation compares.
-pub fn spec_part(obj: &Value, drop_status: bool) -> Value {
-    let mut o = obj.clone();
-    if let Value::Object(m) = &mut o {
-        m.remove("metadata");
-        m.remove("apiVersion");
-        m.remove("kind");
-        if drop_status {
-            m.remove("status");
-        }
-    }
-    o
+/// Whether two objects have the same spec part: everything but metadata, apiVersion, kind
+/// (and status when `drop_status`). Compared in place: these run on every update, and a copy of
+/// an EndpointSlice of 100 endpoints was a tenth of an apply's time.
+pub fn same_spec_part(a: &Value, b: &Value, drop_status: bool) -> bool {
+    let skip =
+        |k: &str| matches!(k, "metadata" | "apiVersion" | "kind") || (drop_status && k == "status");
+    same_except(a, b, skip)
 }
 
-/// Strip `managedFields` for comparisons that must ignore bookkeeping.
-pub fn without_managed_fields(obj: &Value) -> Value {
-    let mut o = obj.clone();
-    if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("managedFields");
-    }
-    o
+/// Whether two objects are equal but for `metadata.managedFields`.
+pub fn same_without_managed_fields(a: &Value, b: &Value) -> bool {
+    same_except(a, b, |k| k == "metadata")
+        && match (a.get("metadata"), b.get("metadata")) {
+            (Some(ma), Some(mb)) => same_except(ma, mb, |k| k == "managedFields"),
+            (ma, mb) => ma == mb,
+        }
 }
 
-/// `managedFields` with every entry's `time` removed (ownership without bookkeeping noise).
-pub fn managed_fields_sans_time(obj: &Value) -> Value {
-    let mut mf = obj
-        .pointer("/metadata/managedFields")
-        .cloned()
-        .unwrap_or(Value::Null);
-    if let Value::Array(entries) = &mut mf {
-        for e in entries {
-            if let Value::Object(m) = e {
-                m.remove("time");
-            }
+/// Whether two objects' `managedFields` are equal but for every entry's `time` (ownership
+/// without bookkeeping noise).
+pub fn same_managed_fields_sans_time(a: &Value, b: &Value) -> bool {
+    let (ea, eb) = (
+        a.pointer("/metadata/managedFields"),
+        b.pointer("/metadata/managedFields"),
+    );
+    match (ea, eb) {
+        (Some(Value::Array(ea)), Some(Value::Array(eb))) => {
+            ea.len() == eb.len()
+                && ea
+                    .iter()
+                    .zip(eb)
+                    .all(|(x, y)| same_except(x, y, |k| k == "time"))
         }
+        (ea, eb) => ea.unwrap_or(&Value::Null) == eb.unwrap_or(&Value::Null),
     }
-    mf
+}
+
+/// Equal as JSON, ignoring the top-level keys `skip` names (non-objects compare whole).
+fn same_except(a: &Value, b: &Value, skip: impl Fn(&str) -> bool) -> bool {
+    match (a, b) {
+        (Value::Object(ma), Value::Object(mb)) => {
+            let kept =
+                |m: &'_ serde_json::Map<String, Value>| m.iter().filter(|(k, _)| !skip(k)).count();
+            kept(ma) == kept(mb)
+                && ma
+                    .iter()
+                    .filter(|(k, _)| !skip(k))
+                    .all(|(k, v)| mb.get(k) == Some(v))
+        }
+        _ => a == b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(labels: Value, spec: Value, time: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "K",
+               "metadata": {"name": "a", "labels": labels,
+                            "managedFields": [{"manager": "m", "time": time}]},
+               "spec": spec, "status": {"s": 1}})
+    }
+
+    #[test]
+    fn in_place_comparisons_ignore_exactly_what_they_name() {
+        let a = obj(json!({"x": "1"}), json!({"p": 1}), "t1");
+        // Only the managed fields' times differ.
+        let b = obj(json!({"x": "1"}), json!({"p": 1}), "t2");
+        assert!(same_without_managed_fields(&a, &b));
+        assert!(same_managed_fields_sans_time(&a, &b));
+        assert!(same_spec_part(&a, &b, true));
+        // A label: not the spec, but the object.
+        let c = obj(json!({"x": "2"}), json!({"p": 1}), "t1");
+        assert!(same_spec_part(&a, &c, true));
+        assert!(!same_without_managed_fields(&a, &c));
+        // The spec.
+        let d = obj(json!({"x": "1"}), json!({"p": 2}), "t1");
+        assert!(!same_spec_part(&a, &d, true));
+        // The status counts only when asked to.
+        let mut e = a.clone();
+        e["status"] = json!({"s": 2});
+        assert!(same_spec_part(&a, &e, true));
+        assert!(!same_spec_part(&a, &e, false));
+        // A key present on one side only.
+        let mut f = a.clone();
+        f["extra"] = json!(null);
+        assert!(!same_spec_part(&a, &f, true));
+        assert!(!same_without_managed_fields(&a, &f));
+        // Another manager is not a time.
+        let mut g = a.clone();
+        g["metadata"]["managedFields"][0]["manager"] = json!("n");
+        assert!(!same_managed_fields_sans_time(&a, &g));
+        assert!(same_without_managed_fields(&a, &g));
+    }
 }

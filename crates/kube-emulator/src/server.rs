@@ -88,7 +88,7 @@ async fn serve_conn(core: Arc<Core>, stream: tokio::net::TcpStream) {
     }
 }
 
-fn json_response(code: u16, body: &Value, content_type: &str) -> Response<Body> {
+fn json_response(code: u16, body: &impl serde::Serialize, content_type: &str) -> Response<Body> {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
     let mut r = Response::new(full(bytes));
     *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -567,7 +567,7 @@ async fn resource(
             } else {
                 ct
             };
-            let mut resp = json_response(reply.code, &reply.body, ct);
+            let mut resp = json_response(reply.code, &reply, ct);
             for w in &reply.warnings {
                 if let Ok(v) =
                     HeaderValue::from_str(&format!("299 - \"{}\"", w.replace('"', "\\\"")))
