@@ -3,6 +3,8 @@
 //! chosen by the planner or the reconcile, and every write is refused when this replica is not
 //! the leader.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use k8s_openapi::api::core::v1::{Endpoints, Pod};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
@@ -22,10 +24,35 @@ pub struct Writer<'a> {
     pub namespace: &'a str,
     pub leadership: &'a Leadership,
     pub metrics: &'a Metrics,
+    /// Writes tried through this writer, failed ones included.
+    attempts: AtomicU32,
+}
+
+impl<'a> Writer<'a> {
+    pub fn new(
+        client: &'a Client,
+        namespace: &'a str,
+        leadership: &'a Leadership,
+        metrics: &'a Metrics,
+    ) -> Self {
+        Self {
+            client,
+            namespace,
+            leadership,
+            metrics,
+            attempts: AtomicU32::new(0),
+        }
+    }
 }
 
 impl Writer<'_> {
+    /// Whether this writer has tried no write.
+    pub fn wrote_nothing(&self) -> bool {
+        self.attempts.load(Ordering::Relaxed) == 0
+    }
+
     fn guard(&self) -> Result<(), Error> {
+        self.attempts.fetch_add(1, Ordering::Relaxed);
         if self.leadership.is_leader() {
             Ok(())
         } else {

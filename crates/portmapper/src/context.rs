@@ -78,6 +78,8 @@ pub struct Context {
     pub backoff: crate::backoff::Backoffs,
     /// Publication gates written that the pod cache may not show yet (see `gates.rs`).
     pub gates_written: crate::gates::GatesWritten,
+    /// Queued reconciles and the passes that found nothing to do (see `quiet.rs`).
+    pub quiet: Arc<crate::quiet::QuietPasses>,
 }
 
 /// Per warning slot, the occurrences last warned about.
@@ -177,6 +179,7 @@ impl Context {
             .unwrap_or_else(|p| p.into_inner())
             .remove(pm);
         self.backoff.forget(pm);
+        self.quiet.forget(pm);
     }
 
     /// Records a status written for `pm` (computed from `pm`).

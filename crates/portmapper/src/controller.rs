@@ -75,7 +75,13 @@ pub async fn run_probing_with(
     let client = crate::watch_health::track(client, readiness.watches());
     let (trigger, triggers) = mpsc::unbounded();
     let index = SharedIndex::default();
-    let trigger = Trigger::new(trigger, readiness.watches().clone(), metrics.clone());
+    let quiet = Arc::new(crate::quiet::QuietPasses::default());
+    let trigger = Trigger::new(
+        trigger,
+        readiness.watches().clone(),
+        metrics.clone(),
+        quiet.clone(),
+    );
     let mut tasks = tokio::task::JoinSet::new();
 
     let pods = PodWatches::new(
@@ -232,6 +238,7 @@ pub async fn run_probing_with(
         status_written: Mutex::new(HashMap::new()),
         backoff: crate::backoff::Backoffs::default(),
         gates_written: crate::gates::GatesWritten::default(),
+        quiet,
     });
 
     // Readiness = every shared store has listed once; pod watches start lazily per pool.

@@ -25,6 +25,7 @@ pub mod migration_exec;
 pub mod own_writes;
 pub mod pods;
 pub mod probing;
+pub mod quiet;
 pub mod reconcile;
 #[cfg(test)]
 mod reconcile_tests;

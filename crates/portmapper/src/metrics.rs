@@ -97,6 +97,8 @@ pub struct Metrics {
     pub reconciles: Family<ResultLabels, Counter>,
     pub reconcile_errors: Family<CategoryLabels, Counter>,
     pub reconcile_duration: Histogram,
+    /// Passes skipped because nothing they read had changed since one that changed nothing.
+    pub quiet_passes: Counter,
     pub api_writes: Family<WriteLabels, Counter>,
     pub leader: Gauge,
     /// Watch restarts by watch and reason (`error`: the stream failed, `stalled`: silent for
@@ -134,6 +136,7 @@ impl Metrics {
         let reconciles = Family::<ResultLabels, Counter>::default();
         let reconcile_errors = Family::<CategoryLabels, Counter>::default();
         let reconcile_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 15));
+        let quiet_passes = Counter::default();
         let api_writes = Family::<WriteLabels, Counter>::default();
         let leader = Gauge::default();
         let watch_restarts = Family::<WatchRestartLabels, Counter>::default();
@@ -188,6 +191,11 @@ impl Metrics {
             reconcile_duration.clone(),
         );
         registry.register(
+            "quiet_passes",
+            "Reconciles skipped: nothing they read had changed since a pass that wrote nothing",
+            quiet_passes.clone(),
+        );
+        registry.register(
             "api_writes",
             "API writes issued by the operator, by verb and resource",
             api_writes.clone(),
@@ -219,6 +227,7 @@ impl Metrics {
             reconciles,
             reconcile_errors,
             reconcile_duration,
+            quiet_passes,
             api_writes,
             leader,
             watch_restarts,

@@ -44,18 +44,29 @@ pub async fn live_endpoints(
     pm: &PortMapping,
     service: &str,
     native_evidence: bool,
-) -> Result<Option<Endpoints>, Error> {
+) -> Result<(Option<Endpoints>, Read), Error> {
     let ns = writer.namespace;
     if let Some(ours) = ctx.owned_endpoints.get(&ObjectRef::new(service).within(ns)) {
-        return Ok(Some(ours.as_ref().clone()));
+        return Ok((Some(ours.as_ref().clone()), Read::Cache));
     }
     if !(pm.spec.legacy_endpoints || native_evidence) {
-        return Ok(None);
+        return Ok((None, Read::Cache));
     }
     let api: Api<Endpoints> = Api::namespaced(writer.client.clone(), ns);
-    api.get_opt(service)
+    let found = api
+        .get_opt(service)
         .await
-        .map_err(|e| Error::kube(format!("reading Endpoints {ns}/{service}"), e))
+        .map_err(|e| Error::kube(format!("reading Endpoints {ns}/{service}"), e))?;
+    Ok((found, Read::Server))
+}
+
+/// Where an input was read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Read {
+    /// A watch-fed cache: its changes arrive as events.
+    Cache,
+    /// The API server: it may change without an event we see.
+    Server,
 }
 
 /// Deletes the Endpoints objects this PortMapping controls other than `keep` (all of them when

@@ -278,7 +278,7 @@ mod tests {
         api.respond("GET", "/api/v1/pods", 200, list);
         let (tx, mut rx) = futures::channel::mpsc::unbounded();
         let metrics = crate::metrics::Metrics::new();
-        let trigger = crate::watches::Trigger::new(tx, Default::default(), metrics);
+        let trigger = crate::watches::Trigger::new(tx, Default::default(), metrics, Arc::default());
         let watches = PodWatches::new(api.client(), None, SharedIndex::default(), trigger);
         let source = PodSource::Label("app".into());
         let (one, two) = (

@@ -104,6 +104,9 @@ struct Outcome {
     requeue: Duration,
     /// Why nothing new is published (reason, message), for the gated pods' conditions.
     stalled: Option<(&'static str, String)>,
+    /// Every input came from watch-fed caches (no probe results, no API read, no migration
+    /// under way): a pass that also wrote nothing may be taken as settled (`quiet.rs`).
+    cache_only: bool,
 }
 
 impl Outcome {
@@ -115,6 +118,7 @@ impl Outcome {
             slices: None,
             requeue: ctx.settings.resync,
             stalled: Some((reason, message)),
+            cache_only: false,
         }
     }
 }
@@ -129,15 +133,11 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
         // Followers keep caches warm and write nothing; a new leader re-reconciles everything
         // and seeds its probes from the live slices.
         crate::probing::forget(&ctx.prober, pm);
+        ctx.quiet.unsettle(&ObjectRef::from_obj(pm));
         return Ok(Action::await_change());
     }
     let pm_ref = ObjectRef::from_obj(pm);
-    let writer = Writer {
-        client: &ctx.client,
-        namespace: &ns,
-        leadership: &ctx.leadership,
-        metrics: &ctx.metrics,
-    };
+    let writer = Writer::new(&ctx.client, &ns, &ctx.leadership, &ctx.metrics);
     if !caches_synced(ctx) {
         // Before their first list these caches read as "nothing published" / "no Service": a
         // plan would rewrite every slice and probes would be seeded excluded (a restart flap),
@@ -151,6 +151,13 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
         // watch event that brings the last of them wakes this PortMapping.
         debug!(portmapping = %pm_ref, "own writes not in the cache yet; waiting");
         return Ok(Action::requeue(OWN_WRITES_RETRY));
+    }
+    // Before any input is read: an event during this pass makes the next one plan.
+    let fingerprint = ctx.quiet.fingerprint(pm, &pm_ref);
+    if ctx.quiet.is_quiet(&pm_ref, &fingerprint) {
+        debug!(portmapping = %pm_ref, "nothing it reads changed since a pass that changed nothing; skipping");
+        ctx.metrics.quiet_passes.inc();
+        return Ok(Action::requeue(ctx.settings.resync));
     }
     let outcome = match decide(pm, ctx, &ns, &pm_ref) {
         Decided::Wait => return Ok(Action::requeue(PENDING_RETRY)),
@@ -202,6 +209,7 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
                     idx.held_by_others(&ns, &svc_name, &uid, adopt_for.is_some(), &take_over);
                 (take_over, held, idx.names_in_doubt(&ns, &svc_name))
             };
+            let doubted = !in_doubt.is_empty();
             read_names_in_doubt(
                 ctx,
                 &ns,
@@ -222,10 +230,16 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
                 take_over: &take_over,
                 held: &held,
             };
-            plan_and_apply(pm, ctx, &ns, &pm_ref, &writer, &service, &pods, &inputs).await?
+            let mut outcome =
+                plan_and_apply(pm, ctx, &ns, &pm_ref, &writer, &service, &pods, &inputs).await?;
+            outcome.cache_only &= !doubted;
+            outcome
         }
     };
     write_status(pm, ctx, &writer, &outcome).await?;
+    if outcome.cache_only && outcome.requeue == ctx.settings.resync && writer.wrote_nothing() {
+        ctx.quiet.settled(&pm_ref, fingerprint);
+    }
     Ok(Action::requeue(outcome.requeue))
 }
 
@@ -464,7 +478,7 @@ async fn plan_and_apply(
     // Cached probe results only: a reconcile never waits on the network.
     let network = crate::probing::results(&ctx.prober, pm);
     let native = crate::migration_exec::native_slices(ctx, ns, &service.name_any());
-    let live_endpoints = crate::migration_exec::live_endpoints(
+    let (live_endpoints, endpoints_read) = crate::migration_exec::live_endpoints(
         ctx,
         writer,
         pm,
@@ -697,8 +711,12 @@ async fn plan_and_apply(
             })
             .inc_by(n);
     }
+    let cache_only = plan.network_lookups.is_empty()
+        && native.is_empty()
+        && endpoints_read == crate::migration_exec::Read::Cache;
     let outcome = Outcome {
         stalled: None,
+        cache_only,
         conditions,
         withdrawn: false,
         slices: Some(slice_count(&plan)),

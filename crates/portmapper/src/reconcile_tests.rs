@@ -92,6 +92,9 @@ struct World {
     ctx: Arc<Context>,
     slices: Writer<EndpointSlice>,
     foreign: Writer<PartialObjectMeta<EndpointSlice>>,
+    /// Where the watches queue reconciles (the channel's far end is closed: tests call
+    /// `reconcile` themselves); what they queue is counted for quiet passes.
+    trigger: crate::watches::Trigger,
     _probe_events: portmapper_probe::ProbeEvents,
 }
 
@@ -104,9 +107,11 @@ impl World {
         let index = SharedIndex::default();
         let metrics = Metrics::new();
         let (tx, _rx) = futures::channel::mpsc::unbounded();
-        let trigger = crate::watches::Trigger::new(tx, Default::default(), metrics.clone());
+        let quiet = Arc::new(crate::quiet::QuietPasses::default());
+        let trigger =
+            crate::watches::Trigger::new(tx, Default::default(), metrics.clone(), quiet.clone());
         let pod_watches =
-            crate::pods::PodWatches::new(client.clone(), None, index.clone(), trigger);
+            crate::pods::PodWatches::new(client.clone(), None, index.clone(), trigger.clone());
         let source = PodSource::Label("app".into());
         {
             let mut idx = index.lock();
@@ -146,21 +151,41 @@ impl World {
             status_written: Default::default(),
             backoff: Default::default(),
             gates_written: Default::default(),
+            quiet,
         };
         Self {
             api,
             ctx: Arc::new(ctx),
             slices: slice_writer,
             foreign: foreign_writer,
+            trigger,
             _probe_events: probe_events,
         }
     }
 
-    /// A slice event of our label-selected watch: the store, then the index.
+    /// A slice event of our label-selected watch: the store, then the index, then the
+    /// reconciles it queues.
     fn slice_seen(&mut self, slice: EndpointSlice) {
-        self.ctx.index.lock().apply_slice(&slice);
+        let affected = self.ctx.index.lock().apply_slice(&slice);
         self.slices
             .apply_watcher_event(&watcher::Event::Apply(slice));
+        self.queue(affected);
+    }
+
+    /// A pod event of the pool's watch: the index, then the reconciles it queues.
+    fn pod_seen(&self, pod: Pod) {
+        let affected = self
+            .ctx
+            .index
+            .lock()
+            .apply_pod(&PodSource::Label("app".into()), Arc::new(pod));
+        self.queue(affected);
+    }
+
+    fn queue(&self, affected: Vec<reflector::ObjectRef<PortMapping>>) {
+        for pm in affected {
+            let _ = self.trigger.unbounded_send(pm);
+        }
     }
 
     fn slice_gone(&mut self, slice: EndpointSlice) {
@@ -242,6 +267,57 @@ async fn first_publication_applies_the_slice_then_the_status_and_then_writes_not
     w.slice_seen(stored(&apply));
     w.reconcile().await.unwrap();
     assert_eq!(w.api.take_lines(), Vec::<String>::new());
+}
+
+/// A resync of a PortMapping whose inputs have not changed since a pass that wrote nothing
+/// plans nothing; the next event that touches it ends that.
+#[tokio::test]
+async fn a_pass_with_nothing_new_to_read_is_skipped_until_an_event_touches_it() {
+    let mut w = World::new(Some(service()), vec![pod("pod-a", "10.244.0.1")]);
+    let planned = |w: &World| {
+        ["reused", "evaluated"]
+            .map(|evaluation| {
+                w.ctx
+                    .metrics
+                    .plan_pods
+                    .get_or_create(&crate::metrics::EvaluationLabels { evaluation })
+                    .get()
+            })
+            .iter()
+            .sum::<u64>()
+    };
+    w.reconcile().await.unwrap();
+    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    w.slice_seen(stored(&apply));
+    w.api.take_lines();
+    // Writes nothing, reads only caches: settled.
+    w.reconcile().await.unwrap();
+    assert_eq!(w.api.take_lines(), Vec::<String>::new());
+    assert_eq!((planned(&w), w.ctx.metrics.quiet_passes.get()), (2, 0));
+    // The resync after it: no plan.
+    w.reconcile().await.unwrap();
+    w.reconcile().await.unwrap();
+    assert_eq!(w.api.take_lines(), Vec::<String>::new());
+    assert_eq!((planned(&w), w.ctx.metrics.quiet_passes.get()), (2, 2));
+    // The pod turns unready: its event queues a reconcile, which plans and writes.
+    let mut unready = pod("pod-a", "10.244.0.1");
+    unready.metadata.resource_version = Some("6".into());
+    unready
+        .status
+        .as_mut()
+        .unwrap()
+        .conditions
+        .as_mut()
+        .unwrap()[0]
+        .status = "False".into();
+    w.pod_seen(unready);
+    w.reconcile().await.unwrap();
+    let lines = w.api.take_lines();
+    assert!(
+        lines.contains(&format!("PATCH {SLICES}/web.http")),
+        "{lines:?}"
+    );
+    assert_eq!((planned(&w), w.ctx.metrics.quiet_passes.get()), (3, 2));
 }
 
 #[tokio::test]

@@ -21,6 +21,7 @@ use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
 
 use crate::metrics::Metrics;
+use crate::quiet::QuietPasses;
 use crate::watch_health::WatchHealth;
 
 /// Where reconcile requests go (consumed by the Controller's `reconcile_on`), and what every
@@ -30,6 +31,7 @@ pub struct Trigger {
     tx: UnboundedSender<ObjectRef<PortMapping>>,
     health: WatchHealth,
     metrics: Arc<Metrics>,
+    quiet: Arc<QuietPasses>,
 }
 
 impl Trigger {
@@ -38,19 +40,23 @@ impl Trigger {
         tx: UnboundedSender<ObjectRef<PortMapping>>,
         health: WatchHealth,
         metrics: Arc<Metrics>,
+        quiet: Arc<QuietPasses>,
     ) -> Self {
         Self {
             tx,
             health,
             metrics,
+            quiet,
         }
     }
 
-    /// Queues a reconcile; fails once the controller has stopped.
+    /// Queues a reconcile; fails once the controller has stopped. Counted first, so the next
+    /// pass of `target` plans even if it was settled ([`crate::quiet`]).
     pub fn unbounded_send(
         &self,
         target: ObjectRef<PortMapping>,
     ) -> Result<(), TrySendError<ObjectRef<PortMapping>>> {
+        self.quiet.queued(&target);
         self.tx.unbounded_send(target)
     }
 }

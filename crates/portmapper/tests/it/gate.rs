@@ -241,12 +241,7 @@ async fn a_gate_already_sent_is_not_resent_while_the_cache_lags() {
     // The pod as the cache holds it when the plan is made.
     let stale = api.get("pod-a").await.unwrap();
     let leadership = Leadership::always();
-    let writer = Writer {
-        client: &h.client,
-        namespace: NS,
-        leadership: &leadership,
-        metrics: &h.metrics,
-    };
+    let writer = Writer::new(&h.client, NS, &leadership, &h.metrics);
     let gate = PodGate {
         pod: "pod-a".into(),
         condition_type: PUBLISHED_GATE.into(),
