@@ -97,8 +97,6 @@ pub struct Metrics {
     pub reconciles: Family<ResultLabels, Counter>,
     pub reconcile_errors: Family<CategoryLabels, Counter>,
     pub reconcile_duration: Histogram,
-    /// Passes skipped because nothing they read had changed since one that changed nothing.
-    pub quiet_passes: Counter,
     pub api_writes: Family<WriteLabels, Counter>,
     pub leader: Gauge,
     /// Watch restarts by watch and reason (`error`: the stream failed, `stalled`: silent for
@@ -136,7 +134,6 @@ impl Metrics {
         let reconciles = Family::<ResultLabels, Counter>::default();
         let reconcile_errors = Family::<CategoryLabels, Counter>::default();
         let reconcile_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 15));
-        let quiet_passes = Counter::default();
         let api_writes = Family::<WriteLabels, Counter>::default();
         let leader = Gauge::default();
         let watch_restarts = Family::<WatchRestartLabels, Counter>::default();
@@ -176,7 +173,7 @@ impl Metrics {
         );
         registry.register(
             "reconcile",
-            "Reconciles by result (success, error; backoff: put off, inside the retry window of an earlier failure)",
+            "Reconciles by result (success, error; backoff: put off, inside the retry window of an earlier failure; quiet: nothing it reads changed since a pass that wrote nothing)",
             reconciles.clone(),
         );
         registry.register(
@@ -189,11 +186,6 @@ impl Metrics {
             "Time of one reconcile",
             Unit::Seconds,
             reconcile_duration.clone(),
-        );
-        registry.register(
-            "quiet_passes",
-            "Reconciles skipped: nothing they read had changed since a pass that wrote nothing",
-            quiet_passes.clone(),
         );
         registry.register(
             "api_writes",
@@ -227,7 +219,6 @@ impl Metrics {
             reconciles,
             reconcile_errors,
             reconcile_duration,
-            quiet_passes,
             api_writes,
             leader,
             watch_restarts,

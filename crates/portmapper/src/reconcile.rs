@@ -35,13 +35,25 @@ const COLLISION_SLOT: &str = "EndpointSliceNameCollision/claim";
 
 /// Entry point for the Controller.
 pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let pm_ref = ObjectRef::from_obj(pm.as_ref());
+    // Before any input is read: an event during this pass makes the next one plan. A quiet
+    // pass is decided before the span and the metrics of a reconcile: at 1,000 PortMappings
+    // the span alone cost more than the rest of a quiet pass.
+    let fingerprint = ctx.quiet.fingerprint(&pm, &pm_ref);
+    if ctx.leadership.is_leader() && ctx.quiet.is_quiet(&pm_ref, &fingerprint) {
+        debug!(portmapping = %pm_ref, "nothing it reads changed since a pass that changed nothing; skipping");
+        ctx.metrics
+            .reconciles
+            .get_or_create(&crate::metrics::ResultLabels { result: "quiet" })
+            .inc();
+        return Ok(Action::requeue(resync_after(&ctx, &pm_ref)));
+    }
     let span = info_span!(
         "reconcile",
         namespace = pm.namespace().unwrap_or_default(),
         name = %pm.name_any(),
         generation = pm.metadata.generation.unwrap_or_default(),
     );
-    let pm_ref = ObjectRef::from_obj(pm.as_ref());
     // Inside the window a failure opened: write nothing, come back when it ends. Watch events
     // (a pod flip, our own status write) trigger reconciles at once, whatever the error policy
     // returned, so the window is enforced here.
@@ -58,7 +70,9 @@ pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action
         return Ok(Action::requeue(wait));
     }
     let started = Instant::now();
-    let result = reconcile_inner(&pm, &ctx).instrument(span).await;
+    let result = reconcile_inner(&pm, &ctx, fingerprint)
+        .instrument(span)
+        .await;
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
@@ -123,7 +137,43 @@ impl Outcome {
     }
 }
 
-async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Error> {
+/// The resync delay of `pm`: the resync period less a random part of up to a tenth (as
+/// controller-runtime jitters its resyncs), ending on a [`RESYNC_SLOT`] boundary, so the
+/// resyncs of many PortMappings come due together in a few timer wakeups rather than one each
+/// (at 1,000 PortMappings the wakeups cost more CPU than the quiet passes they ran).
+fn resync_after(ctx: &Context, pm: &ObjectRef<PortMapping>) -> Duration {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    pm.hash(&mut hasher);
+    let fraction = u32::try_from(hasher.finish() % 1024).unwrap_or(0);
+    let now = Instant::now();
+    let epoch = *EPOCH.get_or_init(|| now);
+    resync_delay(
+        ctx.settings.resync,
+        fraction,
+        now.saturating_duration_since(epoch),
+    )
+}
+
+/// [`resync_after`] at `since_epoch` with the random `fraction` (of 1024) of a tenth.
+fn resync_delay(resync: Duration, fraction: u32, since_epoch: Duration) -> Duration {
+    let delay = resync - resync / 10 * fraction.min(1024) / 1024;
+    let slot = RESYNC_SLOT.as_millis().max(1);
+    let due = (since_epoch + delay).as_millis() / slot * slot;
+    Duration::from_millis(u64::try_from(due).unwrap_or(u64::MAX))
+        .saturating_sub(since_epoch)
+        .max(delay / 2)
+}
+
+/// Resyncs come due on multiples of this since the process started.
+const RESYNC_SLOT: Duration = Duration::from_millis(100);
+
+async fn reconcile_inner(
+    pm: &PortMapping,
+    ctx: &Context,
+    fingerprint: crate::quiet::Fingerprint,
+) -> Result<Action, Error> {
     let ns = pm.namespace().ok_or(Error::MissingMetadata("namespace"))?;
     let uid = pm.uid().ok_or(Error::MissingMetadata("uid"))?;
     // A PortMapping held by a finalizer or a foreground deletion is still reconciled, like the
@@ -151,13 +201,6 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
         // watch event that brings the last of them wakes this PortMapping.
         debug!(portmapping = %pm_ref, "own writes not in the cache yet; waiting");
         return Ok(Action::requeue(OWN_WRITES_RETRY));
-    }
-    // Before any input is read: an event during this pass makes the next one plan.
-    let fingerprint = ctx.quiet.fingerprint(pm, &pm_ref);
-    if ctx.quiet.is_quiet(&pm_ref, &fingerprint) {
-        debug!(portmapping = %pm_ref, "nothing it reads changed since a pass that changed nothing; skipping");
-        ctx.metrics.quiet_passes.inc();
-        return Ok(Action::requeue(ctx.settings.resync));
     }
     let outcome = match decide(pm, ctx, &ns, &pm_ref) {
         Decided::Wait => return Ok(Action::requeue(PENDING_RETRY)),
@@ -237,10 +280,15 @@ async fn reconcile_inner(pm: &PortMapping, ctx: &Context) -> Result<Action, Erro
         }
     };
     write_status(pm, ctx, &writer, &outcome).await?;
-    if outcome.cache_only && outcome.requeue == ctx.settings.resync && writer.wrote_nothing() {
-        ctx.quiet.settled(&pm_ref, fingerprint);
-    }
-    Ok(Action::requeue(outcome.requeue))
+    let requeue = if outcome.requeue == ctx.settings.resync {
+        if outcome.cache_only && writer.wrote_nothing() {
+            ctx.quiet.settled(&pm_ref, fingerprint);
+        }
+        resync_after(ctx, &pm_ref)
+    } else {
+        outcome.requeue
+    };
+    Ok(Action::requeue(requeue))
 }
 
 enum Decided {
@@ -912,4 +960,32 @@ async fn write_status(
     writer.apply_status(pm, &status).await?;
     ctx.status_was_written(pm, &status);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resyncs_are_jittered_by_up_to_a_tenth_and_end_on_a_slot() {
+        let resync = Duration::from_secs(5);
+        for (fraction, since) in [(0, 0), (512, 1234), (1023, 99_999), (7, 250)] {
+            let since = Duration::from_millis(since);
+            let delay = resync_delay(resync, fraction, since);
+            assert!(
+                delay <= resync && delay >= resync * 9 / 10 - RESYNC_SLOT,
+                "{delay:?}"
+            );
+            assert_eq!((since + delay).as_millis() % RESYNC_SLOT.as_millis(), 0);
+        }
+        // Two PortMappings due within one slot wake together.
+        let a = Duration::from_millis(1_010);
+        let b = Duration::from_millis(1_060);
+        assert_eq!(
+            a + resync_delay(resync, 0, a),
+            b + resync_delay(resync, 0, b)
+        );
+        // A resync shorter than a slot still waits.
+        assert!(resync_delay(Duration::from_millis(50), 0, a) >= Duration::from_millis(25));
+    }
 }

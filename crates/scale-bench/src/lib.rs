@@ -216,6 +216,9 @@ pub struct Report {
     /// Operator CPU time (user + system) in that window: every resync pass of every
     /// PortMapping with nothing changed, plus the idle cost of its watches.
     pub converged_cpu: Duration,
+    /// The same, per resync period of the window in order (the first holds the pass that
+    /// confirms the publication's writes; the later ones the passes with nothing new).
+    pub converged_cpu_periods: Vec<Duration>,
     /// The operator's --resync-seconds.
     pub resync_seconds: u64,
     /// Writes per client in that window.
@@ -398,6 +401,7 @@ async fn run_in(bins: &Binaries, cfg: &RunConfig, dir: &TempDir) -> Result<Repor
         emulator_mem_kib: procs::memory_kib(emu.pid)?,
         converged_window: Duration::ZERO,
         converged_cpu: Duration::ZERO,
+        converged_cpu_periods: Vec::new(),
         resync_seconds: cfg.resync_seconds,
         converged_writes: BTreeMap::new(),
         converged_operator_writes: 0,
@@ -426,7 +430,15 @@ async fn run_in(bins: &Binaries, cfg: &RunConfig, dir: &TempDir) -> Result<Repor
     let window = Duration::from_secs(cfg.resync_seconds * u64::from(cfg.converged_resyncs))
         + Duration::from_millis(500);
     let cpu_before = procs::cpu_time(op.pid)?;
-    tokio::time::sleep(window).await;
+    let period = Duration::from_secs(cfg.resync_seconds);
+    let mut last = cpu_before;
+    for _ in 0..cfg.converged_resyncs {
+        tokio::time::sleep(period).await;
+        let now = procs::cpu_time(op.pid)?;
+        report.converged_cpu_periods.push(now.saturating_sub(last));
+        last = now;
+    }
+    tokio::time::sleep(window.saturating_sub(period * cfg.converged_resyncs)).await;
     report.converged_cpu = procs::cpu_time(op.pid)?.saturating_sub(cpu_before);
     let w = admin::writes(&client).await?;
     report.converged_window = window;
@@ -789,6 +801,15 @@ impl Report {
                     self.converged_cpu.as_secs_f64(),
                     self.converged_window.as_secs_f64()
                 ),
+            ));
+            r.push((
+                "operator CPU per resync period, in order (the first confirms the publication's writes)",
+                self.converged_cpu_periods
+                    .iter()
+                    .map(|d| format!("{:.0}", d.as_secs_f64() * 1000.0))
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+                    + " ms",
             ));
         }
         if !self.flips.is_empty() {
