@@ -142,11 +142,11 @@ impl Outcome {
 /// resyncs of many PortMappings come due together in a few timer wakeups rather than one each
 /// (at 1,000 PortMappings the wakeups cost more CPU than the quiet passes they ran).
 fn resync_after(ctx: &Context, pm: &ObjectRef<PortMapping>) -> Duration {
-    use std::hash::{BuildHasher, Hash, Hasher};
+    use std::hash::BuildHasher;
     static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    pm.hash(&mut hasher);
-    let fraction = u32::try_from(hasher.finish() % 1024).unwrap_or(0);
+    // A fresh `RandomState` has fresh keys: a random number without another dependency.
+    let random = std::collections::hash_map::RandomState::new().hash_one(pm);
+    let fraction = u32::try_from(random % 1024).unwrap_or(0);
     let now = Instant::now();
     let epoch = *EPOCH.get_or_init(|| now);
     resync_delay(
