@@ -219,10 +219,11 @@ async fn reconcile_inner(
             outcome.withdrawn = true;
             outcome.slices = Some(0);
             // The Service is gone: take our slices and Endpoints back, as the seed does.
-            for slice in owned_slices(ctx, &ns, &uid, &[], None) {
-                if let Some(uid) = slice.uid() {
-                    writer.delete_slice(&slice.name_any(), &uid).await?;
-                }
+            let live = owned_slices(ctx, &ns, &uid, &[], None);
+            let plan = planner::teardown(live.iter().map(AsRef::as_ref), &uid);
+            let written = execute_slice_writes(&writer, &ctx.index, &plan, &uid).await;
+            if let Some(first) = first_of(written.errors) {
+                return Err(first);
             }
             crate::migration_exec::delete_stray_endpoints(ctx, &writer, &uid, None).await?;
             // Nothing is published any more: no gated pod stays True.
@@ -628,12 +629,8 @@ async fn plan_and_apply(
     {
         errors.push(err);
     }
-    for err in &errors {
-        // The condition names the first; every one is logged here at debug, and the error
-        // policy warns once per change of error (see `backoff.rs`).
-        debug!(error = %err, "write failed");
-    }
-    let first_error = (!errors.is_empty()).then(|| errors.swap_remove(0));
+    // The condition names the first.
+    let first_error = first_of(errors);
 
     let svc_labels = ServiceLabels {
         namespace: ns.to_string(),
@@ -856,6 +853,15 @@ async fn execute_slice_writes(
         }
     }
     out
+}
+
+/// The first of `errors` (they are in plan order); every one is logged at debug level, and the
+/// error policy warns once per change of error (see `backoff.rs`).
+fn first_of(errors: Vec<Error>) -> Option<Error> {
+    for err in &errors {
+        debug!(error = %err, "write failed");
+    }
+    errors.into_iter().next()
 }
 
 /// The result of one slice write.

@@ -45,6 +45,7 @@ pub mod naming;
 pub mod objects;
 pub mod pack;
 mod status;
+mod teardown;
 mod trigger;
 mod types;
 
@@ -62,6 +63,7 @@ pub use compare::{endpoint_eq, metadata_eq, ports_eq};
 pub use evaluate::published_memberships;
 pub use gate::{REASON_NO_ADDRESS, REASON_NOT_PUBLISHED, REASON_PUBLISHED, stalled_pod_gates};
 pub use memo::{EvalMemo, PassStats};
+pub use teardown::teardown;
 pub use types::{
     DecisionCounts, Deletion, GatePeers, NameCollision, Plan, PlanError, PlanInput, PlanWarning,
     PlannedEndpoints, PlannedSlice, PodGate, WriteAction,

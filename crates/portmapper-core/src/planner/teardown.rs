@@ -1,0 +1,97 @@
+//! Teardown: the plan of a PortMapping whose Service is gone. Every slice it controls goes, as
+//! the seed does (the native controller's slices go with their Service by garbage collection;
+//! ours are owned by the PortMapping, which stays, so they are deleted).
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use super::types::{Deletion, Plan};
+use crate::ownership::ownership;
+
+/// Deletes every slice of `live_slices` that is ours (by [`ownership`]) and has a UID (the
+/// executor deletes with a UID precondition, so a newer object of the same name is never
+/// touched), in name order. Orphans and other owners' slices are left alone.
+pub fn teardown<'a>(
+    live_slices: impl IntoIterator<Item = &'a EndpointSlice>,
+    pm_uid: &str,
+) -> Plan {
+    let mut deletions: Vec<Deletion> = live_slices
+        .into_iter()
+        .filter(|s| ownership(&s.metadata, pm_uid).is_ours())
+        .filter_map(|s| {
+            Some(Deletion {
+                name: s.metadata.name.clone()?,
+                uid: Some(s.metadata.uid.clone()?),
+            })
+        })
+        .collect();
+    deletions.sort();
+    Plan {
+        deletions,
+        ..Plan::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+    fn slice(name: &str, uid: Option<&str>, controller: &str, manager: &str) -> EndpointSlice {
+        EndpointSlice {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                uid: uid.map(Into::into),
+                labels: Some(
+                    [(
+                        "endpointslice.kubernetes.io/managed-by".to_string(),
+                        manager.to_string(),
+                    )]
+                    .into(),
+                ),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "portmapper.dev/v1alpha1".into(),
+                    kind: "PortMapping".into(),
+                    name: "web".into(),
+                    uid: controller.into(),
+                    controller: Some(true),
+                    ..OwnerReference::default()
+                }]),
+                ..ObjectMeta::default()
+            },
+            ..EndpointSlice::default()
+        }
+    }
+
+    #[test]
+    fn teardown_deletes_only_our_slices_with_their_uids_in_name_order() {
+        let live = [
+            slice("web.https", Some("u2"), "pm", "portmapper.dev"),
+            slice("web.http", Some("u1"), "pm", "portmapper.dev"),
+            // Another PortMapping's, and one labelled for another manager.
+            slice("web.admin", Some("u3"), "other-pm", "portmapper.dev"),
+            slice(
+                "web.native",
+                Some("u4"),
+                "pm",
+                "endpointslice-controller.k8s.io",
+            ),
+            // Ours but never stored (no UID): nothing to delete it by.
+            slice("web.new", None, "pm", "portmapper.dev"),
+        ];
+        let plan = teardown(&live, "pm");
+        assert_eq!(
+            plan.deletions,
+            [
+                Deletion {
+                    name: "web.http".into(),
+                    uid: Some("u1".into())
+                },
+                Deletion {
+                    name: "web.https".into(),
+                    uid: Some("u2".into())
+                },
+            ]
+        );
+        assert!(plan.slices.is_empty() && plan.endpoints.is_none());
+    }
+}
