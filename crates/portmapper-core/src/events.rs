@@ -4,8 +4,6 @@
 
 use std::fmt;
 
-use crate::planner::PlanWarning;
-
 /// The reason of an Event about a PortMapping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum EventReason {
@@ -70,23 +68,10 @@ impl fmt::Display for EventReason {
     }
 }
 
-impl PlanWarning {
-    /// The reason of the Warning Event that reports this warning.
-    pub fn event_reason(&self) -> EventReason {
-        match self {
-            Self::ExternalName => EventReason::ExternalNameUnsupported,
-            Self::TopologyModeAuto { .. } => EventReason::TopologyAwareHintsDisabled,
-            Self::RejectedPodAddress { .. } => EventReason::PodAddressRejected,
-            Self::ForeignEndpoints => EventReason::EndpointsCollision,
-            Self::LegacyEndpointsTruncated { .. } => EventReason::LegacyEndpointsTruncated,
-            Self::UnknownPort { .. } => EventReason::UnknownPort,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::planner::PlanWarning;
 
     #[test]
     fn each_reason_is_its_name_and_each_warning_has_its_reason() {

@@ -1016,7 +1016,8 @@ impl Index {
             .labels()
             .get(LABEL_MANAGED_BY)
             .is_some_and(|m| {
-                m == crate::migration::NATIVE_MANAGER || m == crate::migration::MIRROR_MANAGER
+                m == portmapper_core::planner::migration::NATIVE_MANAGER
+                    || m == portmapper_core::planner::migration::MIRROR_MANAGER
             })
             .then(|| {
                 let service = slice.labels().get(LABEL_SERVICE_NAME).cloned();
@@ -1626,7 +1627,7 @@ mod tests {
                         (LABEL_SERVICE_NAME.to_owned(), "web".to_owned()),
                         (
                             LABEL_MANAGED_BY.to_owned(),
-                            crate::migration::NATIVE_MANAGER.to_owned(),
+                            portmapper_core::planner::migration::NATIVE_MANAGER.to_owned(),
                         ),
                     ]
                     .into(),
@@ -1726,7 +1727,11 @@ mod tests {
         // are never wanted by web's plans; none of them wakes web.
         for other in [
             foreign("a", "webx.http", None),
-            foreign("a", "web-abcde", Some(crate::migration::NATIVE_MANAGER)),
+            foreign(
+                "a",
+                "web-abcde",
+                Some(portmapper_core::planner::migration::NATIVE_MANAGER),
+            ),
             foreign("b", "web.https", None),
         ] {
             let woken = index.apply_native_slice(&other);

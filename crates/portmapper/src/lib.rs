@@ -20,7 +20,6 @@ pub mod http;
 pub mod index;
 pub mod leader;
 pub mod metrics;
-pub mod migration;
 pub mod migration_exec;
 pub mod own_writes;
 pub mod pods;

@@ -16,7 +16,7 @@ use crate::apply::Writer;
 use crate::context::Context;
 use crate::error::Error;
 use crate::metrics::ResourceLabels;
-use crate::migration::{self, Input, NativeSlice, Step};
+use portmapper_core::planner::migration::{self, Input, NativeSlice, Step};
 
 /// The native controllers' slices labelled with this Service's name, from the metadata cache.
 pub fn native_slices(ctx: &Context, ns: &str, service: &str) -> Vec<NativeSlice> {

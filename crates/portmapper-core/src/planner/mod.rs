@@ -41,6 +41,7 @@ mod evaluate;
 mod gate;
 mod legacy;
 mod memo;
+pub mod migration;
 pub mod naming;
 pub mod objects;
 pub mod pack;

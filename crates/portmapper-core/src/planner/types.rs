@@ -9,6 +9,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use portmapper_api::{PortMapping, PortStatus};
 
+use crate::events::EventReason;
 use crate::network::{NetworkDecisions, NetworkLookup};
 use crate::ownership::HeldName;
 use crate::pool::SelectorError;
@@ -328,4 +329,18 @@ pub enum PlanError {
         /// The apiserver's message.
         message: String,
     },
+}
+
+impl PlanWarning {
+    /// The reason of the Warning Event that reports this warning.
+    pub fn event_reason(&self) -> EventReason {
+        match self {
+            Self::ExternalName => EventReason::ExternalNameUnsupported,
+            Self::TopologyModeAuto { .. } => EventReason::TopologyAwareHintsDisabled,
+            Self::RejectedPodAddress { .. } => EventReason::PodAddressRejected,
+            Self::ForeignEndpoints => EventReason::EndpointsCollision,
+            Self::LegacyEndpointsTruncated { .. } => EventReason::LegacyEndpointsTruncated,
+            Self::UnknownPort { .. } => EventReason::UnknownPort,
+        }
+    }
 }

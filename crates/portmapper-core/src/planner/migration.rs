@@ -12,9 +12,9 @@
 //!   adopted in place instead of deleted, unless that would replace ready addresses with none.
 
 use k8s_openapi::api::core::v1::Endpoints;
-use kube::ResourceExt;
-use portmapper_core::EventReason;
-use portmapper_core::planner::{Deletion, PlannedEndpoints};
+
+use super::types::{Deletion, PlannedEndpoints};
+use crate::EventReason;
 
 /// `endpointslice.kubernetes.io/managed-by` of the native EndpointSlice controller.
 pub const NATIVE_MANAGER: &str = "endpointslice-controller.k8s.io";
@@ -92,12 +92,12 @@ pub enum Ownership {
 }
 
 /// Classifies the live Endpoints object for the PortMapping with `pm_uid`, through the one
-/// classifier ([`portmapper_core::ownership`]). Another PortMapping's object (say, of a deleted
+/// classifier ([`crate::ownership`]). Another PortMapping's object (say, of a deleted
 /// PortMapping of the same name the garbage collector has not reached yet) is foreign, as the
 /// planner sees it.
 pub fn ownership(endpoints: &Endpoints, pm_uid: &str) -> Ownership {
-    use portmapper_core::Ownership as O;
-    match portmapper_core::ownership(&endpoints.metadata, pm_uid) {
+    use crate::Ownership as O;
+    match crate::ownership(&endpoints.metadata, pm_uid) {
         // The name is the Service's: an orphan without a controller is this PortMapping's.
         O::Ours
         | O::Orphan {
@@ -128,10 +128,10 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
     if input.selector_present {
         // The native endpoints controller writes this object while a selector exists.
         if let (Some(e), Some(Ownership::Ours)) = (live, live_owner)
-            && let Some(uid) = e.uid()
+            && let Some(uid) = e.metadata.uid.clone()
         {
             out.push(Step::DeleteEndpoints {
-                name: e.name_any(),
+                name: e.metadata.name.clone().unwrap_or_default(),
                 uid,
                 native: false,
             });
@@ -179,13 +179,18 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
                         "endpoints.kubernetes.io/over-capacity",
                     ]
                     .into_iter()
-                    .filter(|k| e.annotations().contains_key(*k))
+                    .filter(|k| {
+                        e.metadata
+                            .annotations
+                            .as_ref()
+                            .is_some_and(|a| a.contains_key(*k))
+                    })
                     .map(String::from)
                     .collect();
                     out.push(Step::AdoptEndpoints {
                         endpoints: planned.endpoints.clone(),
                         strip_annotations: strip,
-                        resource_version: e.resource_version(),
+                        resource_version: e.metadata.resource_version.clone(),
                     });
                     out.push(Step::Normal {
                         reason: EventReason::LegacyEndpointsAdopted,
@@ -215,10 +220,10 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
     if !endpoints_cleared
         && !input.legacy_endpoints
         && let (Some(e), Some(Ownership::Abandoned)) = (live, live_owner)
-        && let Some(uid) = e.uid()
+        && let Some(uid) = e.metadata.uid.clone()
     {
         out.push(Step::DeleteEndpoints {
-            name: e.name_any(),
+            name: e.metadata.name.clone().unwrap_or_default(),
             uid,
             native: true,
         });
@@ -264,9 +269,14 @@ pub fn stray_endpoints<'a>(
 ) -> Vec<Step> {
     let mut stray: Vec<(String, String)> = owned
         .into_iter()
-        .filter(|e| portmapper_core::ownership(&e.metadata, pm_uid).is_ours())
-        .filter(|e| service.is_none_or(|svc| e.name_any() != svc))
-        .filter_map(|e| Some((e.name_any(), e.uid()?)))
+        .filter(|e| crate::ownership(&e.metadata, pm_uid).is_ours())
+        .filter(|e| service.is_none_or(|svc| e.metadata.name.as_deref() != Some(svc)))
+        .filter_map(|e| {
+            Some((
+                e.metadata.name.clone().unwrap_or_default(),
+                e.metadata.uid.clone()?,
+            ))
+        })
         .collect();
     stray.sort();
     stray
@@ -281,10 +291,10 @@ pub fn stray_endpoints<'a>(
 
 #[cfg(test)]
 mod tests {
+    use crate::planner::WriteAction;
     use k8s_openapi::api::core::v1::{EndpointAddress, EndpointSubset};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
     use portmapper_api::MANAGER;
-    use portmapper_core::planner::WriteAction;
 
     use super::*;
 
