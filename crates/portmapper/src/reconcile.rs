@@ -179,14 +179,14 @@ async fn reconcile_inner(
     // A PortMapping held by a finalizer or a foreground deletion is still reconciled, like the
     // native controller's terminating Services: its slices stay accurate until they are
     // collected, and the planner creates nothing new that would race the garbage collector.
+    let pm_ref = ObjectRef::from_obj(pm);
     if !ctx.leadership.is_leader() {
         // Followers keep caches warm and write nothing; a new leader re-reconciles everything
         // and seeds its probes from the live slices.
         crate::probing::forget(&ctx.prober, pm);
-        ctx.quiet.unsettle(&ObjectRef::from_obj(pm));
+        ctx.quiet.unsettle(&pm_ref);
         return Ok(Action::await_change());
     }
-    let pm_ref = ObjectRef::from_obj(pm);
     let writer = Writer::new(&ctx.client, &ns, &ctx.leadership, &ctx.metrics);
     if !caches_synced(ctx) {
         // Before their first list these caches read as "nothing published" / "no Service": a

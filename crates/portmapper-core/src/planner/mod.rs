@@ -302,8 +302,7 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
 
     if is_external_name(service) {
         out.warnings.push(PlanWarning::ExternalName);
-        out.deletions = ours.iter().map(|s| deletion(&s.metadata)).collect();
-        out.deletions.sort();
+        out.deletions = teardown::every(ours.iter().map(AsRef::as_ref));
         out.endpoints_deletion = legacy::owned_endpoints_deletion(input.live_endpoints, &pm_uid);
         // Its slices go: no gated pod stays published.
         let pool: Vec<&Pod> = input

@@ -4,6 +4,7 @@
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
+use super::deletion;
 use super::types::{Deletion, Plan};
 use crate::ownership::ownership;
 
@@ -14,21 +15,21 @@ pub fn teardown<'a>(
     live_slices: impl IntoIterator<Item = &'a EndpointSlice>,
     pm_uid: &str,
 ) -> Plan {
-    let mut deletions: Vec<Deletion> = live_slices
+    let ours = live_slices
         .into_iter()
-        .filter(|s| ownership(&s.metadata, pm_uid).is_ours())
-        .filter_map(|s| {
-            Some(Deletion {
-                name: s.metadata.name.clone()?,
-                uid: Some(s.metadata.uid.clone()?),
-            })
-        })
-        .collect();
-    deletions.sort();
+        .filter(|s| s.metadata.uid.is_some() && ownership(&s.metadata, pm_uid).is_ours());
     Plan {
-        deletions,
+        deletions: every(ours),
         ..Plan::default()
     }
+}
+
+/// Every slice of `ours` as a deletion, in name order: what goes when nothing may be published
+/// (the Service is gone, or is of type ExternalName).
+pub(super) fn every<'a>(ours: impl IntoIterator<Item = &'a EndpointSlice>) -> Vec<Deletion> {
+    let mut deletions: Vec<Deletion> = ours.into_iter().map(|s| deletion(&s.metadata)).collect();
+    deletions.sort();
+    deletions
 }
 
 #[cfg(test)]
