@@ -20,7 +20,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use portmapper_api::check::PortNamesCheck;
 use portmapper_api::{Check, KeySource, PortMapping, PortMappingSpec, PortRule};
-use portmapper_core::{EvalMemo, NetworkDecisions, Plan, PlanInput, plan, plan_with_memo};
+use portmapper_core::{
+    EvalMemo, NetworkDecisions, Plan, PlanInput, PodRecord, plan, plan_with_memo,
+};
 
 const PODS: usize = 10_000;
 
@@ -131,11 +133,11 @@ fn pods() -> Vec<Pod> {
 fn run_memo(
     pm: &PortMapping,
     svc: &Service,
-    pods: &[Pod],
+    pods: &[PodRecord],
     live: &[Arc<EndpointSlice>],
     memo: &mut EvalMemo,
 ) -> Plan {
-    let pods: Vec<&Pod> = pods.iter().collect();
+    let pods: Vec<&PodRecord> = pods.iter().collect();
     plan_with_memo(
         &PlanInput {
             port_mapping: pm,
@@ -156,7 +158,7 @@ fn run_memo(
 }
 
 /// Shape A of the scale bench: IPv4, no topology, every second pod lists 2 of the 4 ports.
-fn shape_a() -> (Service, Vec<Pod>) {
+fn shape_a() -> (Service, Vec<PodRecord>) {
     let mut svc = service();
     if let Some(spec) = svc.spec.as_mut() {
         spec.ip_families = Some(vec!["IPv4".into()]);
@@ -175,14 +177,12 @@ fn shape_a() -> (Service, Vec<Pod>) {
             )]));
         }
     }
-    (svc, pods)
+    (svc, pods.into_iter().map(PodRecord::from).collect())
 }
 
-fn set_ready(pod: &mut Pod, ready: bool, resource_version: u64) {
-    pod.metadata.resource_version = Some(resource_version.to_string());
-    if let Some(c) = pod.status.as_mut().and_then(|s| s.conditions.as_mut()) {
-        c[0].status = if ready { "True" } else { "False" }.into();
-    }
+fn set_ready(pod: &mut PodRecord, ready: bool, resource_version: u64) {
+    pod.resource_version = resource_version.to_string();
+    pod.conditions[0].status = if ready { "True" } else { "False" }.into();
 }
 
 /// One flip of pod 4320 and the plan after it; a named function so that instruction counts
@@ -191,7 +191,7 @@ fn set_ready(pod: &mut Pod, ready: bool, resource_version: u64) {
 fn flip_once(
     pm: &PortMapping,
     svc: &Service,
-    pods: &mut [Pod],
+    pods: &mut [PodRecord],
     live: &[Arc<EndpointSlice>],
     memo: &mut EvalMemo,
     ready: bool,
@@ -246,11 +246,11 @@ fn bench_memo(c: &mut Criterion) {
 fn run(
     pm: &PortMapping,
     svc: &Service,
-    pods: &[Pod],
+    pods: &[PodRecord],
     zones: &BTreeMap<String, String>,
     live: &[Arc<EndpointSlice>],
 ) -> Plan {
-    let pods: Vec<&Pod> = pods.iter().collect();
+    let pods: Vec<&PodRecord> = pods.iter().collect();
     plan(&PlanInput {
         port_mapping: pm,
         service: svc,
@@ -270,7 +270,7 @@ fn run(
 fn bench(c: &mut Criterion) {
     let pm = port_mapping();
     let svc = service();
-    let mut pods = pods();
+    let mut pods: Vec<PodRecord> = pods().into_iter().map(PodRecord::from).collect();
     let zones: BTreeMap<String, String> = (0..50)
         .map(|n| (format!("node-{n}"), format!("zone-{}", n % 3)))
         .collect();
@@ -287,13 +287,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("converged_resync", |b| {
         b.iter(|| black_box(run(&pm, &svc, &pods, &zones, &live)))
     });
-    if let Some(c) = pods[4321]
-        .status
-        .as_mut()
-        .and_then(|s| s.conditions.as_mut())
-    {
-        c[0].status = "False".into();
-    }
+    pods[4321].conditions[0].status = "False".into();
     let one = run(&pm, &svc, &pods, &zones, &live);
     assert_eq!(one.writes(), 8, "one pod leaves 4 ports × 2 families");
     group.bench_function("one_pod_unready", |b| {

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::{Pod, PodCondition, Service};
+use k8s_openapi::api::core::v1::{PodCondition, Service};
 use portmapper_api::check::Dials;
 use portmapper_api::check::{
     ConditionStatus, ContainerReadyCheck, PodConditionCheck, PortNamesCheck,
@@ -17,6 +17,7 @@ use portmapper_api::{ApiKind, CheckKind, KeySource};
 
 use crate::decision::{Verdict, any_of};
 use crate::network::{CheckPosition, NetworkDecisions};
+use crate::pod_record::PodRecord;
 use crate::pool::pod_key_value;
 use crate::target::{ResolvedPort, is_terminating};
 
@@ -26,7 +27,7 @@ pub struct CheckContext<'a> {
     /// The Service.
     pub service: &'a Service,
     /// The pod.
-    pub pod: &'a Pod,
+    pub pod: &'a PodRecord,
     /// The Service port resolved on this pod at the address being evaluated.
     pub port: &'a ResolvedPort<'a>,
     /// Where the check sits in the port's list.
@@ -149,32 +150,20 @@ impl GateTypes<'_> {
 }
 
 /// Whether the pod lists `condition_type` among its readiness gates.
-pub fn has_gate(pod: &Pod, condition_type: &str) -> bool {
-    readiness_gates(pod).any(|g| g == condition_type)
+pub fn has_gate(pod: &PodRecord, condition_type: &str) -> bool {
+    pod.has_gate(condition_type)
 }
 
 /// Whether the pod lists [`PUBLISHED_GATE`] among its readiness gates.
-pub fn has_published_gate(pod: &Pod) -> bool {
+pub fn has_published_gate(pod: &PodRecord) -> bool {
     has_gate(pod, PUBLISHED_GATE)
 }
 
-fn readiness_gates(pod: &Pod) -> impl Iterator<Item = &str> {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.readiness_gates.as_deref())
-        .unwrap_or_default()
-        .iter()
-        .map(|g| g.condition_type.as_str())
+fn condition<'p>(pod: &'p PodRecord, type_: &str) -> Option<&'p PodCondition> {
+    pod.condition(type_)
 }
 
-fn condition<'p>(pod: &'p Pod, type_: &str) -> Option<&'p PodCondition> {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == type_))
-}
-
-fn pod_ready(pod: &Pod, gates: GateTypes<'_>) -> Verdict {
+fn pod_ready(pod: &PodRecord, gates: GateTypes<'_>) -> Verdict {
     if has_gate(pod, gates.own) {
         return gated_pod_ready(pod, gates);
     }
@@ -190,7 +179,7 @@ fn pod_ready(pod: &Pod, gates: GateTypes<'_>) -> Verdict {
 /// is True, and we set the gate only once the pod is published, so reading `Ready` would never
 /// publish it. Ready is ContainersReady and every readiness gate: read those, minus the gates
 /// portmapper sets (a peer's gate waits for the peer's publication, which may wait for ours).
-fn gated_pod_ready(pod: &Pod, gates: GateTypes<'_>) -> Verdict {
+fn gated_pod_ready(pod: &PodRecord, gates: GateTypes<'_>) -> Verdict {
     match condition(pod, "ContainersReady") {
         Some(c) if c.status == "True" => {}
         Some(c) => {
@@ -201,7 +190,12 @@ fn gated_pod_ready(pod: &Pod, gates: GateTypes<'_>) -> Verdict {
         }
         None => return Verdict::exclude("podReady: pod has no ContainersReady condition"),
     }
-    for gate in readiness_gates(pod).filter(|g| !gates.is_portmapper(g)) {
+    for gate in pod
+        .readiness_gates
+        .iter()
+        .map(String::as_str)
+        .filter(|g| !gates.is_portmapper(g))
+    {
         match condition(pod, gate) {
             Some(c) if c.status == "True" => {}
             Some(c) => {
@@ -236,16 +230,11 @@ fn container_ready(check: &ContainerReadyCheck, ctx: &CheckContext<'_>) -> Verdi
             return Verdict::exclude("containerReady: the Service port has no target port");
         }
     };
-    let status = ctx.pod.status.as_ref();
-    let statuses = status
-        .and_then(|s| s.container_statuses.as_deref())
-        .unwrap_or_default()
+    let statuses = ctx
+        .pod
+        .container_statuses
         .iter()
-        .chain(
-            status
-                .and_then(|s| s.init_container_statuses.as_deref())
-                .unwrap_or_default(),
-        );
+        .chain(&ctx.pod.init_container_statuses);
     match statuses.into_iter().find(|s| s.name == name) {
         Some(s) if s.ready => Verdict::INCLUDE,
         Some(_) => Verdict::exclude(format!("containerReady: container {name:?} is not ready")),
@@ -261,13 +250,9 @@ fn condition_status_text(status: ConditionStatus) -> &'static str {
     }
 }
 
-fn pod_condition(check: &PodConditionCheck, pod: &Pod) -> Verdict {
+fn pod_condition(check: &PodConditionCheck, pod: &PodRecord) -> Verdict {
     let want = condition_status_text(check.status);
-    let found = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == check.type_));
+    let found = pod.condition(&check.type_);
     match found {
         Some(c) if c.status == want => Verdict::INCLUDE,
         Some(c) => Verdict::exclude(format!(
@@ -322,7 +307,7 @@ pub fn is_no_result_yet(reason: &str) -> bool {
 }
 
 fn network_verdict(name: &str, ctx: &CheckContext<'_>) -> Verdict {
-    let uid = ctx.pod.metadata.uid.as_deref().unwrap_or_default();
+    let uid = ctx.pod.uid.as_str();
     match ctx
         .network
         .get(uid, ctx.port.name, ctx.port.family, ctx.position)
@@ -344,7 +329,7 @@ mod tests {
     use crate::Decision;
     use crate::network::NetworkKey;
     use crate::target::ResolvedTarget;
-    use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodStatus};
+    use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use k8s_openapi::jiff::Timestamp;
     use kube_validation::IpFamily;
@@ -413,9 +398,10 @@ mod tests {
         bypass: bool,
     ) -> Verdict {
         let service = Service::default();
+        let pod = PodRecord::from(pod);
         let ctx = CheckContext {
             service: &service,
-            pod,
+            pod: &pod,
             port,
             position: CheckPosition::default(),
             network,

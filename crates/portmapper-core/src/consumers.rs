@@ -12,10 +12,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::planner::Plan;
+use crate::pod_record::PodRecord;
 
 /// The pod annotation the Istio CNI sets on pods it enrolled in ambient mode.
 pub const AMBIENT_REDIRECTION_ANNOTATION: &str = "ambient.istio.io/redirection";
@@ -106,21 +106,17 @@ pub fn port_members<'a>(
 }
 
 /// Names of the pods enrolled in ambient mode.
-pub fn ambient_pods<'a>(pods: &[&'a Pod]) -> BTreeSet<&'a str> {
+pub fn ambient_pods<'a>(pods: &[&'a PodRecord]) -> BTreeSet<&'a str> {
     pods.iter()
         .filter(|p| {
-            p.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(AMBIENT_REDIRECTION_ANNOTATION))
-                .is_some_and(|v| v == AMBIENT_REDIRECTION_ENABLED)
+            p.annotations.get(AMBIENT_REDIRECTION_ANNOTATION) == Some(AMBIENT_REDIRECTION_ENABLED)
         })
-        .filter_map(|p| p.metadata.name.as_deref())
+        .map(|p| p.name.as_str())
         .collect()
 }
 
 /// The Istio ambient caveat of a plan: what its slices publish, against the pool pods.
-pub fn istio_ambient(plan: &Plan, pods: &[&Pod]) -> Option<IstioAmbientCaveat> {
+pub fn istio_ambient(plan: &Plan, pods: &[&PodRecord]) -> Option<IstioAmbientCaveat> {
     let ambient = ambient_pods(pods);
     // Every reconcile asks; without an enrolled pod (the common case) the member sets, which
     // cost a pass over every endpoint, are not built at all.
@@ -170,7 +166,7 @@ impl fmt::Display for IstioAmbientCaveat {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::api::core::v1::{ObjectReference, Pod};
     use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -287,7 +283,7 @@ mod tests {
         assert_eq!(members, want);
     }
 
-    fn pod(name: &str, redirection: Option<&str>) -> Pod {
+    fn pod(name: &str, redirection: Option<&str>) -> PodRecord {
         Pod {
             metadata: ObjectMeta {
                 name: Some(name.into()),
@@ -297,6 +293,7 @@ mod tests {
             },
             ..Pod::default()
         }
+        .into()
     }
 
     #[test]
@@ -307,7 +304,7 @@ mod tests {
             pod("c", Some("disabled")),
             pod("d", None),
         ];
-        let refs: Vec<&Pod> = pods.iter().collect();
+        let refs: Vec<&PodRecord> = pods.iter().collect();
         assert_eq!(ambient_pods(&refs), BTreeSet::from(["a"]));
     }
 
@@ -329,7 +326,7 @@ mod tests {
             ..Plan::default()
         };
         let enrolled = [pod("a", Some("enabled")), pod("b", None)];
-        let refs: Vec<&Pod> = enrolled.iter().collect();
+        let refs: Vec<&PodRecord> = enrolled.iter().collect();
         let caveat = istio_ambient(&plan, &refs).unwrap();
         assert_eq!(caveat.ambient_pods, ["a"]);
         assert_eq!(
@@ -341,7 +338,7 @@ mod tests {
             }]
         );
         let plain = [pod("a", None), pod("b", Some("pending"))];
-        let refs: Vec<&Pod> = plain.iter().collect();
+        let refs: Vec<&PodRecord> = plain.iter().collect();
         assert_eq!(istio_ambient(&plan, &refs), None);
     }
 

@@ -10,6 +10,7 @@ pub mod membership;
 pub mod network;
 pub mod ownership;
 pub mod planner;
+pub mod pod_record;
 pub mod pool;
 pub mod target;
 
@@ -21,6 +22,7 @@ pub use membership::{
 };
 pub use network::{CheckPosition, NetworkDecisions, NetworkKey, NetworkLookup};
 pub use ownership::{HeldName, Ownership, ownership};
+pub use pod_record::{Pairs, PodRecord};
 pub use pool::{SelectorError, pod_in_pool, selector_matches};
 pub use target::{PodAddress, ResolvedPort, ResolvedTarget, pod_address, resolve_target_port};
 

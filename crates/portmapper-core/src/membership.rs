@@ -2,12 +2,13 @@
 
 use std::sync::LazyLock;
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Service;
 use portmapper_api::{Check, CheckKind, PortMappingSpec, UnlistedPorts};
 
 use crate::check::{CheckContext, GateTypes, evaluate, is_probed};
 use crate::decision::{Decision, Verdict};
 use crate::network::{CheckPosition, NetworkDecisions};
+use crate::pod_record::PodRecord;
 use crate::target::ResolvedPort;
 
 static DEFAULT_CHECKS: LazyLock<Vec<Check>> = LazyLock::new(|| vec![Check::pod_ready()]);
@@ -79,7 +80,7 @@ pub struct Evaluation<'a> {
     /// The Service.
     pub service: &'a Service,
     /// The pod.
-    pub pod: &'a Pod,
+    pub pod: &'a PodRecord,
     /// The resolved port and address.
     pub port: &'a ResolvedPort<'a>,
     /// Network check results.
@@ -248,7 +249,7 @@ mod tests {
     use super::*;
     use crate::Decision;
     use crate::target::ResolvedTarget;
-    use k8s_openapi::api::core::v1::{PodCondition, PodStatus, ServiceSpec};
+    use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus, ServiceSpec};
     use kube_validation::IpFamily;
     use portmapper_api::check::{HttpGetCheck, NotTerminatingCheck, PortNamesCheck};
     use portmapper_api::{KeySource, PortRule};
@@ -276,7 +277,7 @@ mod tests {
         }
     }
 
-    fn unready_pod(ports: &str) -> Pod {
+    fn unready_pod(ports: &str) -> PodRecord {
         Pod {
             metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 uid: Some("u".into()),
@@ -293,6 +294,7 @@ mod tests {
             }),
             ..Pod::default()
         }
+        .into()
     }
 
     fn rp(name: &str) -> ResolvedPort<'_> {
@@ -309,7 +311,7 @@ mod tests {
         }
     }
 
-    fn run(spec: &PortMappingSpec, pod: &Pod, port: &str, pnr: bool) -> Verdict {
+    fn run(spec: &PortMappingSpec, pod: &PodRecord, port: &str, pnr: bool) -> Verdict {
         let service = Service::default();
         let p = rp(port);
         evaluate_port(
@@ -326,7 +328,11 @@ mod tests {
     }
 
     /// (verdict reason, excluded without network, excluded by backing) with every question.
-    fn walk(checks: Vec<Check>, pod: &Pod, network: &NetworkDecisions) -> (String, bool, bool) {
+    fn walk(
+        checks: Vec<Check>,
+        pod: &PodRecord,
+        network: &NetworkDecisions,
+    ) -> (String, bool, bool) {
         let service = Service::default();
         let p = rp("http");
         let rules = PortRules::Checks(&checks);

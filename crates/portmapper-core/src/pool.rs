@@ -1,11 +1,10 @@
 //! Pool membership: does pod P belong to PortMapping M? (key/from/value, plus the optional
 //! LabelSelector). Pure, so the operator's pod index and the planner agree by construction.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use portmapper_api::{KeySource, PortMappingSpec};
+
+use crate::pod_record::{Pairs, PodRecord};
 
 /// A LabelSelector the API would not accept as a selector.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -33,21 +32,17 @@ pub enum SelectorError {
 }
 
 /// Reads a label or annotation of a pod.
-pub fn pod_key_value<'a>(pod: &'a Pod, key: &str, from: KeySource) -> Option<&'a str> {
-    let map = match from {
-        KeySource::Label => pod.metadata.labels.as_ref(),
-        KeySource::Annotation => pod.metadata.annotations.as_ref(),
-    };
-    map.and_then(|m| m.get(key)).map(String::as_str)
+pub fn pod_key_value<'a>(pod: &'a PodRecord, key: &str, from: KeySource) -> Option<&'a str> {
+    match from {
+        KeySource::Label => pod.labels.get(key),
+        KeySource::Annotation => pod.annotations.get(key),
+    }
 }
 
 /// Whether `labels` satisfy `selector` (matchLabels AND every matchExpression). An empty
 /// selector matches everything, as in Kubernetes.
-pub fn selector_matches(
-    selector: &LabelSelector,
-    labels: Option<&BTreeMap<String, String>>,
-) -> Result<bool, SelectorError> {
-    let get = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+pub fn selector_matches(selector: &LabelSelector, labels: &Pairs) -> Result<bool, SelectorError> {
+    let get = |k: &str| labels.get(k);
     let mut matched = true;
     for (k, v) in selector.match_labels.iter().flatten() {
         matched &= get(k) == Some(v.as_str());
@@ -88,25 +83,20 @@ pub fn selector_matches(
 pub fn pod_in_pool(
     spec: &PortMappingSpec,
     namespace: &str,
-    pod: &Pod,
+    pod: &PodRecord,
 ) -> Result<bool, SelectorError> {
-    if pod
-        .metadata
-        .namespace
-        .as_deref()
-        .is_some_and(|ns| ns != namespace)
-    {
+    if !pod.namespace.is_empty() && pod.namespace != namespace {
         return Ok(false);
     }
     if pod_key_value(pod, &spec.pods.key, spec.pods.from) != Some(spec.pool_value()) {
         // Still validate the selector so an invalid one is reported whatever the pods.
         if let Some(selector) = &spec.pods.selector {
-            selector_matches(selector, None)?;
+            selector_matches(selector, &Pairs::default())?;
         }
         return Ok(false);
     }
     match &spec.pods.selector {
-        Some(selector) => selector_matches(selector, pod.metadata.labels.as_ref()),
+        Some(selector) => selector_matches(selector, &pod.labels),
         None => Ok(true),
     }
 }
@@ -114,6 +104,9 @@ pub fn pod_in_pool(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, ObjectMeta};
 
     fn spec(
@@ -128,7 +121,7 @@ mod tests {
         spec
     }
 
-    fn pod(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Pod {
+    fn pod(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> PodRecord {
         let map = |kv: &[(&str, &str)]| {
             (!kv.is_empty()).then(|| {
                 kv.iter()
@@ -146,6 +139,7 @@ mod tests {
             },
             ..Pod::default()
         }
+        .into()
     }
 
     fn req(key: &str, op: &str, values: &[&str]) -> LabelSelectorRequirement {
@@ -218,28 +212,31 @@ mod tests {
 
     #[test]
     fn selector_operators_in_notin_exists() {
-        let labels = BTreeMap::from([("zone".to_owned(), "a".to_owned())]);
+        let labels: Pairs = [("zone", "a")].into_iter().collect();
         let sel = |r| LabelSelector {
             match_labels: None,
             match_expressions: Some(vec![r]),
         };
         assert_eq!(
-            selector_matches(&sel(req("zone", "In", &["a", "b"])), Some(&labels)),
+            selector_matches(&sel(req("zone", "In", &["a", "b"])), &labels),
             Ok(true)
         );
         assert_eq!(
-            selector_matches(&sel(req("zone", "NotIn", &["a"])), Some(&labels)),
+            selector_matches(&sel(req("zone", "NotIn", &["a"])), &labels),
             Ok(false)
         );
         assert_eq!(
-            selector_matches(&sel(req("other", "NotIn", &["a"])), Some(&labels)),
+            selector_matches(&sel(req("other", "NotIn", &["a"])), &labels),
             Ok(true)
         );
         assert_eq!(
-            selector_matches(&sel(req("zone", "Exists", &[])), Some(&labels)),
+            selector_matches(&sel(req("zone", "Exists", &[])), &labels),
             Ok(true)
         );
-        assert_eq!(selector_matches(&LabelSelector::default(), None), Ok(true));
+        assert_eq!(
+            selector_matches(&LabelSelector::default(), &Pairs::default()),
+            Ok(true)
+        );
     }
 
     #[test]
@@ -255,6 +252,6 @@ mod tests {
             match_labels: None,
             match_expressions: Some(vec![req("zone", "In", &[])]),
         };
-        assert!(selector_matches(&empty_in, None).is_err());
+        assert!(selector_matches(&empty_in, &Pairs::default()).is_err());
     }
 }

@@ -4,10 +4,12 @@
 
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::{Container, Pod, ServicePort};
+use k8s_openapi::api::core::v1::ServicePort;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube_validation::IpFamily;
 use kube_validation::ip::{parse_ip_sloppy, special_ip_reasons};
+
+use crate::pod_record::PodRecord;
 
 /// Where a Service port lands on one pod.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,22 +50,13 @@ pub fn is_named_target(port: &ServicePort) -> bool {
     matches!(port.target_port, Some(IntOrString::String(_)))
 }
 
-/// Containers whose ports count: regular containers, then restartable (sidecar) init containers.
-fn serving_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
-    let spec = pod.spec.as_ref();
-    let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
-    let sidecars = spec
-        .and_then(|s| s.init_containers.as_deref())
-        .unwrap_or_default()
-        .iter()
-        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
-    containers.iter().chain(sidecars)
-}
-
 /// Resolves a Service port's target on a pod (Kubernetes' `FindPort`): a number is used as is
 /// (`None`/0 means the Service port number); a name must match a container port with the same
 /// protocol. `None` when a named target is not exposed by the pod.
-pub fn resolve_target_port<'a>(pod: &'a Pod, port: &ServicePort) -> Option<ResolvedTarget<'a>> {
+pub fn resolve_target_port<'a>(
+    pod: &'a PodRecord,
+    port: &ServicePort,
+) -> Option<ResolvedTarget<'a>> {
     let protocol = service_port_protocol(port);
     let same_protocol = |p: &k8s_openapi::api::core::v1::ContainerPort| {
         p.protocol
@@ -73,8 +66,8 @@ pub fn resolve_target_port<'a>(pod: &'a Pod, port: &ServicePort) -> Option<Resol
             == protocol
     };
     match &port.target_port {
-        Some(IntOrString::String(name)) => serving_containers(pod).find_map(|c| {
-            c.ports.iter().flatten().find_map(|p| {
+        Some(IntOrString::String(name)) => pod.serving_containers().find_map(|c| {
+            c.ports.iter().find_map(|p| {
                 (p.name.as_deref() == Some(name.as_str()) && same_protocol(p)).then_some(
                     ResolvedTarget {
                         number: p.container_port,
@@ -88,10 +81,9 @@ pub fn resolve_target_port<'a>(pod: &'a Pod, port: &ServicePort) -> Option<Resol
                 Some(IntOrString::Int(n)) if *n != 0 => *n,
                 _ => port.port,
             };
-            let container = serving_containers(pod).find_map(|c| {
+            let container = pod.serving_containers().find_map(|c| {
                 c.ports
                     .iter()
-                    .flatten()
                     .any(|p| p.container_port == number && same_protocol(p))
                     .then_some(c.name.as_str())
             });
@@ -101,13 +93,12 @@ pub fn resolve_target_port<'a>(pod: &'a Pod, port: &ServicePort) -> Option<Resol
 }
 
 /// Resolves a check's own `port` (number or container port name, any protocol) on a pod.
-pub fn resolve_check_port(pod: &Pod, port: &IntOrString) -> Option<i32> {
+pub fn resolve_check_port(pod: &PodRecord, port: &IntOrString) -> Option<i32> {
     match port {
         IntOrString::Int(n) => Some(*n),
-        IntOrString::String(name) => serving_containers(pod).find_map(|c| {
+        IntOrString::String(name) => pod.serving_containers().find_map(|c| {
             c.ports
                 .iter()
-                .flatten()
                 .find(|p| p.name.as_deref() == Some(name.as_str()))
                 .map(|p| p.container_port)
         }),
@@ -131,18 +122,14 @@ pub enum PodAddress {
 }
 
 /// Picks the pod's first address of `family`.
-pub fn pod_address(pod: &Pod, family: IpFamily) -> PodAddress {
-    let Some(status) = pod.status.as_ref() else {
-        return PodAddress::Missing;
-    };
-    let listed = status.pod_ips.iter().flatten().map(|p| p.ip.as_str());
-    let fallback = status.pod_ip.as_deref().into_iter();
-    let ips: Vec<&str> = if status.pod_ips.as_ref().is_some_and(|v| !v.is_empty()) {
-        listed.collect()
+pub fn pod_address(pod: &PodRecord, family: IpFamily) -> PodAddress {
+    let ips: &[String] = if pod.pod_ips.is_empty() {
+        pod.pod_ip.as_slice()
     } else {
-        fallback.collect()
+        &pod.pod_ips
     };
     for raw in ips {
+        let raw = raw.as_str();
         let Some(ip) = parse_ip_sloppy(raw) else {
             continue;
         };
@@ -167,22 +154,19 @@ pub fn pod_address(pod: &Pod, family: IpFamily) -> PodAddress {
 }
 
 /// Whether the pod has finished for good (`Succeeded` or `Failed`).
-pub fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
+pub fn is_terminal(pod: &PodRecord) -> bool {
+    matches!(pod.phase.as_deref(), Some("Succeeded" | "Failed"))
 }
 
 /// Whether the pod is being deleted.
-pub fn is_terminating(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_some()
+pub fn is_terminating(pod: &PodRecord) -> bool {
+    pod.deletion_timestamp.is_some()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{ContainerPort, PodIP, PodSpec, PodStatus};
+    use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod, PodIP, PodSpec, PodStatus};
 
     fn cport(name: &str, number: i32, protocol: Option<&str>) -> ContainerPort {
         ContainerPort {
@@ -193,7 +177,7 @@ mod tests {
         }
     }
 
-    fn pod_with(containers: Vec<Container>, init: Vec<Container>) -> Pod {
+    fn pod_with(containers: Vec<Container>, init: Vec<Container>) -> PodRecord {
         Pod {
             spec: Some(PodSpec {
                 containers,
@@ -202,6 +186,7 @@ mod tests {
             }),
             ..Pod::default()
         }
+        .into()
     }
 
     fn container(name: &str, ports: Vec<ContainerPort>, restart: Option<&str>) -> Container {
@@ -306,7 +291,7 @@ mod tests {
         );
     }
 
-    fn pod_ips(ips: &[&str]) -> Pod {
+    fn pod_ips(ips: &[&str]) -> PodRecord {
         Pod {
             status: Some(PodStatus {
                 pod_ips: Some(ips.iter().map(|ip| PodIP { ip: (*ip).into() }).collect()),
@@ -314,6 +299,7 @@ mod tests {
             }),
             ..Pod::default()
         }
+        .into()
     }
 
     #[test]
@@ -349,13 +335,14 @@ mod tests {
 
     #[test]
     fn pod_ip_fallback_when_pod_ips_empty() {
-        let pod = Pod {
+        let pod: PodRecord = Pod {
             status: Some(PodStatus {
                 pod_ip: Some("10.1.2.3".into()),
                 ..PodStatus::default()
             }),
             ..Pod::default()
-        };
+        }
+        .into();
         assert_eq!(
             pod_address(&pod, IpFamily::V4),
             PodAddress::Usable("10.1.2.3".parse().unwrap())

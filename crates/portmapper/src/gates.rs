@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
 use portmapper_core::PodGate;
 use tracing::debug;
 
@@ -66,13 +65,13 @@ pub async fn write_gates(
     writer: &Writer<'_>,
     remembered: &GatesWritten,
     gates: &[PodGate],
-    pods: &[&Pod],
+    pods: &[&portmapper_core::PodRecord],
     slices_written: bool,
 ) -> Vec<Error> {
     let version_of = |uid: &str| {
         pods.iter()
-            .find(|p| p.metadata.uid.as_deref() == Some(uid))
-            .and_then(|p| p.metadata.resource_version.clone())
+            .find(|p| p.uid == uid)
+            .map(|p| p.resource_version.clone())
             .unwrap_or_default()
     };
     let mut due = Vec::new();

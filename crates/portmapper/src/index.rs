@@ -21,6 +21,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use portmapper_api::{KeySource, PortMapping};
 
+use portmapper_core::PodRecord;
 use portmapper_core::ownership::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
 
 use crate::own_writes::{Observed, OwnWrites};
@@ -133,10 +134,19 @@ pub fn semantic_version(pm: &PortMapping) -> Option<u64> {
 /// (no reflector store), shared with the pools through the `Arc`.
 #[derive(Clone, Debug, Default)]
 struct PodFootprint {
-    pod: Arc<Pod>,
+    /// Its UID and node are read from the record, not copied.
+    pod: Arc<PodRecord>,
     pools: Vec<PoolKey>,
-    uid: Option<String>,
-    node: Option<String>,
+}
+
+impl PodFootprint {
+    fn uid(&self) -> Option<&str> {
+        Some(self.pod.uid.as_str()).filter(|u| !u.is_empty())
+    }
+
+    fn node(&self) -> Option<&str> {
+        self.pod.node_name.as_deref().filter(|n| !n.is_empty())
+    }
 }
 
 /// What one of our slices (or Endpoints objects) touches.
@@ -170,7 +180,7 @@ pub struct Index {
     pods: HashMap<PodKey, PodFootprint>,
     /// Pool pods by name (one namespace per pool), so a pool reads out in a stable order
     /// without sorting or a lookup per pod on every reconcile.
-    pods_by_pool: HashMap<PoolKey, BTreeMap<String, Arc<Pod>>>,
+    pods_by_pool: HashMap<PoolKey, BTreeMap<String, Arc<PodRecord>>>,
     pods_by_node: HashMap<String, HashSet<PodKey>>,
 
     slices: HashMap<ObjectRef<EndpointSlice>, OwnedFootprint>,
@@ -607,17 +617,17 @@ impl Index {
     // ---- Pods ------------------------------------------------------------------------------
 
     /// The pools a pod seen by `source` is in (by key and value; selectors are the planner's).
-    fn pools_of(&self, source: &PodSource, pod: &Pod) -> Vec<PoolKey> {
-        let ns = ns_of(pod);
+    fn pools_of(&self, source: &PodSource, pod: &PodRecord) -> Vec<PoolKey> {
+        let ns = pod.namespace.clone();
         match source {
             PodSource::Label(key) => pod
-                .labels()
+                .labels
                 .get(key)
                 .map(|value| PoolKey {
                     namespace: ns,
                     annotation: false,
                     key: key.clone(),
-                    value: value.clone(),
+                    value: value.to_owned(),
                 })
                 .into_iter()
                 .collect(),
@@ -625,7 +635,7 @@ impl Index {
                 let Some(keys) = self.annotation_keys.get(&ns) else {
                     return Vec::new();
                 };
-                let annotations = pod.annotations();
+                let annotations = &pod.annotations;
                 let mut pools: Vec<PoolKey> = keys
                     .keys()
                     .filter_map(|key| {
@@ -633,7 +643,7 @@ impl Index {
                             namespace: ns.clone(),
                             annotation: true,
                             key: key.clone(),
-                            value: annotations.get(key)?.clone(),
+                            value: annotations.get(key)?.to_owned(),
                         })
                     })
                     .collect();
@@ -645,23 +655,15 @@ impl Index {
 
     /// A pod was added or changed. Affected: the PortMappings of the pools it is in now or was
     /// in before, and those whose slices publish it (so a pod leaving the pool is withdrawn).
-    pub fn apply_pod(&mut self, source: &PodSource, pod: Arc<Pod>) -> Vec<PmKey> {
-        let mut pod_ref = ObjectRef::from_obj(pod.as_ref());
+    pub fn apply_pod(&mut self, source: &PodSource, pod: Arc<PodRecord>) -> Vec<PmKey> {
         // Keys compare by name and namespace; the UID and version would be two more strings
         // per pod in every key copy.
-        pod_ref.extra = Default::default();
         let key = PodKey {
             source: source.clone(),
-            pod: pod_ref,
+            pod: ObjectRef::new(&pod.name).within(&pod.namespace),
         };
         let footprint = PodFootprint {
             pools: self.pools_of(source, &pod),
-            uid: pod.uid(),
-            node: pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.clone())
-                .filter(|n| !n.is_empty()),
             pod,
         };
         let mut affected = HashSet::new();
@@ -676,9 +678,9 @@ impl Index {
                 .or_default()
                 .insert(key.pod.name.clone(), footprint.pod.clone());
         }
-        if let Some(node) = &footprint.node {
+        if let Some(node) = footprint.node() {
             self.pods_by_node
-                .entry(node.clone())
+                .entry(node.to_owned())
                 .or_default()
                 .insert(key.clone());
         }
@@ -738,7 +740,7 @@ impl Index {
         for pool in &footprint.pools {
             out.extend(self.pms_by_pool.get(pool).into_iter().flatten().cloned());
         }
-        if let Some(uid) = &footprint.uid {
+        if let Some(uid) = footprint.uid() {
             out.extend(
                 self.published
                     .get(uid)
@@ -758,7 +760,7 @@ impl Index {
                 }
             }
         }
-        if let Some(node) = &old.node
+        if let Some(node) = old.node()
             && let Some(set) = self.pods_by_node.get_mut(node)
         {
             set.remove(key);
@@ -772,7 +774,7 @@ impl Index {
     /// annotation key of its namespace, so their pools may differ); returns the PortMappings
     /// affected.
     pub fn reindex_pods(&mut self, source: &PodSource) -> Vec<PmKey> {
-        let pods: Vec<Arc<Pod>> = self
+        let pods: Vec<Arc<PodRecord>> = self
             .pods
             .iter()
             .filter(|(k, _)| &k.source == source)
@@ -786,7 +788,7 @@ impl Index {
     }
 
     /// The pods of a PortMapping's pool (by key and value), as the pool's watch has them.
-    pub fn pool_pods(&self, pm: &PortMapping) -> Vec<Arc<Pod>> {
+    pub fn pool_pods(&self, pm: &PortMapping) -> Vec<Arc<PodRecord>> {
         // By name: a stable input order, so plans do not depend on hash order.
         self.pods_by_pool
             .get(&PoolKey::of(pm))
@@ -1384,22 +1386,26 @@ mod tests {
         let mut index = index();
         let p = pod("a", "p1", &[(KEY, "web")], &[]);
         assert_eq!(
-            names(index.apply_pod(&label(), Arc::new(p.clone()))),
+            names(index.apply_pod(&label(), Arc::new(PodRecord::from(p.clone())))),
             ["a/web-1", "a/web-2"]
         );
         // Same value in another namespace, and another value: other pools.
         let q = pod("b", "p1", &[(KEY, "web")], &[]);
         assert_eq!(
-            names(index.apply_pod(&label(), Arc::new(q.clone()))),
+            names(index.apply_pod(&label(), Arc::new(PodRecord::from(q.clone())))),
             ["b/web"]
         );
         let r = pod("a", "p2", &[(KEY, "nobody")], &[]);
-        assert!(index.apply_pod(&label(), Arc::new(r.clone())).is_empty());
+        assert!(
+            index
+                .apply_pod(&label(), Arc::new(PodRecord::from(r.clone())))
+                .is_empty()
+        );
         assert_eq!(
             index
                 .pool_pods(&pm("a", "web-1", "web", KeySource::Label, 10))
                 .iter()
-                .map(|p| p.name_any())
+                .map(|p| p.name.clone())
                 .collect::<Vec<_>>(),
             ["p1"]
         );
@@ -1408,10 +1414,13 @@ mod tests {
     #[test]
     fn a_pod_moving_between_pools_reaches_both_and_a_deleted_pod_its_last_pool() {
         let mut index = index();
-        index.apply_pod(&label(), Arc::new(pod("a", "p1", &[(KEY, "web")], &[])));
+        index.apply_pod(
+            &label(),
+            Arc::new(PodRecord::from(pod("a", "p1", &[(KEY, "web")], &[]))),
+        );
         let moved = pod("a", "p1", &[(KEY, "api")], &[]);
         assert_eq!(
-            names(index.apply_pod(&label(), Arc::new(moved.clone()))),
+            names(index.apply_pod(&label(), Arc::new(PodRecord::from(moved.clone())))),
             ["a/api", "a/web-1", "a/web-2"]
         );
         let web = pm("a", "web-1", "web", KeySource::Label, 10);
@@ -1437,12 +1446,16 @@ mod tests {
             ["a/web-1"]
         );
         assert_eq!(
-            names(index.apply_pod(&label(), Arc::new(p.clone()))),
+            names(index.apply_pod(&label(), Arc::new(PodRecord::from(p.clone())))),
             ["a/web-1"]
         );
         // Once no slice publishes it, nobody hears of it.
         index.apply_slice(&slice("a", "web-http", Some(&web), &[]));
-        assert!(index.apply_pod(&label(), Arc::new(p.clone())).is_empty());
+        assert!(
+            index
+                .apply_pod(&label(), Arc::new(PodRecord::from(p.clone())))
+                .is_empty()
+        );
     }
 
     #[test]
@@ -1566,11 +1579,18 @@ mod tests {
         let ns = PodSource::Namespace("a".into());
         let p = pod("a", "p1", &[], &[(KEY, "web")]);
         // No PortMapping reads the annotation yet: the pod is in no pool.
-        assert!(index.apply_pod(&ns, Arc::new(p.clone())).is_empty());
+        assert!(
+            index
+                .apply_pod(&ns, Arc::new(PodRecord::from(p.clone())))
+                .is_empty()
+        );
         let applied = index.apply_portmapping(&pm("a", "web", "web", KeySource::Annotation, 1));
         assert_eq!(applied.reindex, Some(ns.clone()));
         // The caller re-applies the namespace's pods.
-        assert_eq!(names(index.apply_pod(&ns, Arc::new(p.clone()))), ["a/web"]);
+        assert_eq!(
+            names(index.apply_pod(&ns, Arc::new(PodRecord::from(p.clone())))),
+            ["a/web"]
+        );
         let second = index.apply_portmapping(&pm("a", "web-2", "web", KeySource::Annotation, 2));
         assert_eq!(second.reindex, None, "the key is indexed already");
         assert_eq!(
@@ -1582,7 +1602,10 @@ mod tests {
     #[test]
     fn a_zone_change_reaches_the_portmappings_of_the_pods_on_that_node() {
         let mut index = index();
-        index.apply_pod(&label(), Arc::new(pod("a", "p1", &[(KEY, "api")], &[])));
+        index.apply_pod(
+            &label(),
+            Arc::new(PodRecord::from(pod("a", "p1", &[(KEY, "api")], &[]))),
+        );
         let node = |zone: &str| PartialObjectMeta::<Node> {
             metadata: ObjectMeta {
                 name: Some("node-p1".into()),
@@ -1604,8 +1627,8 @@ mod tests {
             pod("a", "p1", &[(KEY, "web")], &[]),
             pod("a", "p2", &[(KEY, "api")], &[]),
         );
-        index.apply_pod(&label(), Arc::new(p1.clone()));
-        index.apply_pod(&label(), Arc::new(p2.clone()));
+        index.apply_pod(&label(), Arc::new(PodRecord::from(p1.clone())));
+        index.apply_pod(&label(), Arc::new(PodRecord::from(p2.clone())));
         let present = HashSet::from([ObjectRef::from_obj(&p1)]);
         assert_eq!(names(index.retain_pods(&label(), &present)), ["a/api"]);
         let present = HashSet::from([ObjectRef::new("web-1").within("a")]);

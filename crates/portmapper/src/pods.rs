@@ -9,13 +9,15 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, ObjectMeta};
+use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use tokio::task::AbortHandle;
 use tracing::info;
+
+use portmapper_core::PodRecord;
 
 use crate::index::{PmKey, PodSource, SharedIndex};
 use crate::watches::{Owned, Trigger, consume};
@@ -91,9 +93,12 @@ impl PodWatches {
             api,
             config,
             "pods",
-            strip_pod,
+            // The record moves out what it keeps; the rest is dropped with the `Pod`.
+            |_: &mut Pod| {},
             move |change| match change {
-                Owned::Apply(pod) => index.lock().apply_pod(&watched, Arc::new(pod)),
+                Owned::Apply(pod) => index
+                    .lock()
+                    .apply_pod(&watched, Arc::new(PodRecord::from(pod))),
                 Owned::Delete(pod) => index
                     .lock()
                     .delete_pod(&watched, &ObjectRef::from_obj(&pod)),
@@ -182,87 +187,9 @@ impl Drop for PodWatches {
     }
 }
 
-/// Keeps only what membership and rendering read: identity, labels, annotations, deletion (and
-/// its grace period), scheduling, readiness gates, hostname/subdomain, the names and ports of
-/// containers that declare ports, phase, IPs, conditions and container readiness. Images, env,
-/// volumes, owner references and managedFields are dropped to bound memory. A container that
-/// declares no port is dropped whole: it resolves no target or check port, and each kept
-/// `Container` costs about 2 KiB however empty (k8s-openapi's struct), a third of a pool pod.
-pub fn strip_pod(pod: &mut Pod) {
-    let meta = std::mem::take(&mut pod.metadata);
-    pod.metadata = ObjectMeta {
-        name: meta.name,
-        namespace: meta.namespace,
-        uid: meta.uid,
-        resource_version: meta.resource_version,
-        labels: meta.labels,
-        annotations: meta.annotations,
-        creation_timestamp: meta.creation_timestamp,
-        deletion_timestamp: meta.deletion_timestamp,
-        // With the deletion timestamp it dates the deletion request (slice trigger time).
-        deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
-        ..ObjectMeta::default()
-    };
-    if let Some(spec) = pod.spec.take() {
-        let slim = |c: Container| Container {
-            name: c.name,
-            ports: c.ports,
-            restart_policy: c.restart_policy,
-            ..Container::default()
-        };
-        // `collect` reuses the source vector's buffer in place, so the kept containers are
-        // moved to a fitting one: an emptied buffer of one container would still hold its 2 KiB.
-        let serving = |v: Vec<Container>| -> Vec<Container> {
-            let mut kept: Vec<Container> = v
-                .into_iter()
-                .filter(|c| c.ports.as_ref().is_some_and(|p| !p.is_empty()))
-                .map(slim)
-                .collect();
-            kept.shrink_to_fit();
-            kept
-        };
-        pod.spec = Some(PodSpec {
-            containers: serving(spec.containers),
-            init_containers: spec.init_containers.map(serving).filter(|v| !v.is_empty()),
-            node_name: spec.node_name,
-            // The publication gate is opt-in through it (podReady and the planner read it).
-            readiness_gates: spec.readiness_gates,
-            hostname: spec.hostname,
-            subdomain: spec.subdomain,
-            ..PodSpec::default()
-        });
-    }
-    if let Some(status) = pod.status.take() {
-        pod.status = Some(PodStatus {
-            phase: status.phase,
-            pod_ip: status.pod_ip,
-            pod_ips: status.pod_ips,
-            conditions: status.conditions,
-            container_statuses: status.container_statuses.map(slim_statuses),
-            init_container_statuses: status.init_container_statuses.map(slim_statuses),
-            ..PodStatus::default()
-        });
-    }
-}
-
-/// Container statuses as `containerReady` reads them: name and readiness.
-fn slim_statuses(statuses: Vec<ContainerStatus>) -> Vec<ContainerStatus> {
-    statuses
-        .into_iter()
-        .map(|s| ContainerStatus {
-            name: s.name,
-            ready: s.ready,
-            ..ContainerStatus::default()
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::PodCondition;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use k8s_openapi::jiff::Timestamp;
 
     /// The PortMappings that asked before the first list was in are woken once it is: the
     /// list's own pod events came before the list was complete, so they saw it unlisted.
@@ -301,108 +228,5 @@ mod tests {
             BTreeSet::from(["one".to_string(), "two".to_string()])
         );
         assert!(watches.is_listed(&source, &one));
-    }
-
-    #[test]
-    fn stripping_keeps_what_dates_a_change() {
-        let at = Time(Timestamp::from_second(1_800_000_000).unwrap());
-        let mut pod = Pod {
-            metadata: ObjectMeta {
-                creation_timestamp: Some(at.clone()),
-                deletion_timestamp: Some(at.clone()),
-                deletion_grace_period_seconds: Some(30),
-                ..ObjectMeta::default()
-            },
-            status: Some(PodStatus {
-                conditions: Some(vec![PodCondition {
-                    type_: "Ready".into(),
-                    status: "True".into(),
-                    last_transition_time: Some(at.clone()),
-                    ..PodCondition::default()
-                }]),
-                ..PodStatus::default()
-            }),
-            ..Pod::default()
-        };
-        let kept = pod.clone();
-        strip_pod(&mut pod);
-        assert_eq!(pod.metadata, kept.metadata);
-        assert_eq!(pod.status, kept.status);
-    }
-
-    #[test]
-    fn stripping_keeps_the_readiness_gates() {
-        use k8s_openapi::api::core::v1::{PodReadinessGate, PodSpec};
-        let gates = vec![PodReadinessGate {
-            condition_type: portmapper_core::PUBLISHED_GATE.into(),
-        }];
-        let mut pod = Pod {
-            spec: Some(PodSpec {
-                readiness_gates: Some(gates.clone()),
-                ..PodSpec::default()
-            }),
-            ..Pod::default()
-        };
-        strip_pod(&mut pod);
-        assert_eq!(pod.spec.and_then(|s| s.readiness_gates), Some(gates));
-    }
-
-    #[test]
-    fn stripping_keeps_containers_with_ports_and_container_readiness() {
-        use k8s_openapi::api::core::v1::{ContainerPort, PodSpec};
-        let port = |name: &str| ContainerPort {
-            name: Some(name.into()),
-            container_port: 8080,
-            ..ContainerPort::default()
-        };
-        let container = |name: &str, ports: Option<Vec<ContainerPort>>| Container {
-            name: name.into(),
-            image: Some("registry.example/app:1".into()),
-            ports,
-            ..Container::default()
-        };
-        let mut pod = Pod {
-            spec: Some(PodSpec {
-                containers: vec![
-                    container("app", Some(vec![port("http")])),
-                    container("logs", None),
-                    container("empty", Some(Vec::new())),
-                ],
-                init_containers: Some(vec![container("setup", None)]),
-                ..PodSpec::default()
-            }),
-            status: Some(PodStatus {
-                container_statuses: Some(vec![ContainerStatus {
-                    name: "app".into(),
-                    ready: true,
-                    image: "registry.example/app:1".into(),
-                    restart_count: 3,
-                    ..ContainerStatus::default()
-                }]),
-                ..PodStatus::default()
-            }),
-            ..Pod::default()
-        };
-        strip_pod(&mut pod);
-        let spec = pod.spec.unwrap();
-        assert_eq!(
-            spec.containers,
-            vec![Container {
-                name: "app".into(),
-                ports: Some(vec![port("http")]),
-                ..Container::default()
-            }]
-        );
-        // Three containers came in; the buffer kept fits the one left (memory per pool pod).
-        assert_eq!(spec.containers.capacity(), 1);
-        assert_eq!(spec.init_containers, None);
-        assert_eq!(
-            pod.status.unwrap().container_statuses,
-            Some(vec![ContainerStatus {
-                name: "app".into(),
-                ready: true,
-                ..ContainerStatus::default()
-            }])
-        );
     }
 }

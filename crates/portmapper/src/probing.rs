@@ -16,12 +16,12 @@ use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use portmapper_api::{NetworkKey, PortMapping};
 use portmapper_core::target::service_port_protocol;
-use portmapper_core::{NetworkDecisions, NetworkLookup, Verdict, check_at, port_rules};
+use portmapper_core::{NetworkDecisions, NetworkLookup, PodRecord, Verdict, check_at, port_rules};
 use portmapper_probe::{
     ContainerPort, ExecutorConfig, MappingKey, Membership, Outcome, PoolPod, ProbeEvents,
     ProbeExecutor, Prober, ProberConfig, ServicePort, Target, TargetResult,
@@ -117,7 +117,7 @@ pub fn watch(
     prober: &Prober,
     pm: &PortMapping,
     service: &Service,
-    pods: &[&Pod],
+    pods: &[&PodRecord],
     lookups: &[NetworkLookup],
     network: &NetworkDecisions,
 ) -> Watched {
@@ -158,7 +158,7 @@ fn success_threshold(pm: &PortMapping) -> u32 {
 pub fn lookup_targets(
     pm: &PortMapping,
     service: &Service,
-    pods: &[&Pod],
+    pods: &[&PodRecord],
     lookups: &[NetworkLookup],
 ) -> Vec<Target> {
     if lookups.is_empty() {
@@ -211,18 +211,10 @@ pub fn lookup_targets(
 
 /// What a probe may know about a pod: its identity, metadata for webhooks, the one address of
 /// the family being published, and its declared container ports (for named check ports).
-fn pool_pod(pod: &Pod, address: IpAddr) -> PoolPod {
-    let spec = pod.spec.as_ref();
-    let containers = spec
-        .map(|s| s.containers.as_slice())
-        .unwrap_or_default()
-        .iter()
-        .chain(
-            spec.and_then(|s| s.init_containers.as_deref())
-                .unwrap_or_default(),
-        );
+fn pool_pod(pod: &PodRecord, address: IpAddr) -> PoolPod {
+    let containers = pod.containers.iter().chain(&pod.init_containers);
     let ports = containers
-        .flat_map(|c| c.ports.iter().flatten())
+        .flat_map(|c| &c.ports)
         .filter_map(|p| {
             Some(ContainerPort {
                 name: p.name.clone()?,
@@ -231,11 +223,17 @@ fn pool_pod(pod: &Pod, address: IpAddr) -> PoolPod {
             })
         })
         .collect();
+    let map = |pairs: &portmapper_core::Pairs| {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    };
     PoolPod {
-        name: pod.name_any(),
-        uid: pod.metadata.uid.clone().unwrap_or_default(),
-        labels: pod.labels().clone(),
-        annotations: pod.annotations().clone(),
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+        labels: map(&pod.labels),
+        annotations: map(&pod.annotations),
         ips: vec![address],
         ports,
     }
@@ -290,7 +288,7 @@ mod tests {
 
     use k8s_openapi::api::core::v1::ObjectReference;
     use k8s_openapi::api::core::v1::{
-        Container, ContainerPort as K8sContainerPort, PodCondition, PodIP, PodSpec, PodStatus,
+        Container, ContainerPort as K8sContainerPort, Pod, PodCondition, PodIP, PodSpec, PodStatus,
         ServicePort as K8sServicePort, ServiceSpec,
     };
     use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
@@ -361,7 +359,7 @@ mod tests {
         }
     }
 
-    fn pod(name: &str, ip: &str, ports: &str) -> Pod {
+    fn pod(name: &str, ip: &str, ports: &str) -> PodRecord {
         Pod {
             metadata: ObjectMeta {
                 name: Some(name.into()),
@@ -394,9 +392,10 @@ mod tests {
                 ..PodStatus::default()
             }),
         }
+        .into()
     }
 
-    fn owned_slice(port: &str, pods: &[&Pod]) -> EndpointSlice {
+    fn owned_slice(port: &str, pods: &[&PodRecord]) -> EndpointSlice {
         EndpointSlice {
             metadata: ObjectMeta {
                 name: Some(format!("kafka.{port}")),
@@ -419,15 +418,11 @@ mod tests {
             endpoints: pods
                 .iter()
                 .map(|p| Endpoint {
-                    addresses: vec![
-                        p.status.as_ref().unwrap().pod_ips.as_ref().unwrap()[0]
-                            .ip
-                            .clone(),
-                    ],
+                    addresses: vec![p.pod_ips[0].clone()],
                     target_ref: Some(ObjectReference {
                         kind: Some("Pod".into()),
-                        name: p.metadata.name.clone(),
-                        uid: p.metadata.uid.clone(),
+                        name: Some(p.name.clone()),
+                        uid: Some(p.uid.clone()),
                         ..ObjectReference::default()
                     }),
                     ..Endpoint::default()
@@ -472,7 +467,7 @@ mod tests {
     fn plan_of(
         pm: &PortMapping,
         svc: &Service,
-        pods: &[&Pod],
+        pods: &[&PodRecord],
         slices: &[&EndpointSlice],
         network: &NetworkDecisions,
     ) -> Plan {
@@ -499,7 +494,7 @@ mod tests {
     fn planned_targets(
         pm: &PortMapping,
         svc: &Service,
-        pods: &[&Pod],
+        pods: &[&PodRecord],
         slices: &[&EndpointSlice],
     ) -> Vec<Target> {
         let plan = plan_of(pm, svc, pods, slices, &NetworkDecisions::new());
@@ -631,7 +626,7 @@ mod tests {
         pm.spec.unlisted_ports = portmapper_api::UnlistedPorts::UseDefaultChecks;
         let svc = service();
         let slices = [owned_slice("admin", &[&a, &b])];
-        let (pods, slices): (Vec<&Pod>, Vec<&EndpointSlice>) =
+        let (pods, slices): (Vec<&PodRecord>, Vec<&EndpointSlice>) =
             (pods.iter().collect(), slices.iter().collect());
         let watched = planned_targets(&pm, &svc, &pods, &slices);
         assert_eq!(watched.len(), 2, "only the admin port has a network check");

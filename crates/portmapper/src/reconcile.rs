@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -13,8 +13,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use portmapper_api::status::condition_types as ct;
 use portmapper_api::{PortMapping, PortMappingStatus};
-use portmapper_core::EventReason;
 use portmapper_core::planner::{self, GatePeers, Plan, PlanInput};
+use portmapper_core::{EventReason, PodRecord};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::apply::Writer;
@@ -302,7 +302,7 @@ enum Decided {
     /// Inputs are complete: plan.
     Plan {
         service: Arc<Service>,
-        pods: Vec<Arc<Pod>>,
+        pods: Vec<Arc<PodRecord>>,
     },
 }
 
@@ -370,8 +370,8 @@ async fn stalled_gates(
     if !ctx.pods.is_listed(&PodSource::of(pm), pm_ref) {
         return Ok(false);
     }
-    let pods: Vec<Arc<Pod>> = ctx.index.lock().pool_pods(pm);
-    let pods: Vec<&Pod> = pods
+    let pods: Vec<Arc<PodRecord>> = ctx.index.lock().pool_pods(pm);
+    let pods: Vec<&PodRecord> = pods
         .iter()
         .map(AsRef::as_ref)
         .filter(|p| portmapper_core::pod_in_pool(&pm.spec, ns, p).unwrap_or(false))
@@ -429,7 +429,7 @@ fn gate_peers(
     ctx: &Context,
     ns: &str,
     pm_ref: &ObjectRef<PortMapping>,
-    pods: &[&Pod],
+    pods: &[&PodRecord],
 ) -> GatePeers {
     let own = pm.spec.gate_condition_type();
     // Older PortMappings of the same type matter only for pods that carry the gate; without
@@ -448,7 +448,8 @@ fn gate_peers(
             let manager = older
                 .iter()
                 .find(|o| portmapper_core::pod_in_pool(&o.spec, ns, pod).unwrap_or(false));
-            if let (Some(manager), Some(name)) = (manager, pod.metadata.name.as_deref()) {
+            if let Some(manager) = manager {
+                let name = pod.name.as_str();
                 debug!(portmapping = %pm_ref, pod = name, manager = %manager.name_any(), gate = own, "an older PortMapping sets this pod's gate");
                 managed_by.insert(name.to_owned(), manager.name_any());
             }
@@ -509,17 +510,16 @@ async fn plan_and_apply(
     pm_ref: &ObjectRef<PortMapping>,
     writer: &Writer<'_>,
     service: &Service,
-    pods: &[Arc<Pod>],
+    pods: &[Arc<PodRecord>],
     gathered: &Gathered<'_>,
 ) -> Result<Outcome, Error> {
     let (owned, take_over) = (gathered.owned, gathered.take_over);
-    let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+    let pods: Vec<&PodRecord> = pods.iter().map(AsRef::as_ref).collect();
     let live_slices = owned;
     let zones = if ctx.settings.node_lookups {
-        ctx.index.lock().zones_of(
-            pods.iter()
-                .filter_map(|p| p.spec.as_ref()?.node_name.as_deref()),
-        )
+        ctx.index
+            .lock()
+            .zones_of(pods.iter().filter_map(|p| p.node_name.as_deref()))
     } else {
         BTreeMap::new()
     };

@@ -13,6 +13,7 @@ use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use portmapper_api::PortMapping;
+use portmapper_core::PodRecord;
 use serde_json::{Value, json};
 
 use crate::context::{Context, Settings};
@@ -117,7 +118,7 @@ impl World {
             let mut idx = index.lock();
             idx.apply_portmapping(&pm());
             for p in &pods {
-                idx.apply_pod(&source, Arc::new(p.clone()));
+                idx.apply_pod(&source, Arc::new(PodRecord::from(p.clone())));
             }
         }
         pod_watches.insert_ready(source);
@@ -174,11 +175,10 @@ impl World {
 
     /// A pod event of the pool's watch: the index, then the reconciles it queues.
     fn pod_seen(&self, pod: Pod) {
-        let affected = self
-            .ctx
-            .index
-            .lock()
-            .apply_pod(&PodSource::Label("app".into()), Arc::new(pod));
+        let affected = self.ctx.index.lock().apply_pod(
+            &PodSource::Label("app".into()),
+            Arc::new(PodRecord::from(pod)),
+        );
         self.queue(affected);
     }
 

@@ -16,7 +16,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
@@ -24,7 +24,7 @@ use kube::ResourceExt;
 use portmapper_api::{PortMapping, PortMappingStatus};
 use portmapper_core::planner::objects::ANNOTATION_TRIGGER_TIME;
 use portmapper_core::target::{PodAddress, is_terminal, pod_address};
-use portmapper_core::{NetworkDecisions, PlanInput, Verdict, planner, pod_in_pool};
+use portmapper_core::{NetworkDecisions, PlanInput, PodRecord, Verdict, planner, pod_in_pool};
 
 use crate::conditions::{self, Desired};
 use crate::report;
@@ -201,7 +201,7 @@ fn fill_meta(meta: &mut ObjectMeta, kind: &str, namespace: Option<&str>) {
 struct Inputs {
     port_mappings: Vec<(Source, PortMapping, PortMapping)>,
     services: HashMap<(String, String), Service>,
-    pods: BTreeMap<String, Vec<Pod>>,
+    pods: BTreeMap<String, Vec<PodRecord>>,
     zones: BTreeMap<String, String>,
 }
 
@@ -254,7 +254,11 @@ fn index(loaded: Vec<Loaded>, default_ns: &str) -> Result<Inputs, Vec<InputError
             }
             Object::Pod(mut pod) => {
                 fill_meta(&mut pod.metadata, "Pod", Some(&ns));
-                inputs.pods.entry(ns).or_default().push(*pod);
+                inputs
+                    .pods
+                    .entry(ns)
+                    .or_default()
+                    .push(PodRecord::from(*pod));
             }
             Object::Node(node) => {
                 if let Some(zone) = node.labels().get("topology.kubernetes.io/zone") {
@@ -357,11 +361,11 @@ fn preview(
         if in_pool && !is_terminal(pod) && no_ip {
             out.notes.push(format!(
                 "pod {} has no status.podIPs, so it is not a candidate: render reads pod status as `kubectl get pod -o yaml` prints it",
-                pod.name_any()
+                pod.name
             ));
         }
     }
-    let pods: Vec<&Pod> = pods.iter().collect();
+    let pods: Vec<&PodRecord> = pods.iter().collect();
     let mut input = PlanInput {
         port_mapping: pm,
         service,

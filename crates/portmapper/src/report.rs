@@ -2,7 +2,7 @@
 //! Event reason of each planner warning. Pure, so the live reconcile and the offline
 //! `portmapper render` preview report exactly the same status.
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{Resource, ResourceExt};
 use kube_validation::field::FieldError;
@@ -140,7 +140,10 @@ pub const ISTIO_AMBIENT: &str = EventReason::IstioAmbient.as_str();
 /// `ConsumerCaveat=True` while a consumer is known to ignore this plan's per-port membership:
 /// published pods are enrolled in Istio ambient and the ports have different members. Absent
 /// otherwise, like `SelectorMigration`. Its message is also the Warning Event's note.
-pub fn consumer_caveat(plan: &portmapper_core::Plan, pods: &[&Pod]) -> Option<Desired> {
+pub fn consumer_caveat(
+    plan: &portmapper_core::Plan,
+    pods: &[&portmapper_core::PodRecord],
+) -> Option<Desired> {
     portmapper_core::consumers::istio_ambient(plan, pods)
         .map(|caveat| Desired::new(ct::CONSUMER_CAVEAT, true, ISTIO_AMBIENT, caveat.to_string()))
 }

@@ -334,11 +334,7 @@ impl<'a> Evaluator<'_, 'a> {
     ) {
         let ctx = self.ctx;
         let port = &ctx.ports[port_idx];
-        let uid = ctx.pods[pod_idx]
-            .metadata
-            .uid
-            .as_deref()
-            .unwrap_or_default();
+        let uid = ctx.pods[pod_idx].uid.as_str();
         let ours = self.ours;
         let published = self
             .published
@@ -400,7 +396,7 @@ impl<'a> Evaluator<'_, 'a> {
         let pod = self.ctx.pods[pod_idx];
         if self.rejected_warned.insert((pod_idx, ip.to_owned())) {
             self.warnings.push(PlanWarning::RejectedPodAddress {
-                pod: pod.metadata.name.clone().unwrap_or_default(),
+                pod: pod.name.clone(),
                 ip: ip.to_owned(),
                 reason: reason.to_owned(),
             });
@@ -430,7 +426,7 @@ impl<'a> Evaluator<'_, 'a> {
         let ctx = self.ctx;
         let port = &ctx.ports[port_idx];
         let pod = ctx.pods[pod_idx];
-        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let uid = pod.uid.as_str();
         match verdict.decision {
             Decision::Include => self.out.decisions.include += 1,
             Decision::Exclude => self.out.decisions.exclude += 1,
@@ -485,12 +481,7 @@ impl<'a> Evaluator<'_, 'a> {
         merge_state(slot, PodPortState::Published { ready, kept });
         // Without zones (node lookups off) the pod's spec is not read at all.
         let zone = (!ctx.node_zones.is_empty())
-            .then(|| {
-                pod.spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_ref())
-                    .and_then(|n| ctx.node_zones.get(n))
-            })
+            .then(|| pod.node_name.as_ref().and_then(|n| ctx.node_zones.get(n)))
             .flatten()
             .map(String::as_str);
         let mut endpoint = DesiredEndpoint::new(

@@ -16,7 +16,6 @@
 
 use std::collections::HashSet;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -25,6 +24,7 @@ use super::PlanContext;
 use super::status::PodPortState;
 use super::types::{GatePeers, PodGate};
 use crate::check::has_gate;
+use crate::pod_record::PodRecord;
 use crate::target::{is_terminal, is_terminating};
 
 /// Reason of the True condition.
@@ -41,7 +41,7 @@ pub const REASON_NO_ADDRESS: &str = "NoAddress";
 /// set False with `reason` (the PortMapping's own Ready reason) and `message`. `pods` are the
 /// pool's, `gate_type` the PortMapping's; pods an older PortMapping gates are left to it.
 pub fn stalled_pod_gates(
-    pods: &[&Pod],
+    pods: &[&PodRecord],
     gate_type: &str,
     gate_peers: &GatePeers,
     live_slices: &[&EndpointSlice],
@@ -56,8 +56,7 @@ pub fn stalled_pod_gates(
         .collect();
     let mut out = Vec::new();
     for &pod in pods {
-        let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let (name, uid) = (pod.name.as_str(), pod.uid.as_str());
         if !has_gate(pod, gate_type)
             || is_terminal(pod)
             || is_terminating(pod)
@@ -85,12 +84,7 @@ pub(crate) fn pod_gates(
         if !has_gate(pod, ctx.gate_type) || is_terminal(pod) || is_terminating(pod) {
             continue;
         }
-        if pod
-            .metadata
-            .name
-            .as_deref()
-            .is_some_and(|n| ctx.gate_peers.managed_by.contains_key(n))
-        {
+        if ctx.gate_peers.managed_by.contains_key(&pod.name) {
             continue;
         }
         let (status, reason, message) = desired(ctx, pod_idx, states);
@@ -107,11 +101,7 @@ fn desired(
     states: &[Vec<Option<PodPortState>>],
 ) -> (bool, &'static str, String) {
     let pod = ctx.pods[pod_idx];
-    let has_ip = pod.status.as_ref().is_some_and(|s| {
-        s.pod_ip.as_deref().is_some_and(|ip| !ip.is_empty())
-            || s.pod_ips.as_ref().is_some_and(|ips| !ips.is_empty())
-    });
-    if !has_ip {
+    if !pod.has_ip() {
         // Not a candidate anywhere yet; True now would let Ready through the moment the pod
         // gets its address, before any slice names it.
         return (
@@ -159,17 +149,13 @@ fn desired(
 fn change(
     gate_type: &str,
     now: Timestamp,
-    pod: &Pod,
+    pod: &PodRecord,
     status: bool,
     reason: &'static str,
     message: String,
 ) -> Option<PodGate> {
     let text = if status { "True" } else { "False" };
-    let current = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == gate_type));
+    let current = pod.condition(gate_type);
     if current.is_some_and(|c| {
         c.status == text
             && c.reason.as_deref() == Some(reason)
@@ -184,9 +170,9 @@ fn change(
         _ => Some(Time(now)),
     };
     Some(PodGate {
-        pod: pod.metadata.name.clone().unwrap_or_default(),
+        pod: pod.name.clone(),
         condition_type: gate_type.to_owned(),
-        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        uid: pod.uid.clone(),
         status,
         reason,
         message,

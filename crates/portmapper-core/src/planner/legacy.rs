@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{
-    EndpointAddress, EndpointPort, EndpointSubset, Endpoints, Pod, Service,
+    EndpointAddress, EndpointPort, EndpointSubset, Endpoints, Service,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use portmapper_api::MANAGER;
@@ -19,6 +19,7 @@ use super::objects::{
 use super::types::{Deletion, PlanError, PlannedEndpoints, WriteAction};
 use super::{Member, PortView};
 use crate::ownership::{Ownership, controlled_by_another, ownership};
+use crate::pod_record::PodRecord;
 
 /// The most addresses the native endpoints controller puts in one Endpoints object.
 pub const MAX_ENDPOINTS_ADDRESSES: usize = 1000;
@@ -29,7 +30,7 @@ pub(crate) struct LegacyContext<'a> {
     pub namespace: &'a str,
     pub owner: &'a OwnerReference,
     pub pm_uid: &'a str,
-    pub pods: &'a [&'a Pod],
+    pub pods: &'a [&'a PodRecord],
     pub ports: &'a [PortView<'a>],
     pub now: &'a str,
 }
@@ -106,11 +107,7 @@ pub(crate) fn plan_endpoints(
     let mut subsets: BTreeMap<Vec<PortKey>, Vec<(IpAddr, String, EndpointAddress)>> =
         BTreeMap::new();
     for (pod, (address, ip, ports)) in per_pod {
-        let uid = ctx
-            .pods
-            .get(pod)
-            .and_then(|p| p.metadata.uid.clone())
-            .unwrap_or_default();
+        let uid = ctx.pods.get(pod).map(|p| p.uid.clone()).unwrap_or_default();
         subsets
             .entry(ports.into_iter().collect())
             .or_default()

@@ -16,11 +16,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::{Pod, ServiceSpec};
+use k8s_openapi::api::core::v1::ServiceSpec;
 use portmapper_api::PortMappingSpec;
 
 use super::objects::HintMode;
 use crate::decision::Verdict;
+use crate::pod_record::PodRecord;
 
 /// Per-PortMapping memory of the last evaluation. Start with `EvalMemo::default()`, pass the same
 /// value to every [`plan_with_memo`](super::plan_with_memo) of that PortMapping.
@@ -99,7 +100,7 @@ impl EvalMemo {
         spec: &PortMappingSpec,
         service: Option<&ServiceSpec>,
         gate_peers: &BTreeSet<String>,
-        pods: &[&Pod],
+        pods: &[&PodRecord],
         slots: usize,
     ) -> Vec<PodMemo> {
         let same = self.inputs.as_ref().is_some_and(|i| {
@@ -172,14 +173,11 @@ impl EvalMemo {
 
     /// Remembers the outcomes of this pass (pods without UID or resourceVersion are not
     /// remembered); pods not in this pass are forgotten.
-    pub(crate) fn check_in(&mut self, pods: &[&Pod], mut memos: Vec<PodMemo>) {
+    pub(crate) fn check_in(&mut self, pods: &[&PodRecord], mut memos: Vec<PodMemo>) {
         // Known from the checkout, without comparing every UID again.
         let same_pods = self.aligned;
         if !same_pods {
-            self.uids = pods
-                .iter()
-                .map(|p| p.metadata.uid.clone().unwrap_or_default())
-                .collect();
+            self.uids = pods.iter().map(|p| p.uid.clone()).collect();
             self.pool_epoch += 1;
         }
         for (pod, memo) in pods.iter().zip(memos.iter_mut()) {
@@ -255,14 +253,9 @@ impl EvalMemo {
 }
 
 /// UID and resourceVersion, when the pod has both.
-fn identity(pod: &Pod) -> Option<(&str, &str)> {
-    let uid = pod.metadata.uid.as_deref().filter(|u| !u.is_empty())?;
-    let rv = pod
-        .metadata
-        .resource_version
-        .as_deref()
-        .filter(|v| !v.is_empty())?;
-    Some((uid, rv))
+fn identity(pod: &PodRecord) -> Option<(&str, &str)> {
+    (!pod.uid.is_empty() && !pod.resource_version.is_empty())
+        .then_some((pod.uid.as_str(), pod.resource_version.as_str()))
 }
 
 /// What every remembered outcome depends on besides its pod.

@@ -53,7 +53,7 @@ mod types;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
+use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -73,6 +73,7 @@ pub use types::{
 use crate::membership::{PortRules, port_rules, publish_not_ready};
 use crate::network::{NetworkDecisions, NetworkLookup};
 use crate::ownership::{HeldName, ownership};
+use crate::pod_record::PodRecord;
 use crate::pool::pod_in_pool;
 use crate::target::{is_named_target, service_port_protocol};
 use objects::{HintMode, hint_mode, owner_reference};
@@ -109,7 +110,7 @@ pub(crate) struct PlanContext<'a> {
     pub namespace: &'a str,
     pub owner: &'a OwnerReference,
     /// Pool pods, in input order.
-    pub pods: &'a [&'a Pod],
+    pub pods: &'a [&'a PodRecord],
     /// Primary first.
     pub families: &'a [IpFamily],
     pub ports: &'a [PortView<'a>],
@@ -305,7 +306,7 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
         out.deletions = teardown::every(ours.iter().map(AsRef::as_ref));
         out.endpoints_deletion = legacy::owned_endpoints_deletion(input.live_endpoints, &pm_uid);
         // Its slices go: no gated pod stays published.
-        let pool: Vec<&Pod> = input
+        let pool: Vec<&PodRecord> = input
             .pods
             .iter()
             .copied()
@@ -325,7 +326,7 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
         return Ok(out);
     }
 
-    let mut pods: Vec<&Pod> = Vec::new();
+    let mut pods: Vec<&PodRecord> = Vec::new();
     for &pod in input.pods {
         if pod_in_pool(spec, &namespace, pod)? {
             pods.push(pod);
@@ -422,10 +423,7 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
         out.endpoints_deletion = legacy::owned_endpoints_deletion(input.live_endpoints, &pm_uid);
     }
 
-    let names: Vec<&str> = pods
-        .iter()
-        .map(|p| p.metadata.name.as_deref().unwrap_or_default())
-        .collect();
+    let names: Vec<&str> = pods.iter().map(|p| p.name.as_str()).collect();
     out.pod_gates = gate::pod_gates(&ctx, &evaluated.states);
     out.ports = port_statuses(&ports, &evaluated.states, &names);
     out.summary = status::summary(&out.ports);
@@ -436,7 +434,7 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
 
 /// Re-points lookups from the pool (`pool`, a subsequence of `input`) to `PlanInput::pods`.
 /// Only built when something is probed, so a plan without network checks pays nothing.
-fn to_input_indices(lookups: &mut [NetworkLookup], pool: &[&Pod], input: &[&Pod]) {
+fn to_input_indices(lookups: &mut [NetworkLookup], pool: &[&PodRecord], input: &[&PodRecord]) {
     if lookups.is_empty() {
         return;
     }

@@ -4,12 +4,14 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::{
     Endpoint, EndpointConditions, EndpointHints, ForNode, ForZone,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use portmapper_api::MANAGER;
+
+use crate::pod_record::PodRecord;
 
 /// `kubernetes.io/service-name`.
 pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
@@ -110,7 +112,7 @@ pub fn hint_mode(service: &Service) -> (HintMode, Option<&'static str>) {
 #[derive(Clone, Copy)]
 pub struct EndpointFacts<'a> {
     /// The pod.
-    pub pod: &'a Pod,
+    pub pod: &'a PodRecord,
     /// Its address in the slice's family.
     pub address: IpAddr,
     /// Published ready.
@@ -131,14 +133,11 @@ pub fn build_endpoint(
     hints: HintMode,
 ) -> Endpoint {
     let pod = facts.pod;
-    let spec = pod.spec.as_ref();
-    let node = spec
-        .and_then(|s| s.node_name.clone())
-        .filter(|n| !n.is_empty());
-    let hostname = spec
-        .filter(|s| s.subdomain.as_deref() == Some(service_name))
-        .and_then(|s| s.hostname.clone())
-        .filter(|h| !h.is_empty());
+    let node = pod.node_name.clone().filter(|n| !n.is_empty());
+    let hostname = pod
+        .hostname
+        .clone()
+        .filter(|h| !h.is_empty() && pod.subdomain.as_deref() == Some(service_name));
     let zone = facts.zone.map(str::to_owned);
     let hints = if facts.ready {
         let for_zones = zone.as_ref().map(|z| vec![ForZone { name: z.clone() }]);
@@ -173,12 +172,17 @@ pub fn build_endpoint(
         target_ref: Some(ObjectReference {
             kind: Some("Pod".to_owned()),
             namespace: Some(namespace.to_owned()),
-            name: pod.metadata.name.clone(),
-            uid: pod.metadata.uid.clone(),
+            name: present(&pod.name).map(str::to_owned),
+            uid: present(&pod.uid).map(str::to_owned),
             ..ObjectReference::default()
         }),
         zone,
     }
+}
+
+/// A record's field as the API would carry it: absent when empty.
+fn present(field: &str) -> Option<&str> {
+    (!field.is_empty()).then_some(field)
 }
 
 /// An endpoint the planner wants, before it is rendered: the facts and the context that decide
@@ -211,7 +215,7 @@ impl<'a> DesiredEndpoint<'a> {
         hints: HintMode,
     ) -> Self {
         Self {
-            uid: facts.pod.metadata.uid.as_deref().unwrap_or_default(),
+            uid: facts.pod.uid.as_str(),
             pool_position: 0,
             facts,
             service_name,
@@ -233,27 +237,23 @@ impl<'a> DesiredEndpoint<'a> {
     fn node(&self) -> Option<&'a str> {
         self.facts
             .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
+            .node_name
+            .as_deref()
             .filter(|n| !n.is_empty())
     }
 
     fn hostname(&self) -> Option<&'a str> {
-        self.facts
-            .pod
-            .spec
-            .as_ref()
-            .filter(|s| s.subdomain.as_deref() == Some(self.service_name))
-            .and_then(|s| s.hostname.as_deref())
-            .filter(|h| !h.is_empty())
+        let pod = self.facts.pod;
+        pod.hostname
+            .as_deref()
+            .filter(|h| !h.is_empty() && pod.subdomain.as_deref() == Some(self.service_name))
     }
 
     /// Whether `live` is what [`to_endpoint`](Self::to_endpoint) would give, by the planner's equality
     /// ([`endpoint_eq`](super::endpoint_eq)) — without rendering.
     pub fn same_as(&self, live: &Endpoint) -> bool {
         let uid = live.target_ref.as_ref().and_then(|t| t.uid.as_deref());
-        uid == self.facts.pod.metadata.uid.as_deref() && self.same_as_identified(live, true)
+        uid == present(&self.facts.pod.uid) && self.same_as_identified(live, true)
     }
 
     /// [`same_as`](Self::same_as) for a `live` endpoint already known to carry this endpoint's
@@ -269,7 +269,7 @@ impl<'a> DesiredEndpoint<'a> {
             cond.and_then(|c| c.terminating).unwrap_or(false),
         );
         let target = live.target_ref.as_ref();
-        let pod = &f.pod.metadata;
+        let pod = f.pod;
         (if compare_address {
             address_is(live, f.address)
         } else {
@@ -281,7 +281,7 @@ impl<'a> DesiredEndpoint<'a> {
             && target.is_some_and(|t| {
                 t.kind.as_deref() == Some("Pod")
                     && t.namespace.as_deref() == Some(self.namespace)
-                    && t.name == pod.name
+                    && t.name.as_deref() == present(&pod.name)
             })
             && self.hints_match(live.hints.as_ref())
     }
@@ -327,7 +327,7 @@ fn address_is(live: &Endpoint, address: IpAddr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{PodSpec, ServiceSpec};
+    use k8s_openapi::api::core::v1::{Pod, PodSpec, ServiceSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn svc(
@@ -435,7 +435,7 @@ mod tests {
         assert_eq!(hint_mode(&deprecated_wins), (HintMode::Zone, None));
     }
 
-    fn pod(node: Option<&str>, hostname: Option<&str>, subdomain: Option<&str>) -> Pod {
+    fn pod(node: Option<&str>, hostname: Option<&str>, subdomain: Option<&str>) -> PodRecord {
         Pod {
             metadata: ObjectMeta {
                 name: Some("p".into()),
@@ -450,9 +450,10 @@ mod tests {
             }),
             ..Pod::default()
         }
+        .into()
     }
 
-    fn facts<'a>(p: &'a Pod, ready: bool, zone: Option<&'static str>) -> EndpointFacts<'a> {
+    fn facts<'a>(p: &'a PodRecord, ready: bool, zone: Option<&'static str>) -> EndpointFacts<'a> {
         EndpointFacts {
             pod: p,
             address: "10.0.0.1".parse().unwrap(),

@@ -21,7 +21,6 @@
 
 use std::collections::{HashMap, HashSet};
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use portmapper_api::{Check, CheckKind, LeafCheck};
@@ -29,6 +28,7 @@ use portmapper_api::{Check, CheckKind, LeafCheck};
 use super::objects::{ANNOTATION_TRIGGER_TIME, DesiredEndpoint};
 use crate::check::read_condition;
 use crate::membership::PortRules;
+use crate::pod_record::PodRecord;
 
 /// The pod conditions whose transitions can change a port's membership under `rules` (see
 /// [`read_condition`]).
@@ -56,29 +56,22 @@ pub(crate) fn read_conditions<'a>(rules: PortRules<'a>) -> Vec<&'a str> {
 /// The latest timestamped transition of `pod` strictly after `after` (all of them without
 /// `after`): creation, the deletion request, and the `lastTransitionTime` of `conditions`.
 pub(crate) fn pod_transition(
-    pod: &Pod,
+    pod: &PodRecord,
     conditions: &[&str],
     after: Option<Timestamp>,
 ) -> Option<Timestamp> {
-    let meta = &pod.metadata;
     // deletionTimestamp is when the grace period ends (in the future while terminating); the
     // request was made a grace period earlier.
-    let deletion = meta.deletion_timestamp.as_ref().map(|t| {
-        let grace = meta.deletion_grace_period_seconds.unwrap_or(0).max(0);
-        t.0.checked_sub(SignedDuration::from_secs(grace))
-            .unwrap_or(t.0)
+    let deletion = pod.deletion_timestamp.map(|t| {
+        let grace = pod.deletion_grace_period_seconds.unwrap_or(0).max(0);
+        t.checked_sub(SignedDuration::from_secs(grace)).unwrap_or(t)
     });
     let condition_times = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or_default()
+        .conditions
         .iter()
         .filter(|c| conditions.contains(&c.type_.as_str()))
         .filter_map(|c| c.last_transition_time.as_ref().map(|t| t.0));
-    meta.creation_timestamp
-        .as_ref()
-        .map(|t| t.0)
+    pod.creation_timestamp
         .into_iter()
         .chain(deletion)
         .chain(condition_times)
@@ -116,7 +109,7 @@ pub(crate) struct WrittenChunk<'x, 'a> {
 /// The trigger time of one written chunk (see the module docs).
 pub(crate) fn chunk_trigger_time(
     chunk: &WrittenChunk<'_, '_>,
-    pool: &[&Pod],
+    pool: &[&PodRecord],
     conditions: &[&str],
     now: Timestamp,
 ) -> Timestamp {
@@ -133,7 +126,7 @@ pub(crate) fn chunk_trigger_time(
         .filter_map(|e| Some((target_uid(e)?, e)))
         .collect();
     // A cause without a timestamp of its own was observed by this reconcile.
-    let cause = |pod: Option<&Pod>| {
+    let cause = |pod: Option<&PodRecord>| {
         pod.and_then(|p| pod_transition(p, conditions, after))
             .unwrap_or(now)
     };
@@ -158,19 +151,16 @@ pub(crate) fn chunk_trigger_time(
         .collect();
     // A flip removes one endpoint or a few: scanning the pool for them is cheaper than a map of
     // every pool pod per written chunk (10,000 hashed UIDs for one pod at 10,000 pods).
-    let find = |uid: &str| {
-        pool.iter()
-            .copied()
-            .find(|p| p.metadata.uid.as_deref() == Some(uid))
-    };
+    let find = |uid: &str| pool.iter().copied().find(|p| p.uid == uid);
     if removed.len() <= 8 {
         for uid in removed {
             note(cause(find(uid)));
         }
     } else {
-        let by_uid: HashMap<&str, &Pod> = pool
+        let by_uid: HashMap<&str, &PodRecord> = pool
             .iter()
-            .filter_map(|p| Some((p.metadata.uid.as_deref()?, *p)))
+            .filter(|p| !p.uid.is_empty())
+            .map(|p| (p.uid.as_str(), *p))
             .collect();
         for uid in removed {
             note(cause(by_uid.get(uid).copied()));
@@ -183,7 +173,7 @@ pub(crate) fn chunk_trigger_time(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use portmapper_api::Check;
     use portmapper_api::check::{LeafCheck, PodConditionCheck};
@@ -192,7 +182,7 @@ mod tests {
         Timestamp::from_second(s).unwrap()
     }
 
-    fn pod(created: i64, conditions: &[(&str, i64)]) -> Pod {
+    fn pod(created: i64, conditions: &[(&str, i64)]) -> PodRecord {
         Pod {
             metadata: ObjectMeta {
                 creation_timestamp: Some(Time(ts(created))),
@@ -214,6 +204,7 @@ mod tests {
             }),
             ..Pod::default()
         }
+        .into()
     }
 
     #[test]
@@ -232,8 +223,8 @@ mod tests {
     #[test]
     fn the_deletion_request_is_the_deletion_timestamp_minus_the_grace_period() {
         let mut p = pod(100, &[]);
-        p.metadata.deletion_timestamp = Some(Time(ts(530)));
-        p.metadata.deletion_grace_period_seconds = Some(30);
+        p.deletion_timestamp = Some(ts(530));
+        p.deletion_grace_period_seconds = Some(30);
         assert_eq!(pod_transition(&p, &[], None), Some(ts(500)));
     }
 

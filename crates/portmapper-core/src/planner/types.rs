@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use portmapper_api::{PortMapping, PortStatus};
@@ -12,6 +12,7 @@ use portmapper_api::{PortMapping, PortStatus};
 use crate::events::EventReason;
 use crate::network::{NetworkDecisions, NetworkLookup};
 use crate::ownership::HeldName;
+use crate::pod_record::PodRecord;
 use crate::pool::SelectorError;
 
 /// Everything the planner needs; all of it read by the caller from the API (or the prober).
@@ -23,7 +24,7 @@ pub struct PlanInput<'a> {
     pub service: &'a Service,
     /// Pods of the namespace; those outside the pool are ignored, so the caller may pass a
     /// superset (e.g. everything its index returned).
-    pub pods: &'a [&'a Pod],
+    pub pods: &'a [&'a PodRecord],
     /// Node name → `topology.kubernetes.io/zone`, for the nodes that have one.
     pub node_zones: &'a BTreeMap<String, String>,
     /// Latest network check results.

@@ -12,7 +12,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use portmapper_api::check::PortNamesCheck;
 use portmapper_api::{Check, KeySource, PortMapping, PortMappingSpec, PortRule};
-use portmapper_core::{EvalMemo, NetworkDecisions, Plan, PlanInput, plan, plan_with_memo};
+use portmapper_core::{
+    EvalMemo, NetworkDecisions, Plan, PlanInput, PodRecord, plan, plan_with_memo,
+};
 use test_support::spec;
 
 pub const NS: &str = "shop";
@@ -205,6 +207,11 @@ pub fn seed_pods() -> Vec<Pod> {
     ]
 }
 
+/// The records as the planner takes them.
+pub fn refs(records: &[PodRecord]) -> Vec<&PodRecord> {
+    records.iter().collect()
+}
+
 /// Everything the planner reads, owned, plus the "cluster" state plans are applied to.
 pub struct World {
     pub pm: PortMapping,
@@ -238,9 +245,9 @@ impl World {
         }
     }
 
-    /// The pods as the planner takes them.
-    pub fn pod_refs(&self) -> Vec<&Pod> {
-        self.pods.iter().collect()
+    /// The pods as the operator's index keeps them (see [`refs`]).
+    pub fn pod_records(&self) -> Vec<PodRecord> {
+        self.pods.iter().map(PodRecord::from).collect()
     }
 
     /// The live slices as the planner takes them (shared, as the operator's cache holds them).
@@ -262,7 +269,8 @@ impl World {
         &self,
         memo: Option<&mut EvalMemo>,
     ) -> Result<Plan, portmapper_core::PlanError> {
-        let (pods, slices) = (self.pod_refs(), self.slice_refs());
+        let (records, slices) = (self.pod_records(), self.slice_refs());
+        let pods = refs(&records);
         let input = PlanInput {
             port_mapping: &self.pm,
             service: &self.service,

@@ -7,7 +7,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube_validation::IpFamily;
 use portmapper_api::check::HttpGetCheck;
 use portmapper_api::{Check, PortRule};
-use portmapper_core::{CheckPosition, NetworkKey, PUBLISHED_GATE, Plan, PodGate, Verdict};
+use portmapper_core::{
+    CheckPosition, NetworkKey, PUBLISHED_GATE, Plan, PodGate, PodRecord, Verdict,
+};
 
 use crate::fixtures::*;
 
@@ -433,7 +435,8 @@ fn stalled_gates_keep_published_pods_and_turn_the_others_false() {
     // A new gated pod the frozen slices do not name; pod-b has its condition True already.
     w.pods
         .push(gated(PodBuilder::new("pod-d", &["10.0.0.4"]).ports("http")));
-    let pods = w.pod_refs();
+    let records = w.pod_records();
+    let pods = refs(&records);
     let slices: Vec<_> = w.slices.iter().collect();
     let none = portmapper_core::GatePeers::default();
     let stalled = ("InvalidSpec", "PortMapping web publishes nothing new: bad");
@@ -457,12 +460,15 @@ fn stalled_gates_keep_published_pods_and_turn_the_others_false() {
         ..Plan::default()
     };
     apply_gates(&mut w, &p);
-    let pods = w.pod_refs();
+    let records = w.pod_records();
+    let pods = refs(&records);
     assert!(stalled_pod_gates(&pods, PUBLISHED_GATE, &none, &[], stalled, w.now).is_empty());
     // A pod an older PortMapping gates is left to it.
     let mut peers = portmapper_core::GatePeers::default();
     peers.managed_by.insert("pod-a".into(), "older".into());
     let pods = [gated(PodBuilder::new("pod-a", &["10.0.0.1"]).ports("http"))];
-    let refs: Vec<&Pod> = pods.iter().collect();
-    assert!(stalled_pod_gates(&refs, PUBLISHED_GATE, &peers, &[], stalled, w.now).is_empty());
+    let records: Vec<PodRecord> = pods.iter().map(PodRecord::from).collect();
+    assert!(
+        stalled_pod_gates(&refs(&records), PUBLISHED_GATE, &peers, &[], stalled, w.now).is_empty()
+    );
 }

@@ -239,13 +239,13 @@ async fn a_gate_already_sent_is_not_resent_while_the_cache_lags() {
     kubelet(&h, "pod-a", "10.244.0.1", true).await;
     let api: Api<Pod> = Api::namespaced(h.client.clone(), NS);
     // The pod as the cache holds it when the plan is made.
-    let stale = api.get("pod-a").await.unwrap();
+    let stale = portmapper_core::PodRecord::from(api.get("pod-a").await.unwrap());
     let leadership = Leadership::always();
     let writer = Writer::new(&h.client, NS, &leadership, &h.metrics);
     let gate = PodGate {
         pod: "pod-a".into(),
         condition_type: PUBLISHED_GATE.into(),
-        uid: stale.metadata.uid.clone().unwrap(),
+        uid: stale.uid.clone(),
         status: true,
         reason: "Published",
         message: "published on every port it serves: http".into(),
@@ -263,11 +263,8 @@ async fn a_gate_already_sent_is_not_resent_while_the_cache_lags() {
         "the second plan's gate was not resent"
     );
     // Slices not all written: a True gate waits.
-    let fresh = api.get("pod-a").await.unwrap();
-    assert_ne!(
-        fresh.metadata.resource_version,
-        stale.metadata.resource_version
-    );
+    let fresh = portmapper_core::PodRecord::from(api.get("pod-a").await.unwrap());
+    assert_ne!(fresh.resource_version, stale.resource_version);
     let mut changed = gate.clone();
     changed.message = "published on every port it serves: http, https".into();
     let errors = write_gates(&writer, &remembered, &[changed.clone()], &[&fresh], false).await;
