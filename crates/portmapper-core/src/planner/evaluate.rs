@@ -84,16 +84,7 @@ pub(crate) fn evaluate<'a>(
     mut memo: Option<&mut EvalMemo>,
 ) -> Evaluated<'a> {
     let slots = ctx.ports.len() * ctx.families.len();
-    let memos = memo.as_mut().map(|m| {
-        m.checkout(
-            &ctx.owner.uid,
-            ctx.spec,
-            ctx.service.spec.as_ref(),
-            &ctx.gate_peers.types,
-            ctx.pods,
-            slots,
-        )
-    });
+    let memos = memo.as_mut().map(|m| m.checkout(ctx.pods, slots));
     let mut e = Evaluator {
         ctx,
         ours,

@@ -50,6 +50,19 @@ pub struct EvalMemo {
     settled: HashMap<String, Settled>,
     /// What a settled slice's endpoints depend on besides their pods and the inputs above.
     settled_context: Option<(HintMode, BTreeMap<String, String>)>,
+    /// Pool membership of the last pass's input pods, aligned with them (see [`pool`]).
+    ///
+    /// [`pool`]: Self::pool
+    pooled: Vec<Pooled>,
+}
+
+/// Whether one input pod was in the pool, by identity (membership reads only the pod and the
+/// spec, and a spec change forgets it).
+#[derive(Debug, Default)]
+struct Pooled {
+    uid: String,
+    resource_version: String,
+    in_pool: bool,
 }
 
 /// A live slice a pass found exactly as desired (every endpoint wanted, in place, nothing to
@@ -92,17 +105,15 @@ impl EvalMemo {
         self.last_pass
     }
 
-    /// Forgets everything when the inputs every outcome depends on changed, then hands out the
-    /// remembered outcomes of `pods`, aligned with them (a fresh slot for a new or changed pod).
-    pub(crate) fn checkout(
+    /// Forgets everything when the inputs every outcome depends on changed. Call first in
+    /// every pass.
+    pub(crate) fn begin(
         &mut self,
         pm_uid: &str,
         spec: &PortMappingSpec,
         service: Option<&ServiceSpec>,
         gate_peers: &BTreeSet<String>,
-        pods: &[&PodRecord],
-        slots: usize,
-    ) -> Vec<PodMemo> {
+    ) {
         let same = self.inputs.as_ref().is_some_and(|i| {
             i.pm_uid == pm_uid
                 && i.spec == *spec
@@ -113,6 +124,7 @@ impl EvalMemo {
             self.uids.clear();
             self.memos.clear();
             self.settled.clear();
+            self.pooled.clear();
             self.pool_epoch += 1;
             self.inputs = Some(Inputs {
                 pm_uid: pm_uid.to_owned(),
@@ -121,6 +133,44 @@ impl EvalMemo {
                 gate_peers: gate_peers.clone(),
             });
         }
+    }
+
+    /// The input pods in the pool, in input order: `in_pool` is asked only for pods new or
+    /// changed since the last pass (the input comes in the same order every pass, so each pod
+    /// is found at its own position). At 10,000 pods asking every pod was a tenth of a pass:
+    /// each question reads the pod's namespace and labels, spread over the heap. What is
+    /// remembered stays true when a question fails: each entry names the pod it describes.
+    pub(crate) fn pool<'p, E>(
+        &mut self,
+        input: &[&'p PodRecord],
+        mut in_pool: impl FnMut(&PodRecord) -> Result<bool, E>,
+    ) -> Result<Vec<&'p PodRecord>, E> {
+        let mut pool = Vec::with_capacity(input.len());
+        if self.pooled.len() < input.len() {
+            self.pooled.resize_with(input.len(), Pooled::default);
+        }
+        for (&pod, known) in input.iter().zip(self.pooled.iter_mut()) {
+            let same = identity(pod).is_some()
+                && known.uid == pod.uid
+                && known.resource_version == pod.resource_version;
+            if !same {
+                // An empty identity matches no pod, so a failure below leaves no stale answer.
+                known.uid.clear();
+                known.in_pool = in_pool(pod)?;
+                known.uid.clone_from(&pod.uid);
+                known.resource_version.clone_from(&pod.resource_version);
+            }
+            if known.in_pool {
+                pool.push(pod);
+            }
+        }
+        self.pooled.truncate(input.len());
+        Ok(pool)
+    }
+
+    /// Hands out the remembered outcomes of `pods`, aligned with them (a fresh slot for a new
+    /// or changed pod). After [`begin`](Self::begin).
+    pub(crate) fn checkout(&mut self, pods: &[&PodRecord], slots: usize) -> Vec<PodMemo> {
         let uids = &self.uids;
         // Built only when a pod is not at its last position (pods came or went).
         let mut positions: Option<HashMap<&str, usize>> = None;

@@ -326,12 +326,27 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
         return Ok(out);
     }
 
-    let mut pods: Vec<&PodRecord> = Vec::new();
-    for &pod in input.pods {
-        if pod_in_pool(spec, &namespace, pod)? {
-            pods.push(pod);
+    let in_pool = |pod: &PodRecord| pod_in_pool(spec, &namespace, pod);
+    let pods: Vec<&PodRecord> = match memo.as_deref_mut() {
+        Some(memo) => {
+            memo.begin(
+                &owner.uid,
+                spec,
+                service.spec.as_ref(),
+                &input.gate_peers.types,
+            );
+            memo.pool(input.pods, in_pool)?
         }
-    }
+        None => {
+            let mut pods = Vec::new();
+            for &pod in input.pods {
+                if in_pool(pod)? {
+                    pods.push(pod);
+                }
+            }
+            pods
+        }
+    };
     let (hints, auto) = hint_mode(service);
     if let Some(annotation) = auto {
         out.warnings.push(PlanWarning::TopologyModeAuto {

@@ -2209,6 +2209,23 @@ fn a_plan_with_the_memo_evaluates_only_the_pods_that_changed() {
         "a deletion evaluates nothing"
     );
 
+    // A pod whose pool label changes leaves the pool: the memo's pool membership follows the
+    // pod's new version (and `step` checks the plan equals the full one).
+    let pod = w.pod_mut("p009");
+    pod.metadata.labels = Some(BTreeMap::from([(GROUP_KEY.to_owned(), "other".to_owned())]));
+    pod.metadata.resource_version = Some("2".into());
+    assert_eq!(
+        step(&mut w, &mut memo),
+        (0, 298),
+        "a pod leaving the pool evaluates nothing"
+    );
+    let names: Vec<String> = w.slices.iter().flat_map(pod_names).collect();
+    assert!(!names.iter().any(|n| n == "p009"), "and is withdrawn");
+    let pod = w.pod_mut("p009");
+    pod.metadata.labels = Some(BTreeMap::from([(GROUP_KEY.to_owned(), "web".to_owned())]));
+    pod.metadata.resource_version = Some("3".into());
+    assert_eq!(step(&mut w, &mut memo), (1, 298), "and back: that pod");
+
     w.pm.spec.max_endpoints_per_slice = 50;
     assert_eq!(
         step(&mut w, &mut memo),
