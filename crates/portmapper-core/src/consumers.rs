@@ -105,12 +105,15 @@ pub fn port_members<'a>(
     members
 }
 
+/// Whether the pod is enrolled in ambient mode.
+pub fn is_ambient(pod: &PodRecord) -> bool {
+    pod.annotations.get(AMBIENT_REDIRECTION_ANNOTATION) == Some(AMBIENT_REDIRECTION_ENABLED)
+}
+
 /// Names of the pods enrolled in ambient mode.
 pub fn ambient_pods<'a>(pods: &[&'a PodRecord]) -> BTreeSet<&'a str> {
     pods.iter()
-        .filter(|p| {
-            p.annotations.get(AMBIENT_REDIRECTION_ANNOTATION) == Some(AMBIENT_REDIRECTION_ENABLED)
-        })
+        .filter(|p| is_ambient(p))
         .map(|p| p.name.as_str())
         .collect()
 }

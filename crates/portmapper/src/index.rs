@@ -22,6 +22,7 @@ use kube::{Resource, ResourceExt};
 use portmapper_api::{KeySource, PortMapping};
 
 use portmapper_core::PodRecord;
+use portmapper_core::consumers::is_ambient;
 use portmapper_core::ownership::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
 
 use crate::own_writes::{Observed, OwnWrites};
@@ -182,6 +183,9 @@ pub struct Index {
     /// without sorting or a lookup per pod on every reconcile.
     pods_by_pool: HashMap<PoolKey, BTreeMap<String, Arc<PodRecord>>>,
     pods_by_node: HashMap<String, HashSet<PodKey>>,
+    /// Pods enrolled in Istio ambient mode, counted per pool: without one (the common case) a
+    /// reconcile does not look for them among every pool pod.
+    ambient_by_pool: HashMap<PoolKey, usize>,
 
     slices: HashMap<ObjectRef<EndpointSlice>, OwnedFootprint>,
     /// Our slices by controlling PortMapping UID.
@@ -672,11 +676,15 @@ impl Index {
             self.unregister_pod(&key, &old);
         }
         self.collect_pod(&footprint, &mut affected);
+        let ambient = is_ambient(&footprint.pod);
         for pool in &footprint.pools {
             self.pods_by_pool
                 .entry(pool.clone())
                 .or_default()
                 .insert(key.pod.name.clone(), footprint.pod.clone());
+            if ambient {
+                *self.ambient_by_pool.entry(pool.clone()).or_default() += 1;
+            }
         }
         if let Some(node) = footprint.node() {
             self.pods_by_node
@@ -752,7 +760,14 @@ impl Index {
     }
 
     fn unregister_pod(&mut self, key: &PodKey, old: &PodFootprint) {
+        let ambient = is_ambient(&old.pod);
         for pool in &old.pools {
+            if ambient && let Some(n) = self.ambient_by_pool.get_mut(pool) {
+                *n -= 1;
+                if *n == 0 {
+                    self.ambient_by_pool.remove(pool);
+                }
+            }
             if let Some(set) = self.pods_by_pool.get_mut(pool) {
                 set.remove(&key.pod.name);
                 if set.is_empty() {
@@ -785,6 +800,12 @@ impl Index {
             affected.extend(self.apply_pod(source, pod));
         }
         affected.into_iter().collect()
+    }
+
+    /// Whether a pod of the PortMapping's pool (by key and value) is enrolled in Istio ambient
+    /// mode.
+    pub fn pool_has_ambient(&self, pm: &PortMapping) -> bool {
+        self.ambient_by_pool.contains_key(&PoolKey::of(pm))
     }
 
     /// The pods of a PortMapping's pool (by key and value), as the pool's watch has them.
@@ -1409,6 +1430,28 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["p1"]
         );
+    }
+
+    #[test]
+    fn pools_know_whether_a_pod_is_enrolled_in_istio_ambient() {
+        use portmapper_core::consumers::AMBIENT_REDIRECTION_ANNOTATION as AMBIENT;
+        let mut index = index();
+        let web = pm("a", "web-1", "web", KeySource::Label, 10);
+        let plain = pod("a", "p1", &[(KEY, "web")], &[]);
+        let enrolled = pod("a", "p1", &[(KEY, "web")], &[(AMBIENT, "enabled")]);
+        let record = |p: &Pod| Arc::new(PodRecord::from(p.clone()));
+        index.apply_pod(&label(), record(&plain));
+        assert!(!index.pool_has_ambient(&web));
+        index.apply_pod(&label(), record(&enrolled));
+        assert!(index.pool_has_ambient(&web));
+        // Another pool's count is its own.
+        let api = pm("a", "api", "api", KeySource::Label, 10);
+        assert!(!index.pool_has_ambient(&api));
+        index.apply_pod(&label(), record(&plain));
+        assert!(!index.pool_has_ambient(&web), "the annotation went");
+        index.apply_pod(&label(), record(&enrolled));
+        index.delete_pod(&label(), &ObjectRef::new("p1").within("a"));
+        assert!(!index.pool_has_ambient(&web), "the pod went");
     }
 
     #[test]

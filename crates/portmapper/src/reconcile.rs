@@ -232,7 +232,11 @@ async fn reconcile_inner(
             }
             outcome
         }
-        Decided::Plan { service, pods } => {
+        Decided::Plan {
+            service,
+            pods,
+            ambient,
+        } => {
             // A PortMapping being deleted adopts nothing, as a terminating ReplicaSet adopts no
             // pods: with `--cascade=orphan` the garbage collector is taking its ownerReferences
             // off, and adopting would put them back.
@@ -273,6 +277,7 @@ async fn reconcile_inner(
                 owned: &owned,
                 take_over: &take_over,
                 held: &held,
+                ambient,
             };
             let mut outcome =
                 plan_and_apply(pm, ctx, &ns, &pm_ref, &writer, &service, &pods, &inputs).await?;
@@ -303,6 +308,8 @@ enum Decided {
     Plan {
         service: Arc<Service>,
         pods: Vec<Arc<PodRecord>>,
+        /// A pool pod may be enrolled in Istio ambient mode (see [`Gathered::ambient`]).
+        ambient: bool,
     },
 }
 
@@ -340,8 +347,15 @@ fn decide(pm: &PortMapping, ctx: &Context, ns: &str, pm_ref: &ObjectRef<PortMapp
         return Decided::Wait;
     }
     // The index holds the pool's pods by key and value; the planner checks the selector.
-    let pods = ctx.index.lock().pool_pods(pm);
-    Decided::Plan { service, pods }
+    let (pods, ambient) = {
+        let index = ctx.index.lock();
+        (index.pool_pods(pm), index.pool_has_ambient(pm))
+    };
+    Decided::Plan {
+        service,
+        pods,
+        ambient,
+    }
 }
 
 /// Writes the gates of a PortMapping that publishes nothing new
@@ -500,6 +514,9 @@ struct Gathered<'a> {
     take_over: &'a [String],
     /// Names it may want that someone else holds.
     held: &'a BTreeMap<String, portmapper_core::HeldName>,
+    /// Whether the index counts a pod of the pool enrolled in Istio ambient mode: only then is
+    /// the pool searched for the consumer caveat.
+    ambient: bool,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -702,7 +719,11 @@ async fn plan_and_apply(
     } else {
         ctx.clear_warning(pm_ref, EventReason::SelectorStillPresent.as_str());
     }
-    if let Some(caveat) = report::consumer_caveat(&plan, &pods) {
+    let caveat = gathered
+        .ambient
+        .then(|| report::consumer_caveat(&plan, &pods))
+        .flatten();
+    if let Some(caveat) = caveat {
         let previous = pm.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
         if ctx.warn_once(pm_ref, report::ISTIO_AMBIENT)
             && !report::already_reported(previous, &caveat)
