@@ -133,16 +133,15 @@ fn pods() -> Vec<Pod> {
 fn run_memo(
     pm: &PortMapping,
     svc: &Service,
-    pods: &[PodRecord],
+    pods: &[Arc<PodRecord>],
     live: &[Arc<EndpointSlice>],
     memo: &mut EvalMemo,
 ) -> Plan {
-    let pods: Vec<&PodRecord> = pods.iter().collect();
     plan_with_memo(
         &PlanInput {
             port_mapping: pm,
             service: svc,
-            pods: &pods,
+            pods,
             node_zones: &BTreeMap::new(),
             network: &NetworkDecisions::new(),
             live_slices: live,
@@ -158,7 +157,7 @@ fn run_memo(
 }
 
 /// Shape A of the scale bench: IPv4, no topology, every second pod lists 2 of the 4 ports.
-fn shape_a() -> (Service, Vec<PodRecord>) {
+fn shape_a() -> (Service, Vec<Arc<PodRecord>>) {
     let mut svc = service();
     if let Some(spec) = svc.spec.as_mut() {
         spec.ip_families = Some(vec!["IPv4".into()]);
@@ -177,7 +176,12 @@ fn shape_a() -> (Service, Vec<PodRecord>) {
             )]));
         }
     }
-    (svc, pods.into_iter().map(PodRecord::from).collect())
+    (
+        svc,
+        pods.into_iter()
+            .map(|p| Arc::new(PodRecord::from(p)))
+            .collect(),
+    )
 }
 
 fn set_ready(pod: &mut PodRecord, ready: bool, resource_version: u64) {
@@ -191,13 +195,14 @@ fn set_ready(pod: &mut PodRecord, ready: bool, resource_version: u64) {
 fn flip_once(
     pm: &PortMapping,
     svc: &Service,
-    pods: &mut [PodRecord],
+    pods: &mut [Arc<PodRecord>],
     live: &[Arc<EndpointSlice>],
     memo: &mut EvalMemo,
     ready: bool,
     version: u64,
 ) -> Plan {
-    set_ready(&mut pods[4320], ready, version);
+    // A new record, as the watch makes for every change of a pod.
+    set_ready(Arc::make_mut(&mut pods[4320]), ready, version);
     let plan = run_memo(pm, svc, pods, live, memo);
     assert_eq!(memo.last_pass().evaluated, 1);
     plan
@@ -246,15 +251,14 @@ fn bench_memo(c: &mut Criterion) {
 fn run(
     pm: &PortMapping,
     svc: &Service,
-    pods: &[PodRecord],
+    pods: &[Arc<PodRecord>],
     zones: &BTreeMap<String, String>,
     live: &[Arc<EndpointSlice>],
 ) -> Plan {
-    let pods: Vec<&PodRecord> = pods.iter().collect();
     plan(&PlanInput {
         port_mapping: pm,
         service: svc,
-        pods: &pods,
+        pods,
         node_zones: zones,
         network: &NetworkDecisions::new(),
         live_slices: live,
@@ -270,7 +274,10 @@ fn run(
 fn bench(c: &mut Criterion) {
     let pm = port_mapping();
     let svc = service();
-    let mut pods: Vec<PodRecord> = pods().into_iter().map(PodRecord::from).collect();
+    let mut pods: Vec<Arc<PodRecord>> = pods()
+        .into_iter()
+        .map(|p| Arc::new(PodRecord::from(p)))
+        .collect();
     let zones: BTreeMap<String, String> = (0..50)
         .map(|n| (format!("node-{n}"), format!("zone-{}", n % 3)))
         .collect();
@@ -287,7 +294,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("converged_resync", |b| {
         b.iter(|| black_box(run(&pm, &svc, &pods, &zones, &live)))
     });
-    pods[4321].conditions[0].status = "False".into();
+    Arc::make_mut(&mut pods[4321]).conditions[0].status = "False".into();
     let one = run(&pm, &svc, &pods, &zones, &live);
     assert_eq!(one.writes(), 8, "one pod leaves 4 ports × 2 families");
     group.bench_function("one_pod_unready", |b| {

@@ -471,10 +471,14 @@ mod tests {
         slices: &[&EndpointSlice],
         network: &NetworkDecisions,
     ) -> Plan {
+        let pods: Vec<std::sync::Arc<PodRecord>> = pods
+            .iter()
+            .map(|&p| std::sync::Arc::new(p.clone()))
+            .collect();
         plan(&PlanInput {
             port_mapping: pm,
             service: svc,
-            pods,
+            pods: &pods,
             node_zones: &BTreeMap::new(),
             network,
             live_slices: &slices

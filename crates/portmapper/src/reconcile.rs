@@ -531,7 +531,8 @@ async fn plan_and_apply(
     gathered: &Gathered<'_>,
 ) -> Result<Outcome, Error> {
     let (owned, take_over) = (gathered.owned, gathered.take_over);
-    let pods: Vec<&PodRecord> = pods.iter().map(AsRef::as_ref).collect();
+    let records = pods;
+    let pods: Vec<&PodRecord> = records.iter().map(AsRef::as_ref).collect();
     let live_slices = owned;
     let zones = if ctx.settings.node_lookups {
         ctx.index
@@ -555,7 +556,7 @@ async fn plan_and_apply(
     let input = PlanInput {
         port_mapping: pm,
         service,
-        pods: &pods,
+        pods: records,
         node_zones: &zones,
         network: &network,
         live_slices,

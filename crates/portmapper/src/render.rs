@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -201,7 +202,7 @@ fn fill_meta(meta: &mut ObjectMeta, kind: &str, namespace: Option<&str>) {
 struct Inputs {
     port_mappings: Vec<(Source, PortMapping, PortMapping)>,
     services: HashMap<(String, String), Service>,
-    pods: BTreeMap<String, Vec<PodRecord>>,
+    pods: BTreeMap<String, Vec<Arc<PodRecord>>>,
     zones: BTreeMap<String, String>,
 }
 
@@ -258,7 +259,7 @@ fn index(loaded: Vec<Loaded>, default_ns: &str) -> Result<Inputs, Vec<InputError
                     .pods
                     .entry(ns)
                     .or_default()
-                    .push(PodRecord::from(*pod));
+                    .push(Arc::new(PodRecord::from(*pod)));
             }
             Object::Node(node) => {
                 if let Some(zone) = node.labels().get("topology.kubernetes.io/zone") {
@@ -365,11 +366,12 @@ fn preview(
             ));
         }
     }
-    let pods: Vec<&PodRecord> = pods.iter().collect();
+    let records = pods;
+    let pods: Vec<&PodRecord> = records.iter().map(AsRef::as_ref).collect();
     let mut input = PlanInput {
         port_mapping: pm,
         service,
-        pods: &pods,
+        pods: records,
         node_zones: &inputs.zones,
         network: &NetworkDecisions::new(),
         live_slices: &[],

@@ -23,6 +23,7 @@ use crate::membership::{
     CheckClass, Evaluation, PortRules, PortWalk, Questions, classify_checks, walk_port,
 };
 use crate::network::{CheckPosition, NetworkKey, NetworkLookup};
+use crate::pod_record::PodRecord;
 use crate::target::{
     PodAddress, ResolvedPort, ResolvedTarget, is_terminal, is_terminating, pod_address,
     resolve_target_port,
@@ -81,10 +82,10 @@ pub(crate) fn evaluate<'a>(
     ctx: &PlanContext<'a>,
     ours: &[&'a EndpointSlice],
     warnings: &mut Vec<PlanWarning>,
-    mut memo: Option<&mut EvalMemo>,
+    mut memo: Option<(&mut EvalMemo, &[&Arc<PodRecord>])>,
 ) -> Evaluated<'a> {
     let slots = ctx.ports.len() * ctx.families.len();
-    let memos = memo.as_mut().map(|m| m.checkout(ctx.pods, slots));
+    let memos = memo.as_mut().map(|(m, pool)| m.checkout(pool, slots));
     let mut e = Evaluator {
         ctx,
         ours,
@@ -116,8 +117,8 @@ pub(crate) fn evaluate<'a>(
             e.port_family(port, family_idx, family);
         }
     }
-    if let (Some(memo), Some(memos)) = (memo, e.memos.take()) {
-        memo.check_in(ctx.pods, memos);
+    if let (Some((memo, pool)), Some(memos)) = (memo, e.memos.take()) {
+        memo.check_in(pool, memos);
     }
     e.out
 }

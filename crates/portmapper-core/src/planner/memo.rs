@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ServiceSpec;
 use portmapper_api::PortMappingSpec;
@@ -28,10 +29,13 @@ use crate::pod_record::PodRecord;
 #[derive(Debug, Default)]
 pub struct EvalMemo {
     inputs: Option<Inputs>,
-    /// UIDs of the last pass's pods, in its order, aligned with `memos`. Kept as two vectors in
-    /// pool order rather than a map: the pool comes in the same order every pass, so a pass
-    /// finds each pod's memory at its own position without hashing or allocating.
-    uids: Vec<String>,
+    /// The last pass's pods, in its order, aligned with `memos`. Kept as two vectors in pool
+    /// order rather than a map: the pool comes in the same order every pass, so a pass finds
+    /// each pod's memory at its own position without hashing or allocating. Held, not copied:
+    /// an unchanged pod is the same record (the watch makes a new one for every change), so
+    /// it is known unchanged without reading it, and holding it keeps its address from naming
+    /// another record.
+    pods: Vec<Arc<PodRecord>>,
     memos: Vec<PodMemo>,
     last_pass: PassStats,
     /// Whether this pass's checkout found every pod at its last position (and no others).
@@ -60,8 +64,8 @@ pub struct EvalMemo {
 /// spec, and a spec change forgets it).
 #[derive(Debug, Default)]
 struct Pooled {
-    uid: String,
-    resource_version: String,
+    /// `None`: nothing known.
+    pod: Option<Arc<PodRecord>>,
     in_pool: bool,
 }
 
@@ -89,10 +93,7 @@ pub struct PassStats {
 impl EvalMemo {
     /// Pods remembered (for tests and metrics).
     pub fn len(&self) -> usize {
-        self.memos
-            .iter()
-            .filter(|m| !m.resource_version.is_empty())
-            .count()
+        self.memos.iter().filter(|m| !m.outcomes.is_empty()).count()
     }
 
     /// Whether nothing is remembered.
@@ -121,7 +122,7 @@ impl EvalMemo {
                 && i.gate_peers == *gate_peers
         });
         if !same {
-            self.uids.clear();
+            self.pods.clear();
             self.memos.clear();
             self.settled.clear();
             self.pooled.clear();
@@ -142,23 +143,19 @@ impl EvalMemo {
     /// remembered stays true when a question fails: each entry names the pod it describes.
     pub(crate) fn pool<'p, E>(
         &mut self,
-        input: &[&'p PodRecord],
+        input: &'p [Arc<PodRecord>],
         mut in_pool: impl FnMut(&PodRecord) -> Result<bool, E>,
-    ) -> Result<Vec<&'p PodRecord>, E> {
+    ) -> Result<Vec<&'p Arc<PodRecord>>, E> {
         let mut pool = Vec::with_capacity(input.len());
         if self.pooled.len() < input.len() {
             self.pooled.resize_with(input.len(), Pooled::default);
         }
-        for (&pod, known) in input.iter().zip(self.pooled.iter_mut()) {
-            let same = identity(pod).is_some()
-                && known.uid == pod.uid
-                && known.resource_version == pod.resource_version;
-            if !same {
-                // An empty identity matches no pod, so a failure below leaves no stale answer.
-                known.uid.clear();
+        for (pod, known) in input.iter().zip(self.pooled.iter_mut()) {
+            if !known.pod.as_ref().is_some_and(|k| same_version(k, pod)) {
+                // Nothing known while asking, so a failure leaves no stale answer.
+                known.pod = None;
                 known.in_pool = in_pool(pod)?;
-                known.uid.clone_from(&pod.uid);
-                known.resource_version.clone_from(&pod.resource_version);
+                known.pod = Some(pod.clone());
             }
             if known.in_pool {
                 pool.push(pod);
@@ -170,8 +167,8 @@ impl EvalMemo {
 
     /// Hands out the remembered outcomes of `pods`, aligned with them (a fresh slot for a new
     /// or changed pod). After [`begin`](Self::begin).
-    pub(crate) fn checkout(&mut self, pods: &[&PodRecord], slots: usize) -> Vec<PodMemo> {
-        let uids = &self.uids;
+    pub(crate) fn checkout(&mut self, pods: &[&Arc<PodRecord>], slots: usize) -> Vec<PodMemo> {
+        let last = &self.pods;
         // Built only when a pod is not at its last position (pods came or went).
         let mut positions: Option<HashMap<&str, usize>> = None;
         self.usable = std::mem::take(&mut self.settled);
@@ -182,27 +179,31 @@ impl EvalMemo {
         let memos = pods
             .iter()
             .enumerate()
-            .map(|(i, pod)| {
-                let version = identity(pod);
-                anonymous |= version.is_none();
-                let kept = version.and_then(|(uid, rv)| {
-                    let at = if uids.get(i).is_some_and(|u| u == uid) {
+            .map(|(i, &pod)| {
+                let known = identity(pod).is_some();
+                anonymous |= !known;
+                let kept = known.then(|| {
+                    let at = if last
+                        .get(i)
+                        .is_some_and(|p| Arc::ptr_eq(p, pod) || p.uid == pod.uid)
+                    {
                         Some(i)
                     } else {
                         positions
                             .get_or_insert_with(|| {
-                                uids.iter()
+                                last.iter()
                                     .enumerate()
-                                    .map(|(j, u)| (u.as_str(), j))
+                                    .map(|(j, p)| (p.uid.as_str(), j))
                                     .collect()
                             })
-                            .get(uid)
+                            .get(pod.uid.as_str())
                             .copied()
                     }?;
                     let m = self.memos.get_mut(at)?;
-                    (m.resource_version == rv && m.outcomes.len() == slots)
+                    (same_version(&last[at], pod) && m.outcomes.len() == slots)
                         .then(|| std::mem::take(m))
                 });
+                let kept = kept.flatten();
                 if kept.is_some() {
                     stats.reused += 1;
                 } else {
@@ -210,24 +211,29 @@ impl EvalMemo {
                 }
                 reused.push(kept.is_some());
                 kept.unwrap_or_else(|| PodMemo {
-                    resource_version: version.map(|(_, rv)| rv.to_owned()).unwrap_or_default(),
                     outcomes: vec![None; slots],
                 })
             })
             .collect();
         self.last_pass = stats;
         // Every pod where it was, and no more of them: the pool is the same list of pods.
-        self.aligned = positions.is_none() && !anonymous && self.uids.len() == pods.len();
+        self.aligned = positions.is_none() && !anonymous && self.pods.len() == pods.len();
         memos
     }
 
     /// Remembers the outcomes of this pass (pods without UID or resourceVersion are not
     /// remembered); pods not in this pass are forgotten.
-    pub(crate) fn check_in(&mut self, pods: &[&PodRecord], mut memos: Vec<PodMemo>) {
+    pub(crate) fn check_in(&mut self, pods: &[&Arc<PodRecord>], mut memos: Vec<PodMemo>) {
         // Known from the checkout, without comparing every UID again.
-        let same_pods = self.aligned;
-        if !same_pods {
-            self.uids = pods.iter().map(|p| p.uid.clone()).collect();
+        if self.aligned {
+            // Only the changed pods' records are new.
+            for ((held, &pod), reused) in self.pods.iter_mut().zip(pods).zip(&self.reused) {
+                if !reused {
+                    *held = pod.clone();
+                }
+            }
+        } else {
+            self.pods = pods.iter().map(|&p| p.clone()).collect();
             self.pool_epoch += 1;
         }
         for (pod, memo) in pods.iter().zip(memos.iter_mut()) {
@@ -308,6 +314,12 @@ fn identity(pod: &PodRecord) -> Option<(&str, &str)> {
         .then_some((pod.uid.as_str(), pod.resource_version.as_str()))
 }
 
+/// Whether `now` is the pod version `held` was: the same record, or (a record made again from
+/// the same object, as after a relist) the same UID and resourceVersion.
+fn same_version(held: &Arc<PodRecord>, now: &Arc<PodRecord>) -> bool {
+    Arc::ptr_eq(held, now) || (identity(now).is_some() && identity(held) == identity(now))
+}
+
 /// What every remembered outcome depends on besides its pod.
 #[derive(Debug)]
 struct Inputs {
@@ -319,10 +331,9 @@ struct Inputs {
 }
 
 /// One pod's remembered outcomes, `[port × families + family]`; `None` = not remembered. The
-/// default (no resourceVersion) is an empty slot: it matches no pod.
+/// default (no outcomes) is an empty slot: it matches no pod.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct PodMemo {
-    resource_version: String,
     pub outcomes: Vec<Option<Outcome>>,
 }
 

@@ -309,7 +309,7 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
         let pool: Vec<&PodRecord> = input
             .pods
             .iter()
-            .copied()
+            .map(AsRef::as_ref)
             .filter(|p| pod_in_pool(spec, &namespace, p).unwrap_or(false))
             .collect();
         out.pod_gates = gate::stalled_pod_gates(
@@ -327,7 +327,7 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
     }
 
     let in_pool = |pod: &PodRecord| pod_in_pool(spec, &namespace, pod);
-    let pods: Vec<&PodRecord> = match memo.as_deref_mut() {
+    let pool: Vec<&Arc<PodRecord>> = match memo.as_deref_mut() {
         Some(memo) => {
             memo.begin(
                 &owner.uid,
@@ -339,7 +339,7 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
         }
         None => {
             let mut pods = Vec::new();
-            for &pod in input.pods {
+            for pod in input.pods {
                 if in_pool(pod)? {
                     pods.push(pod);
                 }
@@ -347,6 +347,7 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
             pods
         }
     };
+    let pods: Vec<&PodRecord> = pool.iter().map(|p| p.as_ref()).collect();
     let (hints, auto) = hint_mode(service);
     if let Some(annotation) = auto {
         out.warnings.push(PlanWarning::TopologyModeAuto {
@@ -378,8 +379,12 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
     };
 
     let ours_plain: Vec<&EndpointSlice> = ours.iter().map(|s| s.as_ref()).collect();
-    let mut evaluated =
-        evaluate::evaluate(&ctx, &ours_plain, &mut out.warnings, memo.as_deref_mut());
+    let mut evaluated = evaluate::evaluate(
+        &ctx,
+        &ours_plain,
+        &mut out.warnings,
+        memo.as_deref_mut().map(|m| (m, pool.as_slice())),
+    );
     if let Some(memo) = memo.as_deref_mut() {
         memo.settle_context(hints, input.node_zones);
     }
@@ -449,14 +454,14 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
 
 /// Re-points lookups from the pool (`pool`, a subsequence of `input`) to `PlanInput::pods`.
 /// Only built when something is probed, so a plan without network checks pays nothing.
-fn to_input_indices(lookups: &mut [NetworkLookup], pool: &[&PodRecord], input: &[&PodRecord]) {
+fn to_input_indices(lookups: &mut [NetworkLookup], pool: &[&PodRecord], input: &[Arc<PodRecord>]) {
     if lookups.is_empty() {
         return;
     }
     let mut at = Vec::with_capacity(pool.len());
     let mut rest = input.iter().enumerate();
     for &pod in pool {
-        if let Some((i, _)) = rest.find(|(_, p)| std::ptr::eq(**p, pod)) {
+        if let Some((i, _)) = rest.find(|(_, p)| std::ptr::eq(p.as_ref(), pod)) {
             at.push(i);
         }
     }

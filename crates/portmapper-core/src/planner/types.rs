@@ -24,7 +24,7 @@ pub struct PlanInput<'a> {
     pub service: &'a Service,
     /// Pods of the namespace; those outside the pool are ignored, so the caller may pass a
     /// superset (e.g. everything its index returned).
-    pub pods: &'a [&'a PodRecord],
+    pub pods: &'a [Arc<PodRecord>],
     /// Node name → `topology.kubernetes.io/zone`, for the nodes that have one.
     pub node_zones: &'a BTreeMap<String, String>,
     /// Latest network check results.

@@ -245,9 +245,17 @@ impl World {
         }
     }
 
-    /// The pods as the operator's index keeps them (see [`refs`]).
+    /// The pods as records (see [`refs`]).
     pub fn pod_records(&self) -> Vec<PodRecord> {
         self.pods.iter().map(PodRecord::from).collect()
+    }
+
+    /// The pods as the planner takes them (and the operator's index holds them).
+    pub fn shared_records(&self) -> Vec<std::sync::Arc<PodRecord>> {
+        self.pods
+            .iter()
+            .map(|p| std::sync::Arc::new(PodRecord::from(p)))
+            .collect()
     }
 
     /// The live slices as the planner takes them (shared, as the operator's cache holds them).
@@ -269,8 +277,7 @@ impl World {
         &self,
         memo: Option<&mut EvalMemo>,
     ) -> Result<Plan, portmapper_core::PlanError> {
-        let (records, slices) = (self.pod_records(), self.slice_refs());
-        let pods = refs(&records);
+        let (pods, slices) = (self.shared_records(), self.slice_refs());
         let input = PlanInput {
             port_mapping: &self.pm,
             service: &self.service,

@@ -392,8 +392,7 @@ fn a_service_label_the_api_would_refuse_fails_the_plan_with_nothing_written() {
     let mut svc = web_service();
     svc.metadata.labels = Some(BTreeMap::from([("bad key!".to_owned(), "v".to_owned())]));
     let w = World::new(port_mapping(&["http", "https"]), svc, seed_pods());
-    let (records, slices) = (w.pod_records(), w.slice_refs());
-    let pods = refs(&records);
+    let (pods, slices) = (w.shared_records(), w.slice_refs());
     let r = portmapper_core::plan(&portmapper_core::PlanInput {
         port_mapping: &w.pm,
         service: &w.service,

@@ -199,8 +199,8 @@ pub async fn pending_writes(client: &Client, name: &str) -> Vec<String> {
         .await
         .expect("the pods")
         .items;
-    let pods: Vec<portmapper_core::PodRecord> = pods.iter().map(Into::into).collect();
-    let pods: Vec<&portmapper_core::PodRecord> = pods.iter().collect();
+    let pods: Vec<Arc<portmapper_core::PodRecord>> =
+        pods.iter().map(|p| Arc::new(p.into())).collect();
     let node_zones: BTreeMap<String, String> = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await
