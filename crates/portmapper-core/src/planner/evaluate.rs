@@ -10,7 +10,7 @@ use kube_validation::IpFamily;
 use portmapper_api::TerminatingEndpoints;
 use portmapper_api::check::CheckKind;
 
-use super::memo::{EvalMemo, Outcome, PodMemo};
+use super::memo::{EvalMemo, Outcome, Outcomes};
 use super::naming::{group_base_name, parse_chunk};
 use super::objects::{DesiredEndpoint, EndpointFacts};
 use super::pack::Identity;
@@ -65,7 +65,7 @@ struct Evaluator<'c, 'a> {
     published: Option<HashSet<(&'a str, IpFamily, &'a str)>>,
     rejected_warned: HashSet<(usize, String)>,
     /// Remembered outcomes, aligned with `ctx.pods`, when planning with a memo.
-    memos: Option<Vec<PodMemo>>,
+    memos: Option<Outcomes>,
     /// Per port: whether its checks read only the pod, so their verdict can be remembered.
     pod_only: Vec<bool>,
     /// Per port: the positions of the checks the prober evaluates, when their results are
@@ -174,10 +174,7 @@ impl<'a> Evaluator<'_, 'a> {
         let mut by_target: BTreeMap<Option<i32>, Vec<DesiredEndpoint<'a>>> = BTreeMap::new();
         let mut candidate_targets: BTreeSet<i32> = BTreeSet::new();
         for pod_idx in 0..ctx.pods.len() {
-            let remembered = self
-                .memos
-                .as_mut()
-                .and_then(|m| m[pod_idx].outcomes[slot].take());
+            let remembered = self.memos.as_mut().and_then(|m| m.take(pod_idx, slot));
             let outcome = match remembered {
                 Some(o) => o,
                 None => self.outcome(port_idx, pod_idx, family),
@@ -220,7 +217,7 @@ impl<'a> Evaluator<'_, 'a> {
             if self.pod_only[port_idx]
                 && let Some(m) = self.memos.as_mut()
             {
-                m[pod_idx].outcomes[slot] = Some(outcome);
+                m.put(pod_idx, slot, outcome);
             }
             let Some((endpoint, target)) = endpoint else {
                 continue;

@@ -36,7 +36,7 @@ pub struct EvalMemo {
     /// it is known unchanged without reading it, and holding it keeps its address from naming
     /// another record.
     pods: Vec<Arc<PodRecord>>,
-    memos: Vec<PodMemo>,
+    outcomes: Outcomes,
     last_pass: PassStats,
     /// Whether this pass's checkout found every pod at its last position (and no others).
     aligned: bool,
@@ -93,7 +93,7 @@ pub struct PassStats {
 impl EvalMemo {
     /// Pods remembered (for tests and metrics).
     pub fn len(&self) -> usize {
-        self.memos.iter().filter(|m| !m.outcomes.is_empty()).count()
+        self.pods.iter().filter(|p| identity(p).is_some()).count()
     }
 
     /// Whether nothing is remembered.
@@ -123,7 +123,7 @@ impl EvalMemo {
         });
         if !same {
             self.pods.clear();
-            self.memos.clear();
+            self.outcomes = Outcomes::default();
             self.settled.clear();
             self.pooled.clear();
             self.pool_epoch += 1;
@@ -165,65 +165,83 @@ impl EvalMemo {
         Ok(pool)
     }
 
-    /// Hands out the remembered outcomes of `pods`, aligned with them (a fresh slot for a new
+    /// Hands out the remembered outcomes of `pods`, aligned with them (empty cells for a new
     /// or changed pod). After [`begin`](Self::begin).
-    pub(crate) fn checkout(&mut self, pods: &[&Arc<PodRecord>], slots: usize) -> Vec<PodMemo> {
+    pub(crate) fn checkout(&mut self, pods: &[&Arc<PodRecord>], slots: usize) -> Outcomes {
         let last = &self.pods;
         // Built only when a pod is not at its last position (pods came or went).
         let mut positions: Option<HashMap<&str, usize>> = None;
         self.usable = std::mem::take(&mut self.settled);
-        let mut stats = PassStats::default();
-        let reused = &mut self.reused;
-        reused.clear();
+        let mut old = std::mem::take(&mut self.outcomes);
+        let comparable = old.slots == slots;
         let mut anonymous = false;
-        let memos = pods
+        // Where each pod's remembered outcomes are, when they are still its own.
+        let sources: Vec<Option<usize>> = pods
             .iter()
             .enumerate()
             .map(|(i, &pod)| {
                 let known = identity(pod).is_some();
                 anonymous |= !known;
-                let kept = known.then(|| {
-                    let at = if last
-                        .get(i)
-                        .is_some_and(|p| Arc::ptr_eq(p, pod) || p.uid == pod.uid)
-                    {
-                        Some(i)
-                    } else {
-                        positions
-                            .get_or_insert_with(|| {
-                                last.iter()
-                                    .enumerate()
-                                    .map(|(j, p)| (p.uid.as_str(), j))
-                                    .collect()
-                            })
-                            .get(pod.uid.as_str())
-                            .copied()
-                    }?;
-                    let m = self.memos.get_mut(at)?;
-                    (same_version(&last[at], pod) && m.outcomes.len() == slots)
-                        .then(|| std::mem::take(m))
-                });
-                let kept = kept.flatten();
-                if kept.is_some() {
-                    stats.reused += 1;
-                } else {
-                    stats.evaluated += 1;
+                if !known || !comparable {
+                    return None;
                 }
-                reused.push(kept.is_some());
-                kept.unwrap_or_else(|| PodMemo {
-                    outcomes: vec![None; slots],
-                })
+                let at = if last
+                    .get(i)
+                    .is_some_and(|p| Arc::ptr_eq(p, pod) || p.uid == pod.uid)
+                {
+                    Some(i)
+                } else {
+                    positions
+                        .get_or_insert_with(|| {
+                            last.iter()
+                                .enumerate()
+                                .map(|(j, p)| (p.uid.as_str(), j))
+                                .collect()
+                        })
+                        .get(pod.uid.as_str())
+                        .copied()
+                }?;
+                (at < old.pods() && same_version(&last[at], pod)).then_some(at)
             })
             .collect();
-        self.last_pass = stats;
         // Every pod where it was, and no more of them: the pool is the same list of pods.
         self.aligned = positions.is_none() && !anonymous && self.pods.len() == pods.len();
-        memos
+        let in_place = comparable
+            && sources
+                .iter()
+                .enumerate()
+                .all(|(i, s)| s.is_none_or(|a| a == i));
+        let out = if in_place {
+            // The common pass: the cells stay where they are, and only changed pods' are emptied.
+            old.resize(pods.len());
+            for (i, s) in sources.iter().enumerate() {
+                if s.is_none() {
+                    old.clear(i);
+                }
+            }
+            old
+        } else {
+            let mut fresh = Outcomes::new(pods.len(), slots);
+            for (i, s) in sources.iter().enumerate() {
+                if let Some(at) = *s {
+                    fresh.take_from(&mut old, at, i);
+                }
+            }
+            fresh
+        };
+        self.reused.clear();
+        self.reused.extend(sources.iter().map(Option::is_some));
+        let reused = self.reused.iter().filter(|r| **r).count();
+        self.last_pass = PassStats {
+            reused,
+            evaluated: pods.len() - reused,
+        };
+        out
     }
 
     /// Remembers the outcomes of this pass (pods without UID or resourceVersion are not
     /// remembered); pods not in this pass are forgotten.
-    pub(crate) fn check_in(&mut self, pods: &[&Arc<PodRecord>], mut memos: Vec<PodMemo>) {
+    pub(crate) fn check_in(&mut self, pods: &[&Arc<PodRecord>], mut outcomes: Outcomes) {
         // Known from the checkout, without comparing every UID again.
         if self.aligned {
             // Only the changed pods' records are new.
@@ -236,12 +254,12 @@ impl EvalMemo {
             self.pods = pods.iter().map(|&p| p.clone()).collect();
             self.pool_epoch += 1;
         }
-        for (pod, memo) in pods.iter().zip(memos.iter_mut()) {
+        for (i, pod) in pods.iter().enumerate() {
             if identity(pod).is_none() {
-                *memo = PodMemo::default();
+                outcomes.clear(i);
             }
         }
-        self.memos = memos;
+        self.outcomes = outcomes;
     }
 }
 
@@ -330,11 +348,64 @@ struct Inputs {
     gate_peers: BTreeSet<String>,
 }
 
-/// One pod's remembered outcomes, `[port × families + family]`; `None` = not remembered. The
-/// default (no outcomes) is an empty slot: it matches no pod.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct PodMemo {
-    pub outcomes: Vec<Option<Outcome>>,
+/// Remembered outcomes of a pool, `[pod × slots + port × families + family]`, in one vector:
+/// a pass reads them in pool order, so they lie in the order they are read (a vector per pod
+/// put each pod's outcomes somewhere else on the heap, a cache miss per pod and pass).
+/// An empty cell is not remembered.
+#[derive(Debug, Default)]
+pub(crate) struct Outcomes {
+    slots: usize,
+    cells: Vec<Option<Outcome>>,
+}
+
+impl Outcomes {
+    fn new(pods: usize, slots: usize) -> Self {
+        let mut cells = Vec::new();
+        cells.resize_with(pods * slots, || None);
+        Self { slots, cells }
+    }
+
+    /// Pods it has cells for.
+    fn pods(&self) -> usize {
+        self.cells.len().checked_div(self.slots).unwrap_or(0)
+    }
+
+    fn resize(&mut self, pods: usize) {
+        self.cells.resize_with(pods * self.slots, || None);
+    }
+
+    fn clear(&mut self, pod: usize) {
+        let slots = self.slots;
+        for cell in self.cells.iter_mut().skip(pod * slots).take(slots) {
+            *cell = None;
+        }
+    }
+
+    fn take_from(&mut self, other: &mut Outcomes, from: usize, to: usize) {
+        let slots = self.slots;
+        let source = other.cells.iter_mut().skip(from * slots).take(slots);
+        for (cell, o) in self
+            .cells
+            .iter_mut()
+            .skip(to * slots)
+            .take(slots)
+            .zip(source)
+        {
+            *cell = o.take();
+        }
+    }
+
+    /// The remembered outcome of a pod's slot, taken out.
+    pub fn take(&mut self, pod: usize, slot: usize) -> Option<Outcome> {
+        self.cells.get_mut(pod * self.slots + slot)?.take()
+    }
+
+    /// Remembers a pod's slot.
+    pub fn put(&mut self, pod: usize, slot: usize, outcome: Outcome) {
+        if let Some(cell) = self.cells.get_mut(pod * self.slots + slot) {
+            *cell = Some(outcome);
+        }
+    }
 }
 
 /// What a (pod, Service port, IP family) comes to from the pod alone.
