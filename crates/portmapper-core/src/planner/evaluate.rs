@@ -175,6 +175,7 @@ impl<'a> Evaluator<'_, 'a> {
         let mut candidate_targets: BTreeSet<i32> = BTreeSet::new();
         for pod_idx in 0..ctx.pods.len() {
             let remembered = self.memos.as_mut().and_then(|m| m.take(pod_idx, slot));
+            let fresh = remembered.is_none();
             let outcome = match remembered {
                 Some(o) => o,
                 None => self.outcome(port_idx, pod_idx, family),
@@ -217,7 +218,11 @@ impl<'a> Evaluator<'_, 'a> {
             if self.pod_only[port_idx]
                 && let Some(m) = self.memos.as_mut()
             {
-                m.put(pod_idx, slot, outcome);
+                if fresh {
+                    m.put_new(pod_idx, slot, outcome);
+                } else {
+                    m.put(pod_idx, slot, outcome);
+                }
             }
             let Some((endpoint, target)) = endpoint else {
                 continue;

@@ -13,7 +13,7 @@
 //! The memo only skips work: a plan with a memo equals the plan without one for the same inputs
 //! (a property test checks it on random event sequences).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -222,6 +222,7 @@ impl EvalMemo {
             old
         } else {
             let mut fresh = Outcomes::new(pods.len(), slots);
+            fresh.take_reasons(&mut old);
             for (i, s) in sources.iter().enumerate() {
                 if let Some(at) = *s {
                     fresh.take_from(&mut old, at, i);
@@ -356,13 +357,24 @@ struct Inputs {
 pub(crate) struct Outcomes {
     slots: usize,
     cells: Vec<Option<Outcome>>,
+    /// One shared copy of each reason remembered: pods excluded for the same reason (every pod
+    /// whose port list lacks a port) share it, so reporting them touches one string, not one
+    /// per pod spread over the heap.
+    reasons: HashSet<Arc<str>>,
 }
+
+/// Distinct reasons kept for sharing; past it the set starts again (sharing only saves work).
+const MAX_SHARED_REASONS: usize = 1024;
 
 impl Outcomes {
     fn new(pods: usize, slots: usize) -> Self {
         let mut cells = Vec::new();
         cells.resize_with(pods * slots, || None);
-        Self { slots, cells }
+        Self {
+            slots,
+            cells,
+            reasons: HashSet::new(),
+        }
     }
 
     /// Pods it has cells for.
@@ -379,6 +391,11 @@ impl Outcomes {
         for cell in self.cells.iter_mut().skip(pod * slots).take(slots) {
             *cell = None;
         }
+    }
+
+    /// Moves the shared reasons along with the cells.
+    fn take_reasons(&mut self, other: &mut Outcomes) {
+        self.reasons = std::mem::take(&mut other.reasons);
     }
 
     fn take_from(&mut self, other: &mut Outcomes, from: usize, to: usize) {
@@ -398,6 +415,31 @@ impl Outcomes {
     /// The remembered outcome of a pod's slot, taken out.
     pub fn take(&mut self, pod: usize, slot: usize) -> Option<Outcome> {
         self.cells.get_mut(pod * self.slots + slot)?.take()
+    }
+
+    /// Remembers a newly evaluated outcome of a pod's slot, its reason shared with the equal
+    /// ones remembered before.
+    pub fn put_new(&mut self, pod: usize, slot: usize, mut outcome: Outcome) {
+        if let Outcome::Candidate {
+            verdict:
+                Some(Verdict {
+                    reason: Some(reason),
+                    ..
+                }),
+            ..
+        } = &mut outcome
+        {
+            if self.reasons.len() >= MAX_SHARED_REASONS {
+                self.reasons.clear();
+            }
+            match self.reasons.get(reason) {
+                Some(shared) => *reason = shared.clone(),
+                None => {
+                    self.reasons.insert(reason.clone());
+                }
+            }
+        }
+        self.put(pod, slot, outcome);
     }
 
     /// Remembers a pod's slot.
@@ -424,4 +466,46 @@ pub(crate) enum Outcome {
         verdict: Option<Verdict>,
         excluded_by_backing: bool,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn excluded(reason: &str) -> Outcome {
+        Outcome::Candidate {
+            target: Some(80),
+            address: "10.0.0.1".parse().unwrap(),
+            verdict: Some(Verdict::exclude(reason.to_owned())),
+            excluded_by_backing: false,
+        }
+    }
+
+    fn reason(o: Option<Outcome>) -> Arc<str> {
+        match o {
+            Some(Outcome::Candidate {
+                verdict: Some(Verdict {
+                    reason: Some(r), ..
+                }),
+                ..
+            }) => r,
+            other => panic!("not an excluded candidate: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn remembered_reasons_that_are_equal_share_one_copy() {
+        let mut cells = Outcomes::new(3, 1);
+        cells.put_new(0, 0, excluded("portNames: no https"));
+        cells.put_new(1, 0, excluded("portNames: no https"));
+        cells.put_new(2, 0, excluded("podReady: not Ready"));
+        let (a, b, c) = (
+            reason(cells.take(0, 0)),
+            reason(cells.take(1, 0)),
+            reason(cells.take(2, 0)),
+        );
+        assert!(Arc::ptr_eq(&a, &b), "equal reasons share one string");
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(&*c, "podReady: not Ready");
+    }
 }
