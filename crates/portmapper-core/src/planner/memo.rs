@@ -29,7 +29,7 @@ use crate::pod_record::PodRecord;
 #[derive(Debug, Default)]
 pub struct EvalMemo {
     inputs: Option<Inputs>,
-    /// The last pass's pods, in its order, aligned with `memos`. Kept as two vectors in pool
+    /// The last pass's pods, in its order, aligned with `outcomes`. Kept as two vectors in pool
     /// order rather than a map: the pool comes in the same order every pass, so a pass finds
     /// each pod's memory at its own position without hashing or allocating. Held, not copied:
     /// an unchanged pod is the same record (the watch makes a new one for every change), so
