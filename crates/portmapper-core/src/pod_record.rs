@@ -7,6 +7,8 @@
 //! operator's memory. A record is built once per watch event, by moving the fields it keeps out
 //! of the `Pod` (no copy of the strings), and is read by every pass.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
 };
@@ -115,16 +117,11 @@ impl Pairs {
 impl<K: Into<Box<str>>, V: Into<Box<str>>> FromIterator<(K, V)> for Pairs {
     /// Later entries of a repeated key win, as in a map.
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
-        let mut entries: Vec<(Box<str>, Box<str>)> = iter
+        let map: BTreeMap<Box<str>, Box<str>> = iter
             .into_iter()
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
-        // Stable, so the last of equal keys stays last and survives the dedup below.
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        entries.reverse();
-        entries.dedup_by(|later, earlier| later.0 == earlier.0);
-        entries.reverse();
-        Self(entries.into_boxed_slice())
+        Self(map.into_iter().collect())
     }
 }
 
