@@ -827,11 +827,31 @@ async fn execute_slice_writes(
 ) -> SliceWrites {
     use futures::StreamExt;
 
+    // Each write's expectation is recorded the moment its answer arrives: recorded after the
+    // whole batch, the echo of the first write usually came before it, was not known as ours,
+    // and woke the PortMapping for a pass that found nothing to do (most reconciles after a
+    // pod flip at 10,000 pods were such passes).
+    let expect = |name: &str, written: &Written| {
+        let slice = ObjectRef::<EndpointSlice>::new(name).within(writer.namespace);
+        match written {
+            Written::Applied(Some(version)) => {
+                index
+                    .lock()
+                    .wrote_slice(pm_uid, slice, version.clone(), Instant::now())
+            }
+            Written::Deleted => index.lock().deleted_slice(pm_uid, slice, Instant::now()),
+            Written::Applied(None) | Written::Done | Written::Failed(_) => {}
+        }
+    };
     let applies: Vec<_> = plan
         .slices
         .iter()
         .filter(|s| s.action.is_write())
-        .map(|planned| apply_one(writer, &planned.slice))
+        .map(|planned| async {
+            let written = apply_one(writer, &planned.slice).await;
+            expect(&planned.slice.name_any(), &written);
+            written
+        })
         .collect();
     // `buffered` keeps plan order in the results, so conditions and logs are deterministic.
     let mut results: Vec<Written> = futures::stream::iter(applies)
@@ -841,7 +861,14 @@ async fn execute_slice_writes(
     let deletions: Vec<_> = plan
         .deletions
         .iter()
-        .filter_map(|d| Some(delete_one(writer, &d.name, d.uid.as_deref()?)))
+        .filter_map(|d| {
+            let uid = d.uid.as_deref()?;
+            Some(async move {
+                let written = delete_one(writer, &d.name, uid).await;
+                expect(&d.name, &written);
+                written
+            })
+        })
         .collect();
     results.extend(
         futures::stream::iter(deletions)
@@ -849,32 +876,14 @@ async fn execute_slice_writes(
             .collect::<Vec<_>>()
             .await,
     );
-    let mut out = SliceWrites { errors: Vec::new() };
-    // What the next plan must find in the cache before it may run (see `own_writes`): the
-    // applies in plan order, then the deletions.
-    let names = plan
-        .slices
-        .iter()
-        .filter(|s| s.action.is_write())
-        .map(|s| s.slice.name_any())
-        .chain(
-            plan.deletions
-                .iter()
-                .filter(|d| d.uid.is_some())
-                .map(|d| d.name.clone()),
-        );
-    let now = Instant::now();
-    let mut idx = index.lock();
-    for (name, result) in names.zip(results) {
-        let slice = ObjectRef::<EndpointSlice>::new(&name).within(writer.namespace);
-        match result {
-            Written::Applied(Some(version)) => idx.wrote_slice(pm_uid, slice, version, now),
-            Written::Deleted => idx.deleted_slice(pm_uid, slice, now),
-            Written::Applied(None) | Written::Done => {}
-            Written::Failed(e) => out.errors.push(e),
-        }
-    }
-    out
+    let errors = results
+        .into_iter()
+        .filter_map(|written| match written {
+            Written::Failed(e) => Some(e),
+            Written::Applied(_) | Written::Deleted | Written::Done => None,
+        })
+        .collect();
+    SliceWrites { errors }
 }
 
 /// The first of `errors` (they are in plan order); every one is logged at debug level, and the
