@@ -25,7 +25,7 @@ use portmapper_core::PodRecord;
 use portmapper_core::consumers::is_ambient;
 use portmapper_core::ownership::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
 
-use crate::own_writes::{Observed, OwnWrites};
+use crate::own_writes::{Answered, Observed, OwnWrites};
 
 /// A PortMapping, by namespace and name.
 pub type PmKey = ObjectRef<PortMapping>;
@@ -851,7 +851,9 @@ impl Index {
         // of every three reconciles after a pod flip). Unless a reconcile of it was put off
         // until this write showed, or the slice changed hands.
         let mut echo_of = match &observed {
-            Observed::Echo { owner, wake: false } => Some(owner.as_str()),
+            Observed::Echo { owner, wake: false } | Observed::InFlight { owner } => {
+                Some(owner.as_str())
+            }
             _ => None,
         }
         .filter(|uid| written_by(&footprint, uid));
@@ -930,22 +932,34 @@ impl Index {
         self.delete_each(gone, Self::delete_slice)
     }
 
+    /// The PortMapping with UID `owner` is about to apply `slice`: the slice's events are not
+    /// taken for someone else's change until the answer says whose they were.
+    pub fn applying_slice(&mut self, owner: &str, slice: ObjectRef<EndpointSlice>, now: Instant) {
+        self.own_writes.applying(owner, slice, now);
+    }
+
     /// The PortMapping with UID `owner` applied `slice` and the API server answered with
-    /// `resource_version`. Nothing to await when the watch already brought that version.
+    /// `resource_version`. Nothing to await when the watch already brought that version;
+    /// [`Answered::Wake`] when it brought something else meanwhile.
     pub fn wrote_slice(
         &mut self,
         owner: &str,
         slice: ObjectRef<EndpointSlice>,
         resource_version: String,
         now: Instant,
-    ) {
-        let seen = self
+    ) -> Answered {
+        let cached = self
             .slices
             .get(&slice)
             .is_some_and(|f| f.resource_version.as_deref() == Some(resource_version.as_str()));
-        if !seen {
-            self.own_writes.wrote(owner, slice, resource_version, now);
-        }
+        self.own_writes
+            .answered(owner, slice, resource_version, cached, now)
+    }
+
+    /// The apply of `slice` by the PortMapping with UID `owner` failed, or its answer named no
+    /// version.
+    pub fn apply_failed(&mut self, owner: &str, slice: &ObjectRef<EndpointSlice>) -> Answered {
+        self.own_writes.apply_failed(owner, slice)
     }
 
     /// The PortMapping with UID `owner` deleted `slice`. Nothing to await when the watch
@@ -1499,6 +1513,40 @@ mod tests {
                 .apply_pod(&label(), Arc::new(PodRecord::from(p.clone())))
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn an_echo_handled_before_its_answer_wakes_nobody_and_a_foreign_version_wakes_the_writer() {
+        let mut index = index();
+        let web = pm("a", "web-1", "web", KeySource::Label, 10);
+        let uid = web.uid().unwrap();
+        let mut written = slice("a", "web.http", Some(&web), &[]);
+        let key = ObjectRef::from_obj(&written);
+        written.metadata.resource_version = Some("7".into());
+        index.apply_slice(&written);
+        // Our apply is sent; its event comes before its answer.
+        index.applying_slice(&uid, key.clone(), Instant::now());
+        written.metadata.resource_version = Some("8".into());
+        assert!(index.apply_slice(&written).is_empty(), "held as a possible echo");
+        assert_eq!(
+            index.wrote_slice(&uid, key.clone(), "8".into(), Instant::now()),
+            Answered::Awaited,
+            "it was the echo"
+        );
+        assert!(!index.own_writes_pending(&uid, Instant::now()));
+        // Someone else's version comes while ours is in flight: held, then the answer wakes.
+        index.applying_slice(&uid, key.clone(), Instant::now());
+        written.metadata.resource_version = Some("9".into());
+        assert!(index.apply_slice(&written).is_empty());
+        written.metadata.resource_version = Some("10".into());
+        assert!(index.apply_slice(&written).is_empty());
+        assert_eq!(
+            index.wrote_slice(&uid, key.clone(), "10".into(), Instant::now()),
+            Answered::Wake
+        );
+        // With nothing in flight, the same event reaches the owner.
+        written.metadata.resource_version = Some("11".into());
+        assert_eq!(names(index.apply_slice(&written)), ["a/web-1"]);
     }
 
     #[test]

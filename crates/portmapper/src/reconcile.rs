@@ -23,6 +23,7 @@ use crate::context::{self, Context, publish_warning, warn_event};
 use crate::error::Error;
 use crate::index::PodSource;
 use crate::metrics::ServiceLabels;
+use crate::own_writes::Answered;
 use crate::report;
 
 /// How soon to look again while something we wait for (a cache, probe results) is pending.
@@ -599,6 +600,7 @@ async fn plan_and_apply(
     let written = execute_slice_writes(writer, &ctx.index, &plan, &pm_uid).await;
     // Gates after the slices: a pod is marked published only once its slices are stored.
     let slices_written = written.errors.is_empty() && plan.collisions.is_empty();
+    let wake = written.wake;
     let gate_errors = crate::gates::write_gates(
         writer,
         &ctx.gates_written,
@@ -790,7 +792,9 @@ async fn plan_and_apply(
         plan: Some(plan),
         // Look again soon while probe targets still lack a first result; afterwards damped
         // flips arrive as events and reasons refresh with the resync.
-        requeue: if probed.awaiting_first_result > 0 {
+        requeue: if wake {
+            Duration::ZERO
+        } else if probed.awaiting_first_result > 0 {
             PENDING_RETRY.min(ctx.settings.resync)
         } else {
             ctx.settings.resync
@@ -814,6 +818,9 @@ const SLICE_WRITES_IN_FLIGHT: usize = 8;
 struct SliceWrites {
     /// Every failed write, in plan order.
     errors: Vec<Error>,
+    /// The watch showed a change of a slice that was not ours while we wrote it: plan again
+    /// (the event that would have woken the PortMapping was held as a possible echo).
+    wake: bool,
 }
 
 /// Performs the plan's slice applies, then its deletions (after the applies, so endpoints that
@@ -827,20 +834,28 @@ async fn execute_slice_writes(
 ) -> SliceWrites {
     use futures::StreamExt;
 
-    // Each write's expectation is recorded the moment its answer arrives: recorded after the
-    // whole batch, the echo of the first write usually came before it, was not known as ours,
-    // and woke the PortMapping for a pass that found nothing to do (at 10,000 pods, 0.85 such
-    // passes per pod flip; 0.5 remain: the event can still be handled before the answer).
-    let expect = |name: &str, written: &Written| {
-        let slice = ObjectRef::<EndpointSlice>::new(name).within(writer.namespace);
+    // Each apply is announced to the index as it is sent and its answer recorded as it arrives:
+    // its watch event, often handled before the answer, is then known as ours instead of
+    // waking the PortMapping for a pass that finds nothing to do (at 10,000 pods such passes
+    // were 0.85 per pod flip with expectations recorded after the batch, 0.5 when recorded
+    // per answer).
+    let slice_ref = |name: &str| ObjectRef::<EndpointSlice>::new(name).within(writer.namespace);
+    let expect = |name: &str, written: &Written| -> Answered {
+        let slice = slice_ref(name);
         match written {
             Written::Applied(Some(version)) => {
                 index
                     .lock()
                     .wrote_slice(pm_uid, slice, version.clone(), Instant::now())
             }
-            Written::Deleted => index.lock().deleted_slice(pm_uid, slice, Instant::now()),
-            Written::Applied(None) | Written::Done | Written::Failed(_) => {}
+            Written::Applied(None) | Written::Failed(_) => {
+                index.lock().apply_failed(pm_uid, &slice)
+            }
+            Written::Deleted => {
+                index.lock().deleted_slice(pm_uid, slice, Instant::now());
+                Answered::Awaited
+            }
+            Written::Done => Answered::Awaited,
         }
     };
     let applies: Vec<_> = plan
@@ -848,13 +863,17 @@ async fn execute_slice_writes(
         .iter()
         .filter(|s| s.action.is_write())
         .map(|planned| async {
+            let name = planned.slice.name_any();
+            index
+                .lock()
+                .applying_slice(pm_uid, slice_ref(&name), Instant::now());
             let written = apply_one(writer, &planned.slice).await;
-            expect(&planned.slice.name_any(), &written);
-            written
+            let answered = expect(&name, &written);
+            (written, answered)
         })
         .collect();
     // `buffered` keeps plan order in the results, so conditions and logs are deterministic.
-    let mut results: Vec<Written> = futures::stream::iter(applies)
+    let mut results: Vec<(Written, Answered)> = futures::stream::iter(applies)
         .buffered(SLICE_WRITES_IN_FLIGHT)
         .collect()
         .await;
@@ -865,8 +884,8 @@ async fn execute_slice_writes(
             let uid = d.uid.as_deref()?;
             Some(async move {
                 let written = delete_one(writer, &d.name, uid).await;
-                expect(&d.name, &written);
-                written
+                let answered = expect(&d.name, &written);
+                (written, answered)
             })
         })
         .collect();
@@ -876,14 +895,15 @@ async fn execute_slice_writes(
             .collect::<Vec<_>>()
             .await,
     );
+    let wake = results.iter().any(|(_, a)| *a == Answered::Wake);
     let errors = results
         .into_iter()
-        .filter_map(|written| match written {
+        .filter_map(|(written, _)| match written {
             Written::Failed(e) => Some(e),
             Written::Applied(_) | Written::Deleted | Written::Done => None,
         })
         .collect();
-    SliceWrites { errors }
+    SliceWrites { errors, wake }
 }
 
 /// The first of `errors` (they are in plan order); every one is logged at debug level, and the
