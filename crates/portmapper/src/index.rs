@@ -1527,7 +1527,10 @@ mod tests {
         // Our apply is sent; its event comes before its answer.
         index.applying_slice(&uid, key.clone(), Instant::now());
         written.metadata.resource_version = Some("8".into());
-        assert!(index.apply_slice(&written).is_empty(), "held as a possible echo");
+        assert!(
+            index.apply_slice(&written).is_empty(),
+            "held as a possible echo"
+        );
         assert_eq!(
             index.wrote_slice(&uid, key.clone(), "8".into(), Instant::now()),
             Answered::Awaited,

@@ -366,7 +366,10 @@ mod tests {
         let mut w = OwnWrites::default();
         w.applying("pm", slice("web.http"), t0);
         // (Asking `pending` here would stand for a put-off reconcile, which the answer wakes.)
-        assert!(w.by_owner.contains_key("pm"), "in flight is not in the cache");
+        assert!(
+            w.by_owner.contains_key("pm"),
+            "in flight is not in the cache"
+        );
         assert_eq!(
             w.observed(&slice("web.http"), Some("7")),
             Observed::InFlight { owner: "pm".into() }
