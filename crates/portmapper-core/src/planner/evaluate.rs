@@ -10,10 +10,9 @@ use kube_validation::IpFamily;
 use portmapper_api::TerminatingEndpoints;
 use portmapper_api::check::CheckKind;
 
-use super::memo::{EvalMemo, Outcome, Outcomes};
+use super::memo::{DecisionCode, EvalMemo, KeptMember, KeptParts, KeptPort, Outcome, Outcomes};
 use super::naming::{group_base_name, parse_chunk};
 use super::objects::{DesiredEndpoint, EndpointFacts};
-use super::pack::Identity;
 use super::status::PodPortState;
 use super::types::{DecisionCounts, PlanWarning};
 use super::{Member, PlanContext, PortView, static_target};
@@ -55,6 +54,21 @@ pub(crate) struct Evaluated<'a> {
     /// The network results this evaluation depends on, `pod` indexing `ctx.pods`; in
     /// (port, family, pod, position) order.
     pub lookups: Vec<NetworkLookup>,
+    /// Per port, when planning with a memo and the port can be kept whole: its members per
+    /// family and its decisions, for [`EvalMemo::keep`] once the pass completes.
+    pub kept: Vec<Option<KeptParts>>,
+}
+
+/// What visiting one (pod, port, family) found.
+struct Visit<'a> {
+    /// Its endpoint and target port, when it is a member.
+    endpoint: Option<(DesiredEndpoint<'a>, Option<i32>)>,
+    decision: DecisionCode,
+    /// Its target port, when it is a candidate (named targets: every target a candidate
+    /// resolves gets a group).
+    candidate_target: Option<i32>,
+    /// Its address is one the API rejects.
+    rejected: bool,
 }
 
 struct Evaluator<'c, 'a> {
@@ -73,6 +87,8 @@ struct Evaluator<'c, 'a> {
     probed: Vec<Vec<CheckPosition>>,
     /// Per port: what each check can tell, for the questions a walk asks.
     classes: Vec<Vec<CheckClass>>,
+    /// Per pod: unchanged since the memo's last pass (empty without a memo).
+    reused: Vec<bool>,
     out: Evaluated<'a>,
 }
 
@@ -86,6 +102,14 @@ pub(crate) fn evaluate<'a>(
 ) -> Evaluated<'a> {
     let slots = ctx.ports.len() * ctx.families.len();
     let memos = memo.as_mut().map(|(m, pool)| m.checkout(pool, slots));
+    let mut kept = memo
+        .as_mut()
+        .map(|(m, _)| m.take_kept())
+        .unwrap_or_default();
+    let reused = memo
+        .as_ref()
+        .map(|(m, _)| m.reused().to_vec())
+        .unwrap_or_default();
     let mut e = Evaluator {
         ctx,
         ours,
@@ -104,21 +128,35 @@ pub(crate) fn evaluate<'a>(
             .iter()
             .map(|p| classify_checks(p.rules, p.protocol))
             .collect(),
+        reused,
         out: Evaluated {
             groups: Vec::new(),
-            states: vec![vec![None; ctx.pods.len()]; ctx.ports.len()],
+            states: Vec::with_capacity(ctx.ports.len()),
             members: Vec::new(),
             decisions: DecisionCounts::default(),
             lookups: Vec::new(),
+            kept: Vec::with_capacity(ctx.ports.len()),
         },
     };
+    let mut ports_kept = 0;
     for port in 0..ctx.ports.len() {
-        for (family_idx, &family) in ctx.families.iter().enumerate() {
-            e.port_family(port, family_idx, family);
-        }
+        let keepable = e.keepable(port);
+        let start = kept
+            .get_mut(port)
+            .and_then(Option::take)
+            .filter(|k| keepable && e.fits(k));
+        let parts = match start {
+            Some(k) => {
+                ports_kept += 1;
+                e.port_from_kept(port, k)
+            }
+            None => e.port_in_full(port, keepable),
+        };
+        e.out.kept.push(parts);
     }
     if let (Some((memo, pool)), Some(memos)) = (memo, e.memos.take()) {
         memo.check_in(pool, memos);
+        memo.count_ports_kept(ports_kept);
     }
     e.out
 }
@@ -167,44 +205,211 @@ fn reads_only_the_pod(rules: PortRules<'_>) -> bool {
 }
 
 impl<'a> Evaluator<'_, 'a> {
-    fn port_family(&mut self, port_idx: usize, family_idx: usize, family: IpFamily) {
+    /// Whether a port can be kept whole across passes (see [`KeptPort`]), as far as its rules
+    /// tell: a memo, checks that read only the pod, one target port, no legacy Endpoints
+    /// (whose members are gathered per pass).
+    fn keepable(&self, port_idx: usize) -> bool {
+        self.memos.is_some()
+            && self.pod_only[port_idx]
+            && !self.ctx.ports[port_idx].named_target
+            && !self.ctx.spec.legacy_endpoints
+    }
+
+    /// Whether a kept port has this pass's shape (it always should: the memo forgets it when
+    /// the pool, the families or the inputs change).
+    fn fits(&self, kept: &KeptPort) -> bool {
+        let (pods, families) = (self.ctx.pods.len(), self.ctx.families.len());
+        kept.members.len() == families
+            && kept.decisions.len() == pods * families
+            && kept.states.len() == pods
+            && self.reused.len() == pods
+    }
+
+    /// Evaluates every pod of a port; with `keepable`, returns what the next pass may start
+    /// from (none when a pod's address was rejected or a check abstained: those are not the
+    /// pod's alone).
+    fn port_in_full(&mut self, port_idx: usize, keepable: bool) -> Option<KeptParts> {
         let ctx = self.ctx;
-        let port = &ctx.ports[port_idx];
-        let slot = port_idx * ctx.families.len() + family_idx;
-        let mut by_target: BTreeMap<Option<i32>, Vec<DesiredEndpoint<'a>>> = BTreeMap::new();
-        let mut candidate_targets: BTreeSet<i32> = BTreeSet::new();
-        for pod_idx in 0..ctx.pods.len() {
-            let remembered = self.memos.as_mut().and_then(|m| m.take(pod_idx, slot));
-            let fresh = remembered.is_none();
-            let outcome = match remembered {
-                Some(o) => o,
-                None => self.outcome(port_idx, pod_idx, family),
-            };
-            let endpoint = match &outcome {
-                Outcome::NotCandidate => None,
-                Outcome::Rejected { ip, reason } => {
-                    self.reject(port_idx, pod_idx, ip, reason);
-                    None
+        let families = ctx.families.len();
+        self.out.states.push(vec![None; ctx.pods.len()]);
+        let mut decisions = if keepable {
+            vec![DecisionCode::None; ctx.pods.len() * families]
+        } else {
+            Vec::new()
+        };
+        let mut members = Vec::new();
+        let mut keep = keepable;
+        for (family_idx, &family) in ctx.families.iter().enumerate() {
+            let mut by_target: BTreeMap<Option<i32>, Vec<DesiredEndpoint<'a>>> = BTreeMap::new();
+            let mut candidate_targets: BTreeSet<i32> = BTreeSet::new();
+            for pod_idx in 0..ctx.pods.len() {
+                let visit = self.visit(port_idx, pod_idx, family_idx, family);
+                if let Some(d) = decisions.get_mut(pod_idx * families + family_idx) {
+                    *d = visit.decision;
                 }
-                Outcome::Candidate {
-                    target,
-                    address,
-                    verdict,
-                    excluded_by_backing,
-                } => {
-                    if let Some(t) = target {
-                        candidate_targets.insert(*t);
+                keep &= !visit.rejected && visit.decision != DecisionCode::Abstain;
+                if let Some(t) = visit.candidate_target {
+                    candidate_targets.insert(t);
+                }
+                let Some((endpoint, target)) = visit.endpoint else {
+                    continue;
+                };
+                let group_target = self.group_target(port_idx, target);
+                // Sized for the whole pool at once: growing one endpoint at a time copied the
+                // group several times over per pass. Named targets may split it; those others
+                // grow.
+                let capacity = if by_target.is_empty() {
+                    ctx.pods.len()
+                } else {
+                    0
+                };
+                by_target
+                    .entry(group_target)
+                    .or_insert_with(|| Vec::with_capacity(capacity))
+                    .push(endpoint);
+            }
+            self.close_groups(port_idx, family, by_target, &candidate_targets);
+            if keep && let Some(group) = self.out.groups.last() {
+                members.push(group.endpoints.iter().map(kept_member).collect());
+            }
+        }
+        keep.then_some((members, decisions))
+    }
+
+    /// A port kept whole by the last pass, brought up to date by visiting the pods that
+    /// changed since: their old endpoints leave the groups, their new ones are merged in, in
+    /// group order, and their decisions replace the old ones. The same groups, states and
+    /// counts as [`port_in_full`](Self::port_in_full) gives (a property test compares the two
+    /// along random event sequences).
+    fn port_from_kept(&mut self, port_idx: usize, kept: KeptPort) -> Option<KeptParts> {
+        let ctx = self.ctx;
+        let families = ctx.families.len();
+        let KeptPort {
+            members: kept_members,
+            mut decisions,
+            mut states,
+        } = kept;
+        let changed: Vec<usize> = (0..ctx.pods.len()).filter(|&i| !self.reused[i]).collect();
+        for &i in &changed {
+            states[i] = None;
+        }
+        self.out.states.push(states);
+        // The visits count their decisions; the port's count is taken from `decisions`.
+        let counted = self.out.decisions;
+        let mut members_out = Vec::with_capacity(families);
+        let mut keep = true;
+        for ((family_idx, &family), mut members) in
+            ctx.families.iter().enumerate().zip(kept_members)
+        {
+            members.retain(|m| self.reused[m.position as usize]);
+            let mut arrived: Vec<DesiredEndpoint<'a>> = Vec::new();
+            for &pod_idx in &changed {
+                let visit = self.visit(port_idx, pod_idx, family_idx, family);
+                decisions[pod_idx * families + family_idx] = visit.decision;
+                keep &= !visit.rejected && visit.decision != DecisionCode::Abstain;
+                if let Some((endpoint, _)) = visit.endpoint {
+                    arrived.push(endpoint);
+                }
+            }
+            arrived.sort_unstable_by(cmp_endpoints);
+            let endpoints = self.merge_members(&members, arrived);
+            let mut by_target = BTreeMap::new();
+            if !endpoints.is_empty() {
+                let target = ctx.ports[port_idx].service_port.map(static_target);
+                by_target.insert(target, endpoints);
+            }
+            // One target port: the candidates' targets only matter for named ones.
+            self.close_groups(port_idx, family, by_target, &BTreeSet::new());
+            members.clear();
+            if let Some(group) = self.out.groups.last() {
+                members.extend(group.endpoints.iter().map(kept_member));
+            }
+            members_out.push(members);
+        }
+        self.out.decisions = counted;
+        for d in &decisions {
+            match d {
+                DecisionCode::None => {}
+                DecisionCode::Include => self.out.decisions.include += 1,
+                DecisionCode::Exclude => self.out.decisions.exclude += 1,
+                DecisionCode::Abstain => self.out.decisions.abstain += 1,
+            }
+        }
+        keep.then_some((members_out, decisions))
+    }
+
+    /// The endpoints of the unchanged `members` (in group order) and of the `arrived` ones
+    /// (sorted), merged in group order. Unchanged members' pods are not read unless an
+    /// arriving endpoint ties with one on its address.
+    fn merge_members(
+        &self,
+        members: &[KeptMember],
+        arrived: Vec<DesiredEndpoint<'a>>,
+    ) -> Vec<DesiredEndpoint<'a>> {
+        let mut out = Vec::with_capacity(members.len() + arrived.len());
+        let mut arrived = arrived.into_iter().peekable();
+        for m in members {
+            let endpoint = self.endpoint(m.position as usize, m.address, m.ready, m.terminating);
+            while let Some(a) = arrived.next_if(|a| cmp_endpoints(a, &endpoint).is_lt()) {
+                out.push(a);
+            }
+            out.push(endpoint);
+        }
+        out.extend(arrived);
+        out
+    }
+
+    /// Evaluates one (pod, port, family), reusing the memo's outcome when it has one, and
+    /// records the pod's state for the port.
+    fn visit(
+        &mut self,
+        port_idx: usize,
+        pod_idx: usize,
+        family_idx: usize,
+        family: IpFamily,
+    ) -> Visit<'a> {
+        let slot = port_idx * self.ctx.families.len() + family_idx;
+        let remembered = self.memos.as_mut().and_then(|m| m.take(pod_idx, slot));
+        let fresh = remembered.is_none();
+        let outcome = match remembered {
+            Some(o) => o,
+            None => self.outcome(port_idx, pod_idx, family),
+        };
+        let mut visit = Visit {
+            endpoint: None,
+            decision: DecisionCode::None,
+            candidate_target: None,
+            rejected: false,
+        };
+        match &outcome {
+            Outcome::NotCandidate => {}
+            Outcome::Rejected { ip, reason } => {
+                self.reject(port_idx, pod_idx, ip, reason);
+                visit.rejected = true;
+            }
+            Outcome::Candidate {
+                target,
+                address,
+                verdict,
+                excluded_by_backing,
+            } => {
+                visit.candidate_target = *target;
+                let computed;
+                let (verdict, excluded_by_backing) = match verdict {
+                    Some(v) => (v, *excluded_by_backing),
+                    None => {
+                        computed = self.verdict(port_idx, pod_idx, family, *address);
+                        (&computed.0, computed.1)
                     }
-                    let computed;
-                    let (verdict, excluded_by_backing) = match verdict {
-                        Some(v) => (v, *excluded_by_backing),
-                        None => {
-                            computed = self.verdict(port_idx, pod_idx, family, *address);
-                            (&computed.0, computed.1)
-                        }
-                    };
-                    let facts = (*target, *address);
-                    self.member(
+                };
+                visit.decision = match verdict.decision {
+                    Decision::Include => DecisionCode::Include,
+                    Decision::Exclude => DecisionCode::Exclude,
+                    Decision::Abstain => DecisionCode::Abstain,
+                };
+                let facts = (*target, *address);
+                visit.endpoint = self
+                    .member(
                         port_idx,
                         pod_idx,
                         family,
@@ -212,42 +417,33 @@ impl<'a> Evaluator<'_, 'a> {
                         verdict,
                         excluded_by_backing,
                     )
-                    .map(|e| (e, *target))
-                }
-            };
-            if self.pod_only[port_idx]
-                && let Some(m) = self.memos.as_mut()
-            {
-                if fresh {
-                    m.put_new(pod_idx, slot, outcome);
-                } else {
-                    m.put(pod_idx, slot, outcome);
-                }
+                    .map(|e| (e, *target));
             }
-            let Some((endpoint, target)) = endpoint else {
-                continue;
-            };
-            let group_target = match (port.service_port, target) {
-                (Some(sp), Some(t)) => Some(if port.named_target {
-                    t
-                } else {
-                    static_target(sp)
-                }),
-                _ => None,
-            };
-            // Sized for the whole pool at once: growing one endpoint at a time copied the
-            // group several times over per pass. Named targets may split it; those others grow.
-            let capacity = if by_target.is_empty() {
-                ctx.pods.len()
-            } else {
-                0
-            };
-            by_target
-                .entry(group_target)
-                .or_insert_with(|| Vec::with_capacity(capacity))
-                .push(endpoint);
         }
-        self.close_groups(port_idx, family, by_target, &candidate_targets);
+        if self.pod_only[port_idx]
+            && let Some(m) = self.memos.as_mut()
+        {
+            if fresh {
+                m.put_new(pod_idx, slot, outcome);
+            } else {
+                m.put(pod_idx, slot, outcome);
+            }
+        }
+        visit
+    }
+
+    /// The group a member's endpoint joins: its resolved target for a named targetPort, else
+    /// the port's static target; `None` for the portless pseudo-port.
+    fn group_target(&self, port_idx: usize, target: Option<i32>) -> Option<i32> {
+        let port = &self.ctx.ports[port_idx];
+        match (port.service_port, target) {
+            (Some(sp), Some(t)) => Some(if port.named_target {
+                t
+            } else {
+                static_target(sp)
+            }),
+            _ => None,
+        }
     }
 
     /// What the pod alone decides for one (port, family): candidacy, and the verdict when the
@@ -473,6 +669,29 @@ impl<'a> Evaluator<'_, 'a> {
         }
         let ready = ctx.pnr || !terminating;
         merge_state(slot, PodPortState::Published { ready, kept });
+        let endpoint = self.endpoint(pod_idx, address, ready, terminating);
+        if ctx.spec.legacy_endpoints && family == ctx.families[0] {
+            self.out.members.push(Member {
+                pod: pod_idx,
+                port: port_idx,
+                target,
+                ready,
+                endpoint: endpoint.to_endpoint(),
+            });
+        }
+        Some(endpoint)
+    }
+
+    /// The desired endpoint of a member.
+    fn endpoint(
+        &self,
+        pod_idx: usize,
+        address: IpAddr,
+        ready: bool,
+        terminating: bool,
+    ) -> DesiredEndpoint<'a> {
+        let ctx = self.ctx;
+        let pod = ctx.pods[pod_idx];
         // Without zones (node lookups off) the pod's spec is not read at all.
         let zone = (!ctx.node_zones.is_empty())
             .then(|| pod.node_name.as_ref().and_then(|n| ctx.node_zones.get(n)))
@@ -491,16 +710,7 @@ impl<'a> Evaluator<'_, 'a> {
             ctx.hints,
         );
         endpoint.pool_position = u32::try_from(pod_idx).unwrap_or(u32::MAX);
-        if ctx.spec.legacy_endpoints && family == ctx.families[0] {
-            self.out.members.push(Member {
-                pod: pod_idx,
-                port: port_idx,
-                target,
-                ready,
-                endpoint: endpoint.to_endpoint(),
-            });
-        }
-        Some(endpoint)
+        endpoint
     }
 
     /// Turns one port × family's members into groups: the static target, or every target a
@@ -548,10 +758,7 @@ impl<'a> Evaluator<'_, 'a> {
         };
         for target in targets {
             let mut endpoints = by_target.remove(&target).unwrap_or_default();
-            endpoints.sort_unstable_by(|a, b| {
-                Identity::new(a.facts.address, a.uid())
-                    .cmp_addresses_first(&Identity::new(b.facts.address, b.uid()))
-            });
+            endpoints.sort_unstable_by(cmp_endpoints);
             let mut at = Vec::new();
             if self.memos.is_some() {
                 at = vec![u32::MAX; ctx.pods.len()];
@@ -598,6 +805,24 @@ pub fn published_memberships<'s>(
         }
     }
     set
+}
+
+/// What the next pass needs of a member's endpoint to make it again.
+fn kept_member(e: &DesiredEndpoint<'_>) -> KeptMember {
+    KeptMember {
+        address: e.facts.address,
+        position: e.pool_position,
+        ready: e.facts.ready,
+        terminating: e.facts.terminating,
+    }
+}
+
+/// The order of a group's endpoints: by address (as integers), then by pod UID, which is read
+/// only when two addresses tie.
+fn cmp_endpoints(a: &DesiredEndpoint<'_>, b: &DesiredEndpoint<'_>) -> std::cmp::Ordering {
+    a.address_key()
+        .cmp(&b.address_key())
+        .then_with(|| a.uid().cmp(b.uid()))
 }
 
 fn merge_state(slot: &mut Option<PodPortState>, new: PodPortState) {

@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::ServiceSpec;
 use portmapper_api::PortMappingSpec;
 
 use super::objects::HintMode;
+use super::status::PodPortState;
 use crate::decision::Verdict;
 use crate::pod_record::PodRecord;
 
@@ -58,6 +59,50 @@ pub struct EvalMemo {
     ///
     /// [`pool`]: Self::pool
     pooled: Vec<Pooled>,
+    /// Per Service port, what the last pass (when it completed) found for the ports it could
+    /// keep whole (see [`KeptPort`]), indexed by the last pass's pool positions.
+    kept: Vec<Option<KeptPort>>,
+}
+
+/// One port's whole evaluation by the last pass, for a port whose outcome for a pod depends
+/// on that pod alone (its checks read only the pod; one target port; nothing rejected or
+/// abstained): a pass in which only some pods changed starts from it and visits those pods,
+/// instead of reading every pod's outcome, building and sorting every endpoint and counting
+/// every decision again. Valid while the pool is the same list of pods in the same order.
+#[derive(Debug, Default)]
+pub(crate) struct KeptPort {
+    /// Per family, in family order: its members, in group order.
+    pub members: Vec<Vec<KeptMember>>,
+    /// `[pod × families + family]`: the decision counted (see [`DecisionCode`]).
+    pub decisions: Vec<DecisionCode>,
+    /// `[pod]`: the port's state of each pod, merged across families.
+    pub states: Vec<Option<PodPortState>>,
+}
+
+/// Members per family and decisions of a port a pass could keep whole, before its states
+/// join them in [`KeptPort`].
+pub(crate) type KeptParts = (Vec<Vec<KeptMember>>, Vec<DecisionCode>);
+
+/// What a member's endpoint is made of besides its pod (whose record does not change while
+/// its position keeps the same version).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeptMember {
+    pub address: IpAddr,
+    /// Pool position.
+    pub position: u32,
+    pub ready: bool,
+    pub terminating: bool,
+}
+
+/// A decision as counted in [`DecisionCounts`](super::DecisionCounts): none for a pod that is
+/// not a candidate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum DecisionCode {
+    #[default]
+    None,
+    Include,
+    Exclude,
+    Abstain,
 }
 
 /// Whether one input pod was in the pool, by identity (membership reads only the pod and the
@@ -88,6 +133,9 @@ pub struct PassStats {
     pub reused: usize,
     /// Pods evaluated afresh (new, changed, or everything after a spec or Service change).
     pub evaluated: usize,
+    /// Service ports brought up to date from the last pass's whole evaluation of them,
+    /// visiting only the changed pods (see [`KeptPort`]); the others were evaluated pod by pod.
+    pub ports_kept: usize,
 }
 
 impl EvalMemo {
@@ -126,6 +174,7 @@ impl EvalMemo {
             self.outcomes = Outcomes::default();
             self.settled.clear();
             self.pooled.clear();
+            self.kept.clear();
             self.pool_epoch += 1;
             self.inputs = Some(Inputs {
                 pm_uid: pm_uid.to_owned(),
@@ -236,6 +285,7 @@ impl EvalMemo {
         self.last_pass = PassStats {
             reused,
             evaluated: pods.len() - reused,
+            ports_kept: 0,
         };
         out
     }
@@ -265,6 +315,45 @@ impl EvalMemo {
 }
 
 impl EvalMemo {
+    /// The ports the last pass kept whole, when they still describe this pass's pool (every
+    /// pod at its last position): taken out, so a pass that fails leaves none for the next.
+    /// After [`checkout`](Self::checkout).
+    pub(crate) fn take_kept(&mut self) -> Vec<Option<KeptPort>> {
+        let kept = std::mem::take(&mut self.kept);
+        if self.aligned { kept } else { Vec::new() }
+    }
+
+    /// Per pod of this pass: whether it is unchanged since the last one. After
+    /// [`checkout`](Self::checkout).
+    pub(crate) fn reused(&self) -> &[bool] {
+        &self.reused
+    }
+
+    /// Records how many ports this pass brought up to date from the kept ones.
+    pub(crate) fn count_ports_kept(&mut self, n: usize) {
+        self.last_pass.ports_kept = n;
+    }
+
+    /// Keeps the ports this pass could keep whole (`parts`: members and decisions, by port),
+    /// with their states, for the next pass. Call when the pass has completed.
+    pub(crate) fn keep(
+        &mut self,
+        parts: Vec<Option<KeptParts>>,
+        states: Vec<Vec<Option<PodPortState>>>,
+    ) {
+        self.kept = parts
+            .into_iter()
+            .zip(states)
+            .map(|(parts, states)| {
+                parts.map(|(members, decisions)| KeptPort {
+                    members,
+                    decisions,
+                    states,
+                })
+            })
+            .collect();
+    }
+
     /// Forgets the settled slices when what their endpoints depend on besides the pods changed
     /// (hints, node zones). Call once per pass, after [`check_in`](Self::check_in).
     pub(crate) fn settle_context(&mut self, hints: HintMode, zones: &BTreeMap<String, String>) {

@@ -392,7 +392,13 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
     out.network_lookups = std::mem::take(&mut evaluated.lookups);
     to_input_indices(&mut out.network_lookups, &pods, input.pods);
     let assignment = emit::assign_live(&evaluated.groups, &ours, &mut out.deletions);
-    emit::emit_slices(&ctx, evaluated.groups, &assignment, &mut out, memo)?;
+    emit::emit_slices(
+        &ctx,
+        evaluated.groups,
+        &assignment,
+        &mut out,
+        memo.as_deref_mut(),
+    )?;
     out.slices
         .sort_by(|a, b| a.slice.metadata.name.cmp(&b.slice.metadata.name));
     out.deletions.sort();
@@ -447,6 +453,9 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
     out.pod_gates = gate::pod_gates(&ctx, &evaluated.states);
     out.ports = port_statuses(&ports, &evaluated.states, &names);
     out.summary = status::summary(&out.ports);
+    if let Some(memo) = memo {
+        memo.keep(evaluated.kept, evaluated.states);
+    }
     out.warnings.sort();
     out.warnings.dedup();
     Ok(out)

@@ -198,10 +198,6 @@ pub struct DesiredEndpoint<'a> {
     pub namespace: &'a str,
     /// The hint mode.
     pub hints: HintMode,
-    /// The pod's UID, read once: sorting and finding endpoints compare it, and reading it
-    /// through the pod at every comparison was a cache miss each (the pods lie all over the
-    /// heap).
-    uid: &'a str,
     /// The pod's position in the pool (set by the evaluation; 0 otherwise).
     pub(crate) pool_position: u32,
 }
@@ -215,7 +211,6 @@ impl<'a> DesiredEndpoint<'a> {
         hints: HintMode,
     ) -> Self {
         Self {
-            uid: facts.pod.uid.as_str(),
             pool_position: 0,
             facts,
             service_name,
@@ -224,9 +219,17 @@ impl<'a> DesiredEndpoint<'a> {
         }
     }
 
-    /// The pod's UID.
+    /// The pod's UID. Read through the pod, so only when needed: sorting and finding
+    /// endpoints compare addresses first (as integers) and reach the UID only when two
+    /// addresses tie, and a pass that reuses its last order never reads it; copying it into
+    /// every endpoint read every pod (a cache miss each, the pods lying all over the heap).
     pub fn uid(&self) -> &'a str {
-        self.uid
+        self.facts.pod.uid.as_str()
+    }
+
+    /// The address as `(family, bits)`: how endpoints are ordered before their UIDs.
+    pub(crate) fn address_key(&self) -> (u8, u128) {
+        super::pack::address_key(self.facts.address)
     }
 
     /// The endpoint as the API stores it.

@@ -66,23 +66,20 @@ impl Identity<'_> {
     fn address_key(&self) -> (u8, u128) {
         (self.family, self.bits)
     }
+}
 
-    /// `Ord`, comparing the UIDs only when the addresses tie (hostNetwork pods).
-    pub(crate) fn cmp_addresses_first(&self, other: &Self) -> std::cmp::Ordering {
-        match self.address_key().cmp(&other.address_key()) {
-            std::cmp::Ordering::Equal => self.uid.cmp(other.uid),
-            unequal => unequal,
-        }
+/// An address as `(family, bits)`, ordered as `IpAddr` is.
+pub(crate) fn address_key(address: IpAddr) -> (u8, u128) {
+    match address {
+        IpAddr::V4(a) => (4, u128::from(a.to_bits())),
+        IpAddr::V6(a) => (6, a.to_bits()),
     }
 }
 
 impl<'a> Identity<'a> {
     /// The identity of `address` and `uid`.
     pub fn new(address: IpAddr, uid: &'a str) -> Self {
-        let (family, bits) = match address {
-            IpAddr::V4(a) => (4, u128::from(a.to_bits())),
-            IpAddr::V6(a) => (6, a.to_bits()),
-        };
+        let (family, bits) = address_key(address);
         Self { family, bits, uid }
     }
 
@@ -109,6 +106,11 @@ fn identity(e: &Endpoint) -> Option<Identity<'_>> {
 pub trait Wanted {
     /// Address and pod UID.
     fn identity(&self) -> Option<Identity<'_>>;
+    /// The address part of [`identity`](Self::identity), as `(family, bits)`: where reading
+    /// the UID costs more than the address, implementations give it without the UID.
+    fn address_key(&self) -> Option<(u8, u128)> {
+        self.identity().map(|i| i.address_key())
+    }
     /// Whether `live`, whose identity is `id` and equals this endpoint's, needs no write for
     /// this endpoint.
     fn same_as_matched(&self, live: &Endpoint, id: Identity<'_>) -> bool;
@@ -129,6 +131,10 @@ impl Wanted for DesiredEndpoint<'_> {
         Some(Identity::new(self.facts.address, self.uid()))
     }
 
+    fn address_key(&self) -> Option<(u8, u128)> {
+        Some(DesiredEndpoint::address_key(self))
+    }
+
     fn same_as_matched(&self, live: &Endpoint, id: Identity<'_>) -> bool {
         // Equal identities: the UID is equal, and so is an IPv4 address's text (one spelling);
         // an IPv6 address may be spelled differently and is compared as text.
@@ -146,10 +152,15 @@ enum WantedIndex<'a> {
 
 impl<'a> WantedIndex<'a> {
     fn new<W: Wanted>(desired: &'a [W]) -> Self {
+        // Addresses first: the UIDs are read only where two addresses tie.
         let sorted = desired
             .windows(2)
-            .all(|w| match (w[0].identity(), w[1].identity()) {
-                (Some(a), Some(b)) => a.cmp_addresses_first(&b).is_lt(),
+            .all(|w| match (w[0].address_key(), w[1].address_key()) {
+                (Some(a), Some(b)) if a == b => match (w[0].identity(), w[1].identity()) {
+                    (Some(a), Some(b)) => a.uid < b.uid,
+                    _ => false,
+                },
+                (Some(a), Some(b)) => a < b,
                 _ => false,
             });
         if sorted {
@@ -171,11 +182,10 @@ impl<'a> WantedIndex<'a> {
             // whole identities in the search called `memcmp` on UIDs at every step.
             Self::Sorted => {
                 let key = id.address_key();
-                let first =
-                    desired.partition_point(|e| e.identity().is_none_or(|x| x.address_key() < key));
+                let first = desired.partition_point(|e| e.address_key().is_none_or(|x| x < key));
                 desired[first..]
                     .iter()
-                    .take_while(|e| e.identity().is_some_and(|x| x.address_key() == key))
+                    .take_while(|e| e.address_key() == Some(key))
                     .position(|e| e.identity().is_some_and(|x| x.uid == id.uid))
                     .map(|i| first + i)
             }

@@ -2180,7 +2180,13 @@ fn a_plan_with_the_memo_evaluates_only_the_pods_that_changed() {
         (memo.last_pass().evaluated, memo.last_pass().reused)
     };
     assert_eq!(step(&mut w, &mut memo), (300, 0), "first pass: everything");
+    assert_eq!(memo.last_pass().ports_kept, 0);
     assert_eq!(step(&mut w, &mut memo), (0, 300), "resync: nothing");
+    assert_eq!(
+        memo.last_pass().ports_kept,
+        2,
+        "both ports start from the last pass's evaluation of them"
+    );
 
     let pod = w.pod_mut("p007");
     if let Some(c) = pod.status.as_mut().and_then(|s| s.conditions.as_mut()) {
@@ -2188,6 +2194,7 @@ fn a_plan_with_the_memo_evaluates_only_the_pods_that_changed() {
     }
     pod.metadata.resource_version = Some("2".into());
     assert_eq!(step(&mut w, &mut memo), (1, 299), "one pod event: that pod");
+    assert_eq!(memo.last_pass().ports_kept, 2, "visiting that pod alone");
     // The address of every endpoint published on the http port (one address each).
     let http_addresses = |w: &World| -> Vec<String> {
         w.slices
@@ -2211,6 +2218,11 @@ fn a_plan_with_the_memo_evaluates_only_the_pods_that_changed() {
         step(&mut w, &mut memo),
         (0, 299),
         "a deletion evaluates nothing"
+    );
+    assert_eq!(
+        memo.last_pass().ports_kept,
+        0,
+        "the pool's positions moved: every pod is visited"
     );
 
     // A pod whose pool label changes leaves the pool: the memo's pool membership follows the
@@ -2241,6 +2253,11 @@ fn a_plan_with_the_memo_evaluates_only_the_pods_that_changed() {
         step(&mut w, &mut memo),
         (1, 298),
         "a moved address: that pod"
+    );
+    assert_eq!(
+        memo.last_pass().ports_kept,
+        2,
+        "its endpoint moves in the kept order"
     );
     let addresses = http_addresses(&w);
     assert!(
