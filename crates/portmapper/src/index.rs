@@ -26,6 +26,7 @@ use portmapper_core::consumers::is_ambient;
 use portmapper_core::ownership::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
 
 use crate::own_writes::{Answered, Observed, OwnWrites};
+use crate::pool_pods::PoolPods;
 
 /// A PortMapping, by namespace and name.
 pub type PmKey = ObjectRef<PortMapping>;
@@ -181,7 +182,7 @@ pub struct Index {
     pods: HashMap<PodKey, PodFootprint>,
     /// Pool pods by name (one namespace per pool), so a pool reads out in a stable order
     /// without sorting or a lookup per pod on every reconcile.
-    pods_by_pool: HashMap<PoolKey, BTreeMap<String, Arc<PodRecord>>>,
+    pods_by_pool: HashMap<PoolKey, PoolPods>,
     pods_by_node: HashMap<String, HashSet<PodKey>>,
     /// Pods enrolled in Istio ambient mode, counted per pool: without one (the common case) a
     /// reconcile does not look for them among every pool pod.
@@ -681,7 +682,7 @@ impl Index {
             self.pods_by_pool
                 .entry(pool.clone())
                 .or_default()
-                .insert(key.pod.name.clone(), footprint.pod.clone());
+                .insert(footprint.pod.clone());
             if ambient {
                 *self.ambient_by_pool.entry(pool.clone()).or_default() += 1;
             }
@@ -808,15 +809,14 @@ impl Index {
         self.ambient_by_pool.contains_key(&PoolKey::of(pm))
     }
 
-    /// The pods of a PortMapping's pool (by key and value), as the pool's watch has them.
-    pub fn pool_pods(&self, pm: &PortMapping) -> Vec<Arc<PodRecord>> {
-        // By name: a stable input order, so plans do not depend on hash order.
+    /// The pods of a PortMapping's pool (by key and value), as the pool's watch has them, by
+    /// name: a stable input order, so plans do not depend on hash order. Shared, not copied
+    /// (see [`PoolPods`]).
+    pub fn pool_pods(&mut self, pm: &PortMapping) -> Arc<Vec<Arc<PodRecord>>> {
         self.pods_by_pool
-            .get(&PoolKey::of(pm))
-            .into_iter()
-            .flat_map(BTreeMap::values)
-            .cloned()
-            .collect()
+            .get_mut(&PoolKey::of(pm))
+            .map(PoolPods::list)
+            .unwrap_or_default()
     }
 
     // ---- Our EndpointSlices ----------------------------------------------------------------

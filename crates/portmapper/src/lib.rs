@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod migration_exec;
 pub mod own_writes;
 pub mod pods;
+pub mod pool_pods;
 pub mod probing;
 pub mod quiet;
 pub mod reconcile;

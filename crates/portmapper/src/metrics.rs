@@ -97,6 +97,9 @@ pub struct Metrics {
     pub reconciles: Family<ResultLabels, Counter>,
     pub reconcile_errors: Family<CategoryLabels, Counter>,
     pub reconcile_duration: Histogram,
+    /// Time of the pure plan alone within a reconcile: the operator's own share, apart from
+    /// the API requests a reconcile waits on.
+    pub plan_duration: Histogram,
     pub api_writes: Family<WriteLabels, Counter>,
     pub leader: Gauge,
     /// Watch restarts by watch and reason (`error`: the stream failed, `stalled`: silent for
@@ -134,6 +137,7 @@ impl Metrics {
         let reconciles = Family::<ResultLabels, Counter>::default();
         let reconcile_errors = Family::<CategoryLabels, Counter>::default();
         let reconcile_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 15));
+        let plan_duration = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
         let api_writes = Family::<WriteLabels, Counter>::default();
         let leader = Gauge::default();
         let watch_restarts = Family::<WatchRestartLabels, Counter>::default();
@@ -187,6 +191,12 @@ impl Metrics {
             Unit::Seconds,
             reconcile_duration.clone(),
         );
+        registry.register_with_unit(
+            "plan_duration",
+            "Time of one plan (the pure planner's share of a reconcile)",
+            Unit::Seconds,
+            plan_duration.clone(),
+        );
         registry.register(
             "api_writes",
             "API writes issued by the operator, by verb and resource",
@@ -219,6 +229,7 @@ impl Metrics {
             reconciles,
             reconcile_errors,
             reconcile_duration,
+            plan_duration,
             api_writes,
             leader,
             watch_restarts,

@@ -308,7 +308,7 @@ enum Decided {
     /// Inputs are complete: plan.
     Plan {
         service: Arc<Service>,
-        pods: Vec<Arc<PodRecord>>,
+        pods: Arc<Vec<Arc<PodRecord>>>,
         /// A pool pod may be enrolled in Istio ambient mode (see [`Gathered::ambient`]).
         ambient: bool,
     },
@@ -349,7 +349,7 @@ fn decide(pm: &PortMapping, ctx: &Context, ns: &str, pm_ref: &ObjectRef<PortMapp
     }
     // The index holds the pool's pods by key and value; the planner checks the selector.
     let (pods, ambient) = {
-        let index = ctx.index.lock();
+        let mut index = ctx.index.lock();
         (index.pool_pods(pm), index.pool_has_ambient(pm))
     };
     Decided::Plan {
@@ -385,7 +385,7 @@ async fn stalled_gates(
     if !ctx.pods.is_listed(&PodSource::of(pm), pm_ref) {
         return Ok(false);
     }
-    let pods: Vec<Arc<PodRecord>> = ctx.index.lock().pool_pods(pm);
+    let pods = ctx.index.lock().pool_pods(pm);
     let pods: Vec<&PodRecord> = pods
         .iter()
         .map(AsRef::as_ref)
@@ -568,7 +568,11 @@ async fn plan_and_apply(
         gate_peers: &gate_peers,
     };
     let mut memo = ctx.take_memo(pm_ref);
+    let planning = Instant::now();
     let planned = planner::plan_with_memo(&input, &mut memo);
+    ctx.metrics
+        .plan_duration
+        .observe(planning.elapsed().as_secs_f64());
     let pass = memo.last_pass();
     ctx.keep_memo(pm_ref, memo);
     for (evaluation, n) in [("reused", pass.reused), ("evaluated", pass.evaluated)] {

@@ -854,6 +854,18 @@ impl Report {
                     rs * 1e3 / (rc.max(1)) as f64
                 ),
             ));
+            let pc: u64 = self.flips.iter().map(|f| f.reconciles.plans).sum();
+            let ps: f64 = self.flips.iter().map(|f| f.reconciles.plan_seconds).sum();
+            if pc > 0 {
+                r.push((
+                    "operator: planning per flip; per plan (the rest of a reconcile waits on the API)",
+                    format!(
+                        "{:.1} ms; {:.1} ms ({pc} plans)",
+                        ps * 1e3 / n as f64,
+                        ps * 1e3 / pc as f64
+                    ),
+                ));
+            }
         }
         if let Some(rr) = &self.rolling {
             r.push((

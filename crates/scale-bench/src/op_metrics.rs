@@ -9,11 +9,15 @@ use tokio::net::TcpStream;
 
 use crate::Error;
 
-/// Reconciles so far: how many and their total time (`portmapper_reconcile_duration_seconds`).
+/// Reconciles so far: how many and their total time (`portmapper_reconcile_duration_seconds`),
+/// and the time spent planning in them (`portmapper_plan_duration_seconds`; 0 from an
+/// operator without it).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Reconciles {
     pub count: u64,
     pub seconds: f64,
+    pub plans: u64,
+    pub plan_seconds: f64,
 }
 
 impl Reconciles {
@@ -22,6 +26,8 @@ impl Reconciles {
         Reconciles {
             count: self.count.saturating_sub(earlier.count),
             seconds: (self.seconds - earlier.seconds).max(0.0),
+            plans: self.plans.saturating_sub(earlier.plans),
+            plan_seconds: (self.plan_seconds - earlier.plan_seconds).max(0.0),
         }
     }
 }
@@ -57,6 +63,8 @@ fn parse(text: &str) -> Option<Reconciles> {
         // A count is an integer written as a float by some encoders.
         count: value("portmapper_reconcile_duration_seconds_count")? as u64,
         seconds: value("portmapper_reconcile_duration_seconds_sum")?,
+        plans: value("portmapper_plan_duration_seconds_count").unwrap_or(0.0) as u64,
+        plan_seconds: value("portmapper_plan_duration_seconds_sum").unwrap_or(0.0),
     })
 }
 
@@ -74,8 +82,17 @@ mod tests {
             parse(text),
             Some(Reconciles {
                 count: 7,
-                seconds: 1.25
+                seconds: 1.25,
+                plans: 0,
+                plan_seconds: 0.0
             })
+        );
+        let planned = format!(
+            "{text}portmapper_plan_duration_seconds_sum 0.5\nportmapper_plan_duration_seconds_count 6\n"
+        );
+        assert_eq!(
+            parse(&planned).map(|r| (r.plans, r.plan_seconds)),
+            Some((6, 0.5))
         );
         assert_eq!(parse("portmapper_reconciles_total 3\n"), None);
     }

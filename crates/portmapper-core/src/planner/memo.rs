@@ -37,6 +37,8 @@ pub struct EvalMemo {
     /// it is known unchanged without reading it, and holding it keeps its address from naming
     /// another record.
     pods: Vec<Arc<PodRecord>>,
+    /// Per pod of `pods`: whether it has a UID and resourceVersion (see [`identity`]).
+    identified: Vec<bool>,
     outcomes: Outcomes,
     last_pass: PassStats,
     /// Whether this pass's checkout found every pod at its last position (and no others).
@@ -171,6 +173,7 @@ impl EvalMemo {
         });
         if !same {
             self.pods.clear();
+            self.identified.clear();
             self.outcomes = Outcomes::default();
             self.settled.clear();
             self.pooled.clear();
@@ -229,7 +232,13 @@ impl EvalMemo {
             .iter()
             .enumerate()
             .map(|(i, &pod)| {
-                let known = identity(pod).is_some();
+                // The record held for this position: identified as it was then (unchanged
+                // pods' records are not read at all).
+                let held = last.get(i).filter(|p| Arc::ptr_eq(p, pod));
+                let known = match held {
+                    Some(_) => self.identified.get(i).copied().unwrap_or(false),
+                    None => identity(pod).is_some(),
+                };
                 anonymous |= !known;
                 if !known || !comparable {
                     return None;
@@ -305,8 +314,13 @@ impl EvalMemo {
             self.pods = pods.iter().map(|&p| p.clone()).collect();
             self.pool_epoch += 1;
         }
+        // Reused pods were identified (or they would not have been reused); only the others'
+        // records are read.
+        self.identified.resize(pods.len(), false);
         for (i, pod) in pods.iter().enumerate() {
-            if identity(pod).is_none() {
+            let known = self.reused.get(i).copied().unwrap_or(false) || identity(pod).is_some();
+            self.identified[i] = known;
+            if !known {
                 outcomes.clear(i);
             }
         }
