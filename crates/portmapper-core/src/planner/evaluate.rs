@@ -13,7 +13,7 @@ use portmapper_api::check::CheckKind;
 use super::memo::{DecisionCode, EvalMemo, KeptMember, KeptParts, KeptPort, Outcome, Outcomes};
 use super::naming::{group_base_name, parse_chunk};
 use super::objects::{DesiredEndpoint, EndpointFacts};
-use super::status::PodPortState;
+use super::status::{Listed, PodPortState};
 use super::types::{DecisionCounts, PlanWarning};
 use super::{Member, PlanContext, PortView, static_target};
 use crate::check::{has_published_gate, is_no_result_yet, is_probed};
@@ -57,6 +57,10 @@ pub(crate) struct Evaluated<'a> {
     /// Per port, when planning with a memo and the port can be kept whole: its members per
     /// family and its decisions, for [`EvalMemo::keep`] once the pass completes.
     pub kept: Vec<Option<KeptParts>>,
+    /// Per port brought up to date from a kept one: what its status listed last time.
+    pub listed_before: Vec<Option<Listed>>,
+    /// Pool positions of the pods changed since the memo's last pass (when it has one).
+    pub changed: Vec<usize>,
 }
 
 /// What visiting one (pod, port, family) found.
@@ -136,8 +140,11 @@ pub(crate) fn evaluate<'a>(
             decisions: DecisionCounts::default(),
             lookups: Vec::new(),
             kept: Vec::with_capacity(ctx.ports.len()),
+            listed_before: Vec::with_capacity(ctx.ports.len()),
+            changed: Vec::new(),
         },
     };
+    e.out.changed = (0..e.reused.len()).filter(|&i| !e.reused[i]).collect();
     let mut ports_kept = 0;
     for port in 0..ctx.ports.len() {
         let keepable = e.keepable(port);
@@ -146,11 +153,17 @@ pub(crate) fn evaluate<'a>(
             .and_then(Option::take)
             .filter(|k| keepable && e.fits(k));
         let parts = match start {
-            Some(k) => {
+            Some(mut k) => {
                 ports_kept += 1;
+                e.out
+                    .listed_before
+                    .push(Some(std::mem::take(&mut k.listed)));
                 e.port_from_kept(port, k)
             }
-            None => e.port_in_full(port, keepable),
+            None => {
+                e.out.listed_before.push(None);
+                e.port_in_full(port, keepable)
+            }
         };
         e.out.kept.push(parts);
     }
@@ -288,8 +301,9 @@ impl<'a> Evaluator<'_, 'a> {
             members: kept_members,
             mut decisions,
             mut states,
+            listed: _,
         } = kept;
-        let changed: Vec<usize> = (0..ctx.pods.len()).filter(|&i| !self.reused[i]).collect();
+        let changed = std::mem::take(&mut self.out.changed);
         for &i in &changed {
             states[i] = None;
         }
@@ -335,6 +349,7 @@ impl<'a> Evaluator<'_, 'a> {
                 DecisionCode::Abstain => self.out.decisions.abstain += 1,
             }
         }
+        self.out.changed = changed;
         keep.then_some((members_out, decisions))
     }
 

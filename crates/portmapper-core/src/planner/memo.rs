@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::ServiceSpec;
 use portmapper_api::PortMappingSpec;
 
 use super::objects::HintMode;
-use super::status::PodPortState;
+use super::status::{Listed, PodPortState};
 use crate::decision::Verdict;
 use crate::pod_record::PodRecord;
 
@@ -79,6 +79,8 @@ pub(crate) struct KeptPort {
     pub decisions: Vec<DecisionCode>,
     /// `[pod]`: the port's state of each pod, merged across families.
     pub states: Vec<Option<PodPortState>>,
+    /// The excluded pods its status listed.
+    pub listed: Listed,
 }
 
 /// Members per family and decisions of a port a pass could keep whole, before its states
@@ -349,20 +351,24 @@ impl EvalMemo {
     }
 
     /// Keeps the ports this pass could keep whole (`parts`: members and decisions, by port),
-    /// with their states, for the next pass. Call when the pass has completed.
+    /// with their states and status listings, for the next pass. Call when the pass has
+    /// completed.
     pub(crate) fn keep(
         &mut self,
         parts: Vec<Option<KeptParts>>,
         states: Vec<Vec<Option<PodPortState>>>,
+        listings: Vec<Listed>,
     ) {
         self.kept = parts
             .into_iter()
             .zip(states)
-            .map(|(parts, states)| {
+            .zip(listings)
+            .map(|((parts, states), listed)| {
                 parts.map(|(members, decisions)| KeptPort {
                     members,
                     decisions,
                     states,
+                    listed,
                 })
             })
             .collect();

@@ -449,12 +449,22 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
         out.endpoints_deletion = legacy::owned_endpoints_deletion(input.live_endpoints, &pm_uid);
     }
 
-    let names: Vec<&str> = pods.iter().map(|p| p.name.as_str()).collect();
     out.pod_gates = gate::pod_gates(&ctx, &evaluated.states);
-    out.ports = port_statuses(&ports, &evaluated.states, &names);
+    let hints: Vec<Option<status::ListingHint<'_>>> = evaluated
+        .listed_before
+        .iter()
+        .map(|l| {
+            l.as_ref().map(|last| status::ListingHint {
+                last,
+                changed: &evaluated.changed,
+            })
+        })
+        .collect();
+    let (statuses, listings) = port_statuses(&ports, &evaluated.states, &pods, &hints);
+    out.ports = statuses;
     out.summary = status::summary(&out.ports);
     if let Some(memo) = memo {
-        memo.keep(evaluated.kept, evaluated.states);
+        memo.keep(evaluated.kept, evaluated.states, listings);
     }
     out.warnings.sort();
     out.warnings.dedup();

@@ -6,6 +6,7 @@ use portmapper_api::status::MAX_EXCLUDED_LISTED;
 use portmapper_api::{ExcludedPod, PortStatus};
 
 use super::PortView;
+use crate::pod_record::PodRecord;
 
 /// What happened to one pod on one port, merged across families.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,67 +62,141 @@ fn count(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
-/// One status entry per Service port (none for the portless pseudo-port of a headless Service).
+/// The excluded pods a port's status listed in the last pass, for a port kept whole across
+/// passes (see `KeptPort`): the next status finds its listed pods among them and the pods that
+/// changed, without reading every excluded pod's name.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Listed {
+    /// Pool positions of the listed pods, in listing order (by name, then position).
+    pub positions: Vec<u32>,
+}
+
+/// What the status of one port may start from: the last pass's listing and the positions of
+/// the pods that changed since.
+pub(crate) struct ListingHint<'h> {
+    pub last: &'h Listed,
+    pub changed: &'h [usize],
+}
+
+/// One status entry per Service port (none for the portless pseudo-port of a headless Service
+/// without ports), and per port the excluded pods it listed (for [`ListingHint`]).
 pub(crate) fn port_statuses(
     ports: &[PortView<'_>],
     states: &[Vec<Option<PodPortState>>],
-    pod_names: &[&str],
-) -> Vec<PortStatus> {
+    pods: &[&PodRecord],
+    hints: &[Option<ListingHint<'_>>],
+) -> (Vec<PortStatus>, Vec<Listed>) {
     let mut out = Vec::new();
-    for (port, states) in ports.iter().zip(states) {
-        let Some(number) = port.number else { continue };
-        let (mut ready, mut not_ready) = (0usize, 0usize);
+    let mut listings = Vec::with_capacity(ports.len());
+    for (i, (port, states)) in ports.iter().zip(states).enumerate() {
+        let hint = hints.get(i).and_then(Option::as_ref);
+        let (ready, not_ready, total) = counts(states);
+        let candidates = listing_candidates(states, hint, total);
         // (pod, reason) by reference: only the few listed become owned strings (at 10,000 pods
         // cloning every excluded pod's name and reason was a fifth of a one-pod plan).
         let mut excluded: Vec<(usize, &str)> = Vec::new();
         let mut kept: Vec<(usize, &str)> = Vec::new();
-        for (pod, state) in states.iter().enumerate() {
-            match state {
-                Some(PodPortState::Published { ready: r, kept: k }) => {
-                    if *r {
-                        ready += 1;
-                    } else {
-                        not_ready += 1;
-                    }
-                    if let Some(reason) = k {
-                        kept.push((pod, reason));
-                    }
-                }
-                Some(PodPortState::Excluded { reason, .. }) => excluded.push((pod, reason)),
-                None => {}
-            }
+        let mut visit = |pod: usize| match &states[pod] {
+            Some(PodPortState::Published {
+                kept: Some(reason), ..
+            }) => kept.push((pod, reason)),
+            Some(PodPortState::Excluded { reason, .. }) => excluded.push((pod, reason)),
+            _ => {}
+        };
+        match &candidates {
+            Some(c) => c.iter().for_each(|&p| visit(p)),
+            None => (0..states.len()).for_each(visit),
         }
-        let total = excluded.len();
         let kept_total = kept.len();
-        let excluded = first_by_name(excluded, pod_names);
-        let kept = first_by_name(kept, pod_names);
+        let excluded = first_by_name(excluded, pods);
+        listings.push(Listed {
+            positions: excluded
+                .iter()
+                .map(|(p, _)| u32::try_from(*p).unwrap_or(u32::MAX))
+                .collect(),
+        });
+        let kept = first_by_name(kept, pods);
+        let Some(number) = port.number else { continue };
         out.push(PortStatus {
             name: port.name.to_owned(),
             port: number,
             ready: count(ready),
             not_ready: count(not_ready),
             candidates: count(ready + not_ready + total),
-            excluded,
+            excluded: named(excluded, pods),
             excluded_total: count(total),
-            kept,
+            kept: named(kept, pods),
             kept_total: count(kept_total),
         });
     }
-    out
+    (out, listings)
 }
 
-/// The first [`MAX_EXCLUDED_LISTED`] of `pods` by pod name (ties in pool order), named.
-fn first_by_name(mut pods: Vec<(usize, &str)>, pod_names: &[&str]) -> Vec<ExcludedPod> {
-    let name = |pod: usize| pod_names.get(pod).copied().unwrap_or_default();
-    let order = |a: &(usize, &str), b: &(usize, &str)| name(a.0).cmp(name(b.0)).then(a.0.cmp(&b.0));
-    if pods.len() > MAX_EXCLUDED_LISTED {
-        pods.select_nth_unstable_by(MAX_EXCLUDED_LISTED, order);
-        pods.truncate(MAX_EXCLUDED_LISTED);
+/// Ready, not ready and excluded pods of one port.
+fn counts(states: &[Option<PodPortState>]) -> (usize, usize, usize) {
+    let (mut ready, mut not_ready, mut excluded) = (0, 0, 0);
+    for state in states {
+        match state {
+            Some(PodPortState::Published { ready: true, .. }) => ready += 1,
+            Some(PodPortState::Published { ready: false, .. }) => not_ready += 1,
+            Some(PodPortState::Excluded { .. }) => excluded += 1,
+            None => {}
+        }
     }
-    pods.sort_unstable_by(order);
-    pods.into_iter()
+    (ready, not_ready, excluded)
+}
+
+/// The pods among which a port's listed ones are, when the last listing tells: the last listed
+/// pods and the changed ones (sorted, distinct). An unchanged excluded pod that was not listed
+/// came after every listed one, so it stays out while every listed pod is still excluded or
+/// fewer than the limit were listed. `None`: every pod must be looked at. (A port kept whole
+/// keeps no pod for an abstention, so only the excluded ones are listed from it.)
+fn listing_candidates(
+    states: &[Option<PodPortState>],
+    hint: Option<&ListingHint<'_>>,
+    excluded_total: usize,
+) -> Option<Vec<usize>> {
+    let hint = hint?;
+    let excluded = |p: usize| matches!(states.get(p), Some(Some(PodPortState::Excluded { .. })));
+    let last: Vec<usize> = hint.last.positions.iter().map(|&p| p as usize).collect();
+    let full = last.len() >= MAX_EXCLUDED_LISTED;
+    if full && !last.iter().all(|&p| excluded(p)) {
+        return None;
+    }
+    let mut candidates: Vec<usize> = last
+        .into_iter()
+        .chain(hint.changed.iter().copied())
+        .collect();
+    candidates.sort_unstable();
+    candidates.dedup();
+    candidates.retain(|&p| p < states.len());
+    // Fewer listed than the limit means every excluded pod was listed; the count says whether
+    // the candidates still account for all of them when they should.
+    let found = candidates.iter().filter(|&&p| excluded(p)).count();
+    (full || found == excluded_total).then_some(candidates)
+}
+
+/// The first [`MAX_EXCLUDED_LISTED`] of `entries` by pod name (ties in pool order).
+fn first_by_name<'r>(
+    mut entries: Vec<(usize, &'r str)>,
+    pods: &[&PodRecord],
+) -> Vec<(usize, &'r str)> {
+    let name = |pod: usize| pods.get(pod).map(|p| p.name.as_str()).unwrap_or_default();
+    let order = |a: &(usize, &str), b: &(usize, &str)| name(a.0).cmp(name(b.0)).then(a.0.cmp(&b.0));
+    if entries.len() > MAX_EXCLUDED_LISTED {
+        entries.select_nth_unstable_by(MAX_EXCLUDED_LISTED, order);
+        entries.truncate(MAX_EXCLUDED_LISTED);
+    }
+    entries.sort_unstable_by(order);
+    entries
+}
+
+/// The listed pods, named.
+fn named(entries: Vec<(usize, &str)>, pods: &[&PodRecord]) -> Vec<ExcludedPod> {
+    entries
+        .into_iter()
         .map(|(pod, reason)| ExcludedPod {
-            pod: name(pod).to_owned(),
+            pod: pods.get(pod).map(|p| p.name.clone()).unwrap_or_default(),
             reason: reason.to_owned(),
         })
         .collect()

@@ -2333,3 +2333,84 @@ fn a_settled_slice_changed_behind_the_memo_is_compared_again() {
     assert_eq!(step(&mut w, &mut memo), 3, "every endpoint gains its zone");
     assert_eq!(step(&mut w, &mut memo), 0);
 }
+
+/// A port's status lists the first excluded pods by name. A pass that brings a kept port up to
+/// date finds them among the last listed pods and the changed ones; every such plan equals the
+/// full plan, whether a change enters the listing, reorders its reasons or takes a listed pod
+/// out of it (then every pod is looked at again).
+#[test]
+fn the_listed_exclusions_of_a_kept_port_follow_every_change() {
+    let pods: Vec<k8s_openapi::api::core::v1::Pod> = (0..120)
+        .map(|i| {
+            let ip = format!("10.0.1.{}", i + 1);
+            let mut pod = PodBuilder::new(&format!("p{i:03}"), &[ip.as_str()])
+                .ports(if i % 2 == 0 { "http,https" } else { "http" })
+                .build();
+            pod.metadata.resource_version = Some("1".into());
+            pod
+        })
+        .collect();
+    let svc = service(vec![
+        sport("http", 80, Some(IntOrString::Int(8080))),
+        sport("https", 443, Some(IntOrString::Int(8443))),
+    ]);
+    let mut w = World::new(port_mapping(&["http", "https"]), svc, pods);
+    let mut memo = portmapper_core::EvalMemo::default();
+    let mut version = 1;
+    let step = |w: &mut World, memo: &mut portmapper_core::EvalMemo| {
+        let incremental = w.try_plan_with(Some(memo)).expect("plan");
+        assert_eq!(incremental, w.plan(), "the memo changes nothing");
+        w.apply(&incremental);
+        assert_eq!(memo.last_pass().ports_kept, 2, "both ports kept");
+        incremental
+    };
+    let listed = |p: &portmapper_core::Plan, port: &str| -> Vec<String> {
+        let status = p.ports.iter().find(|s| s.name == port).expect("port");
+        status.excluded.iter().map(|e| e.pod.clone()).collect()
+    };
+    w.try_plan_with(Some(&mut memo)).expect("plan");
+    let first = w.plan();
+    w.apply(&first);
+    assert_eq!(listed(&first, "https").len(), 20, "60 excluded, 20 listed");
+    assert_eq!(listed(&first, "https")[0], "p001");
+    let mut change =
+        |w: &mut World,
+         name: &str,
+         f: &dyn Fn(k8s_openapi::api::core::v1::Pod) -> k8s_openapi::api::core::v1::Pod| {
+            version += 1;
+            let pod = w.pod_mut(name);
+            *pod = f(pod.clone());
+            pod.metadata.resource_version = Some(version.to_string());
+        };
+    // Unready: it enters http's listing (first by name) and changes its reason on https.
+    change(&mut w, "p001", &|p| PodBuilder(p).unready().build());
+    let p = step(&mut w, &mut memo);
+    assert_eq!(listed(&p, "http"), ["p001"]);
+    // An unlisted excluded pod changes: the listing stays.
+    change(&mut w, "p101", &|p| PodBuilder(p).unready().build());
+    let p = step(&mut w, &mut memo);
+    assert_eq!(listed(&p, "http"), ["p001", "p101"]);
+    assert_eq!(listed(&p, "https")[0], "p001");
+    // A listed pod leaves the full https listing: the next one by name comes in.
+    change(&mut w, "p003", &|p| {
+        PodBuilder(p).ports("http,https").build()
+    });
+    let p = step(&mut w, &mut memo);
+    let https = listed(&p, "https");
+    assert!(!https.contains(&"p003".to_owned()));
+    assert_eq!(https.len(), 20);
+    assert_eq!(https.last().map(String::as_str), Some("p041"));
+    // And back.
+    change(&mut w, "p003", &|p| PodBuilder(p).ports("http").build());
+    let p = step(&mut w, &mut memo);
+    assert_eq!(listed(&p, "https")[1], "p003");
+    // Below the limit: http lists every excluded pod, and loses one.
+    change(&mut w, "p001", &|mut p| {
+        if let Some(c) = p.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+            c[0].status = "True".into();
+        }
+        p
+    });
+    let p = step(&mut w, &mut memo);
+    assert_eq!(listed(&p, "http"), ["p101"]);
+}
