@@ -67,7 +67,7 @@ pub(crate) fn emit_slices(
     groups: Vec<Group<'_>>,
     assignment: &Assignment<'_>,
     out: &mut Plan,
-    memo: Option<&mut EvalMemo>,
+    mut memo: Option<&mut EvalMemo>,
 ) -> Result<(), PlanError> {
     // Slices found exactly as desired in this pass, for the memo's next one.
     let mut settled: Vec<(String, String, Vec<u32>)> = Vec::new();
@@ -78,6 +78,9 @@ pub(crate) fn emit_slices(
         owner_references: Some(vec![ctx.owner.clone()]),
         ..ObjectMeta::default()
     };
+    if let Some(memo) = memo.as_deref_mut() {
+        memo.settle_template(&template);
+    }
     for (g, group) in groups.into_iter().enumerate() {
         let port = &ctx.ports[group.port];
         let slice_ports: Vec<EndpointPort> = match (port.service_port, group.target) {
@@ -109,8 +112,12 @@ pub(crate) fn emit_slices(
             .map(|((chunk, s), known)| LiveChunk {
                 chunk: *chunk,
                 endpoints: &s.endpoints,
-                drift: !metadata_eq(&template, &s.metadata)
-                    || !ports_eq(&slice_ports, s.ports.as_deref().unwrap_or_default()),
+                // A settled slice carried this template and these ports when it was found
+                // so, and has not changed since (its ports follow the Service's spec, which
+                // the memo compares).
+                drift: known.is_none()
+                    && (!metadata_eq(&template, &s.metadata)
+                        || !ports_eq(&slice_ports, s.ports.as_deref().unwrap_or_default())),
                 settled: known.as_deref(),
             })
             .collect();

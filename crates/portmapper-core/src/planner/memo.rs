@@ -18,6 +18,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ServiceSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use portmapper_api::PortMappingSpec;
 
 use super::objects::HintMode;
@@ -57,6 +58,9 @@ pub struct EvalMemo {
     settled: HashMap<String, Settled>,
     /// What a settled slice's endpoints depend on besides their pods and the inputs above.
     settled_context: Option<(HintMode, BTreeMap<String, String>)>,
+    /// The slice metadata the settled slices were found to carry (labels from the Service's,
+    /// the owner): while it stays the same, a settled slice's metadata needs no comparing.
+    settled_template: Option<ObjectMeta>,
     /// Pool membership of the last pass's input pods, aligned with them (see [`pool`]).
     ///
     /// [`pool`]: Self::pool
@@ -384,6 +388,16 @@ impl EvalMemo {
         if !same {
             self.usable.clear();
             self.settled_context = Some((hints, zones.clone()));
+        }
+    }
+
+    /// Forgets the settled slices when the metadata every slice must carry changed (the
+    /// Service's labels are not part of the inputs [`begin`](Self::begin) compares). Call once
+    /// per pass, before asking for settled slices.
+    pub(crate) fn settle_template(&mut self, template: &ObjectMeta) {
+        if self.settled_template.as_ref() != Some(template) {
+            self.usable.clear();
+            self.settled_template = Some(template.clone());
         }
     }
 

@@ -2269,6 +2269,22 @@ fn a_plan_with_the_memo_evaluates_only_the_pods_that_changed() {
         "the old one is not"
     );
 
+    // The Service's labels are metadata, not spec: the memo keeps its outcomes, but every
+    // settled slice is compared again and carries the new label.
+    w.service
+        .metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert("tier".into(), "front".into());
+    assert_eq!(step(&mut w, &mut memo), (0, 299), "a Service label");
+    assert!(
+        w.slices
+            .iter()
+            .all(|s| s.metadata.labels.as_ref().and_then(|l| l.get("tier"))
+                == Some(&"front".to_owned())),
+        "every slice carries it"
+    );
+
     w.pm.spec.max_endpoints_per_slice = 50;
     assert_eq!(
         step(&mut w, &mut memo),
