@@ -68,6 +68,9 @@ pub struct EvalMemo {
     /// Per Service port, what the last pass (when it completed) found for the ports it could
     /// keep whole (see [`KeptPort`]), indexed by the last pass's pool positions.
     kept: Vec<Option<KeptPort>>,
+    /// Set by a checkout whose pods are not all where they were: per pod of the pass, its
+    /// position in the last one when unchanged; and how many pods the last one had.
+    moved_from: Option<(Vec<Option<usize>>, usize)>,
 }
 
 /// One port's whole evaluation by the last pass, for a port whose outcome for a pod depends
@@ -85,6 +88,62 @@ pub(crate) struct KeptPort {
     pub states: Vec<Option<PodPortState>>,
     /// The excluded pods its status listed.
     pub listed: Listed,
+}
+
+impl KeptPort {
+    /// This port at the positions of a pass whose pods came, went or moved: `sources[i]`, the
+    /// last position of the pass's unchanged pod `i`; `moved[j]`, the new position of the last
+    /// pass's pod `j` (`u32::MAX`: gone or changed). Gone and changed pods leave it (the pass
+    /// visits the changed ones); the members keep their order, which is by address and UID, not
+    /// by position. `None` when it does not fit (it always should).
+    fn moved(self, sources: &[Option<usize>], moved: &[u32]) -> Option<Self> {
+        let families = self.members.len();
+        let members = self
+            .members
+            .into_iter()
+            .map(|group| {
+                group
+                    .into_iter()
+                    .filter_map(|mut m| {
+                        let at = *moved.get(m.position as usize)?;
+                        (at != u32::MAX).then(|| {
+                            m.position = at;
+                            m
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut decisions = vec![DecisionCode::None; sources.len() * families];
+        let mut old_states = self.states;
+        let mut states = Vec::with_capacity(sources.len());
+        for (i, s) in sources.iter().enumerate() {
+            states.push(match *s {
+                Some(at) => {
+                    let from = self.decisions.get(at * families..(at + 1) * families)?;
+                    decisions[i * families..(i + 1) * families].copy_from_slice(from);
+                    old_states.get_mut(at)?.take()
+                }
+                None => None,
+            });
+        }
+        // A listed pod that went or changed leaves the listing unknown: the next status then
+        // looks at every pod (an empty listing forces it unless the changed pods are all).
+        let positions: Option<Vec<u32>> = self
+            .listed
+            .positions
+            .iter()
+            .map(|&p| moved.get(p as usize).copied().filter(|&n| n != u32::MAX))
+            .collect();
+        Some(Self {
+            members,
+            decisions,
+            states,
+            listed: Listed {
+                positions: positions.unwrap_or_default(),
+            },
+        })
+    }
 }
 
 /// Members per family and decisions of a port a pass could keep whole, before its states
@@ -270,6 +329,13 @@ impl EvalMemo {
             .collect();
         // Every pod where it was, and no more of them: the pool is the same list of pods.
         self.aligned = positions.is_none() && !anonymous && self.pods.len() == pods.len();
+        // Pods came, went or moved: where each pod of this pass was in the last one, for the
+        // kept ports (see [`take_kept`](Self::take_kept)).
+        self.moved_from = if self.aligned || !comparable {
+            None
+        } else {
+            Some((sources.clone(), last.len()))
+        };
         let in_place = comparable
             && sources
                 .iter()
@@ -338,9 +404,25 @@ impl EvalMemo {
     /// The ports the last pass kept whole, when they still describe this pass's pool (every
     /// pod at its last position): taken out, so a pass that fails leaves none for the next.
     /// After [`checkout`](Self::checkout).
+    /// When pods came, went or moved, the kept ports are carried over to this pass's
+    /// positions (see [`KeptPort::moved`]).
     pub(crate) fn take_kept(&mut self) -> Vec<Option<KeptPort>> {
         let kept = std::mem::take(&mut self.kept);
-        if self.aligned { kept } else { Vec::new() }
+        if self.aligned {
+            return kept;
+        }
+        let Some((sources, last_len)) = self.moved_from.take() else {
+            return Vec::new();
+        };
+        let mut moved = vec![u32::MAX; last_len];
+        for (i, s) in sources.iter().enumerate() {
+            if let Some(slot) = s.and_then(|at| moved.get_mut(at)) {
+                *slot = u32::try_from(i).unwrap_or(u32::MAX);
+            }
+        }
+        kept.into_iter()
+            .map(|k| k.and_then(|k| k.moved(&sources, &moved)))
+            .collect()
     }
 
     /// Per pod of this pass: whether it is unchanged since the last one. After

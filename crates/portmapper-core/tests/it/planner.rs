@@ -2221,8 +2221,8 @@ fn a_plan_with_the_memo_evaluates_only_the_pods_that_changed() {
     );
     assert_eq!(
         memo.last_pass().ports_kept,
-        0,
-        "the pool's positions moved: every pod is visited"
+        2,
+        "the pool's positions moved: the kept ports move with them"
     );
 
     // A pod whose pool label changes leaves the pool: the memo's pool membership follows the
