@@ -2152,12 +2152,10 @@ fn named_target_placeholder_stays_at_the_published_group_rather_than_the_lowest(
     assert_eq!(pod_names(w.slice("web.grpc.p8443").unwrap()), vec!["b"]);
 }
 
-/// The incremental path's cost is the pods that changed: after one pod event a plan with the
-/// memo evaluates that pod alone, a resync evaluates none, and a spec change evaluates all —
-/// and every one of those plans equals the full plan.
-#[test]
-fn a_plan_with_the_memo_evaluates_only_the_pods_that_changed() {
-    let pods: Vec<k8s_openapi::api::core::v1::Pod> = (0..300)
+/// `n` pods (`p000`, …) at version 1 of a Service with ports `http` and `https`; even pods
+/// list both in their port annotation, odd ones `http` only.
+fn half_https_world(n: usize) -> World {
+    let pods: Vec<k8s_openapi::api::core::v1::Pod> = (0..n)
         .map(|i| {
             let ip = format!("10.0.{}.{}", i / 200, i % 200 + 1);
             let mut pod = PodBuilder::new(&format!("p{i:03}"), &[ip.as_str()])
@@ -2171,7 +2169,15 @@ fn a_plan_with_the_memo_evaluates_only_the_pods_that_changed() {
         sport("http", 80, Some(IntOrString::Int(8080))),
         sport("https", 443, Some(IntOrString::Int(8443))),
     ]);
-    let mut w = World::new(port_mapping(&["http", "https"]), svc, pods);
+    World::new(port_mapping(&["http", "https"]), svc, pods)
+}
+
+/// The incremental path's cost is the pods that changed: after one pod event a plan with the
+/// memo evaluates that pod alone, a resync evaluates none, and a spec change evaluates all —
+/// and every one of those plans equals the full plan.
+#[test]
+fn a_plan_with_the_memo_evaluates_only_the_pods_that_changed() {
+    let mut w = half_https_world(300);
     let mut memo = portmapper_core::EvalMemo::default();
     let step = |w: &mut World, memo: &mut portmapper_core::EvalMemo| {
         let incremental = w.try_plan_with(Some(memo)).expect("plan");
@@ -2356,21 +2362,7 @@ fn a_settled_slice_changed_behind_the_memo_is_compared_again() {
 /// out of it (then every pod is looked at again).
 #[test]
 fn the_listed_exclusions_of_a_kept_port_follow_every_change() {
-    let pods: Vec<k8s_openapi::api::core::v1::Pod> = (0..120)
-        .map(|i| {
-            let ip = format!("10.0.1.{}", i + 1);
-            let mut pod = PodBuilder::new(&format!("p{i:03}"), &[ip.as_str()])
-                .ports(if i % 2 == 0 { "http,https" } else { "http" })
-                .build();
-            pod.metadata.resource_version = Some("1".into());
-            pod
-        })
-        .collect();
-    let svc = service(vec![
-        sport("http", 80, Some(IntOrString::Int(8080))),
-        sport("https", 443, Some(IntOrString::Int(8443))),
-    ]);
-    let mut w = World::new(port_mapping(&["http", "https"]), svc, pods);
+    let mut w = half_https_world(120);
     let mut memo = portmapper_core::EvalMemo::default();
     let mut version = 1;
     let step = |w: &mut World, memo: &mut portmapper_core::EvalMemo| {
