@@ -257,6 +257,7 @@ impl<'a> Evaluator<'_, 'a> {
             let mut candidate_targets: BTreeSet<i32> = BTreeSet::new();
             for pod_idx in 0..ctx.pods.len() {
                 let visit = self.visit(port_idx, pod_idx, family_idx, family);
+                count(&mut self.out.decisions, visit.decision);
                 if let Some(d) = decisions.get_mut(pod_idx * families + family_idx) {
                     *d = visit.decision;
                 }
@@ -308,8 +309,6 @@ impl<'a> Evaluator<'_, 'a> {
             states[i] = None;
         }
         self.out.states.push(states);
-        // The visits count their decisions; the port's count is taken from `decisions`.
-        let counted = self.out.decisions;
         let mut members_out = Vec::with_capacity(families);
         let mut keep = true;
         for ((family_idx, &family), mut members) in
@@ -340,14 +339,8 @@ impl<'a> Evaluator<'_, 'a> {
             }
             members_out.push(members);
         }
-        self.out.decisions = counted;
-        for d in &decisions {
-            match d {
-                DecisionCode::None => {}
-                DecisionCode::Include => self.out.decisions.include += 1,
-                DecisionCode::Exclude => self.out.decisions.exclude += 1,
-                DecisionCode::Abstain => self.out.decisions.abstain += 1,
-            }
+        for &d in &decisions {
+            count(&mut self.out.decisions, d);
         }
         self.out.changed = changed;
         keep.then_some((members_out, decisions))
@@ -632,11 +625,6 @@ impl<'a> Evaluator<'_, 'a> {
         let port = &ctx.ports[port_idx];
         let pod = ctx.pods[pod_idx];
         let uid = pod.uid.as_str();
-        match verdict.decision {
-            Decision::Include => self.out.decisions.include += 1,
-            Decision::Exclude => self.out.decisions.exclude += 1,
-            Decision::Abstain => self.out.decisions.abstain += 1,
-        }
         let terminating = is_terminating(pod);
         let ours = self.ours;
         // Why a published membership stays only because a check abstained: the status lists it,
@@ -820,6 +808,16 @@ pub fn published_memberships<'s>(
         }
     }
     set
+}
+
+/// Counts one decision (none for a pod that is not a candidate).
+fn count(counts: &mut DecisionCounts, decision: DecisionCode) {
+    match decision {
+        DecisionCode::None => {}
+        DecisionCode::Include => counts.include += 1,
+        DecisionCode::Exclude => counts.exclude += 1,
+        DecisionCode::Abstain => counts.abstain += 1,
+    }
 }
 
 /// What the next pass needs of a member's endpoint to make it again.
