@@ -179,7 +179,9 @@ pub struct Index {
     /// PortMappings by namespace and publication gate type: who else sets which gate.
     pms_by_gate: HashMap<String, BTreeMap<String, HashSet<PmKey>>>,
 
-    pods: HashMap<PodKey, PodFootprint>,
+    /// Pods by the watch that sees them: a relist, a re-index or a stopped watch reads only
+    /// that watch's pods, never every pod of every watch.
+    pods: HashMap<PodSource, HashMap<ObjectRef<Pod>, PodFootprint>>,
     /// Pool pods by name (one namespace per pool), so a pool reads out in a stable order
     /// without sorting or a lookup per pod on every reconcile.
     pods_by_pool: HashMap<PoolKey, PoolPods>,
@@ -394,6 +396,13 @@ impl Index {
             .as_ref()
             .is_none_or(|old| old.gate != footprint.gate || old.deleting != footprint.deleting);
         let types_before = self.gate_types(&ns);
+        // Asked before unregistering: a PortMapping re-applied with the key it had (a spec
+        // change) would otherwise count it from zero and re-index the namespace's pods.
+        let key_indexed = footprint.pool.annotation
+            && self
+                .annotation_keys
+                .get(&ns)
+                .is_some_and(|keys| keys.contains_key(&footprint.pool.key));
         if let Some(old) = &previous {
             affected.extend(
                 self.pms_by_service
@@ -415,7 +424,7 @@ impl Index {
             let keys = self.annotation_keys.entry(ns.clone()).or_default();
             let count = keys.entry(footprint.pool.key.clone()).or_default();
             *count += 1;
-            if *count == 1 {
+            if !key_indexed {
                 out.reindex = Some(PodSource::Namespace(ns.clone()));
             }
         }
@@ -672,7 +681,7 @@ impl Index {
             pod,
         };
         let mut affected = HashSet::new();
-        if let Some(old) = self.pods.remove(&key) {
+        if let Some(old) = self.remove_pod(&key) {
             self.collect_pod(&old, &mut affected);
             self.unregister_pod(&key, &old);
         }
@@ -693,8 +702,29 @@ impl Index {
                 .or_default()
                 .insert(key.clone());
         }
-        self.pods.insert(key, footprint);
+        self.pods
+            .entry(key.source)
+            .or_default()
+            .insert(key.pod, footprint);
         affected.into_iter().collect()
+    }
+
+    /// Takes a pod's footprint out of its watch's map (dropping the map with its last pod).
+    fn remove_pod(&mut self, key: &PodKey) -> Option<PodFootprint> {
+        let pods = self.pods.get_mut(&key.source)?;
+        let old = pods.remove(&key.pod);
+        if pods.is_empty() {
+            self.pods.remove(&key.source);
+        }
+        old
+    }
+
+    /// The pods `source`'s watch holds, by key.
+    fn pods_of(
+        &self,
+        source: &PodSource,
+    ) -> impl Iterator<Item = (&ObjectRef<Pod>, &PodFootprint)> {
+        self.pods.get(source).into_iter().flatten()
     }
 
     /// A pod is gone from `source`'s watch.
@@ -704,7 +734,7 @@ impl Index {
             pod: pod.clone(),
         };
         let mut affected = HashSet::new();
-        if let Some(old) = self.pods.remove(&key) {
+        if let Some(old) = self.remove_pod(&key) {
             self.collect_pod(&old, &mut affected);
             self.unregister_pod(&key, &old);
         }
@@ -718,10 +748,10 @@ impl Index {
         present: &HashSet<ObjectRef<Pod>>,
     ) -> Vec<PmKey> {
         let gone: Vec<ObjectRef<Pod>> = self
-            .pods
-            .keys()
-            .filter(|k| &k.source == source && !present.contains(&k.pod))
-            .map(|k| k.pod.clone())
+            .pods_of(source)
+            .map(|(pod, _)| pod)
+            .filter(|pod| !present.contains(*pod))
+            .cloned()
             .collect();
         let mut out = HashSet::new();
         for pod in gone {
@@ -732,16 +762,15 @@ impl Index {
 
     /// A pod watch stopped: forgets everything it indexed (no reconcile: nobody needs it).
     pub fn forget_source(&mut self, source: &PodSource) {
-        let gone: Vec<PodKey> = self
-            .pods
-            .keys()
-            .filter(|k| &k.source == source)
-            .cloned()
-            .collect();
-        for key in gone {
-            if let Some(old) = self.pods.remove(&key) {
-                self.unregister_pod(&key, &old);
-            }
+        let Some(gone) = self.pods.remove(source) else {
+            return;
+        };
+        for (pod, old) in gone {
+            let key = PodKey {
+                source: source.clone(),
+                pod,
+            };
+            self.unregister_pod(&key, &old);
         }
     }
 
@@ -790,12 +819,7 @@ impl Index {
     /// annotation key of its namespace, so their pools may differ); returns the PortMappings
     /// affected.
     pub fn reindex_pods(&mut self, source: &PodSource) -> Vec<PmKey> {
-        let pods: Vec<Arc<PodRecord>> = self
-            .pods
-            .iter()
-            .filter(|(k, _)| &k.source == source)
-            .map(|(_, f)| f.pod.clone())
-            .collect();
+        let pods: Vec<Arc<PodRecord>> = self.pods_of(source).map(|(_, f)| f.pod.clone()).collect();
         let mut affected = HashSet::new();
         for pod in pods {
             affected.extend(self.apply_pod(source, pod));
@@ -1275,7 +1299,7 @@ impl Index {
     fn node_pms(&self, node: &str) -> Vec<PmKey> {
         let mut out = HashSet::new();
         for pod in self.pods_by_node.get(node).into_iter().flatten() {
-            if let Some(f) = self.pods.get(pod) {
+            if let Some(f) = self.pods.get(&pod.source).and_then(|p| p.get(&pod.pod)) {
                 for pool in &f.pools {
                     out.extend(self.pms_by_pool.get(pool).into_iter().flatten().cloned());
                 }
@@ -1687,6 +1711,23 @@ mod tests {
         );
         let second = index.apply_portmapping(&pm("a", "web-2", "web", KeySource::Annotation, 2));
         assert_eq!(second.reindex, None, "the key is indexed already");
+        index.delete_portmapping(&ObjectRef::new("web-2").within("a"));
+        // The only PortMapping reading the key changes its spec: the key stays indexed, so
+        // the namespace's pods are not applied again.
+        let mut changed = pm("a", "web", "web", KeySource::Annotation, 1);
+        changed.metadata.generation = Some(2);
+        changed.spec.max_endpoints_per_slice = 50;
+        let again = index.apply_portmapping(&changed);
+        assert_eq!(names(again.affected), ["a/web"]);
+        assert_eq!(again.reindex, None, "the same key, re-applied");
+        let mut other_key = changed;
+        other_key.metadata.generation = Some(3);
+        other_key.spec.pods.key = "example.com/other".into();
+        assert_eq!(
+            index.apply_portmapping(&other_key).reindex,
+            Some(ns.clone()),
+            "a key no PortMapping read before"
+        );
         assert_eq!(
             index.needed_sources(),
             BTreeSet::from([PodSource::Namespace("a".into())])
@@ -1730,6 +1771,35 @@ mod tests {
         // web-2 and api are gone; web-1 shares web-2's Service; b/web is gone too.
         assert_eq!(names(woken), ["a/web-1"]);
         assert_eq!(index.portmapping_keys().count(), 1);
+    }
+
+    #[test]
+    fn a_relist_or_a_stopped_watch_touches_only_its_own_pods() {
+        let mut index = index();
+        let ns = PodSource::Namespace("a".into());
+        let p1 = pod("a", "p1", &[(KEY, "web")], &[]);
+        index.apply_pod(&label(), Arc::new(PodRecord::from(p1.clone())));
+        index.apply_pod(&ns, Arc::new(PodRecord::from(p1.clone())));
+        // The namespace watch relists without p1: the label watch's copy stays in its pool.
+        assert!(index.retain_pods(&ns, &HashSet::new()).is_empty());
+        let web = pm("a", "web-1", "web", KeySource::Label, 10);
+        assert_eq!(index.pool_pods(&web).len(), 1);
+        index.apply_pod(&ns, Arc::new(PodRecord::from(p1.clone())));
+        index.forget_source(&ns);
+        assert_eq!(
+            index.pool_pods(&web).len(),
+            1,
+            "the label watch still sees p1"
+        );
+        assert_eq!(
+            names(index.retain_pods(&label(), &HashSet::new())),
+            ["a/web-1", "a/web-2"]
+        );
+        assert!(index.pool_pods(&web).is_empty());
+        assert!(
+            index.pods.is_empty(),
+            "no empty per-watch map is left behind"
+        );
     }
 
     #[test]
