@@ -3,6 +3,7 @@
 //! the tests share one definition of what must be published.
 
 pub mod check;
+pub mod claim;
 pub mod consumers;
 pub mod decision;
 pub mod events;
@@ -15,6 +16,7 @@ pub mod pool;
 pub mod target;
 
 pub use check::{CheckContext, GateTypes, PUBLISHED_GATE, has_gate, has_published_gate};
+pub use claim::{ClaimRank, publisher};
 pub use decision::{Decision, Verdict, all_of, any_of};
 pub use events::EventReason;
 pub use membership::{

@@ -21,9 +21,9 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use portmapper_api::{KeySource, PortMapping};
 
-use portmapper_core::PodRecord;
 use portmapper_core::consumers::is_ambient;
 use portmapper_core::ownership::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
+use portmapper_core::{ClaimRank, PodRecord};
 
 use crate::own_writes::{Answered, Observed, OwnWrites};
 use crate::pool_pods::PoolPods;
@@ -104,7 +104,7 @@ struct PmFootprint {
     pool: PoolKey,
     /// Creation time and name decide which PortMapping of a Service publishes it; a PortMapping
     /// being deleted never does.
-    rank: (Option<i64>, String),
+    rank: ClaimRank,
     deleting: bool,
     /// `spec.readinessGate.conditionType`.
     gate: String,
@@ -374,10 +374,7 @@ impl Index {
             uid: pm.uid(),
             service: (ns.clone(), pm.spec.service_ref.name.clone()),
             pool: PoolKey::of(pm),
-            rank: (
-                pm.creation_timestamp().map(|t| t.0.as_second()),
-                pm.name_any(),
-            ),
+            rank: ClaimRank::of(pm.meta()),
             deleting: pm.meta().deletion_timestamp.is_some(),
             gate: pm.spec.gate_condition_type().to_owned(),
             version: semantic_version(pm),
@@ -514,14 +511,14 @@ impl Index {
     /// (creation time, then name) of those naming the Service, leaving out those being deleted.
     pub fn service_winner(&self, pm: &PmKey) -> Option<PmKey> {
         let footprint = self.pms.get(pm)?;
-        self.pms_by_service
+        let claims = self
+            .pms_by_service
             .get(&footprint.service)?
             .iter()
-            .filter_map(|k| self.pms.get(k).map(|f| (k, f)))
-            .filter(|(_, f)| !f.deleting)
-            .min_by(|(_, a), (_, b)| a.rank.cmp(&b.rank))
-            .map(|(k, _)| k.clone())
-            .filter(|winner| winner != pm)
+            .filter_map(|k| self.pms.get(k).map(|f| (k, &f.rank, f.deleting)));
+        portmapper_core::publisher(claims)
+            .filter(|winner| *winner != pm)
+            .cloned()
     }
 
     /// The UIDs of the other PortMappings of `pm`'s Service when `pm` publishes it: their slices
@@ -559,7 +556,7 @@ impl Index {
         ns: &str,
         types_before: &BTreeSet<String>,
         gates: impl IntoIterator<Item = &'g String>,
-        rank: &(Option<i64>, String),
+        rank: &ClaimRank,
     ) -> Vec<PmKey> {
         let Some(by_type) = self.pms_by_gate.get(ns) else {
             return Vec::new();
@@ -595,7 +592,7 @@ impl Index {
         if !with_older {
             return (types, Vec::new());
         }
-        let mut older: Vec<(&(Option<i64>, String), &PmKey)> = by_type
+        let mut older: Vec<(&ClaimRank, &PmKey)> = by_type
             .get(&footprint.gate)
             .into_iter()
             .flatten()

@@ -8,8 +8,8 @@ use kube::{Resource, ResourceExt};
 use kube_validation::field::FieldError;
 use portmapper_api::PortMapping;
 use portmapper_api::status::condition_types as ct;
-use portmapper_core::EventReason;
 use portmapper_core::planner::PlanWarning;
+use portmapper_core::{ClaimRank, EventReason};
 
 use crate::conditions::Desired;
 
@@ -43,21 +43,33 @@ pub fn conflict(winner: &str, service: &str) -> Vec<Desired> {
     conditions
 }
 
-/// Among the PortMappings of `pm`'s namespace naming the same Service, the oldest (creation
-/// time, then name; being deleted ones never win) publishes it. `Some(winner)` when that is not
-/// `pm`.
+/// Among the PortMappings of `pm`'s namespace naming the same Service, the one
+/// [`portmapper_core::publisher`] names (the oldest by creation time, then name; being deleted
+/// ones never win), as the running operator's index decides it. `Some(winner)` when that is
+/// not `pm`.
 pub fn conflict_winner<'a>(
     pm: &PortMapping,
     all: impl IntoIterator<Item = &'a PortMapping>,
 ) -> Option<String> {
     let ns = pm.namespace();
-    let key = |p: &PortMapping| (p.creation_timestamp().map(|t| t.0), p.name_any());
-    all.into_iter()
+    let claims: Vec<(&PortMapping, ClaimRank, bool)> = all
+        .into_iter()
         .filter(|p| p.namespace() == ns && p.spec.service_ref == pm.spec.service_ref)
-        .filter(|p| p.meta().deletion_timestamp.is_none())
-        .min_by_key(|p| key(p))
-        .filter(|winner| winner.uid() != pm.uid() || winner.name_any() != pm.name_any())
-        .map(|winner| winner.name_any())
+        .map(|p| {
+            (
+                p,
+                ClaimRank::of(p.meta()),
+                p.meta().deletion_timestamp.is_some(),
+            )
+        })
+        .collect();
+    portmapper_core::publisher(
+        claims
+            .iter()
+            .map(|(p, rank, deleting)| (*p, rank, *deleting)),
+    )
+    .filter(|winner| winner.uid() != pm.uid() || winner.name_any() != pm.name_any())
+    .map(|winner| winner.name_any())
 }
 
 /// The `ServiceNotFound` message.
