@@ -148,6 +148,8 @@ fn run_memo(
             take_over: &[],
             held_by_others: &BTreeMap::new(),
             live_endpoints: None,
+            owned_endpoints: &[],
+            native_slices: &[],
             gate_peers: portmapper_core::GatePeers::NONE,
             now: Timestamp::UNIX_EPOCH,
         },

@@ -87,7 +87,7 @@ pub async fn delete_stray_endpoints(
 }
 
 /// The Endpoints objects the PortMapping with `uid` controls, from the cache.
-fn owned_endpoints(ctx: &Context, uid: &str) -> Vec<std::sync::Arc<Endpoints>> {
+pub fn owned_endpoints(ctx: &Context, uid: &str) -> Vec<std::sync::Arc<Endpoints>> {
     let keys = ctx.index.lock().owned_endpoints(uid);
     keys.iter()
         .filter_map(|k| ctx.owned_endpoints.get(k))

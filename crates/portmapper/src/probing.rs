@@ -488,6 +488,8 @@ mod tests {
             take_over: &[],
             held_by_others: &BTreeMap::new(),
             live_endpoints: None,
+            owned_endpoints: &[],
+            native_slices: &[],
             gate_peers: portmapper_core::GatePeers::NONE,
             now: k8s_openapi::jiff::Timestamp::now(),
         })

@@ -554,6 +554,8 @@ async fn plan_and_apply(
         !native.is_empty(),
     )
     .await?;
+    let owned_endpoints =
+        crate::migration_exec::owned_endpoints(ctx, &pm.uid().unwrap_or_default());
     let input = PlanInput {
         port_mapping: pm,
         service,
@@ -564,6 +566,8 @@ async fn plan_and_apply(
         take_over,
         held_by_others: gathered.held,
         live_endpoints: live_endpoints.as_ref(),
+        owned_endpoints: &owned_endpoints,
+        native_slices: &native,
         now: Timestamp::now(),
         gate_peers: &gate_peers,
     };

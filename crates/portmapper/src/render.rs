@@ -378,6 +378,8 @@ fn preview(
         take_over: &[],
         held_by_others: &std::collections::BTreeMap::new(),
         live_endpoints: None,
+        owned_endpoints: &[],
+        native_slices: &[],
         now: Timestamp::UNIX_EPOCH,
         gate_peers: portmapper_core::GatePeers::NONE,
     };

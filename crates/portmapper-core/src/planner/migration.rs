@@ -1,6 +1,6 @@
 //! Selector migration and legacy Endpoints, as the seed does them: decide (pure, here) which
-//! steps are due from evidence in the API, so the logic is stateless and restart-safe, then the
-//! reconcile executes them through the apply layer.
+//! steps are due from evidence in the API, so the logic is stateless and restart-safe; they are
+//! part of the plan ([`Plan::migration`]), which the reconcile's executor runs after the slices.
 //!
 //! - While the Service still has a selector, the native controllers own its Endpoints: we never
 //!   write it, and hand back one we own (selector re-added).
@@ -12,8 +12,9 @@
 //!   adopted in place instead of deleted, unless that would replace ready addresses with none.
 
 use k8s_openapi::api::core::v1::Endpoints;
+use kube_validation::IpFamily;
 
-use super::types::{Deletion, PlannedEndpoints};
+use super::types::{Deletion, Plan, PlanInput, PlannedEndpoints, PlannedSlice};
 use crate::EventReason;
 
 /// `endpointslice.kubernetes.io/managed-by` of the native EndpointSlice controller.
@@ -257,6 +258,57 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
         });
     }
     out
+}
+
+/// The steps of one plan: [`steps`] from the plan's slices and Endpoints and the evidence,
+/// then the Endpoints objects named after another Service ([`stray_endpoints`]). `primary`:
+/// the Service's primary IP family, the one Endpoints can carry.
+pub(crate) fn plan_steps(
+    input: &PlanInput<'_>,
+    pm_uid: &str,
+    primary: IpFamily,
+    plan: &Plan,
+) -> Vec<Step> {
+    let service = input.service;
+    let (publishing, publishing_primary) = publishing(&plan.slices, primary);
+    let selector_present = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .is_some_and(|s| !s.is_empty());
+    let mut out = steps(&Input {
+        pm_uid,
+        selector_present,
+        legacy_endpoints: input.port_mapping.spec.legacy_endpoints,
+        native_cleanup: input.port_mapping.spec.native_cleanup,
+        publishing,
+        publishing_primary,
+        live_endpoints: input.live_endpoints,
+        planned_endpoints: plan.endpoints.as_ref(),
+        endpoints_deletion: plan.endpoints_deletion.as_ref(),
+        native_slices: input.native_slices,
+    });
+    out.extend(stray_endpoints(
+        input.owned_endpoints.iter().map(AsRef::as_ref),
+        pm_uid,
+        service.metadata.name.as_deref(),
+    ));
+    out
+}
+
+/// Whether the slices publish a ready endpoint, in any family and in `primary`.
+fn publishing(slices: &[PlannedSlice], primary: IpFamily) -> (bool, bool) {
+    let ready = |s: &PlannedSlice| {
+        s.slice
+            .endpoints
+            .iter()
+            .any(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+    };
+    let any = slices.iter().any(ready);
+    let in_primary = slices
+        .iter()
+        .any(|s| s.slice.address_type == primary.as_str() && ready(s));
+    (any, in_primary)
 }
 
 /// Deletions of Endpoints objects this PortMapping controls but no longer publishes: every one

@@ -323,6 +323,11 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
             ),
             input.now,
         );
+        let primary = service_families(service)
+            .first()
+            .copied()
+            .unwrap_or(IpFamily::V4);
+        out.migration = migration::plan_steps(input, &pm_uid, primary, &out);
         return Ok(out);
     }
 
@@ -468,6 +473,7 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
     }
     out.warnings.sort();
     out.warnings.dedup();
+    out.migration = migration::plan_steps(input, &pm_uid, families[0], &out);
     Ok(out)
 }
 

@@ -9,6 +9,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use portmapper_api::{PortMapping, PortStatus};
 
+use super::migration::{NativeSlice, Step};
 use crate::events::EventReason;
 use crate::network::{NetworkDecisions, NetworkLookup};
 use crate::ownership::HeldName;
@@ -44,6 +45,12 @@ pub struct PlanInput<'a> {
     pub held_by_others: &'a BTreeMap<String, HeldName>,
     /// The Endpoints object named after the Service, if one exists.
     pub live_endpoints: Option<&'a Endpoints>,
+    /// Every Endpoints object this PortMapping controls: those named after another Service
+    /// (its `serviceRef` moved) are deleted.
+    pub owned_endpoints: &'a [Arc<Endpoints>],
+    /// The native and mirroring controllers' slices labelled with the Service's name: the
+    /// selector migration's evidence.
+    pub native_slices: &'a [NativeSlice],
     /// The time of this reconcile: no `last-change-trigger-time` is later, and it stands for
     /// changes that carry no time of their own (legacy Endpoints are stamped with it).
     pub now: Timestamp,
@@ -240,6 +247,11 @@ pub struct Plan {
     /// The network check results this plan depends on, with what the prober needs to probe
     /// them: the operator's prober targets. In (Service port, family, pod, position) order.
     pub network_lookups: Vec<NetworkLookup>,
+    /// The legacy Endpoints and selector-migration steps ([`migration::steps`]), in order,
+    /// run after the slices are written.
+    ///
+    /// [`migration::steps`]: super::migration::steps
+    pub migration: Vec<Step>,
 }
 
 /// A slice the plan wants at a name another owner holds.

@@ -221,6 +221,10 @@ pub struct World {
     pub network: NetworkDecisions,
     pub slices: Vec<EndpointSlice>,
     pub endpoints: Option<Endpoints>,
+    /// Every Endpoints object the PortMapping controls (`endpoints` included or not).
+    pub owned_endpoints: Vec<std::sync::Arc<Endpoints>>,
+    /// The native controllers' slices of the Service (the selector migration's evidence).
+    pub native: Vec<portmapper_core::planner::migration::NativeSlice>,
     /// Names someone else holds (outside `slices`).
     pub held: BTreeMap<String, portmapper_core::HeldName>,
     pub now: Timestamp,
@@ -238,6 +242,8 @@ impl World {
             network: NetworkDecisions::new(),
             slices: Vec::new(),
             endpoints: None,
+            owned_endpoints: Vec::new(),
+            native: Vec::new(),
             held: BTreeMap::new(),
             now: Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH),
             next_uid: 1,
@@ -288,6 +294,8 @@ impl World {
             take_over: &[],
             held_by_others: &self.held,
             live_endpoints: self.endpoints.as_ref(),
+            owned_endpoints: &self.owned_endpoints,
+            native_slices: &self.native,
             now: self.now,
             gate_peers: &self.gate_peers,
         };

@@ -403,6 +403,8 @@ fn a_service_label_the_api_would_refuse_fails_the_plan_with_nothing_written() {
         take_over: &[],
         held_by_others: &std::collections::BTreeMap::new(),
         live_endpoints: None,
+        owned_endpoints: &[],
+        native_slices: &[],
         now: w.now,
         gate_peers: portmapper_core::GatePeers::NONE,
     });

@@ -4,13 +4,14 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::{EndpointHints, ForNode, ForZone};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube_validation::IpFamily;
 use portmapper_api::check::HttpGetCheck;
 use portmapper_api::{Check, PortRule, TerminatingEndpoints, UnlistedPorts};
+use portmapper_core::planner::migration::{self, NativeSlice, Step};
 use portmapper_core::{
-    CheckPosition, Deletion, NetworkKey, PlanError, PlanWarning, Verdict, WriteAction,
+    CheckPosition, Deletion, NetworkKey, Plan, PlanError, PlanWarning, Verdict, WriteAction,
 };
 
 use crate::fixtures::*;
@@ -477,6 +478,70 @@ fn external_name_service_tears_everything_down() {
     assert_eq!(p.deletions.len(), 2);
     assert!(p.endpoints_deletion.is_some());
     assert_eq!(p.warnings, vec![PlanWarning::ExternalName]);
+    // The executor deletes our Endpoints object as one of the plan's steps.
+    assert!(
+        matches!(&p.migration[..], [Step::DeleteEndpoints { name, native: false, .. }] if name == "web"),
+        "{:?}",
+        p.migration
+    );
+}
+
+#[test]
+fn the_selector_migration_and_stray_endpoints_are_steps_of_the_plan() {
+    let mut w = seed_world();
+    w.native = vec![NativeSlice {
+        name: "web-abcde".into(),
+        uid: "native-uid".into(),
+        manager: migration::NATIVE_MANAGER.into(),
+    }];
+    // Ours, named after the Service the PortMapping named before (its serviceRef moved).
+    w.owned_endpoints = vec![std::sync::Arc::new(Endpoints {
+        metadata: ObjectMeta {
+            name: Some("old-web".into()),
+            namespace: Some(NS.into()),
+            uid: Some("old-uid".into()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "portmapper.dev/v1alpha1".into(),
+                kind: "PortMapping".into(),
+                name: "pm".into(),
+                uid: "pm-uid".into(),
+                controller: Some(true),
+                ..OwnerReference::default()
+            }]),
+            ..ObjectMeta::default()
+        },
+        subsets: None,
+    })];
+    let kinds = |p: &Plan| -> Vec<String> {
+        p.migration
+            .iter()
+            .map(|s| match s {
+                Step::DeleteNativeSlice { name, .. } => format!("delete slice {name}"),
+                Step::DeleteEndpoints { name, .. } => format!("delete endpoints {name}"),
+                Step::Warn { reason, .. } | Step::Normal { reason, .. } => reason.to_string(),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    };
+    // Publishing: the native leftovers go, then our stray Endpoints object.
+    assert_eq!(
+        kinds(&w.plan()),
+        [
+            "delete slice web-abcde",
+            "NativeEndpointsCleanedUp",
+            "delete endpoints old-web"
+        ]
+    );
+    // Nothing ready to publish: the leftovers stay (no blackout), said once.
+    w.pods.clear();
+    assert_eq!(
+        kinds(&w.plan()),
+        ["NativeCleanupDeferred", "delete endpoints old-web"]
+    );
+    // While the Service has a selector the native controllers own its objects: no step for them.
+    w.service.spec.as_mut().unwrap().selector =
+        Some(BTreeMap::from([("app".into(), "web".into())]));
+    assert_eq!(kinds(&w.plan()), ["delete endpoints old-web"]);
 }
 
 #[test]

@@ -237,6 +237,8 @@ pub async fn pending_writes(client: &Client, name: &str) -> Vec<String> {
         take_over: &[],
         held_by_others: &BTreeMap::new(),
         live_endpoints: live_endpoints.as_ref(),
+        owned_endpoints: &[],
+        native_slices: &[],
         now: Timestamp::now(),
         gate_peers: GatePeers::NONE,
     };
