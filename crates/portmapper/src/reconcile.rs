@@ -221,7 +221,12 @@ async fn reconcile_inner(
             outcome.slices = Some(0);
             // The Service is gone: take our slices and Endpoints back, as the seed does.
             let live = owned_slices(ctx, &ns, &uid, &[], None);
-            let plan = planner::teardown(live.iter().map(AsRef::as_ref), &uid);
+            let endpoints = crate::migration_exec::owned_endpoints(ctx, &uid);
+            let plan = planner::teardown(
+                live.iter().map(AsRef::as_ref),
+                endpoints.iter().map(AsRef::as_ref),
+                &uid,
+            );
             let written = execute_slice_writes(&writer, &ctx.index, &plan, &uid).await;
             if let Some(first) = first_of(written.errors) {
                 return Err(first);

@@ -1,18 +1,24 @@
 //! Teardown: the plan of a PortMapping whose Service is gone. Every slice it controls goes, as
 //! the seed does (the native controller's slices go with their Service by garbage collection;
-//! ours are owned by the PortMapping, which stays, so they are deleted).
+//! ours are owned by the PortMapping, which stays, so they are deleted), and so does every
+//! Endpoints object it controls.
 
+use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::deletion;
+use super::migration::stray_endpoints;
 use super::types::{Deletion, Plan};
 use crate::ownership::ownership;
 
 /// Deletes every slice of `live_slices` that is ours (by [`ownership`]) and has a UID (the
 /// executor deletes with a UID precondition, so a newer object of the same name is never
-/// touched), in name order. Orphans and other owners' slices are left alone.
+/// touched), in name order; and, as migration steps, every Endpoints object of
+/// `owned_endpoints` the PortMapping controls. Orphans and other owners' objects are left
+/// alone.
 pub fn teardown<'a>(
     live_slices: impl IntoIterator<Item = &'a EndpointSlice>,
+    owned_endpoints: impl IntoIterator<Item = &'a Endpoints>,
     pm_uid: &str,
 ) -> Plan {
     let ours = live_slices
@@ -20,6 +26,7 @@ pub fn teardown<'a>(
         .filter(|s| s.metadata.uid.is_some() && ownership(&s.metadata, pm_uid).is_ours());
     Plan {
         deletions: every(ours),
+        migration: stray_endpoints(owned_endpoints, pm_uid, None),
         ..Plan::default()
     }
 }
@@ -35,6 +42,7 @@ pub(super) fn every<'a>(ours: impl IntoIterator<Item = &'a EndpointSlice>) -> Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::planner::migration::Step;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
     fn slice(name: &str, uid: Option<&str>, controller: &str, manager: &str) -> EndpointSlice {
@@ -79,7 +87,21 @@ mod tests {
             // Ours but never stored (no UID): nothing to delete it by.
             slice("web.new", None, "pm", "portmapper.dev"),
         ];
-        let plan = teardown(&live, "pm");
+        // Endpoints objects: ours (named after the Service that is gone, and after an older
+        // one), and another PortMapping's.
+        let endpoints = |name: &str, uid: &str, controller: &str| Endpoints {
+            metadata: ObjectMeta {
+                uid: Some(uid.into()),
+                ..slice(name, None, controller, "portmapper.dev").metadata
+            },
+            subsets: None,
+        };
+        let owned = [
+            endpoints("web", "e1", "pm"),
+            endpoints("old", "e2", "pm"),
+            endpoints("web-2", "e3", "other-pm"),
+        ];
+        let plan = teardown(&live, &owned, "pm");
         assert_eq!(
             plan.deletions,
             [
@@ -94,5 +116,19 @@ mod tests {
             ]
         );
         assert!(plan.slices.is_empty() && plan.endpoints.is_none());
+        let gone: Vec<(&str, &str)> = plan
+            .migration
+            .iter()
+            .filter_map(|s| match s {
+                Step::DeleteEndpoints {
+                    name,
+                    uid,
+                    native: false,
+                } => Some((name.as_str(), uid.as_str())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(gone, [("old", "e2"), ("web", "e1")]);
+        assert_eq!(plan.migration.len(), 2);
     }
 }
