@@ -357,3 +357,20 @@ pub async fn run_probing_with(
     drop(trigger);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use portmapper_api::MANAGER;
+    use portmapper_core::ownership::LABEL_MANAGED_BY;
+
+    use super::{MANAGED_BY_SELECTOR, NOT_MANAGED_BY_SELECTOR};
+
+    #[test]
+    fn the_watch_selectors_split_on_the_label_the_ownership_classifier_reads() {
+        assert_eq!(MANAGED_BY_SELECTOR, format!("{LABEL_MANAGED_BY}={MANAGER}"));
+        assert_eq!(
+            NOT_MANAGED_BY_SELECTOR,
+            format!("{LABEL_MANAGED_BY}!={MANAGER}")
+        );
+    }
+}

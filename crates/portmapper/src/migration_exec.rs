@@ -29,7 +29,7 @@ pub fn native_slices(ctx: &Context, ns: &str, service: &str) -> Vec<NativeSlice>
                 uid: s.uid()?,
                 manager: s
                     .labels()
-                    .get("endpointslice.kubernetes.io/managed-by")?
+                    .get(portmapper_core::ownership::LABEL_MANAGED_BY)?
                     .clone(),
             })
         })

@@ -27,9 +27,9 @@ pub use live::{StatusError, main, run};
 pub use print::{LEGEND, json, table};
 
 /// Label our slices carry (`endpointslice.kubernetes.io/managed-by`).
-pub(crate) const MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
+pub(crate) use portmapper_core::ownership::LABEL_MANAGED_BY as MANAGED_BY;
 /// Label naming the Service of a slice.
-pub(crate) const SERVICE_NAME: &str = "kubernetes.io/service-name";
+pub(crate) use portmapper_core::ownership::LABEL_SERVICE_NAME as SERVICE_NAME;
 /// `schema` of the JSON output; bumped on any incompatible change of its shape.
 pub const JSON_SCHEMA: &str = "portmapper.dev/status/v1";
 
