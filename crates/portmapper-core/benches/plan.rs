@@ -267,6 +267,8 @@ fn run(
         take_over: &[],
         held_by_others: &std::collections::BTreeMap::new(),
         live_endpoints: None,
+        owned_endpoints: &[],
+        native_slices: &[],
         now: Timestamp::UNIX_EPOCH,
         gate_peers: portmapper_core::GatePeers::NONE,
     })
