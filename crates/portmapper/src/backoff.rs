@@ -19,6 +19,9 @@
 //! - **permanent** (401, 403, 400, 422, an object we cannot encode): retrying soon cannot help
 //!   (RBAC or admission must change first), so `10 s · 2^(n-1)`, capped at 5 minutes.
 //!
+//! A pass whose writes fail in several ways backs off as its most severe failure (a 403 beside
+//! a 409 is not retried at the 409's rate; see [`Class::of`]).
+//!
 //! The exponent counts consecutive failures of the same class: a PortMapping that was throttled
 //! and then hits a forbidden write starts the permanent ladder from its first step.
 //!
@@ -57,9 +60,22 @@ pub enum Class {
 impl Class {
     /// The class of a reconcile error; `None` for errors that are not failures of the object
     /// (this replica is not the leader: nothing to retry until it leads again).
+    ///
+    /// Several failed writes ([`Error::Writes`]) take the most severe class among them
+    /// (permanent, then throttled with the longest wait, then transient), ignoring `NotLeader`
+    /// members unless every member is one: retrying sooner would repeat the permanent failure at
+    /// the transient rate, and gains nothing, as the writes that succeeded are kept and the
+    /// next pass retries every write that still differs.
     pub fn of(err: &Error) -> Option<Self> {
         Some(match err {
             Error::NotLeader => return None,
+            Error::Writes(all) => {
+                return all
+                    .errors()
+                    .iter()
+                    .filter_map(Self::of)
+                    .reduce(Self::more_severe);
+            }
             Error::Kube {
                 source: kube::Error::Api(status),
                 ..
@@ -93,6 +109,29 @@ impl Class {
             Error::Kube { .. } => Self::Transient,
             Error::Config(_) | Error::Leader(_) | Error::MissingMetadata(_) => Self::Permanent,
         })
+    }
+
+    /// Orders classes by how long their retry waits: transient < throttled < permanent.
+    pub fn severity(self) -> u8 {
+        match self {
+            Self::Transient => 0,
+            Self::Throttled { .. } => 1,
+            Self::Permanent => 2,
+        }
+    }
+
+    /// The more severe of two classes; of two throttles, the one that waits longer.
+    fn more_severe(self, other: Self) -> Self {
+        match (self, other) {
+            (Self::Throttled { retry_after: a }, Self::Throttled { retry_after: b }) => {
+                // `None` (no wait named) orders before any wait.
+                Self::Throttled {
+                    retry_after: a.max(b),
+                }
+            }
+            _ if other.severity() > self.severity() => other,
+            _ => self,
+        }
     }
 
     /// The ladder this class climbs (a class change restarts it).
@@ -388,6 +427,71 @@ mod tests {
             );
         }
         assert_eq!(Class::of(&Error::NotLeader), None);
+    }
+
+    fn combined(errors: Vec<Error>) -> Error {
+        Error::combine(errors).expect("two or more errors combine")
+    }
+
+    #[test]
+    fn several_failures_back_off_as_the_most_severe() {
+        let conflict = || api_error(409, "Conflict", 0);
+        let forbidden = || api_error(403, "Forbidden", 0);
+        // A 403 beside a 409, in either order, is permanent.
+        for errors in [vec![conflict(), forbidden()], vec![forbidden(), conflict()]] {
+            let err = combined(errors);
+            assert_eq!(Class::of(&err), Some(Class::Permanent), "{err}");
+        }
+        // So its first window is the permanent ladder's 10 s (less up to a quarter), not the
+        // transient 5 ms.
+        let b = Backoffs::default();
+        let now = Instant::now();
+        let f = b
+            .failed(&pm(), G, &combined(vec![conflict(), forbidden()]), now)
+            .unwrap();
+        assert_eq!(f.failures, 1);
+        assert!(
+            f.delay >= Duration::from_millis(7500) && f.delay <= Duration::from_secs(10),
+            "{:?}",
+            f.delay
+        );
+        // A 429 beside a 409 is throttled, and keeps the server's wait.
+        assert_eq!(
+            Class::of(&combined(vec![
+                conflict(),
+                api_error(429, "TooManyRequests", 3)
+            ])),
+            Some(Class::Throttled {
+                retry_after: Some(Duration::from_secs(3))
+            })
+        );
+        // Of several waits, the longest; a 429 without one does not drop it.
+        assert_eq!(
+            Class::of(&combined(vec![
+                api_error(429, "TooManyRequests", 0),
+                api_error(503, "ServiceUnavailable", 5),
+                api_error(429, "TooManyRequests", 3),
+            ])),
+            Some(Class::Throttled {
+                retry_after: Some(Duration::from_secs(5))
+            })
+        );
+        // A permanent failure outranks a throttle.
+        assert_eq!(
+            Class::of(&combined(vec![
+                api_error(429, "TooManyRequests", 3),
+                forbidden()
+            ])),
+            Some(Class::Permanent)
+        );
+        // `NotLeader` members are ignored, unless every member is one.
+        assert_eq!(
+            Class::of(&combined(vec![Error::NotLeader, conflict()])),
+            Some(Class::Transient)
+        );
+        let not_leading = combined(vec![Error::NotLeader, Error::NotLeader]);
+        assert_eq!(Class::of(&not_leading), None);
+        assert_eq!(b.failed(&pm(), G, &not_leading, now), None);
     }
 
     #[test]

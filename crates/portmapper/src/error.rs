@@ -24,6 +24,54 @@ pub enum Error {
     /// A PortMapping without a namespace or name (the API never sends one).
     #[error("PortMapping has no {0}")]
     MissingMetadata(&'static str),
+    /// Several writes of one pass failed: every one is kept (see [`Error::combine`]).
+    #[error("{0}")]
+    Writes(WriteErrors),
+}
+
+/// The failures of one pass, at least two, none of them itself a [`WriteErrors`].
+#[derive(Debug)]
+pub struct WriteErrors(Vec<Error>);
+
+/// How many failures the message lists by name; a status condition and a log line stay
+/// readable when hundreds of writes fail alike.
+const LISTED: usize = 5;
+
+impl WriteErrors {
+    /// Every failure, in the order the writes were made.
+    pub fn errors(&self) -> &[Error] {
+        &self.0
+    }
+
+    /// The member whose retry matters most (see [`crate::backoff::Class::of`]): the first of the
+    /// most severe class; a `NotLeader` member only when every member is one.
+    pub fn most_severe(&self) -> &Error {
+        let rank = |e: &Error| crate::backoff::Class::of(e).map(crate::backoff::Class::severity);
+        // Never empty: only `Error::combine` builds one, from two errors or more.
+        let mut worst = &self.0[0];
+        for err in &self.0[1..] {
+            if rank(err) > rank(worst) {
+                worst = err;
+            }
+        }
+        worst
+    }
+}
+
+impl std::fmt::Display for WriteErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} writes failed: ", self.0.len())?;
+        for (i, err) in self.0.iter().take(LISTED).enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{err}")?;
+        }
+        if self.0.len() > LISTED {
+            write!(f, "; and {} more", self.0.len() - LISTED)?;
+        }
+        Ok(())
+    }
 }
 
 impl Error {
@@ -37,6 +85,27 @@ impl Error {
             action: action.into(),
             source,
         }
+    }
+
+    /// Every error of one pass as one: `None` when there is none, the error itself when there is
+    /// one, [`Error::Writes`] otherwise (members that are themselves combined are flattened).
+    /// Each is logged at debug level; the error policy warns once per change of the whole (see
+    /// `backoff.rs`).
+    pub fn combine(errors: Vec<Error>) -> Option<Error> {
+        let mut all = Vec::with_capacity(errors.len());
+        for err in errors {
+            match err {
+                Self::Writes(WriteErrors(members)) => all.extend(members),
+                err => all.push(err),
+            }
+        }
+        for err in &all {
+            tracing::debug!(error = %err, "write failed");
+        }
+        if all.len() > 1 {
+            return Some(Self::Writes(WriteErrors(all)));
+        }
+        all.pop()
     }
 
     /// A fixed label for the errors metric.
@@ -53,6 +122,8 @@ impl Error {
             },
             Self::MissingMetadata(_) => "invalid_object",
             Self::NotLeader => "not_leader",
+            // The one the backoff follows, so the metric agrees with the retry.
+            Self::Writes(all) => all.most_severe().category(),
         }
     }
 }
@@ -76,4 +147,116 @@ pub fn is_refused(err: &kube::Error) -> bool {
         cause = e.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::core::Status;
+
+    use super::*;
+
+    fn api_error(slice: &str, code: u16, reason: &str) -> Error {
+        Error::kube(
+            format!("applying EndpointSlice default/{slice}"),
+            kube::Error::Api(Status::failure("injected", reason).with_code(code).boxed()),
+        )
+    }
+
+    fn combined(errors: Vec<Error>) -> Error {
+        Error::combine(errors).expect("two or more errors combine")
+    }
+
+    #[test]
+    fn no_error_is_none_and_one_error_stays_itself() {
+        assert!(Error::combine(Vec::new()).is_none());
+        let one = Error::combine(vec![api_error("web.http", 403, "Forbidden")]);
+        assert!(
+            matches!(one, Some(Error::Kube { .. })),
+            "a single error is never wrapped: {one:?}"
+        );
+    }
+
+    #[test]
+    fn the_message_counts_and_names_every_failure() {
+        let members = || {
+            vec![
+                api_error("web.http", 409, "Conflict"),
+                api_error("web.https", 403, "Forbidden"),
+            ]
+        };
+        let [a, b] = <[Error; 2]>::try_from(members()).expect("two");
+        assert_eq!(
+            combined(members()).to_string(),
+            format!("2 writes failed: {a}; {b}")
+        );
+        assert!(a.to_string().contains("default/web.http"), "{a}");
+        assert!(b.to_string().contains("default/web.https"), "{b}");
+    }
+
+    #[test]
+    fn the_message_lists_a_bounded_number_and_counts_the_rest() {
+        let members = || (0..7).map(|i| api_error(&format!("web.p{i}"), 500, "InternalError"));
+        let listed: Vec<String> = members().take(5).map(|e| e.to_string()).collect();
+        let message = combined(members().collect()).to_string();
+        assert_eq!(
+            message,
+            format!("7 writes failed: {}; and 2 more", listed.join("; "))
+        );
+        assert!(!message.contains("web.p5"), "{message}");
+    }
+
+    #[test]
+    fn combined_errors_are_flattened() {
+        let inner = combined(vec![
+            api_error("a", 409, "Conflict"),
+            api_error("b", 409, "Conflict"),
+        ]);
+        let outer = combined(vec![inner, api_error("c", 403, "Forbidden")]);
+        let Error::Writes(all) = &outer else {
+            panic!("{outer:?}");
+        };
+        assert_eq!(all.errors().len(), 3);
+        assert!(
+            outer.to_string().starts_with("3 writes failed: "),
+            "{outer}"
+        );
+    }
+
+    #[test]
+    fn the_category_is_the_most_severe_members() {
+        let category = |errors: Vec<Error>| combined(errors).category();
+        // A 403 (permanent) outranks a 409 and a 404 (transient), wherever it is.
+        assert_eq!(
+            category(vec![
+                api_error("a", 409, "Conflict"),
+                api_error("b", 404, "NotFound"),
+                api_error("c", 403, "Forbidden"),
+            ]),
+            "forbidden"
+        );
+        // Among equals the first.
+        assert_eq!(
+            category(vec![
+                api_error("a", 409, "Conflict"),
+                api_error("b", 404, "NotFound"),
+            ]),
+            "conflict"
+        );
+        // A 429 (throttled) outranks a 409.
+        assert_eq!(
+            category(vec![
+                api_error("a", 409, "Conflict"),
+                api_error("b", 429, "TooManyRequests"),
+            ]),
+            "api"
+        );
+        assert_eq!(
+            category(vec![Error::NotLeader, api_error("a", 409, "Conflict")]),
+            "conflict"
+        );
+        assert_eq!(
+            category(vec![Error::NotLeader, Error::NotLeader]),
+            "not_leader"
+        );
+    }
 }

@@ -70,7 +70,8 @@ pub enum Read {
 }
 
 /// Deletes the Endpoints objects this PortMapping controls other than `keep` (all of them when
-/// its Service is gone), from the cache; each with a UID precondition.
+/// its Service is gone), from the cache; each with a UID precondition. Every deletion is
+/// attempted (they are independent objects); every failure is returned, combined.
 pub async fn delete_stray_endpoints(
     ctx: &Context,
     writer: &Writer<'_>,
@@ -78,12 +79,15 @@ pub async fn delete_stray_endpoints(
     keep: Option<&str>,
 ) -> Result<(), Error> {
     let owned = owned_endpoints(ctx, pm_uid);
+    let mut errors = Vec::new();
     for step in migration::stray_endpoints(owned.iter().map(AsRef::as_ref), pm_uid, keep) {
-        if let Step::DeleteEndpoints { name, uid, .. } = step {
-            writer.delete_endpoints(&name, &uid).await?;
+        if let Step::DeleteEndpoints { name, uid, .. } = step
+            && let Err(err) = writer.delete_endpoints(&name, &uid).await
+        {
+            errors.push(err);
         }
     }
-    Ok(())
+    Error::combine(errors).map_or(Ok(()), Err)
 }
 
 /// The Endpoints objects the PortMapping with `uid` controls, from the cache.
@@ -115,8 +119,8 @@ fn publishing(plan: &Plan, service: &Service) -> (bool, bool) {
     (any, primary)
 }
 
-/// Decides and runs the migration steps; the first error is returned after every step ran
-/// (except native slice deletions after a failed native Endpoints delete).
+/// Decides and runs the migration steps; every error is returned, combined, after every step
+/// ran (except native slice deletions after a failed native Endpoints delete).
 #[allow(clippy::too_many_arguments)]
 pub async fn converge(
     ctx: &Context,
@@ -154,7 +158,7 @@ pub async fn converge(
         &pm_uid,
         Some(&service.name_any()),
     ));
-    let mut first_error = None;
+    let mut errors = Vec::new();
     let mut native_endpoints_delete_failed = false;
     let mut warned = Vec::new();
     for step in steps {
@@ -224,7 +228,7 @@ pub async fn converge(
         if let Err(err) = result {
             warn!(portmapping = %pm_ref, error = %err, "migration step failed; the evidence stays for the next pass");
             native_endpoints_delete_failed |= native_endpoints_delete;
-            first_error.get_or_insert(err);
+            errors.push(err);
         }
     }
     // Warnings whose cause cleared are re-armed.
@@ -238,7 +242,7 @@ pub async fn converge(
             ctx.clear_warning(pm_ref, reason.as_str());
         }
     }
-    first_error.map_or(Ok(()), Err)
+    Error::combine(errors).map_or(Ok(()), Err)
 }
 
 async fn normal_event(ctx: &Context, pm: &PortMapping, reason: EventReason, note: &str) {

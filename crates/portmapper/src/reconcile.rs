@@ -228,10 +228,18 @@ async fn reconcile_inner(
                 &uid,
             );
             let written = execute_slice_writes(&writer, &ctx.index, &plan, &uid).await;
-            if let Some(first) = first_of(written.errors) {
-                return Err(first);
+            // The Endpoints are deleted even when a slice deletion failed: with the Service
+            // gone nothing reads either, so there is no order to keep, and every failure is
+            // reported at once.
+            let mut errors = written.errors;
+            if let Err(err) =
+                crate::migration_exec::delete_stray_endpoints(ctx, &writer, &uid, None).await
+            {
+                errors.push(err);
             }
-            crate::migration_exec::delete_stray_endpoints(ctx, &writer, &uid, None).await?;
+            if let Some(err) = Error::combine(errors) {
+                return Err(err);
+            }
             // Nothing is published any more: no gated pod stays True.
             if !stalled_gates(pm, ctx, &ns, &pm_ref, &writer, &[], &outcome).await? {
                 outcome.requeue = PENDING_RETRY;
@@ -410,12 +418,10 @@ async fn stalled_gates(
         (reason, &message),
         Timestamp::now(),
     );
-    let mut errors =
-        crate::gates::write_gates(writer, &ctx.gates_written, &gates, &pods, true).await;
-    if errors.is_empty() {
-        Ok(true)
-    } else {
-        Err(errors.swap_remove(0))
+    let errors = crate::gates::write_gates(writer, &ctx.gates_written, &gates, &pods, true).await;
+    match Error::combine(errors) {
+        None => Ok(true),
+        Some(err) => Err(err),
     }
 }
 
@@ -662,8 +668,8 @@ async fn plan_and_apply(
     {
         errors.push(err);
     }
-    // The condition names the first.
-    let first_error = first_of(errors);
+    // The condition names every failure (up to a bound, see `Error::Writes`).
+    let failed = Error::combine(errors);
 
     let svc_labels = ServiceLabels {
         namespace: ns.to_string(),
@@ -706,7 +712,7 @@ async fn plan_and_apply(
             "waiting for the name to be freed",
         ));
         conditions.push(Desired::new(ct::STALLED, true, "NameCollision", message));
-    } else if let Some(err) = &first_error {
+    } else if let Some(err) = &failed {
         conditions.push(Desired::new(
             ct::READY,
             false,
@@ -813,7 +819,7 @@ async fn plan_and_apply(
             ctx.settings.resync
         },
     };
-    if let Some(err) = first_error {
+    if let Some(err) = failed {
         // Report what we know first, then let the error policy retry.
         write_status(pm, ctx, writer, &outcome).await?;
         return Err(err);
@@ -917,15 +923,6 @@ async fn execute_slice_writes(
         })
         .collect();
     SliceWrites { errors, wake }
-}
-
-/// The first of `errors` (they are in plan order); every one is logged at debug level, and the
-/// error policy warns once per change of error (see `backoff.rs`).
-fn first_of(errors: Vec<Error>) -> Option<Error> {
-    for err in &errors {
-        debug!(error = %err, "write failed");
-    }
-    errors.into_iter().next()
 }
 
 /// The result of one slice write.

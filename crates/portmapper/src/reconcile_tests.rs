@@ -93,6 +93,7 @@ struct World {
     ctx: Arc<Context>,
     slices: Writer<EndpointSlice>,
     foreign: Writer<PartialObjectMeta<EndpointSlice>>,
+    endpoints: Writer<Endpoints>,
     /// Where the watches queue reconciles (the channel's far end is closed: tests call
     /// `reconcile` themselves); what they queue is counted for quiet passes.
     trigger: crate::watches::Trigger,
@@ -125,6 +126,7 @@ impl World {
         let (prober, probe_events) = crate::probing::start(1, None, &metrics).unwrap();
         let (slices, slice_writer) = ready_store(Vec::new());
         let (foreign, foreign_writer) = ready_store(Vec::new());
+        let (owned_endpoints, endpoints_writer) = ready_store::<Endpoints>(Vec::new());
         let ctx = Context {
             recorder: Recorder::new(client.clone(), "portmapper".into()),
             prober,
@@ -141,7 +143,7 @@ impl World {
             services: ready_store(service.into_iter().collect()).0,
             slices,
             nodes: None,
-            owned_endpoints: ready_store::<Endpoints>(Vec::new()).0,
+            owned_endpoints,
             native_slices: foreign,
             index,
             pods: pod_watches,
@@ -159,6 +161,7 @@ impl World {
             ctx: Arc::new(ctx),
             slices: slice_writer,
             foreign: foreign_writer,
+            endpoints: endpoints_writer,
             trigger,
             _probe_events: probe_events,
         }
@@ -201,6 +204,13 @@ impl World {
         self.ctx.index.lock().apply_native_slice(&slice);
         self.foreign
             .apply_watcher_event(&watcher::Event::Apply(slice));
+    }
+
+    /// An event of the watch of our Endpoints objects: the index, then the store.
+    fn endpoints_seen(&mut self, endpoints: Endpoints) {
+        self.ctx.index.lock().apply_endpoints(&endpoints);
+        self.endpoints
+            .apply_watcher_event(&watcher::Event::Apply(endpoints));
     }
 
     async fn reconcile(&self) -> Result<kube::runtime::controller::Action, crate::error::Error> {
@@ -462,5 +472,136 @@ async fn a_slice_relabelled_by_someone_is_read_not_forced_back_while_the_other_w
     assert_eq!(
         condition(&status, "Stalled"),
         ("True".into(), "NameCollision".into())
+    );
+}
+
+/// Two ports, so two slices to write.
+fn two_port_service() -> Service {
+    serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": NS, "uid": "svc-uid"},
+        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080},
+                           {"name": "https", "port": 443, "targetPort": 8443}],
+                 "clusterIP": "10.96.0.10"},
+    }))
+    .unwrap()
+}
+
+fn two_port_pod(name: &str, ip: &str) -> Pod {
+    let mut pod = pod(name, ip);
+    pod.spec.as_mut().unwrap().containers[0].ports = Some(
+        serde_json::from_value(json!([
+            {"name": "http", "containerPort": 8080},
+            {"name": "https", "containerPort": 8443},
+        ]))
+        .unwrap(),
+    );
+    pod
+}
+
+/// Every failed write of a pass is kept: the error and the status name each, and the backoff
+/// follows the most severe (a 403 beside a 409 is not retried at the 409's rate).
+#[tokio::test]
+async fn every_failed_write_is_reported_and_the_most_severe_sets_the_backoff() {
+    let w = World::new(
+        Some(two_port_service()),
+        vec![two_port_pod("pod-a", "10.244.0.1")],
+    );
+    w.api
+        .fail("PATCH", &format!("{SLICES}/web.http"), 403, "Forbidden");
+    w.api
+        .fail("PATCH", &format!("{SLICES}/web.https"), 409, "Conflict");
+    let err = w.reconcile().await.unwrap_err();
+    let message = err.to_string();
+    assert!(message.starts_with("2 writes failed: "), "{message}");
+    for slice in ["default/web.http:", "default/web.https:"] {
+        assert!(
+            message.contains(&format!("applying EndpointSlice {slice}")),
+            "{slice} not in {message}"
+        );
+    }
+    let status = w.body(&format!("PATCH {STATUS}"));
+    let mut lines = w.api.take_lines();
+    // Both applies were sent (up to 8 in flight, so in either order), then the status.
+    lines[..2].sort();
+    assert_eq!(
+        lines,
+        [
+            format!("PATCH {SLICES}/web.http"),
+            format!("PATCH {SLICES}/web.https"),
+            format!("PATCH {STATUS}")
+        ]
+    );
+    assert_eq!(
+        condition(&status, "Ready"),
+        ("False".into(), "ApplyFailed".into())
+    );
+    let ready = status["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(ready["message"], message.as_str(), "{ready}");
+    assert_eq!(
+        crate::backoff::Class::of(&err),
+        Some(crate::backoff::Class::Permanent)
+    );
+    assert_eq!(err.category(), "forbidden");
+}
+
+/// With the Service gone every deletion is attempted, though one before it failed, and every
+/// failure is returned.
+#[tokio::test]
+async fn a_withdrawal_attempts_every_deletion_and_keeps_every_failure() {
+    let mut w = World::new(None, vec![pod("pod-a", "10.244.0.1")]);
+    let owner = json!([{"apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping",
+                        "name": "web", "uid": "pm-uid", "controller": true}]);
+    let mut ours = stored(&json!({
+        "metadata": {"name": "web.http", "labels": {
+            "endpointslice.kubernetes.io/managed-by": "portmapper.dev",
+            "kubernetes.io/service-name": "web"},
+            "ownerReferences": owner},
+        "addressType": "IPv4", "endpoints": [],
+    }));
+    ours.metadata.uid = Some("ours-uid".into());
+    w.slice_seen(ours);
+    for name in ["web", "web-old"] {
+        w.endpoints_seen(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": NS, "uid": format!("{name}-uid"),
+                             "ownerReferences": owner},
+            }))
+            .unwrap(),
+        );
+    }
+    const ENDPOINTS: &str = "/api/v1/namespaces/default/endpoints";
+    w.api.fail(
+        "DELETE",
+        &format!("{SLICES}/web.http"),
+        500,
+        "InternalError",
+    );
+    w.api
+        .fail("DELETE", &format!("{ENDPOINTS}/web"), 403, "Forbidden");
+    let err = w.reconcile().await.unwrap_err();
+    assert_eq!(
+        w.api.take_lines(),
+        [
+            format!("DELETE {SLICES}/web.http"),
+            format!("DELETE {ENDPOINTS}/web"),
+            format!("DELETE {ENDPOINTS}/web-old"),
+        ],
+        "every deletion attempted"
+    );
+    let message = err.to_string();
+    assert!(message.starts_with("2 writes failed: "), "{message}");
+    for object in ["EndpointSlice default/web.http:", "Endpoints default/web:"] {
+        assert!(
+            message.contains(&format!("deleting {object}")),
+            "{object} not in {message}"
+        );
+    }
+    assert_eq!(
+        crate::backoff::Class::of(&err),
+        Some(crate::backoff::Class::Permanent)
     );
 }
