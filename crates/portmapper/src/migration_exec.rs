@@ -1,13 +1,13 @@
-//! Executes the migration steps decided in [`crate::migration`] through the apply layer, and
-//! gathers their evidence (live Endpoints, native slices) from caches or, when needed, one GET.
+//! Executes the migration steps a plan decided ([`portmapper_core::planner::migration`]) through
+//! the apply layer, and gathers their evidence (live Endpoints, native slices, the Endpoints
+//! objects the PortMapping controls) from caches or, when needed, one GET.
 
-use k8s_openapi::api::core::v1::{Endpoints, Service};
+use k8s_openapi::api::core::v1::Endpoints;
 use kube::api::Api;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use portmapper_api::PortMapping;
-use portmapper_core::planner::Plan;
 use tracing::{info, warn};
 
 use portmapper_core::EventReason;
@@ -16,7 +16,7 @@ use crate::apply::Writer;
 use crate::context::Context;
 use crate::error::Error;
 use crate::metrics::ResourceLabels;
-use portmapper_core::planner::migration::{self, Input, NativeSlice, Step};
+use portmapper_core::planner::migration::{NativeSlice, Step};
 
 /// The native controllers' slices labelled with this Service's name, from the metadata cache.
 pub fn native_slices(ctx: &Context, ns: &str, service: &str) -> Vec<NativeSlice> {
@@ -69,27 +69,6 @@ pub enum Read {
     Server,
 }
 
-/// Deletes the Endpoints objects this PortMapping controls other than `keep` (all of them when
-/// its Service is gone), from the cache; each with a UID precondition. Every deletion is
-/// attempted (they are independent objects); every failure is returned, combined.
-pub async fn delete_stray_endpoints(
-    ctx: &Context,
-    writer: &Writer<'_>,
-    pm_uid: &str,
-    keep: Option<&str>,
-) -> Result<(), Error> {
-    let owned = owned_endpoints(ctx, pm_uid);
-    let mut errors = Vec::new();
-    for step in migration::stray_endpoints(owned.iter().map(AsRef::as_ref), pm_uid, keep) {
-        if let Step::DeleteEndpoints { name, uid, .. } = step
-            && let Err(err) = writer.delete_endpoints(&name, &uid).await
-        {
-            errors.push(err);
-        }
-    }
-    Error::combine(errors).map_or(Ok(()), Err)
-}
-
 /// The Endpoints objects the PortMapping with `uid` controls, from the cache.
 pub fn owned_endpoints(ctx: &Context, uid: &str) -> Vec<std::sync::Arc<Endpoints>> {
     let keys = ctx.index.lock().owned_endpoints(uid);
@@ -98,70 +77,20 @@ pub fn owned_endpoints(ctx: &Context, uid: &str) -> Vec<std::sync::Arc<Endpoints
         .collect()
 }
 
-/// Whether the plan publishes a ready endpoint, in any family and in the primary one.
-fn publishing(plan: &Plan, service: &Service) -> (bool, bool) {
-    let primary = service
-        .spec
-        .as_ref()
-        .and_then(|s| s.ip_families.as_ref())
-        .and_then(|f| f.first().cloned())
-        .unwrap_or_else(|| "IPv4".to_string());
-    let ready = |s: &k8s_openapi::api::discovery::v1::EndpointSlice| {
-        s.endpoints
-            .iter()
-            .any(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
-    };
-    let any = plan.slices.iter().any(|p| ready(&p.slice));
-    let primary = plan
-        .slices
-        .iter()
-        .any(|p| p.slice.address_type == primary && ready(&p.slice));
-    (any, primary)
-}
-
-/// Decides and runs the migration steps; every error is returned, combined, after every step
-/// ran (except native slice deletions after a failed native Endpoints delete).
-#[allow(clippy::too_many_arguments)]
+/// Runs the plan's migration steps ([`Plan::migration`](portmapper_core::Plan::migration)), in
+/// order; every error is returned, combined, after every step ran (except native slice
+/// deletions after a failed native Endpoints delete, as the step says). Decides nothing.
 pub async fn converge(
     ctx: &Context,
     writer: &Writer<'_>,
     pm: &PortMapping,
     pm_ref: &ObjectRef<PortMapping>,
-    service: &Service,
-    plan: &Plan,
-    live: Option<&Endpoints>,
-    native: &[NativeSlice],
+    steps: &[Step],
 ) -> Result<(), Error> {
-    let (any, primary) = publishing(plan, service);
-    let selector_present = service
-        .spec
-        .as_ref()
-        .and_then(|s| s.selector.as_ref())
-        .is_some_and(|s| !s.is_empty());
-    let pm_uid = pm.uid().unwrap_or_default();
-    let input = Input {
-        pm_uid: &pm_uid,
-        selector_present,
-        legacy_endpoints: pm.spec.legacy_endpoints,
-        native_cleanup: pm.spec.native_cleanup,
-        publishing: any,
-        publishing_primary: primary,
-        live_endpoints: live,
-        planned_endpoints: plan.endpoints.as_ref(),
-        endpoints_deletion: plan.endpoints_deletion.as_ref(),
-        native_slices: native,
-    };
-    let mut steps = migration::steps(&input);
-    let owned = owned_endpoints(ctx, &pm_uid);
-    steps.extend(migration::stray_endpoints(
-        owned.iter().map(AsRef::as_ref),
-        &pm_uid,
-        Some(&service.name_any()),
-    ));
     let mut errors = Vec::new();
     let mut native_endpoints_delete_failed = false;
     let mut warned = Vec::new();
-    for step in steps {
+    for step in steps.iter().cloned() {
         // Only the native Endpoints delete needs the native slices as evidence for its retry;
         // adopting or writing our mirror is retried without them.
         let native_endpoints_delete = matches!(step, Step::DeleteEndpoints { native: true, .. });
@@ -261,73 +190,5 @@ async fn normal_event(ctx: &Context, pm: &PortMapping, reason: EventReason, note
             .is_ok()
     {
         ctx.metrics.write("create", "events");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use k8s_openapi::api::core::v1::ServiceSpec;
-    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointSlice};
-    use portmapper_core::planner::{PlannedSlice, WriteAction};
-
-    use super::*;
-
-    fn slice(family: &str, ready: &[bool]) -> PlannedSlice {
-        PlannedSlice {
-            slice: std::sync::Arc::new(EndpointSlice {
-                address_type: family.into(),
-                endpoints: ready
-                    .iter()
-                    .map(|r| Endpoint {
-                        conditions: Some(EndpointConditions {
-                            ready: Some(*r),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            }),
-            action: WriteAction::Unchanged,
-        }
-    }
-
-    fn service(families: &[&str]) -> Service {
-        Service {
-            spec: Some(ServiceSpec {
-                ip_families: Some(families.iter().map(|f| f.to_string()).collect()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
-
-    fn plan(slices: Vec<PlannedSlice>) -> Plan {
-        Plan {
-            slices,
-            ..Plan::default()
-        }
-    }
-
-    #[test]
-    fn publishing_counts_ready_endpoints_per_primary_family() {
-        let v4_only = plan(vec![slice("IPv4", &[true]), slice("IPv6", &[])]);
-        assert_eq!(
-            publishing(&v4_only, &service(&["IPv4", "IPv6"])),
-            (true, true)
-        );
-        // An IPv6-primary Service whose pods only have IPv4 addresses: the Endpoints object
-        // (primary family only) would be empty, so adoption must wait.
-        assert_eq!(
-            publishing(&v4_only, &service(&["IPv6", "IPv4"])),
-            (true, false)
-        );
-    }
-
-    #[test]
-    fn draining_endpoints_are_not_publishing() {
-        let draining = plan(vec![slice("IPv4", &[false, false])]);
-        assert_eq!(publishing(&draining, &service(&["IPv4"])), (false, false));
-        assert_eq!(publishing(&plan(vec![]), &service(&[])), (false, false));
     }
 }

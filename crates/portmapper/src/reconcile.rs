@@ -233,7 +233,7 @@ async fn reconcile_inner(
             // reported at once.
             let mut errors = written.errors;
             if let Err(err) =
-                crate::migration_exec::delete_stray_endpoints(ctx, &writer, &uid, None).await
+                crate::migration_exec::converge(ctx, &writer, pm, &pm_ref, &plan.migration).await
             {
                 errors.push(err);
             }
@@ -654,17 +654,8 @@ async fn plan_and_apply(
         info!(writes = plan.writes(), summary = %plan.summary, "published changes");
     }
     // Legacy Endpoints and the selector migration, after the slices are in place.
-    if let Err(err) = crate::migration_exec::converge(
-        ctx,
-        writer,
-        pm,
-        pm_ref,
-        service,
-        &plan,
-        live_endpoints.as_ref(),
-        &native,
-    )
-    .await
+    if let Err(err) =
+        crate::migration_exec::converge(ctx, writer, pm, pm_ref, &plan.migration).await
     {
         errors.push(err);
     }

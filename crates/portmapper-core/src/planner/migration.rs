@@ -350,6 +350,43 @@ mod tests {
 
     use super::*;
 
+    fn slice(family: &str, ready: &[bool]) -> PlannedSlice {
+        use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointSlice};
+        PlannedSlice {
+            slice: std::sync::Arc::new(EndpointSlice {
+                address_type: family.into(),
+                endpoints: ready
+                    .iter()
+                    .map(|r| Endpoint {
+                        conditions: Some(EndpointConditions {
+                            ready: Some(*r),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }),
+            action: WriteAction::Unchanged,
+        }
+    }
+
+    #[test]
+    fn publishing_counts_ready_endpoints_per_primary_family() {
+        let v4_only = [slice("IPv4", &[true]), slice("IPv6", &[])];
+        assert_eq!(publishing(&v4_only, IpFamily::V4), (true, true));
+        // An IPv6-primary Service whose pods only have IPv4 addresses: the Endpoints object
+        // (primary family only) would be empty, so adoption must wait.
+        assert_eq!(publishing(&v4_only, IpFamily::V6), (true, false));
+    }
+
+    #[test]
+    fn draining_endpoints_are_not_publishing() {
+        let draining = [slice("IPv4", &[false, false])];
+        assert_eq!(publishing(&draining, IpFamily::V4), (false, false));
+        assert_eq!(publishing(&[], IpFamily::V4), (false, false));
+    }
+
     fn endpoints(labels: &[(&str, &str)], owner: Option<&str>, ready: bool) -> Endpoints {
         Endpoints {
             metadata: ObjectMeta {
