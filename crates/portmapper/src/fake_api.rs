@@ -25,6 +25,8 @@ pub struct Recorded {
     pub uri: String,
     /// The JSON body (`Null` when empty or not JSON).
     pub body: Value,
+    /// The `Accept` header (what the client asked the answer to be).
+    pub accept: String,
 }
 
 impl Recorded {
@@ -103,6 +105,12 @@ impl FakeApi {
         let method = req.method().to_string();
         let uri = req.uri().to_string();
         let path = req.uri().path().to_owned();
+        let accept = req
+            .headers()
+            .get(hyper::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
         let bytes = req
             .into_body()
             .collect()
@@ -117,6 +125,7 @@ impl FakeApi {
                 method: method.clone(),
                 uri,
                 body: body.clone(),
+                accept,
             });
         let scripted = self
             .script

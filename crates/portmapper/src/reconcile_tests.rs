@@ -254,6 +254,9 @@ async fn first_publication_applies_the_slice_then_the_status_and_then_writes_not
         query.contains("fieldManager=portmapper.dev") && query.contains("force=true"),
         "{query}"
     );
+    // Only the stored resourceVersion is read from the answer: asked for as metadata.
+    let accept = &w.api.requests()[0].accept;
+    assert!(accept.contains("as=PartialObjectMetadata"), "{accept}");
     assert_eq!(
         w.api.take_lines(),
         [
