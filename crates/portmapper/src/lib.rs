@@ -22,6 +22,7 @@ pub mod leader;
 pub mod metrics;
 pub mod migration_exec;
 pub mod own_writes;
+pub mod pod_wire;
 pub mod pods;
 pub mod pool_pods;
 pub mod probing;

@@ -20,7 +20,18 @@ use tracing::info;
 use portmapper_core::PodRecord;
 
 use crate::index::{PmKey, PodSource, SharedIndex};
+use crate::pod_wire::WirePod;
 use crate::watches::{Owned, Trigger, consume};
+
+/// A watched pod's key as the index keeps pods.
+fn pod_ref(pod: &impl kube::Resource) -> ObjectRef<Pod> {
+    let meta = pod.meta();
+    let key = ObjectRef::new(meta.name.as_deref().unwrap_or_default());
+    match meta.namespace.as_deref() {
+        Some(ns) => key.within(ns),
+        None => key,
+    }
+}
 
 struct Running {
     /// Set once the watch's first list is in the index.
@@ -75,13 +86,13 @@ impl PodWatches {
         let (api, config) = match source {
             PodSource::Label(key) => {
                 let api = match &self.scope {
-                    Some(ns) => Api::<Pod>::namespaced(self.client.clone(), ns),
-                    None => Api::<Pod>::all(self.client.clone()),
+                    Some(ns) => Api::<WirePod>::namespaced(self.client.clone(), ns),
+                    None => Api::<WirePod>::all(self.client.clone()),
                 };
                 (api, watcher::Config::default().labels(key))
             }
             PodSource::Namespace(ns) => (
-                Api::<Pod>::namespaced(self.client.clone(), ns),
+                Api::<WirePod>::namespaced(self.client.clone(), ns),
                 watcher::Config::default(),
             ),
         };
@@ -93,16 +104,24 @@ impl PodWatches {
             api,
             config,
             "pods",
-            // The record moves out what it keeps; the rest is dropped with the `Pod`.
-            |_: &mut Pod| {},
+            // Decoded with only what the record keeps (see `pod_wire`): nothing to strip.
+            |_: &mut WirePod| {},
             move |change| match change {
                 Owned::Apply(pod) => index
                     .lock()
                     .apply_pod(&watched, Arc::new(PodRecord::from(pod))),
-                Owned::Delete(pod) => index
-                    .lock()
-                    .delete_pod(&watched, &ObjectRef::from_obj(&pod)),
+                Owned::Delete(pod) => index.lock().delete_pod(&watched, &pod_ref(&pod)),
                 Owned::Relisted(present) => {
+                    let present = present
+                        .into_iter()
+                        .map(|r| {
+                            let key = ObjectRef::<Pod>::new(&r.name);
+                            match r.namespace {
+                                Some(ns) => key.within(&ns),
+                                None => key,
+                            }
+                        })
+                        .collect();
                     let mut affected = index.lock().retain_pods(&watched, &present);
                     // After the index holds the whole list: a reconcile that sees the flag
                     // reads a complete pool.
