@@ -24,6 +24,8 @@ pub struct Write {
     pub resource: String,
     /// Subresource.
     pub subresource: String,
+    /// When it reached the emulator, in seconds since the emulator started.
+    pub at: f64,
 }
 
 /// Writes in the request log since it was last cleared.
@@ -109,6 +111,7 @@ pub async fn requests(client: &Client) -> Result<Vec<Write>, Error> {
                 verb: s(r, "verb"),
                 resource: s(r, "resource"),
                 subresource: s(r, "subresource"),
+                at: r["since_start"].as_f64().unwrap_or_default(),
             }
         })
         .collect())
@@ -126,4 +129,68 @@ pub fn by_request(requests: &[Write], agent: &str) -> BTreeMap<String, usize> {
         *m.entry(key).or_insert(0) += 1;
     }
     m
+}
+
+/// When the requests of one phase reached the API server, from the client's first request
+/// (the emulator's clock): where a publication's time goes between reading and writing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timeline {
+    /// The last pod list request (the first list's last page was asked for then).
+    pub last_pod_list: f64,
+    /// The first and the last EndpointSlice write.
+    pub slice_writes: Option<(f64, f64)>,
+}
+
+/// The timeline of `agent`'s requests; `None` when it made none.
+pub fn timeline(requests: &[Write], agent: &str) -> Option<Timeline> {
+    let own: Vec<&Write> = requests.iter().filter(|r| r.agent == agent).collect();
+    let start = own.iter().map(|r| r.at).reduce(f64::min)?;
+    let at = |pick: &dyn Fn(&Write) -> bool| -> Vec<f64> {
+        own.iter()
+            .filter(|r| pick(r))
+            .map(|r| r.at - start)
+            .collect()
+    };
+    let lists = at(&|r| r.verb == "list" && r.resource == "pods");
+    let writes = at(&|r| r.resource == "endpointslices" && r.verb == "patch");
+    let first = writes.iter().copied().reduce(f64::min);
+    let last = writes.iter().copied().reduce(f64::max);
+    Some(Timeline {
+        last_pod_list: lists.into_iter().reduce(f64::max).unwrap_or_default(),
+        slice_writes: first.zip(last),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(agent: &str, verb: &str, resource: &str, at: f64) -> Write {
+        Write {
+            client: agent.into(),
+            agent: agent.into(),
+            verb: verb.into(),
+            resource: resource.into(),
+            subresource: String::new(),
+            at,
+        }
+    }
+
+    #[test]
+    fn the_timeline_counts_from_the_clients_first_request() {
+        let log = [
+            req("scale-bench", "list", "pods", 1.0),
+            req("portmapper", "list", "portmappings", 2.0),
+            req("portmapper", "list", "pods", 2.1),
+            req("portmapper", "list", "pods", 2.3),
+            req("portmapper", "patch", "endpointslices", 2.5),
+            req("portmapper", "patch", "endpointslices", 2.9),
+            req("portmapper", "patch", "portmappings", 3.0),
+        ];
+        let t = timeline(&log, "portmapper").expect("requests");
+        assert!((t.last_pod_list - 0.3).abs() < 1e-9);
+        let (first, last) = t.slice_writes.expect("writes");
+        assert!((first - 0.5).abs() < 1e-9 && (last - 0.9).abs() < 1e-9);
+        assert_eq!(timeline(&log, "kubectl"), None);
+    }
 }

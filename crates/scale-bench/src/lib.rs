@@ -203,6 +203,8 @@ pub struct Report {
     /// "verb resource[/subresource]" (every request costs the emulator, which serves one at a
     /// time).
     pub publish_requests: BTreeMap<String, usize>,
+    /// When the publication's reads and writes reached the API server.
+    pub publish_timeline: Option<admin::Timeline>,
     /// Ready endpoints published when it converged or the bound ran out, and the total wanted.
     pub ready_endpoints: (usize, usize),
     /// Slices the operator published.
@@ -381,8 +383,9 @@ async fn run_in(bins: &Binaries, cfg: &RunConfig, dir: &TempDir) -> Result<Repor
         .await;
     op.check_alive("portmapper")?;
     emu.check_alive("kube-emulator")?;
-    let publish_requests =
-        admin::by_request(&admin::requests(&client).await?, admin::OPERATOR_AGENT);
+    let logged = admin::requests(&client).await?;
+    let publish_requests = admin::by_request(&logged, admin::OPERATOR_AGENT);
+    let publish_timeline = admin::timeline(&logged, admin::OPERATOR_AGENT);
     // One guard: two `obs.view()` temporaries in one statement would deadlock.
     let (ready_now, slices_now) = {
         let v = obs.view();
@@ -395,6 +398,7 @@ async fn run_in(bins: &Binaries, cfg: &RunConfig, dir: &TempDir) -> Result<Repor
         setup,
         published: None,
         publish_requests,
+        publish_timeline,
         ready_endpoints: (ready_now, want_total),
         slices: slices_now,
         operator_mem: procs::memory(op.pid)?,
@@ -724,6 +728,15 @@ impl Report {
             r.push((
                 "operator requests during publication",
                 format!("{total}: {}", each.join(", ")),
+            ));
+        }
+        if let Some(t) = &self.publish_timeline {
+            let writes = t.slice_writes.map_or("none".to_owned(), |(a, b)| {
+                format!("{:.0} → {:.0} ms", a * 1e3, b * 1e3)
+            });
+            r.push((
+                "publication timeline from the operator's first request: last pod list; slice writes",
+                format!("{:.0} ms; {writes}", t.last_pod_list * 1e3),
             ));
         }
         if let Some(f) = &self.floor {
