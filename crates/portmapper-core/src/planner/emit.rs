@@ -71,6 +71,7 @@ pub(crate) fn emit_slices(
 ) -> Result<(), PlanError> {
     // Slices found exactly as desired in this pass, for the memo's next one.
     let mut settled: Vec<(String, String, Vec<u32>)> = Vec::new();
+    let mut carried: Vec<&str> = Vec::new();
     let max = usize::try_from(ctx.spec.max_endpoints_per_slice.clamp(1, 1000)).unwrap_or(100);
     let template = ObjectMeta {
         namespace: Some(ctx.namespace.to_owned()),
@@ -95,16 +96,21 @@ pub(crate) fn emit_slices(
         let live = &assignment.live[g];
         // Only read when a chunk of this group is written.
         let mut conditions: Option<Vec<&str>> = None;
-        let known: Vec<Option<Vec<usize>>> = live
+        // The settled slices' desired indexes, one buffer for the group.
+        let mut flat: Vec<usize> = Vec::new();
+        let ranges: Vec<Option<std::ops::Range<usize>>> = live
             .iter()
             .map(|(_, s)| {
-                let m = memo.as_deref()?;
-                m.settled_endpoints(
-                    s.metadata.name.as_deref()?,
-                    s.metadata.resource_version.as_deref(),
-                    &group.at,
-                )
+                let (m, name) = (memo.as_deref()?, s.metadata.name.as_deref()?);
+                let start = flat.len();
+                let rv = s.metadata.resource_version.as_deref();
+                m.settled_endpoints(name, rv, &group.at, &mut flat)
+                    .then(|| start..flat.len())
             })
+            .collect();
+        let known: Vec<Option<&[usize]>> = ranges
+            .iter()
+            .map(|r| r.as_ref().and_then(|r| flat.get(r.clone())))
             .collect();
         let live_chunks: Vec<LiveChunk<'_>> = live
             .iter()
@@ -118,7 +124,7 @@ pub(crate) fn emit_slices(
                 drift: known.is_none()
                     && (!metadata_eq(&template, &s.metadata)
                         || !ports_eq(&slice_ports, s.ports.as_deref().unwrap_or_default())),
-                settled: known.as_deref(),
+                settled: *known,
             })
             .collect();
         let desired = group.endpoints;
@@ -140,16 +146,37 @@ pub(crate) fn emit_slices(
                     resource_version: l.metadata.resource_version.clone(),
                 },
                 (Some(l), false) => {
+                    let taken_as_settled = chunk.live.is_some_and(|i| known[i].is_some());
                     if memo.is_some()
                         && let (Some(name), Some(rv)) =
                             (&l.metadata.name, &l.metadata.resource_version)
                     {
-                        let positions = chunk
-                            .endpoints
-                            .iter()
-                            .map(|&i| desired[i].pool_position)
-                            .collect();
-                        settled.push((name.clone(), rv.clone(), positions));
+                        if taken_as_settled {
+                            // Unchanged and taken as the last pass settled it: the same
+                            // endpoints at the same positions, so its entry carries over.
+                            // Every test checks that claim (debug builds only).
+                            #[cfg(debug_assertions)]
+                            if let Some(m) = memo.as_deref() {
+                                let positions: Vec<u32> = chunk
+                                    .endpoints
+                                    .iter()
+                                    .map(|&i| desired[i].pool_position)
+                                    .collect();
+                                debug_assert_eq!(
+                                    m.usable_positions(name),
+                                    Some(&positions[..]),
+                                    "a carried settled slice must be what the pass found"
+                                );
+                            }
+                            carried.push(name.as_str());
+                        } else {
+                            let positions = chunk
+                                .endpoints
+                                .iter()
+                                .map(|&i| desired[i].pool_position)
+                                .collect();
+                            settled.push((name.clone(), rv.clone(), positions));
+                        }
                     }
                     // Already as desired: the live object stands for itself (nothing rendered).
                     out.slices.push(PlannedSlice {
@@ -209,7 +236,7 @@ pub(crate) fn emit_slices(
         }
     }
     if let Some(memo) = memo {
-        memo.settle(settled);
+        memo.settle(&carried, settled);
     }
     Ok(())
 }

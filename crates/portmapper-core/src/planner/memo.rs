@@ -485,50 +485,74 @@ impl EvalMemo {
 
     /// The desired indexes of a live slice's endpoints when the slice is settled and nothing it
     /// depends on changed: the same resourceVersion, the same pool, every one of its pods
-    /// unchanged and still desired in the group (`at`: pool position → desired index).
+    /// unchanged and still desired in the group (`at`: pool position → desired index). They are
+    /// appended to `out` (one buffer for every slice of a group, not a vector each); returns
+    /// whether the slice is settled (`out` is left as it was when not).
     pub(crate) fn settled_endpoints(
         &self,
         name: &str,
         resource_version: Option<&str>,
         at: &[u32],
-    ) -> Option<Vec<usize>> {
-        let s = self.usable.get(name)?;
+        out: &mut Vec<usize>,
+    ) -> bool {
+        let Some(s) = self.usable.get(name) else {
+            return false;
+        };
         if s.pool_epoch != self.pool_epoch || Some(s.resource_version.as_str()) != resource_version
         {
-            return None;
+            return false;
         }
-        // Sized once: collecting `Option`s gives no size hint, and the vector grew by doubling
-        // for every slice of every pass.
-        let mut indexes = Vec::with_capacity(s.positions.len());
+        let start = out.len();
+        out.reserve(s.positions.len());
         for &p in &s.positions {
             let p = p as usize;
-            let i = *at.get(p)?;
+            let i = at.get(p).copied().unwrap_or(u32::MAX);
             if self.reused.get(p) != Some(&true) || i == u32::MAX {
-                return None;
+                out.truncate(start);
+                return false;
             }
-            indexes.push(i as usize);
+            out.push(i as usize);
         }
-        Some(indexes)
+        true
     }
 
-    /// Remembers the slices this pass found exactly as desired (`positions`: pool positions of
-    /// their endpoints' pods, in slice order), for the next pass only. A pass that fails before
-    /// it gets here leaves nothing for the next.
-    pub(crate) fn settle(&mut self, slices: Vec<(String, String, Vec<u32>)>) {
+    /// The pool positions a usable settled slice was remembered with (for the debug check
+    /// that a carried entry is what the pass found).
+    #[cfg(debug_assertions)]
+    pub(crate) fn usable_positions(&self, name: &str) -> Option<&[u32]> {
+        self.usable.get(name).map(|s| &s.positions[..])
+    }
+
+    /// Remembers the slices this pass found exactly as desired, for the next pass only:
+    /// `carried`, those it took as the last pass had settled them and left unchanged (their
+    /// entry is still true and moves over as it is: at 10,000 pods, making 300 entries anew
+    /// every pass was a tenth of a one-pod plan); `found`, the others (name, resourceVersion,
+    /// pool positions of their endpoints' pods in slice order). A pass that fails before it
+    /// gets here leaves nothing for the next.
+    pub(crate) fn settle(&mut self, carried: &[&str], found: Vec<(String, String, Vec<u32>)>) {
         let epoch = self.pool_epoch;
-        self.settled = slices
-            .into_iter()
-            .map(|(name, resource_version, positions)| {
-                (
-                    name,
-                    Settled {
-                        resource_version,
-                        pool_epoch: epoch,
-                        positions,
-                    },
-                )
-            })
-            .collect();
+        let mut settled = std::mem::take(&mut self.settled);
+        settled.clear();
+        for name in carried {
+            if let Some((name, entry)) = self.usable.remove_entry(*name) {
+                settled.insert(name, entry);
+            }
+        }
+        settled.extend(
+            found
+                .into_iter()
+                .map(|(name, resource_version, positions)| {
+                    (
+                        name,
+                        Settled {
+                            resource_version,
+                            pool_epoch: epoch,
+                            positions,
+                        },
+                    )
+                }),
+        );
+        self.settled = settled;
     }
 }
 
