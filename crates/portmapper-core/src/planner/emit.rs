@@ -105,7 +105,7 @@ pub(crate) fn emit_slices(
                 let start = flat.len();
                 let rv = s.metadata.resource_version.as_deref();
                 m.settled_endpoints(name, rv, &group.at, &mut flat)
-                    .then(|| start..flat.len())
+                    .then_some(start..flat.len())
             })
             .collect();
         let known: Vec<Option<&[usize]>> = ranges
