@@ -500,14 +500,9 @@ fn the_selector_migration_and_stray_endpoints_are_steps_of_the_plan() {
             name: Some("old-web".into()),
             namespace: Some(NS.into()),
             uid: Some("old-uid".into()),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "portmapper.dev/v1alpha1".into(),
-                kind: "PortMapping".into(),
-                name: "pm".into(),
-                uid: "pm-uid".into(),
-                controller: Some(true),
-                ..OwnerReference::default()
-            }]),
+            owner_references: Some(vec![portmapper_core::planner::objects::owner_reference(
+                "pm", "pm-uid",
+            )]),
             ..ObjectMeta::default()
         },
         subsets: None,
