@@ -1,4 +1,7 @@
-//! Operator errors. `category()` gives the bounded metric label; messages carry the context.
+//! Operator errors. `category()` gives the bounded metric label, [`Class`] how a failure is
+//! retried (the backoff in `backoff.rs` climbs its ladder); messages carry the context.
+
+use std::time::Duration;
 
 /// Everything that can fail in the operator.
 #[derive(Debug, thiserror::Error)]
@@ -43,10 +46,10 @@ impl WriteErrors {
         &self.0
     }
 
-    /// The member whose retry matters most (see [`crate::backoff::Class::of`]): the first of the
+    /// The member whose retry matters most (see [`Class::of`]): the first of the
     /// most severe class; a `NotLeader` member only when every member is one.
     pub fn most_severe(&self) -> &Error {
-        let rank = |e: &Error| crate::backoff::Class::of(e).map(crate::backoff::Class::severity);
+        let rank = |e: &Error| Class::of(e).map(Class::severity);
         // Never empty: only `Error::combine` builds one, from two errors or more.
         let mut worst = &self.0[0];
         for err in &self.0[1..] {
@@ -147,6 +150,99 @@ pub fn is_refused(err: &kube::Error) -> bool {
         cause = e.source();
     }
     false
+}
+
+/// How a failed reconcile is retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// Likely to pass soon: conflicts, server errors, transport failures.
+    Transient,
+    /// The server asked us to slow down (429, possibly saying for how long), or answered a
+    /// server error saying how long to wait (a 5xx with `retryAfterSeconds`).
+    Throttled {
+        /// The Status' `details.retryAfterSeconds`, when the server sent one.
+        retry_after: Option<Duration>,
+    },
+    /// Will fail again until someone changes RBAC, admission or the object.
+    Permanent,
+}
+
+impl Class {
+    /// The class of a reconcile error; `None` for errors that are not failures of the object
+    /// (this replica is not the leader: nothing to retry until it leads again).
+    ///
+    /// Several failed writes ([`Error::Writes`]) take the most severe class among them
+    /// (permanent, then throttled with the longest wait, then transient), ignoring `NotLeader`
+    /// members unless every member is one: retrying sooner would repeat the permanent failure at
+    /// the transient rate, and gains nothing, as the writes that succeeded are kept and the
+    /// next pass retries every write that still differs.
+    pub fn of(err: &Error) -> Option<Self> {
+        Some(match err {
+            Error::NotLeader => return None,
+            Error::Writes(all) => {
+                return all
+                    .errors()
+                    .iter()
+                    .filter_map(Self::of)
+                    .reduce(Self::more_severe);
+            }
+            Error::Kube {
+                source: kube::Error::Api(status),
+                ..
+            } => {
+                let retry_after = status
+                    .details
+                    .as_ref()
+                    .map(|d| d.retry_after_seconds)
+                    .filter(|s| *s > 0)
+                    .map(|s| Duration::from_secs(u64::from(s)));
+                if status.code == 429 || status.reason == "TooManyRequests" {
+                    Self::Throttled { retry_after }
+                } else if (500..=599).contains(&status.code) && retry_after.is_some() {
+                    // A server error naming a wait (503 while the API server is overloaded or
+                    // starting, 504 `ServerTimeout`): the server knows when trying again is
+                    // worth it, so its wait is honoured as a 429's is (client-go's
+                    // `checkWait` does the same for 429 and every 5xx). Without a wait, a 5xx
+                    // stays on the transient ladder.
+                    Self::Throttled { retry_after }
+                } else if status.is_forbidden()
+                    || status.is_invalid()
+                    || matches!(status.code, 400 | 401)
+                    || matches!(status.reason.as_str(), "Unauthorized" | "BadRequest")
+                {
+                    Self::Permanent
+                } else {
+                    Self::Transient
+                }
+            }
+            // Connection refused or reset, timeouts, a body cut short.
+            Error::Kube { .. } => Self::Transient,
+            Error::Config(_) | Error::Leader(_) | Error::MissingMetadata(_) => Self::Permanent,
+        })
+    }
+
+    /// Orders classes by how long their retry waits: transient < throttled < permanent.
+    pub fn severity(self) -> u8 {
+        match self {
+            Self::Transient => 0,
+            Self::Throttled { .. } => 1,
+            Self::Permanent => 2,
+        }
+    }
+
+    /// The more severe of two classes; of two throttles, the one that waits longer.
+    fn more_severe(self, other: Self) -> Self {
+        match (self, other) {
+            (Self::Throttled { retry_after: a }, Self::Throttled { retry_after: b }) => {
+                // `None` (no wait named) orders before any wait.
+                Self::Throttled {
+                    retry_after: a.max(b),
+                }
+            }
+            _ if other.severity() > self.severity() => other,
+            _ => self,
+        }
+    }
 }
 
 #[cfg(test)]
