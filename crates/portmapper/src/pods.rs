@@ -23,11 +23,10 @@ use crate::index::{PmKey, PodSource, SharedIndex};
 use crate::pod_wire::WirePod;
 use crate::watches::{Owned, Trigger, consume};
 
-/// A watched pod's key as the index keeps pods.
-fn pod_ref(pod: &impl kube::Resource) -> ObjectRef<Pod> {
-    let meta = pod.meta();
-    let key = ObjectRef::new(meta.name.as_deref().unwrap_or_default());
-    match meta.namespace.as_deref() {
+/// A watched pod's key as the index keeps pods (the watch decodes `WirePod`s).
+fn pod_key(name: &str, namespace: Option<&str>) -> ObjectRef<Pod> {
+    let key = ObjectRef::new(name);
+    match namespace {
         Some(ns) => key.within(ns),
         None => key,
     }
@@ -110,17 +109,18 @@ impl PodWatches {
                 Owned::Apply(pod) => index
                     .lock()
                     .apply_pod(&watched, Arc::new(PodRecord::from(pod))),
-                Owned::Delete(pod) => index.lock().delete_pod(&watched, &pod_ref(&pod)),
+                Owned::Delete(pod) => {
+                    let meta = kube::Resource::meta(&pod);
+                    let key = pod_key(
+                        meta.name.as_deref().unwrap_or_default(),
+                        meta.namespace.as_deref(),
+                    );
+                    index.lock().delete_pod(&watched, &key)
+                }
                 Owned::Relisted(present) => {
                     let present = present
-                        .into_iter()
-                        .map(|r| {
-                            let key = ObjectRef::<Pod>::new(&r.name);
-                            match r.namespace {
-                                Some(ns) => key.within(&ns),
-                                None => key,
-                            }
-                        })
+                        .iter()
+                        .map(|r| pod_key(&r.name, r.namespace.as_deref()))
                         .collect();
                     let mut affected = index.lock().retain_pods(&watched, &present);
                     // After the index holds the whole list: a reconcile that sees the flag

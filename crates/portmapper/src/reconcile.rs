@@ -419,10 +419,7 @@ async fn stalled_gates(
         Timestamp::now(),
     );
     let errors = crate::gates::write_gates(writer, &ctx.gates_written, &gates, &pods, true).await;
-    match Error::combine(errors) {
-        None => Ok(true),
-        Some(err) => Err(err),
-    }
+    Error::combine(errors).map_or(Ok(true), Err)
 }
 
 /// Whether every cache a plan reads from has listed once.

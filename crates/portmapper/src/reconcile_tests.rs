@@ -501,6 +501,17 @@ fn two_port_pod(name: &str, ip: &str) -> Pod {
     pod
 }
 
+/// Asserts that `err` counts the `failures` and names each one; returns its message.
+fn names_every_failure(err: &crate::error::Error, failures: &[&str]) -> String {
+    let message = err.to_string();
+    let count = format!("{} writes failed: ", failures.len());
+    assert!(message.starts_with(&count), "{message}");
+    for failure in failures {
+        assert!(message.contains(failure), "{failure} not in {message}");
+    }
+    message
+}
+
 /// Every failed write of a pass is kept: the error and the status name each, and the backoff
 /// follows the most severe (a 403 beside a 409 is not retried at the 409's rate).
 #[tokio::test]
@@ -514,14 +525,13 @@ async fn every_failed_write_is_reported_and_the_most_severe_sets_the_backoff() {
     w.api
         .fail("PATCH", &format!("{SLICES}/web.https"), 409, "Conflict");
     let err = w.reconcile().await.unwrap_err();
-    let message = err.to_string();
-    assert!(message.starts_with("2 writes failed: "), "{message}");
-    for slice in ["default/web.http:", "default/web.https:"] {
-        assert!(
-            message.contains(&format!("applying EndpointSlice {slice}")),
-            "{slice} not in {message}"
-        );
-    }
+    let message = names_every_failure(
+        &err,
+        &[
+            "applying EndpointSlice default/web.http:",
+            "applying EndpointSlice default/web.https:",
+        ],
+    );
     let status = w.body(&format!("PATCH {STATUS}"));
     let mut lines = w.api.take_lines();
     // Both applies were sent (up to 8 in flight, so in either order), then the status.
@@ -595,14 +605,13 @@ async fn a_withdrawal_attempts_every_deletion_and_keeps_every_failure() {
         ],
         "every deletion attempted"
     );
-    let message = err.to_string();
-    assert!(message.starts_with("2 writes failed: "), "{message}");
-    for object in ["EndpointSlice default/web.http:", "Endpoints default/web:"] {
-        assert!(
-            message.contains(&format!("deleting {object}")),
-            "{object} not in {message}"
-        );
-    }
+    names_every_failure(
+        &err,
+        &[
+            "deleting EndpointSlice default/web.http:",
+            "deleting Endpoints default/web:",
+        ],
+    );
     assert_eq!(
         crate::backoff::Class::of(&err),
         Some(crate::backoff::Class::Permanent)
