@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+func (p *controlPlane) etcdURL() string {
+	return fmt.Sprintf("http://127.0.0.1:%d", p.ports["etcd-client"])
+}
+
+func (p *controlPlane) startEtcd(ctx context.Context) error {
+	peer := fmt.Sprintf("http://127.0.0.1:%d", p.ports["etcd-peer"])
+	args := []string{
+		"--name=default",
+		"--data-dir=" + filepath.Join(p.cfg.dir, "etcd"),
+		"--listen-client-urls=" + p.etcdURL(), "--advertise-client-urls=" + p.etcdURL(),
+		"--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=default=" + peer,
+		"--quota-backend-bytes=8589934592",
+		"--log-level=warn",
+	}
+	if !p.cfg.fsync {
+		args = append(args, "--unsafe-no-fsync")
+	}
+	c, err := p.launch("etcd", args)
+	if err != nil {
+		return err
+	}
+	return p.waitHealthy(ctx, c, p.etcdURL()+"/health", "")
+}
+
+func (p *controlPlane) startAPIServer(ctx context.Context) error {
+	pki := filepath.Join(p.cfg.dir, "pki")
+	args := []string{
+		"--etcd-servers=" + p.etcdURL(),
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", p.ports["kube-apiserver"]),
+		"--cert-dir=" + pki,
+		"--tls-cert-file=" + p.pki.servingCert, "--tls-private-key-file=" + p.pki.servingKey,
+		"--client-ca-file=" + filepath.Join(pki, "ca.crt"),
+		"--token-auth-file=" + p.pki.tokenFile,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + p.pki.saKey, "--service-account-signing-key-file=" + p.pki.saKey,
+		// Dual-stack, and room for more than the default /24's 254 Services (the bench has 1,000).
+		"--service-cluster-ip-range=10.96.0.0/16,fd00:10:96::/112",
+		"--authorization-mode=RBAC",
+		// No ServiceAccount controller runs: pods are accepted in a new namespace at once.
+		"--disable-admission-plugins=ServiceAccount",
+		// As upstream integration tests: the kubernetes Service gets no 127.0.0.1 endpoints.
+		"--endpoint-reconciler-type=none",
+		"--v=1",
+	}
+	c, err := p.launch("kube-apiserver", append(args, p.cfg.apiserverArgs...))
+	if err != nil {
+		return err
+	}
+	token := p.pki.tokens["admin"]
+	if err := p.waitHealthy(ctx, c, p.serverURL()+"/readyz", token); err != nil {
+		return err
+	}
+	return p.waitHealthy(ctx, c, p.serverURL()+"/api/v1/namespaces/default", token)
+}
+
+func (p *controlPlane) startKCM(ctx context.Context) error {
+	if len(p.cfg.controllers) == 0 {
+		return nil
+	}
+	args := []string{
+		"--kubeconfig=" + filepath.Join(p.cfg.dir, "kube-controller-manager.kubeconfig"),
+		"--controllers=" + strings.Join(p.cfg.controllers, ","),
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", p.ports["kube-controller-manager"]),
+		"--cert-dir=" + filepath.Join(p.cfg.dir, "pki", "kube-controller-manager"),
+		// Health and the native controller's metrics readable without a token (the bench scrapes them).
+		"--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+		"--kube-api-qps=" + p.cfg.kcmQPS, "--kube-api-burst=" + p.cfg.kcmBurst,
+		"--v=1",
+	}
+	c, err := p.launch("kube-controller-manager", append(args, p.cfg.kcmArgs...))
+	if err != nil {
+		return err
+	}
+	url := fmt.Sprintf("https://127.0.0.1:%d/healthz", p.ports["kube-controller-manager"])
+	return p.waitHealthy(ctx, c, url, "")
+}
+
+func (p *controlPlane) writeKubeconfigs(context.Context) error {
+	for file, user := range map[string]string{
+		"kubeconfig":                         "admin",
+		"kube-controller-manager.kubeconfig": "kube-controller-manager",
+	} {
+		path := filepath.Join(p.cfg.dir, file)
+		if err := os.WriteFile(path, kubeconfig(p.serverURL(), p.pki.caPEM, user, p.pki.tokens[user]), 0o600); err != nil {
+			return fmt.Errorf("writing %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// freePorts reserves one loopback port per name. Each is free when we ask, so a clash needs
+// another process to take it in the seconds before our component binds it.
+func freePorts(names ...string) (map[string]int, error) {
+	ports := map[string]int{}
+	var listeners []net.Listener
+	defer func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}()
+	for _, name := range names {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("reserving a port for %s: %w", name, err)
+		}
+		listeners = append(listeners, l)
+		ports[name] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports, nil
+}
