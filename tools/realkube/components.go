@@ -55,6 +55,14 @@ func (p *controlPlane) startAPIServer(ctx context.Context) error {
 		"--endpoint-reconciler-type=none",
 		"--v=1",
 	}
+	if p.cfg.audit {
+		policy := filepath.Join(p.cfg.dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
+			return err
+		}
+		args = append(args, "--audit-policy-file="+policy, "--audit-log-format=json",
+			"--audit-log-path="+filepath.Join(p.cfg.dir, "audit.log"))
+	}
 	c, err := p.launch("kube-apiserver", append(args, p.cfg.apiserverArgs...))
 	if err != nil {
 		return err
@@ -65,6 +73,17 @@ func (p *controlPlane) startAPIServer(ctx context.Context) error {
 	}
 	return p.waitHealthy(ctx, c, p.serverURL()+"/api/v1/namespaces/default", token)
 }
+
+// auditPolicy logs each write once, when its response is complete, without bodies: what tests
+// need to count an operator's writes (by User-Agent, verb and URI) on the real API server.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+- level: None
+`
 
 func (p *controlPlane) startKCM(ctx context.Context) error {
 	if len(p.cfg.controllers) == 0 {

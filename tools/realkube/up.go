@@ -20,8 +20,9 @@ Starts etcd, kube-apiserver and, with --controllers, kube-controller-manager as 
 processes on 127.0.0.1, then writes D/kubeconfig (admin, system:masters) and D/ready.
 Stops everything on SIGTERM or SIGINT, and when its parent process dies.
 
-Files under D: pki/, etcd/ (data), <component>.log, kubeconfig, state.json (ports, pids and the
-arguments of each component, to kill and restart one), ready.
+Files under D: pki/, etcd/ (data), <component>.log, audit.log (every write: verb, URI, user,
+User-Agent, code), kubeconfig, state.json (ports, pids and the arguments of each component, to kill
+and restart one), ready.
 
 Controllers take kube-controller-manager's names or these short ones: endpointslice,
 endpointslicemirroring, garbagecollector, namespace (any other NAME means NAME-controller).
@@ -37,6 +38,8 @@ type upConfig struct {
 	kcmQPS        string
 	kcmBurst      string
 	fsync         bool
+	audit         bool
+	cleanup       bool
 	wait          time.Duration
 }
 
@@ -57,6 +60,8 @@ func parseUp(args []string) (*upConfig, error) {
 	fs.StringVar(&c.kcmQPS, "kcm-qps", "1000", "kube-controller-manager --kube-api-qps")
 	fs.StringVar(&c.kcmBurst, "kcm-burst", "2000", "kube-controller-manager --kube-api-burst")
 	fs.BoolVar(&c.fsync, "fsync", false, "let etcd fsync (off by default: a test control plane, faster than production)")
+	fs.BoolVar(&c.audit, "audit", true, "log every write request to D/audit.log (JSON lines, metadata level): the tests' request log")
+	fs.BoolVar(&c.cleanup, "cleanup", false, "remove D once everything has stopped")
 	fs.DurationVar(&c.wait, "wait", 90*time.Second, "how long each component may take to become ready")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -105,7 +110,12 @@ func up(args []string) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
 	plane := &controlPlane{cfg: cfg, started: time.Now()}
-	defer plane.stop()
+	defer func() {
+		plane.stop()
+		if cfg.cleanup {
+			_ = os.RemoveAll(cfg.dir)
+		}
+	}()
 	if err := plane.start(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "realkube up: %v\n", err)
 		return 1
