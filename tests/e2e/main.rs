@@ -1,6 +1,9 @@
-//! End-to-end tests: start the real `kube-emulator` and `portmapper` binaries as processes and
-//! drive them only with kubectl, as a user would. With `PORTMAPPER_E2E_KUBECONFIG` set, the same
-//! scenarios run against that cluster (kind, k3d) instead of the emulator, with real pods.
+//! End-to-end tests: start the `portmapper` binary as a process and drive it only with kubectl, as
+//! a user would, against the real control plane this test binary starts once (`realkube up`:
+//! kube-apiserver, etcd and kube-controller-manager from the Kubernetes Go modules), each test in
+//! a namespace of its own, playing kubelet. The tests that need the emulator's request log use
+//! `kube-emulator serve`. With `PORTMAPPER_E2E_KUBECONFIG` set, the scenarios run against that
+//! cluster (kind, k3d) instead, with real pods.
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

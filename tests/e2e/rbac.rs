@@ -411,7 +411,7 @@ fn chart_rbac_grants_exactly_what_the_operator_uses() {
     let Some(chart) = crate::chart::render("portmapper", LEASE_NS, &json!({})) else {
         return;
     };
-    let cluster = Cluster::start("rbac");
+    let cluster = Cluster::emulator("rbac");
     let dir = TempDir::new("rbac-operator");
     let log = || std::fs::read_to_string(dir.0.join("operator.log")).unwrap_or_default();
     native_world(&cluster);
@@ -602,7 +602,7 @@ fn without_node_lookups_and_leader_election_no_node_or_lease_access() {
     let Some(full) = crate::chart::render("portmapper", LEASE_NS, &json!({})) else {
         return;
     };
-    let cluster = Cluster::start("rbac-reduced");
+    let cluster = Cluster::emulator("rbac-reduced");
     let dir = TempDir::new("rbac-reduced-operator");
     let log = || std::fs::read_to_string(dir.0.join("operator.log")).unwrap_or_default();
     native_world(&cluster);
@@ -650,7 +650,7 @@ fn with_watch_namespace_every_request_fits_the_namespaced_roles() {
             .any(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "portmapper"),
         "watchNamespace renders Roles"
     );
-    let cluster = Cluster::start("rbac-scoped");
+    let cluster = Cluster::emulator("rbac-scoped");
     let dir = TempDir::new("rbac-scoped-operator");
     let log = || std::fs::read_to_string(dir.0.join("operator.log")).unwrap_or_default();
     native_world(&cluster);

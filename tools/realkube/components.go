@@ -74,15 +74,14 @@ func (p *controlPlane) startAPIServer(ctx context.Context) error {
 	return p.waitHealthy(ctx, c, p.serverURL()+"/api/v1/namespaces/default", token)
 }
 
-// auditPolicy logs each write once, when its response is complete, without bodies: what tests
-// need to count an operator's writes (by User-Agent, verb and URI) on the real API server.
+// auditPolicy logs each request when its response is complete (a watch also when it starts),
+// without bodies: the tests' request log on the real API server, to count an operator's writes
+// and to see every verb it needed authorized.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
-omitStages: ["RequestReceived", "ResponseStarted"]
+omitStages: ["RequestReceived"]
 rules:
 - level: Metadata
-  verbs: ["create", "update", "patch", "delete", "deletecollection"]
-- level: None
 `
 
 func (p *controlPlane) startKCM(ctx context.Context) error {

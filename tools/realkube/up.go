@@ -20,7 +20,7 @@ Starts etcd, kube-apiserver and, with --controllers, kube-controller-manager as 
 processes on 127.0.0.1, then writes D/kubeconfig (admin, system:masters) and D/ready.
 Stops everything on SIGTERM or SIGINT, and when its parent process dies.
 
-Files under D: pki/, etcd/ (data), <component>.log, audit.log (every write: verb, URI, user,
+Files under D: pki/, etcd/ (data), <component>.log, audit.log (every request: verb, URI, user,
 User-Agent, code), kubeconfig, state.json (ports, pids and the arguments of each component, to kill
 and restart one), ready.
 
@@ -60,7 +60,7 @@ func parseUp(args []string) (*upConfig, error) {
 	fs.StringVar(&c.kcmQPS, "kcm-qps", "1000", "kube-controller-manager --kube-api-qps")
 	fs.StringVar(&c.kcmBurst, "kcm-burst", "2000", "kube-controller-manager --kube-api-burst")
 	fs.BoolVar(&c.fsync, "fsync", false, "let etcd fsync (off by default: a test control plane, faster than production)")
-	fs.BoolVar(&c.audit, "audit", true, "log every write request to D/audit.log (JSON lines, metadata level): the tests' request log")
+	fs.BoolVar(&c.audit, "audit", true, "log every request to D/audit.log (JSON lines, metadata level): the tests' request log")
 	fs.BoolVar(&c.cleanup, "cleanup", false, "remove D once everything has stopped")
 	fs.DurationVar(&c.wait, "wait", 90*time.Second, "how long each component may take to become ready")
 	if err := fs.Parse(args); err != nil {

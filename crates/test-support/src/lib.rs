@@ -1,8 +1,9 @@
 //! Fixtures the workspace's tests share, so that a test states only what it is about.
 //!
-//! A dev-dependency of the crates whose tests use it; it depends on `portmapper-api` alone, so
+//! A dev-dependency of the crates whose tests use it; of the workspace it depends on `portmapper-api` alone, so
 //! that `portmapper-core`'s own unit tests can use it without a second copy of the core crate.
 
+pub mod realkube;
 pub mod sandbox;
 pub mod spec;
 
