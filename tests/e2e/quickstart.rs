@@ -254,3 +254,45 @@ fn kubectl_apply_of_a_changed_portmapping_updates_it() {
     ]);
     assert_eq!(value, "50");
 }
+
+/// KEP-5311: since 1.36 a Service name is any DNS-1123 label. A PortMapping names `1st-api`,
+/// which a 1.37 server accepts, and its slices (`1st-api.http`) are valid names too.
+#[test]
+fn a_service_named_with_a_leading_digit_is_published() {
+    if !kubectl_available() {
+        return;
+    }
+    let cluster = Cluster::start("kep5311");
+    let objects = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "1st-api"},
+         "spec": {"ports": [{"name": "http", "port": 8080}]}},
+        {"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": "api-0", "labels": {"example.com/group": "1st-api"}},
+         "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}},
+        {"apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping", "metadata": {"name": "1st-api"},
+         "spec": {"serviceRef": {"name": "1st-api"}, "pods": {"key": "example.com/group"},
+                  "defaultChecks": [{"podReady": {}}]}},
+    ]});
+    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], objects.to_string().as_bytes());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if cluster.plays_kubelet() {
+        set_pod_status(&cluster, "api-0", "10.244.1.1", true);
+    }
+    let _operator = cluster.operator();
+    let members = cluster.eventually(
+        &[
+            "get",
+            "endpointslice",
+            "1st-api.http",
+            "-o",
+            "jsonpath={.endpoints[*].targetRef.name}",
+        ],
+        WAIT,
+        |out| out == "api-0",
+    );
+    assert_eq!(members, "api-0");
+}

@@ -34,8 +34,8 @@ pub fn invalid(rt: &ResourceType, name: &str, errors: &[FieldError]) -> ApiError
 
 fn name_fn(rt: &ResourceType) -> vmeta::NameFn {
     match (rt.group.as_str(), rt.plural.as_str()) {
-        ("", "services") => names::name_is_dns1035_label,
-        ("", "namespaces") => names::name_is_dns_label,
+        // Service names are DNS-1123 labels since 1.36 (KEP-5311, RelaxedServiceNameValidation).
+        ("", "services") | ("", "namespaces") => names::name_is_dns_label,
         _ => names::name_is_dns_subdomain,
     }
 }

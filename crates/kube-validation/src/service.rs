@@ -13,7 +13,7 @@ use crate::ip::{IpFamily, ip_family, validate_ip};
 use crate::meta::{validate_labels, validate_object_meta, validate_object_meta_update};
 use crate::names::{
     is_dns1123_label, is_dns1123_subdomain, is_qualified_name, is_valid_port_name,
-    is_valid_port_num, name_is_dns1035_label,
+    is_valid_port_num, name_is_dns_label,
 };
 
 /// Service types, sorted as the apiserver lists them.
@@ -393,7 +393,8 @@ pub fn validate_service(service: &Service) -> ErrorList {
     let mut errs = validate_object_meta(
         &service.metadata,
         true,
-        name_is_dns1035_label,
+        // DNS-1123 labels since 1.36 (KEP-5311, RelaxedServiceNameValidation, on by default).
+        name_is_dns_label,
         &FieldPath::new("metadata"),
         true,
     );
@@ -692,12 +693,26 @@ mod tests {
     }
 
     #[test]
-    fn service_name_must_be_dns1035_label() {
+    fn service_name_must_be_a_dns1123_label() {
         let mut s = svc(vec![port("http", 80)]);
-        s.metadata.name = Some("1web".into());
+        s.metadata.name = Some("1st-api".into());
+        assert!(
+            msgs(validate_service(&s)).is_empty(),
+            "KEP-5311: a leading digit is fine"
+        );
+        s.metadata.name = Some("Web".into());
         let errs = msgs(validate_service(&s));
         assert_eq!(errs.len(), 1);
-        assert!(errs[0].starts_with("metadata.name: Invalid value: \"1web\": a DNS-1035 label"));
+        assert!(
+            errs[0]
+                .starts_with("metadata.name: Invalid value: \"Web\": a lowercase RFC 1123 label"),
+            "{errs:?}"
+        );
+        s.metadata.name = Some("a.b".into());
+        assert_eq!(
+            msgs(validate_service(&s)),
+            ["metadata.name: Invalid value: \"a.b\": must not contain dots"]
+        );
     }
 
     #[test]

@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 /// A Kubernetes qualified name (`[prefix/]name`, the syntax of label and annotation keys). The
 /// exact length rules (prefix ≤ 253, name ≤ 63) are also checked in Rust by [`crate::validate`].
 pub const QUALIFIED_NAME_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
-/// A DNS-1035 label: the syntax of Service names.
-pub const DNS1035_LABEL_PATTERN: &str = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$";
-/// A DNS-1123 label: the syntax of Service port names.
+/// A DNS-1123 label: the syntax of Service port names, and of Service names since Kubernetes
+/// 1.36 (KEP-5311: `1st-api` is a valid Service name; older servers still want a leading letter,
+/// and a PortMapping naming a Service they refused simply finds no Service).
 pub const DNS1123_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
 /// Longest qualified name: a 253-character prefix, '/', a 63-character name.
 pub const QUALIFIED_NAME_MAX_LENGTH: u32 = 317;

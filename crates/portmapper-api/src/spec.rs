@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::check::Check;
 use crate::fields::{
-    DNS1035_LABEL_PATTERN, DNS1123_LABEL_PATTERN, KeySource, QUALIFIED_NAME_MAX_LENGTH,
-    QUALIFIED_NAME_PATTERN, QUALIFIED_NAME_PREFIX_MESSAGE, QUALIFIED_NAME_PREFIX_RULE,
+    DNS1123_LABEL_PATTERN, KeySource, QUALIFIED_NAME_MAX_LENGTH, QUALIFIED_NAME_PATTERN,
+    QUALIFIED_NAME_PREFIX_MESSAGE, QUALIFIED_NAME_PREFIX_RULE,
 };
 use crate::status::PortMappingStatus;
 
@@ -161,7 +161,7 @@ fn default_gate_condition_type() -> String {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 pub struct ServiceRef {
     /// Name of the Service.
-    #[schemars(length(min = 1, max = 63), regex(pattern = DNS1035_LABEL_PATTERN))]
+    #[schemars(length(min = 1, max = 63), regex(pattern = DNS1123_LABEL_PATTERN))]
     pub name: String,
 }
 

@@ -20,7 +20,7 @@ pub fn validate_spec(spec: &PortMappingSpec) -> Vec<FieldError> {
     let mut errs = Vec::new();
 
     let svc = root.child("serviceRef").child("name");
-    for msg in names::is_dns1035_label(&spec.service_ref.name) {
+    for msg in names::is_dns1123_label(&spec.service_ref.name) {
         errs.push(FieldError::invalid(
             &svc,
             spec.service_ref.name.as_str(),

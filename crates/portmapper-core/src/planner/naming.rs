@@ -1,8 +1,8 @@
 //! Deterministic slice names: `<svc>.<port>[.v6][.p<target>][.<chunk>]`.
 //!
-//! Neither Service names (DNS-1035 labels) nor Service port names (DNS-1123 labels) can contain
-//! `.`, while slice names (DNS subdomains) can, so these names never collide within or across
-//! Services. `<port>` is the port name, or its number for an unnamed single port; a headless
+//! Neither Service names nor Service port names (both DNS-1123 labels; `1st-api.http` is a
+//! valid slice name) can contain `.`, while slice names (DNS subdomains) can, so these names never
+//! collide within or across Services. `<port>` is the port name, or its number for an unnamed single port; a headless
 //! Service without ports uses `<svc>` alone. `.p<target>` appears for named targetPorts (pods
 //! may resolve them to different numbers); chunk 1 has no suffix, chunk k ≥ 2 ends in `.<k>`.
 
