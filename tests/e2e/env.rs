@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use test_support::realkube::ControlPlane;
+
 /// Directory holding the workspace binaries: next to this test executable's `deps/` folder,
 /// whatever `CARGO_TARGET_DIR` is. `make test` builds them first.
 pub fn bin(name: &str) -> PathBuf {
@@ -55,8 +57,6 @@ impl Drop for Proc {
 /// Where a scenario runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
-    /// A fresh `kube-emulator serve` of its own.
-    Emulator,
     /// The real control plane this test binary shares (`realkube up`), in a namespace of the
     /// test's own; the test plays kubelet.
     RealKube,
@@ -64,14 +64,14 @@ pub enum Backend {
     External,
 }
 
-/// Where the scenario runs: the emulator binary, the real control plane, or a real cluster.
+/// Where the scenario runs: the real control plane, or a real cluster.
 pub struct Cluster {
     pub kubeconfig: PathBuf,
     pub backend: Backend,
     /// The namespace kubectl and the operator act in (the kubeconfig's context namespace).
     pub namespace: String,
+    plane: Option<&'static ControlPlane>,
     kubectl: PathBuf,
-    _emulator: Option<Proc>,
     _dir: TempDir,
 }
 
@@ -113,8 +113,8 @@ impl Cluster {
             kubeconfig,
             backend: Backend::External,
             namespace: "default".into(),
+            plane: None,
             kubectl: PathBuf::from("kubectl"),
-            _emulator: None,
             _dir: TempDir::new(tag),
         }
     }
@@ -122,7 +122,11 @@ impl Cluster {
     /// A namespace of its own on the control plane this test binary shares, and a kubeconfig
     /// whose context defaults to it.
     pub fn realkube(tag: &str) -> Self {
-        let plane = test_support::realkube::shared();
+        Self::on(test_support::realkube::shared(), tag)
+    }
+
+    /// A namespace of its own on `plane`, and a kubeconfig whose context defaults to it.
+    pub fn on(plane: &'static ControlPlane, tag: &str) -> Self {
         let dir = TempDir::new(tag);
         let namespace = plane.namespace_name(tag);
         let kubeconfig = dir.0.join("kubeconfig");
@@ -131,45 +135,17 @@ impl Cluster {
             kubeconfig,
             backend: Backend::RealKube,
             namespace: namespace.clone(),
+            plane: Some(plane),
             kubectl: test_support::realkube::kubectl(),
-            _emulator: None,
             _dir: dir,
         };
         cluster.ok(&["create", "namespace", &namespace]);
         cluster
     }
 
-    /// A fresh `kube-emulator serve`, driven with the machine's kubectl (the version-skew
-    /// check: it is older than the server).
-    pub fn emulator(tag: &str) -> Self {
-        let dir = TempDir::new(tag);
-        let kubeconfig = dir.0.join("kubeconfig");
-        let mut child = Command::new(bin("kube-emulator"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--kubeconfig"])
-            .arg(&kubeconfig)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("kube-emulator starts");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !kubeconfig.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "kube-emulator wrote no kubeconfig"
-            );
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("kube-emulator exited early: {status}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Self {
-            kubeconfig,
-            backend: Backend::Emulator,
-            namespace: "default".into(),
-            kubectl: PathBuf::from("kubectl"),
-            _emulator: Some(Proc(child)),
-            _dir: dir,
-        }
+    /// The real control plane the cluster runs on.
+    pub fn plane(&self) -> &'static ControlPlane {
+        self.plane.expect("a realkube cluster")
     }
 
     /// Whether the test writes pod status itself (no kubelet runs the pods).

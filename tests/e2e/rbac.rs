@@ -1,21 +1,105 @@
-//! Least privilege, proven: the operator binary runs an end-to-end scenario against the
-//! emulator (leader election on, legacy Endpoints, a selector migration with adoption and native
-//! cleanup, a selector coming back, legacy Endpoints switched off, SIGTERM releasing the Lease)
-//! while the emulator's request log records every request. The (verb, group, resource) set the
-//! operator issued must equal what the rendered chart grants, apart from the listed rules no
-//! API request can exercise.
+//! Least privilege, proven on the real API server: the rendered chart is installed, and the
+//! operator binary runs as the chart's ServiceAccount (a token from `kubectl create token`), so
+//! kube-apiserver's RBAC authorizes every request. It runs an end-to-end scenario (leader
+//! election on, legacy Endpoints, a selector migration with adoption and native cleanup beside the
+//! real EndpointSlice controller, a selector coming back, legacy Endpoints switched off, SIGTERM
+//! releasing the Lease) while the audit log records every request. No request may be denied, and
+//! the (verb, group, resource) set the operator issued must equal what the chart grants, apart
+//! from the listed rules no API request can exercise.
+//!
+//! An operator that watches every namespace would also manage the other tests' PortMappings, so
+//! the cluster-wide scenarios run one at a time on a control plane of their own.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Command, Stdio};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use test_support::realkube::{AuditEvent, CONTROLLERS, ControlPlane};
 
 use crate::env::{Cluster, Proc, TempDir, bin, kubectl_available, repo};
 
 const WAIT: Duration = Duration::from_secs(30);
-const LEASE_NS: &str = "portmapper-system";
-const LEASE: &str = "portmapper";
+
+/// The control plane of the cluster-wide scenarios, and the lock that runs them one at a time.
+fn cluster_wide() -> (&'static ControlPlane, std::sync::MutexGuard<'static, ()>) {
+    static PLANE: OnceLock<ControlPlane> = OnceLock::new();
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    (
+        PLANE.get_or_init(|| ControlPlane::start(CONTROLLERS)),
+        guard,
+    )
+}
+
+/// The chart, installed for real in its release namespace, and a kubeconfig that acts as its
+/// ServiceAccount in the test's namespace.
+struct Install {
+    objects: Vec<Value>,
+    namespace: String,
+    /// The Lease the chart's Role names (the Deployment's `PORTMAPPER_LEASE_NAME`).
+    lease: String,
+    user: String,
+    kubeconfig: std::path::PathBuf,
+}
+
+/// Renders the chart as release `pm-<test namespace>` in `<test namespace>-system`, applies it
+/// (server-side, as Helm would create it) and issues a token for its ServiceAccount.
+fn install(cluster: &Cluster, dir: &TempDir, values: &Value) -> Option<Install> {
+    let release = format!("pm-{}", cluster.namespace);
+    let namespace = format!("{}-system", cluster.namespace);
+    let objects = crate::chart::render(&release, &namespace, values)?;
+    cluster.ok(&["create", "namespace", &namespace]);
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    let out = cluster.kubectl_stdin(
+        &["apply", "--server-side", "--field-manager=helm", "-f", "-"],
+        list.to_string().as_bytes(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let account = objects
+        .iter()
+        .find(|o| o["kind"] == "ServiceAccount")
+        .and_then(|o| o["metadata"]["name"].as_str())
+        .expect("the chart creates a ServiceAccount")
+        .to_string();
+    let token = cluster.ok(&[
+        "create",
+        "token",
+        &account,
+        "-n",
+        &namespace,
+        "--duration=2h",
+    ]);
+    let kubeconfig = dir.0.join("operator.kubeconfig");
+    cluster
+        .plane()
+        .kubeconfig_with_token(token.trim(), &cluster.namespace, &kubeconfig);
+    let lease = objects
+        .iter()
+        .filter(|o| o["kind"] == "Deployment")
+        .flat_map(|o| {
+            o["spec"]["template"]["spec"]["containers"][0]["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+        })
+        .find(|e| e["name"] == "PORTMAPPER_LEASE_NAME")
+        .and_then(|e| e["value"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    Some(Install {
+        lease,
+        objects,
+        user: format!("system:serviceaccount:{namespace}:{account}"),
+        namespace,
+        kubeconfig,
+    })
+}
 
 /// (verb, group, resource or resource/subresource).
 type Access = (String, String, String);
@@ -28,8 +112,8 @@ const UNREACHABLE: &[(&str, &str, &str, &str)] = &[
         "portmappings/finalizers",
         "not an API request: our slices and Endpoints set ownerReferences with blockOwnerDeletion: true \
      (portmapper-core planner/objects.rs owner_reference), and the OwnerReferencesPermissionEnforcement \
-     admission plugin lets that through only for users who may update the owner's finalizers; \
-     the emulator has no admission plugins",
+     admission plugin, which clusters enable, lets that through only for users who may update the \
+     owner's finalizers; it is an authorization check inside a write, not a request of its own",
     ),
     (
         "get",
@@ -100,60 +184,59 @@ fn in_scope(objects: &[Value], key: &Access, namespace: &str) -> bool {
 }
 
 /// Every request's accesses are granted where it was made (namespace scoping of Roles).
-fn assert_scoped(objects: &[Value], requests: &[Value]) {
+fn assert_scoped(objects: &[Value], requests: &[AuditEvent]) {
     for r in requests {
-        let ns = r["namespace"].as_str().unwrap_or_default();
+        let ns = &r.object_ref.namespace;
         for key in needs(r) {
             assert!(
                 in_scope(objects, &key, ns),
-                "{key:?} in namespace {ns:?} is not granted there: {r}"
+                "{key:?} in namespace {ns:?} is not granted there: {r:?}"
             );
         }
     }
 }
 
-/// The operator's requests in the emulator's log (kubectl's are the test's own).
-fn operator_requests(cluster: &Cluster) -> Vec<Value> {
-    let log: Value =
-        serde_json::from_str(&cluster.ok(&["get", "--raw", "/__emu/requests"])).unwrap();
-    log["requests"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| {
-            !r["user_agent"]
-                .as_str()
-                .unwrap_or_default()
-                .starts_with("kubectl")
-        })
-        .cloned()
+/// The operator's requests in the audit log: those of the chart's ServiceAccount.
+fn operator_requests(cluster: &Cluster, install: &Install) -> Vec<AuditEvent> {
+    cluster
+        .plane()
+        .audit()
+        .into_iter()
+        .filter(|e| e.user.username == install.user)
         .collect()
 }
 
-/// What one logged request needs authorized. The emulator has no authorizer, so this applies
-/// the API server's rule: a server-side apply that creates the object (201 Created) is
-/// authorized as `create` too (Kubernetes docs, Server-Side Apply, "RBAC and permissions").
-fn needs(r: &Value) -> Vec<Access> {
-    let verb = r["verb"].as_str().unwrap_or_default();
-    if verb.is_empty() {
+/// Requests the API server refused to authorize.
+fn assert_none_denied(requests: &[AuditEvent]) {
+    let denied: Vec<String> = requests
+        .iter()
+        .filter(|e| e.response_status.code == 403)
+        .map(|e| format!("{} {}", e.verb, e.request_uri))
+        .collect();
+    assert!(denied.is_empty(), "RBAC denied the operator: {denied:#?}");
+}
+
+/// What one request needed authorized. A server-side apply that creates the object (201
+/// Created) is authorized as `create` too (Kubernetes docs, Server-Side Apply, "RBAC and
+/// permissions"): only an apply can create with a PATCH.
+fn needs(e: &AuditEvent) -> Vec<Access> {
+    let o = &e.object_ref;
+    if o.resource.is_empty() {
         return Vec::new(); // discovery, /version: granted to every authenticated user
     }
-    let resource = r["resource"].as_str().unwrap();
-    let sub = r["subresource"].as_str().unwrap_or_default();
-    let resource = if sub.is_empty() {
-        resource.to_string()
+    let resource = if o.subresource.is_empty() {
+        o.resource.clone()
     } else {
-        format!("{resource}/{sub}")
+        format!("{}/{}", o.resource, o.subresource)
     };
-    let group = r["group"].as_str().unwrap();
-    let mut out = vec![access(verb, group, &resource)];
-    if verb == "patch" && r["patch_type"] == "apply" && r["status"] == 201 {
-        out.push(access("create", group, &resource));
+    let mut out = vec![access(&e.verb, &o.api_group, &resource)];
+    if e.verb == "patch" && e.response_status.code == 201 {
+        out.push(access("create", &o.api_group, &resource));
     }
     out
 }
 
-fn used(requests: &[Value]) -> BTreeSet<Access> {
+fn used(requests: &[AuditEvent]) -> BTreeSet<Access> {
     requests.iter().flat_map(needs).collect()
 }
 
@@ -181,20 +264,13 @@ fn apply_json(cluster: &Cluster, objects: Value) {
     );
 }
 
-/// A Service with a selector and the leftovers of the native controllers (there is no
-/// kube-controller-manager in the emulator): their slice and the Endpoints object.
+/// A Service with a selector, published by the real EndpointSlice controller, two pods on a
+/// Node, the leftover Endpoints object of the native Endpoints controller (which does not run
+/// here), and a PortMapping with legacy Endpoints that names the Service.
 fn native_world(cluster: &Cluster) {
-    let crds = repo().join("charts/portmapper/crds");
-    cluster.ok(&["apply", "-f", crds.to_str().unwrap()]);
-    cluster.ok(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/portmappings.portmapper.dev",
-        "--timeout=20s",
-    ]);
     let pod = |name: &str| {
         json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "labels": {"app": "web", "example.com/pool": "web"}},
+            "metadata": {"name": name, "labels": {"app": "web", "example.com/pool": "web"}},
             "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
                 "ports": [{"name": "http", "containerPort": 8080}]}]}})
     };
@@ -207,34 +283,40 @@ fn native_world(cluster: &Cluster) {
     apply_json(
         cluster,
         json!({"apiVersion": "v1", "kind": "List", "items": [
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LEASE_NS}},
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1",
                 "labels": {"topology.kubernetes.io/zone": "zone-a"}}},
-            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "default"},
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
                 "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 8080, "targetPort": 8080}]}},
             pod("web-1"), gated("web-2"),
-            {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "web", "namespace": "default",
+            {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "web",
                 "annotations": {"endpoints.kubernetes.io/last-change-trigger-time": "2026-01-01T00:00:00Z"}},
                 "subsets": [{"addresses": [{"ip": "10.244.0.1"}], "ports": [{"name": "http", "port": 8080}]}]},
-            {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {"name": "web-abcde",
-                "namespace": "default", "labels": {"kubernetes.io/service-name": "web",
-                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
-                "addressType": "IPv4", "endpoints": [{"addresses": ["10.244.0.1"]}],
-                "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]},
         ]}),
     );
     set_pod_status(cluster, "web-1", "10.244.0.1");
     set_pod_status(cluster, "web-2", "10.244.0.2");
+    cluster.eventually(&native_slices(), WAIT, |out| !out.trim().is_empty());
     apply_json(
         cluster,
         json!({"apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping",
-            "metadata": {"name": "web", "namespace": "default"},
+            "metadata": {"name": "web"},
             "spec": {"serviceRef": {"name": "web"}, "pods": {"key": "example.com/pool"},
                 "legacyEndpoints": true, "ports": [{"name": "http", "checks": [{"podReady": {}}]}]}}),
     );
 }
 
-fn operator(cluster: &Cluster, dir: &TempDir, extra: &[&str]) -> Proc {
+/// `kubectl get` of the native EndpointSlice controller's slices of Service web.
+fn native_slices() -> [&'static str; 5] {
+    [
+        "get",
+        "endpointslices",
+        "-l",
+        "kubernetes.io/service-name=web,endpointslice.kubernetes.io/managed-by=endpointslice-controller.k8s.io",
+        "-o=name",
+    ]
+}
+
+fn operator(install: &Install, dir: &TempDir, extra: &[&str]) -> Proc {
     let log = std::fs::File::create(dir.0.join("operator.log")).unwrap();
     let child = Command::new(bin("portmapper"))
         .args([
@@ -247,7 +329,7 @@ fn operator(cluster: &Cluster, dir: &TempDir, extra: &[&str]) -> Proc {
             "2",
             "--kubeconfig",
         ])
-        .arg(&cluster.kubeconfig)
+        .arg(&install.kubeconfig)
         .args(extra)
         .stdout(Stdio::null())
         .stderr(log)
@@ -399,31 +481,27 @@ fn wait_for(what: &str, log: &dyn Fn() -> String, pred: impl Fn() -> bool) {
 
 #[test]
 fn chart_rbac_grants_exactly_what_the_operator_uses() {
-    if !kubectl_available() {
+    if !kubectl_available() || std::env::var("PORTMAPPER_E2E_KUBECONFIG").is_ok() {
         return;
     }
-    if std::env::var("PORTMAPPER_E2E_KUBECONFIG").is_ok() {
-        eprintln!(
-            "SKIPPED: the RBAC usage test needs the emulator's request log, not a real cluster"
-        );
-        return;
-    }
-    let Some(chart) = crate::chart::render("portmapper", LEASE_NS, &json!({})) else {
+    let (plane, _one_at_a_time) = cluster_wide();
+    let cluster = Cluster::on(plane, "rbac");
+    let dir = TempDir::new("rbac-operator");
+    let Some(install) = install(&cluster, &dir, &json!({})) else {
         return;
     };
-    let cluster = Cluster::emulator("rbac");
-    let dir = TempDir::new("rbac-operator");
     let log = || std::fs::read_to_string(dir.0.join("operator.log")).unwrap_or_default();
     native_world(&cluster);
+    let lease_ns = install.namespace.as_str();
     let mut op = operator(
-        &cluster,
+        &install,
         &dir,
         &[
             "--leader-elect=true",
             "--lease-namespace",
-            LEASE_NS,
+            lease_ns,
             "--lease-name",
-            LEASE,
+            &install.lease,
             "--identity",
             "rbac-test",
             "--lease-duration-seconds",
@@ -432,21 +510,18 @@ fn chart_rbac_grants_exactly_what_the_operator_uses() {
             "2",
         ],
     );
+    let holder = [
+        "get",
+        "lease",
+        &install.lease,
+        "-n",
+        lease_ns,
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ];
 
     // Leader: the Lease is ours, and the migration is published beside the native slices.
-    cluster.eventually(
-        &[
-            "get",
-            "lease",
-            LEASE,
-            "-n",
-            LEASE_NS,
-            "-o",
-            "jsonpath={.spec.holderIdentity}",
-        ],
-        WAIT,
-        |out| out == "rbac-test",
-    );
+    cluster.eventually(&holder, WAIT, |out| out == "rbac-test");
     wait_condition(&cluster, "SelectorMigration", "True", &log);
     cluster.eventually(
         &["get", "endpointslice", "web.http", "-o", "name"],
@@ -455,27 +530,15 @@ fn chart_rbac_grants_exactly_what_the_operator_uses() {
     );
 
     // Selector removed: the abandoned Endpoints object is adopted (annotations stripped with a
-    // merge patch, then applied) and the native slice deleted.
-    cluster.ok(&[
-        "patch",
-        "svc",
-        "web",
-        "--type=json",
-        "-p",
-        r#"[{"op":"remove","path":"/spec/selector"}]"#,
-    ]);
+    // merge patch, then applied) and the native slices deleted.
+    remove_selector(&cluster);
     wait_for("Endpoints adopted", &log, || {
         endpoints_manager(&cluster) == "portmapper.dev"
     });
-    wait_for("native slice deleted", &log, || {
-        !cluster
-            .kubectl(&["get", "endpointslice", "web-abcde"])
-            .status
-            .success()
-    });
+    cluster.eventually(&native_slices(), WAIT, |out| out.trim().is_empty());
     wait_condition(&cluster, "SelectorMigration", "", &log);
 
-    // The selector comes back (a warning again) and goes again.
+    // The selector comes back (the native controller publishes again, a warning again) and goes.
     cluster.ok(&[
         "patch",
         "svc",
@@ -485,14 +548,7 @@ fn chart_rbac_grants_exactly_what_the_operator_uses() {
         r#"{"spec":{"selector":{"app":"web"}}}"#,
     ]);
     wait_condition(&cluster, "SelectorMigration", "True", &log);
-    cluster.ok(&[
-        "patch",
-        "svc",
-        "web",
-        "--type=json",
-        "-p",
-        r#"[{"op":"remove","path":"/spec/selector"}]"#,
-    ]);
+    remove_selector(&cluster);
     wait_condition(&cluster, "SelectorMigration", "", &log);
 
     // legacyEndpoints off: ours is deleted.
@@ -511,23 +567,12 @@ fn chart_rbac_grants_exactly_what_the_operator_uses() {
     check_probes_and_alert_metrics(&log());
 
     terminate(&mut op);
-    cluster.eventually(
-        &[
-            "get",
-            "lease",
-            LEASE,
-            "-n",
-            LEASE_NS,
-            "-o",
-            "jsonpath={.spec.holderIdentity}",
-        ],
-        WAIT,
-        |out| out != "rbac-test",
-    );
+    cluster.eventually(&holder, WAIT, |out| out != "rbac-test");
 
-    let requests = operator_requests(&cluster);
+    let requests = operator_requests(&cluster, &install);
+    assert_none_denied(&requests);
     let used = used(&requests);
-    let granted = granted(&chart);
+    let granted = granted(&install.objects);
     let unreachable: BTreeSet<Access> = UNREACHABLE
         .iter()
         .map(|(v, g, r, _)| access(v, g, r))
@@ -562,29 +607,45 @@ fn chart_rbac_grants_exactly_what_the_operator_uses() {
         );
     }
 
-    assert_scoped(&chart, &requests);
-    // Name-limited rules: every request under them named an allowed object, and the Lease
-    // requests stayed in the release namespace the Role is bound in.
-    for r in &requests {
+    assert_scoped(&install.objects, &requests);
+    assert_names_allowed(&granted, &requests);
+    for r in requests
+        .iter()
+        .filter(|r| r.object_ref.resource == "leases")
+    {
+        assert_eq!(r.object_ref.namespace, lease_ns, "{r:?}");
+    }
+}
+
+fn remove_selector(cluster: &Cluster) {
+    cluster.ok(&[
+        "patch",
+        "svc",
+        "web",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/spec/selector"}]"#,
+    ]);
+}
+
+/// Name-limited rules: every request under them named an allowed object. A list or watch is
+/// authorized by name through its `metadata.name` field selector, as kube-apiserver's RBAC does.
+fn assert_names_allowed(granted: &BTreeMap<Access, Vec<String>>, requests: &[AuditEvent]) {
+    for r in requests {
         for key in needs(r) {
             let names = &granted[&key];
-            if !names.is_empty() {
-                // A list or watch is authorized by name through its metadata.name field
-                // selector, as kube-apiserver's RBAC does.
-                let query = r["query"].as_str().unwrap_or_default();
-                let by_selector = query
-                    .split('&')
-                    .find_map(|kv| kv.strip_prefix("fieldSelector=metadata.name%3D"))
-                    .map(str::to_string);
-                let name = match r["name"].as_str().unwrap() {
-                    "" => by_selector.unwrap_or_default(),
-                    n => n.to_string(),
-                };
-                assert!(names.contains(&name), "{r}");
+            if names.is_empty() {
+                continue;
             }
-        }
-        if r["resource"] == "leases" {
-            assert_eq!(r["namespace"], LEASE_NS, "{r}");
+            let query = r.request_uri.split_once('?').map_or("", |(_, q)| q);
+            let by_selector = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("fieldSelector=metadata.name%3D"));
+            let name = match r.object_ref.name.as_str() {
+                "" => by_selector.unwrap_or_default(),
+                n => n,
+            };
+            assert!(names.iter().any(|n| n == name), "{r:?}");
         }
     }
 }
@@ -594,34 +655,37 @@ fn without_node_lookups_and_leader_election_no_node_or_lease_access() {
     if !kubectl_available() || std::env::var("PORTMAPPER_E2E_KUBECONFIG").is_ok() {
         return;
     }
+    let (plane, _one_at_a_time) = cluster_wide();
+    let cluster = Cluster::on(plane, "rbac-reduced");
+    let dir = TempDir::new("rbac-reduced-operator");
     let values =
         json!({"nodeLookups": false, "leaderElection": {"enabled": false}, "replicaCount": 1});
-    let Some(reduced) = crate::chart::render("portmapper", LEASE_NS, &values) else {
+    let Some(install) = install(&cluster, &dir, &values) else {
         return;
     };
-    let Some(full) = crate::chart::render("portmapper", LEASE_NS, &json!({})) else {
-        return;
-    };
-    let cluster = Cluster::emulator("rbac-reduced");
-    let dir = TempDir::new("rbac-reduced-operator");
+    let release = format!("pm-{}", cluster.namespace);
+    let full =
+        crate::chart::render(&release, &install.namespace, &json!({})).expect("the chart renders");
     let log = || std::fs::read_to_string(dir.0.join("operator.log")).unwrap_or_default();
     native_world(&cluster);
     let mut op = operator(
-        &cluster,
+        &install,
         &dir,
         &["--leader-elect=false", "--node-lookups=false"],
     );
     wait_condition(&cluster, "SelectorMigration", "True", &log);
     terminate(&mut op);
 
-    let used = used(&operator_requests(&cluster));
+    let requests = operator_requests(&cluster, &install);
+    assert_none_denied(&requests);
+    let used = used(&requests);
     let touched: Vec<&Access> = used
         .iter()
         .filter(|a| a.2 == "nodes" || a.2 == "leases")
         .collect();
     assert!(touched.is_empty(), "{touched:?}");
     // The reduced chart is the full chart minus exactly the Node and Lease rules.
-    let (reduced, full) = (granted(&reduced), granted(&full));
+    let (reduced, full) = (granted(&install.objects), granted(&full));
     let dropped: BTreeSet<&str> = full
         .keys()
         .filter(|a| !reduced.contains_key(*a))
@@ -640,48 +704,42 @@ fn with_watch_namespace_every_request_fits_the_namespaced_roles() {
     if !kubectl_available() || std::env::var("PORTMAPPER_E2E_KUBECONFIG").is_ok() {
         return;
     }
-    let values = json!({"watchNamespace": "default"});
-    let Some(chart) = crate::chart::render("portmapper", LEASE_NS, &values) else {
+    // Scoped to its namespace, this operator can share the control plane.
+    let cluster = Cluster::realkube("rbac-scoped");
+    let dir = TempDir::new("rbac-scoped-operator");
+    let values = json!({"watchNamespace": cluster.namespace});
+    let Some(install) = install(&cluster, &dir, &values) else {
         return;
     };
     assert!(
-        !chart
-            .iter()
-            .any(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "portmapper"),
+        !install.objects.iter().any(|o| o["kind"] == "ClusterRole"
+            && o["metadata"]["name"] == format!("pm-{}", cluster.namespace)),
         "watchNamespace renders Roles"
     );
-    let cluster = Cluster::emulator("rbac-scoped");
-    let dir = TempDir::new("rbac-scoped-operator");
     let log = || std::fs::read_to_string(dir.0.join("operator.log")).unwrap_or_default();
     native_world(&cluster);
     let mut op = operator(
-        &cluster,
+        &install,
         &dir,
         &[
             "--watch-namespace",
-            "default",
+            &cluster.namespace,
             "--lease-namespace",
-            LEASE_NS,
+            &install.namespace,
             "--lease-name",
-            LEASE,
+            &install.lease,
         ],
     );
     wait_condition(&cluster, "SelectorMigration", "True", &log);
-    cluster.ok(&[
-        "patch",
-        "svc",
-        "web",
-        "--type=json",
-        "-p",
-        r#"[{"op":"remove","path":"/spec/selector"}]"#,
-    ]);
+    remove_selector(&cluster);
     wait_for("Endpoints adopted", &log, || {
         endpoints_manager(&cluster) == "portmapper.dev"
     });
     terminate(&mut op);
-    let requests = operator_requests(&cluster);
+    let requests = operator_requests(&cluster, &install);
     assert!(!requests.is_empty());
-    // Namespaced resources only in `default` (Role), Nodes cluster-wide (ClusterRole), the Lease
-    // in the release namespace (Role).
-    assert_scoped(&chart, &requests);
+    assert_none_denied(&requests);
+    // Namespaced resources only in the test's namespace (Role), Nodes cluster-wide
+    // (ClusterRole), the Lease in the release namespace (Role).
+    assert_scoped(&install.objects, &requests);
 }

@@ -152,6 +152,17 @@ impl ControlPlane {
         std::fs::write(path, scoped).expect("write the namespaced kubeconfig");
     }
 
+    /// Writes a kubeconfig that authenticates with `token` (e.g. a ServiceAccount's, from
+    /// `kubectl create token`) and whose context defaults to `namespace`.
+    pub fn kubeconfig_with_token(&self, token: &str, namespace: &str, path: &Path) {
+        self.kubeconfig_in(namespace, path);
+        let scoped = std::fs::read_to_string(path).expect("kubeconfig");
+        let (head, tail) = scoped.split_once("    token: ").expect("a token line");
+        let rest = tail.split_once('\n').map_or("", |(_, rest)| rest);
+        std::fs::write(path, format!("{head}    token: {token}\n{rest}"))
+            .expect("write the token kubeconfig");
+    }
+
     /// Every request the API server has answered so far, and every watch it has begun (its
     /// audit log).
     pub fn audit(&self) -> Vec<AuditEvent> {
@@ -186,7 +197,11 @@ pub struct AuditEvent {
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ObjectRef {
+    /// Empty for the core group.
+    #[serde(default)]
+    pub api_group: String,
     #[serde(default)]
     pub resource: String,
     #[serde(default)]
