@@ -29,7 +29,7 @@ install-crd:
 ## test: everything CI checks — formatting, lints, every test, CRD drift, the Helm chart. The
 ## real control plane is built first (tools/realkube: Go and the Go module proxy), so the tests
 ## that run on it find it; so is the kubectl of its minor.
-test: tools realkube-check realkube kubectl fmt-check clippy crd-check helm-venv unit chart-test
+test: tools realkube realkube-check kubectl fmt-check clippy crd-check helm-venv unit chart-test
 # With this set, the chart tests in tests/e2e (apply to the emulator, RBAC usage) must run.
 test: export PORTMAPPER_CHART_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
@@ -82,7 +82,7 @@ REALKUBE_LDFLAGS = -s -w $(foreach pkg,k8s.io/component-base/version k8s.io/clie
 realkube: $(REALKUBE)
 $(REALKUBE): $(REALKUBE_SRC)
 	@test -n "$(K8S_VERSION)" || { echo "make realkube: no k8s.io/kubernetes version in tools/realkube/go.mod" >&2; exit 1; }
-	cd tools/realkube && CGO_ENABLED=0 go build -p 2 -ldflags "$(REALKUBE_LDFLAGS)" -o $(REALKUBE).tmp .
+	cd tools/realkube && CGO_ENABLED=0 go build -p 2 -buildvcs=false -ldflags "$(REALKUBE_LDFLAGS)" -o $(REALKUBE).tmp .
 	mv $(REALKUBE).tmp $(REALKUBE)
 
 ## realkube-check: gofmt and go vet of tools/realkube.
