@@ -33,10 +33,14 @@ test: tools realkube realkube-check kubectl fmt-check clippy crd-check helm-venv
 # With this set, the chart tests in tests/e2e (apply to the emulator, RBAC usage) must run.
 test: export PORTMAPPER_CHART_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-## tools: toolchain components the checks need (idempotent).
+## tools: toolchain components the checks need (idempotent), and Debian's nftables and conntrack
+## for kube-proxy in the data-plane tests (tests/e2e/dataplane.rs).
 tools:
 	@rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 	@rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+	@command -v nft >/dev/null && command -v conntrack >/dev/null || \
+	  apt-get install -y -q nftables conntrack >/dev/null || \
+	  { apt-get update -q >/dev/null && apt-get install -y -q nftables conntrack >/dev/null; }
 
 fmt-check:
 	$(CARGO) fmt --all -- --check

@@ -10,6 +10,7 @@
 
 mod admission;
 mod chart;
+mod dataplane;
 mod demo;
 mod env;
 mod examples;
