@@ -296,3 +296,38 @@ fn a_service_named_with_a_leading_digit_is_published() {
     );
     assert_eq!(members, "api-0");
 }
+
+/// The CRD's selectableFields: the API server filters PortMappings by Service and by pool key.
+#[test]
+fn kubectl_finds_a_services_portmapping_with_a_field_selector() {
+    if !kubectl_available() {
+        return;
+    }
+    let cluster = Cluster::start("selectable");
+    let pm = |name: &str, service: &str, key: &str| {
+        serde_json::json!({"apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping",
+            "metadata": {"name": name},
+            "spec": {"serviceRef": {"name": service}, "pods": {"key": key},
+                     "defaultChecks": [{"podReady": {}}]}})
+    };
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+        pm("web-a", "web", "example.com/group"), pm("web-b", "web", "example.com/tier"),
+        pm("api", "api", "example.com/group"),
+    ]});
+    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], list.to_string().as_bytes());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let by =
+        |selector: &str| cluster.ok(&["get", "pm", "--field-selector", selector, "-o", "name"]);
+    assert_eq!(
+        by("spec.serviceRef.name=web"),
+        "portmapping.portmapper.dev/web-a\nportmapping.portmapper.dev/web-b\n"
+    );
+    assert_eq!(
+        by("spec.pods.key=example.com/group,spec.serviceRef.name!=web"),
+        "portmapping.portmapper.dev/api\n"
+    );
+}

@@ -26,6 +26,10 @@ use crate::status::PortMappingStatus;
     shortname = "pm",
     category = "portmapper",
     derive = "PartialEq",
+    // `kubectl get pm --field-selector spec.serviceRef.name=web` finds a Service's PortMapping on
+    // the server (selectableFields, GA since 1.32).
+    selectable = ".spec.serviceRef.name",
+    selectable = ".spec.pods.key",
     doc = "PortMapping publishes the EndpointSlices of one selector-less Service, choosing per Service port which pods of a pool back it.",
     cel,
     printcolumn(
