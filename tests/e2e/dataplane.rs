@@ -640,6 +640,28 @@ mod inner {
             BTreeMap::from([("-".to_string(), 6)]),
             "https through node A"
         );
+        // portmapper says so: the condition, and one Warning Event naming the port and node.
+        let reason = "jsonpath={.status.conditions[?(@.type==\"ConsumerCaveat\")].reason}";
+        cluster.eventually(&["get", "pm", "lb", "-o", reason], FOLLOW, |out| {
+            out == "LocalTrafficPolicy"
+        });
+        let notes = cluster.eventually(
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "reason=LocalTrafficPolicy",
+                "-o",
+                "jsonpath={range .items[*]}{.type} {.message}{\"\\n\"}{end}",
+            ],
+            FOLLOW,
+            |out| !out.is_empty(),
+        );
+        assert_eq!(notes.lines().count(), 1, "{notes}");
+        assert!(
+            notes.starts_with("Warning ") && notes.contains("port https on 1 node(s): node-a ("),
+            "{notes}"
+        );
     }
 
     /// A plain HTTP/1.0 GET: (status, body).

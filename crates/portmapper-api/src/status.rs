@@ -18,7 +18,9 @@ pub mod condition_types {
     pub const SELECTOR_MIGRATION: &str = "SelectorMigration";
     /// A consumer of the slices is known to ignore per-port membership here (reason
     /// `IstioAmbient`: published pods are enrolled in Istio ambient and the ports have
-    /// different members); present only while it holds. See docs/consumers.md.
+    /// different members; `LocalTrafficPolicy`: with `externalTrafficPolicy: Local`, nodes pass
+    /// the load balancer's health check without members of some ports); present only while it
+    /// holds. See docs/consumers.md.
     pub const CONSUMER_CAVEAT: &str = "ConsumerCaveat";
     /// A `spec.ports[].name` names no port of the Service (its checks apply to nothing; the
     /// other ports still publish).

@@ -25,6 +25,9 @@ pub enum EventReason {
     SelectorStillPresent,
     /// Warning: Istio ambient consumers bypass the published slices.
     IstioAmbient,
+    /// Warning: with `externalTrafficPolicy: Local`, load balancers send ports to nodes
+    /// without local members of them.
+    LocalTrafficPolicy,
     /// Normal: the Endpoints object is handed back to the native controller.
     LegacyEndpointsRelinquished,
     /// Warning: an abandoned Endpoints object is not adopted (`nativeCleanup` off).
@@ -52,6 +55,7 @@ impl EventReason {
             Self::EndpointSliceNameCollision => "EndpointSliceNameCollision",
             Self::SelectorStillPresent => "SelectorStillPresent",
             Self::IstioAmbient => "IstioAmbient",
+            Self::LocalTrafficPolicy => "LocalTrafficPolicy",
             Self::LegacyEndpointsRelinquished => "LegacyEndpointsRelinquished",
             Self::LegacyEndpointsNotAdopted => "LegacyEndpointsNotAdopted",
             Self::LegacyEndpointsAdoptionDeferred => "LegacyEndpointsAdoptionDeferred",
@@ -86,6 +90,7 @@ mod tests {
             R::EndpointSliceNameCollision,
             R::SelectorStillPresent,
             R::IstioAmbient,
+            R::LocalTrafficPolicy,
             R::LegacyEndpointsRelinquished,
             R::LegacyEndpointsNotAdopted,
             R::LegacyEndpointsAdoptionDeferred,

@@ -729,21 +729,20 @@ async fn plan_and_apply(
     } else {
         ctx.clear_warning(pm_ref, EventReason::SelectorStillPresent.as_str());
     }
-    let caveat = gathered
-        .ambient
-        .then(|| report::consumer_caveat(&plan, &pods))
-        .flatten();
-    if let Some(caveat) = caveat {
-        let previous = pm.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
-        if ctx.warn_once(pm_ref, report::ISTIO_AMBIENT)
-            && !report::already_reported(previous, &caveat)
+    let caveats = report::consumer_caveats(&plan, &pods, service, gathered.ambient);
+    let previous = pm.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
+    for reason in report::CAVEATS {
+        let Some((_, message)) = caveats.iter().find(|(r, _)| *r == reason) else {
+            ctx.clear_warning(pm_ref, reason.as_str());
+            continue;
+        };
+        let reported = Desired::new(ct::CONSUMER_CAVEAT, true, reason.as_str(), message.clone());
+        if ctx.warn_once(pm_ref, reason.as_str()) && !report::already_reported(previous, &reported)
         {
-            warn_event(ctx, pm, pm_ref, EventReason::IstioAmbient, &caveat.message).await;
+            warn_event(ctx, pm, pm_ref, reason, message).await;
         }
-        conditions.push(caveat);
-    } else {
-        ctx.clear_warning(pm_ref, report::ISTIO_AMBIENT);
     }
+    conditions.extend(report::consumer_caveat(&caveats));
     // One Event per reason, naming every occurrence (three rejected pods are one Event that
     // names all three, not one that names the first).
     let mut by_reason: BTreeMap<EventReason, Vec<String>> = BTreeMap::new();

@@ -394,11 +394,11 @@ fn preview(
         .collect();
     out.assumed = network.len();
     input.network = &network;
-    let mut caveat = None;
+    let mut caveats = Vec::new();
     match planner::plan(&input) {
         Ok(plan) => {
             desired = report::planned(&plan);
-            caveat = report::consumer_caveat(&plan, &pods);
+            caveats = report::consumer_caveats(&plan, &pods, service, true);
             desired.extend(report::port_not_found(&plan));
             status.ports = plan.ports.clone();
             status.summary = Some(plan.summary.clone()).filter(|s| !s.is_empty());
@@ -435,14 +435,10 @@ fn preview(
         desired.push(migration);
     }
     // After SelectorMigration, in the order the live reconcile reports them.
-    if let Some(caveat) = caveat {
-        out.notes.push(format!(
-            "Warning Event {}: {}",
-            report::ISTIO_AMBIENT,
-            caveat.message
-        ));
-        desired.push(caveat);
+    for (reason, message) in &caveats {
+        out.notes.push(format!("Warning Event {reason}: {message}"));
     }
+    desired.extend(report::consumer_caveat(&caveats));
     status.conditions =
         conditions::merge(&[], &desired, pm.metadata.generation, Timestamp::UNIX_EPOCH);
     status.observed_generation = pm.metadata.generation;

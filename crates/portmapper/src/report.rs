@@ -149,15 +149,45 @@ pub fn selector_migration(service: &Service) -> Option<Desired> {
 /// The condition reason (and Warning Event reason) of the Istio ambient caveat.
 pub const ISTIO_AMBIENT: &str = EventReason::IstioAmbient.as_str();
 
-/// `ConsumerCaveat=True` while a consumer is known to ignore this plan's per-port membership:
-/// published pods are enrolled in Istio ambient and the ports have different members. Absent
-/// otherwise, like `SelectorMigration`. Its message is also the Warning Event's note.
-pub fn consumer_caveat(
+/// The Warning Event reasons of the consumer caveats.
+pub const CAVEATS: [EventReason; 2] = [EventReason::IstioAmbient, EventReason::LocalTrafficPolicy];
+
+/// The consumers known to ignore this plan's per-port membership, each with its Warning Event
+/// reason and message: published pods enrolled in Istio ambient (looked for only when `ambient`:
+/// the pool has enrolled pods), and a Service that routes external traffic to local endpoints
+/// only, with nodes that lack members of some ports.
+pub fn consumer_caveats(
     plan: &portmapper_core::Plan,
     pods: &[&portmapper_core::PodRecord],
-) -> Option<Desired> {
-    portmapper_core::consumers::istio_ambient(plan, pods)
-        .map(|caveat| Desired::new(ct::CONSUMER_CAVEAT, true, ISTIO_AMBIENT, caveat.to_string()))
+    service: &Service,
+    ambient: bool,
+) -> Vec<(EventReason, String)> {
+    use portmapper_core::consumers::{istio_ambient, local_traffic_policy};
+    let ambient = ambient
+        .then(|| istio_ambient(plan, pods))
+        .flatten()
+        .map(|c| (EventReason::IstioAmbient, c.to_string()));
+    let local = local_traffic_policy(plan, service)
+        .map(|c| (EventReason::LocalTrafficPolicy, c.to_string()));
+    ambient.into_iter().chain(local).collect()
+}
+
+/// `ConsumerCaveat=True` while a consumer is known to ignore this plan's per-port membership,
+/// with the first caveat's reason and every caveat's message. Absent otherwise, like
+/// `SelectorMigration`.
+pub fn consumer_caveat(caveats: &[(EventReason, String)]) -> Option<Desired> {
+    let (reason, _) = caveats.first()?;
+    let message = caveats
+        .iter()
+        .map(|(_, m)| m.as_str())
+        .collect::<Vec<_>>()
+        .join("; also: ");
+    Some(Desired::new(
+        ct::CONSUMER_CAVEAT,
+        true,
+        reason.as_str(),
+        message,
+    ))
 }
 
 /// Whether `previous` already reports `desired` as True with the same reason: the Event of a

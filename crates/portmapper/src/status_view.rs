@@ -413,6 +413,8 @@ pub fn matrix(pm: &PortMapping, service: &Service, slices: &[EndpointSlice]) -> 
         }
     }
 
+    notes.extend(local_policy_note(pm, service, slices));
+
     View {
         schema: JSON_SCHEMA,
         namespace: pm.namespace().unwrap_or_default(),
@@ -434,6 +436,24 @@ pub fn matrix(pm: &PortMapping, service: &Service, slices: &[EndpointSlice]) -> 
         families: families_out,
         notes,
     }
+}
+
+/// The `externalTrafficPolicy: Local` caveat, read from the published slices themselves: which
+/// nodes pass the load balancer's health check without local members of a port.
+fn local_policy_note(
+    pm: &PortMapping,
+    service: &Service,
+    slices: &[EndpointSlice],
+) -> Option<String> {
+    use portmapper_core::consumers::{local_policy_caveat, port_ready_nodes, routes_locally};
+    if !routes_locally(service) {
+        return None;
+    }
+    let uid = pm.metadata.uid.as_deref().unwrap_or_default();
+    let ours = slices
+        .iter()
+        .filter(|s| !portmapper_core::ownership::controlled_by_another(&s.metadata, uid));
+    local_policy_caveat(&service.name_any(), &port_ready_nodes(ours)).map(|c| c.to_string())
 }
 
 fn column(name: String, port: Option<i32>, status: Option<&PortStatus>) -> Column {
@@ -857,6 +877,57 @@ mod tests {
         let text = table(&view);
         assert!(text.contains("Conditions: none\n"), "{text}");
         assert!(text.contains("Ready/candidates: 80 -\n"), "{text}");
+    }
+
+    #[test]
+    fn a_local_traffic_policy_notes_the_nodes_without_members_of_a_port() {
+        let mut svc = two_ports();
+        let spec = svc.spec.as_mut().unwrap();
+        spec.type_ = Some("LoadBalancer".into());
+        spec.external_traffic_policy = Some("Local".into());
+        let mut http = slice(
+            "web.http",
+            "IPv4",
+            "http",
+            UID,
+            &[("a", true, true, false), ("b", true, true, false)],
+        );
+        let mut https = slice(
+            "web.https",
+            "IPv4",
+            "https",
+            UID,
+            &[("b", true, true, false)],
+        );
+        for (s, nodes) in [
+            (&mut http, ["node-a", "node-b"]),
+            (&mut https, ["node-b", ""]),
+        ] {
+            for (e, node) in s.endpoints.iter_mut().zip(nodes) {
+                e.node_name = Some(node.into());
+            }
+        }
+        let view = matrix(&pm(status(json!([]))), &svc, &[http.clone(), https.clone()]);
+        let note = view
+            .notes
+            .iter()
+            .find(|n| n.contains("externalTrafficPolicy: Local"));
+        assert!(
+            note.is_some_and(|n| n.contains("port https on 1 node(s): node-a")),
+            "{:?}",
+            view.notes
+        );
+        // The same slices behind a Cluster policy: nothing to say.
+        svc.spec.as_mut().unwrap().external_traffic_policy = Some("Cluster".into());
+        let view = matrix(&pm(status(json!([]))), &svc, &[http, https]);
+        assert!(
+            !view
+                .notes
+                .iter()
+                .any(|n| n.contains("externalTrafficPolicy")),
+            "{:?}",
+            view.notes
+        );
     }
 
     #[test]

@@ -1,6 +1,3 @@
-//! Known-bad combinations of per-port membership with consumers of EndpointSlices
-//! (docs/consumers.md). Pure: the operator feeds them from a plan and reports a condition.
-//!
 //! Istio ambient mode: istiod gives a pod every port of each Service whose EndpointSlices name it
 //! by `targetRef` (istio/istio `pilot/pkg/serviceregistry/kube/controller/ambient/workloads.go`:
 //! `matchingServicesWithoutSelectors`, then `constructServices` over all Service ports), so for
@@ -131,16 +128,7 @@ pub fn istio_ambient(plan: &Plan, pods: &[&PodRecord]) -> Option<IstioAmbientCav
 }
 
 fn names(pods: &[String]) -> String {
-    let mut out = pods
-        .iter()
-        .take(MAX_NAMED)
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .join(", ");
-    if pods.len() > MAX_NAMED {
-        out.push_str(&format!(" and {} more", pods.len() - MAX_NAMED));
-    }
-    out
+    super::names(pods, MAX_NAMED)
 }
 
 impl fmt::Display for IstioAmbientCaveat {
