@@ -351,6 +351,20 @@ def _network_policy_no_dns(objs: list[Obj]) -> None:
     assert len(egress) == 1 and "to" not in egress[0], egress
 
 
+def _publication_gate(objs: list[Obj]) -> None:
+    policy = one(objs, "MutatingAdmissionPolicy", "portmapper-publication-gate")
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Ignore", spec
+    assert spec["matchConstraints"]["namespaceSelector"] == {"matchLabels": {"example.com/gated": "enabled"}}
+    assert spec["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE"]
+    pools = spec["matchConditions"][0]["expression"]
+    assert pools.startswith('["example.com/pool","app.kubernetes.io/name"].exists(k,'), pools
+    mutation = spec["mutations"][0]["jsonPatch"]["expression"]
+    assert mutation.count('conditionType: "example.com/published"') == 2, mutation
+    binding = one(objs, "MutatingAdmissionPolicyBinding", "portmapper-publication-gate")
+    assert binding["spec"] == {"policyName": "portmapper-publication-gate"}
+
+
 def _no_pdb(objs: list[Obj]) -> None:
     none_of(objs, "PodDisruptionBudget")
 
@@ -494,6 +508,18 @@ CASES: list[Case] = [
         },
         _network_policy,
     ),
+    (
+        "publication gate injected by a MutatingAdmissionPolicy",
+        {
+            "publicationGate": {
+                "inject": True,
+                "namespaceLabel": "example.com/gated",
+                "poolKeys": ["example.com/pool", "app.kubernetes.io/name"],
+                "conditionType": "example.com/published",
+            }
+        },
+        _publication_gate,
+    ),
     ("NetworkPolicy without DNS", {"networkPolicy": {"enabled": True, "dns": False}}, _network_policy_no_dns),
     ("PodDisruptionBudget off", {"podDisruptionBudget": {"enabled": False}}, _no_pdb),
     ("PodDisruptionBudget as a percentage", {"podDisruptionBudget": {"minAvailable": "50%"}}, _pdb_percent),
@@ -582,6 +608,9 @@ INVALID: list[tuple[Obj, str]] = [
     ({"securityContext": {"seccompProfile": {"type": "Unconfined"}}}, "/securityContext/seccompProfile/type"),
     ({"podSecurityContext": {"seccompProfile": {"type": "Unconfined"}}}, "/podSecurityContext/seccompProfile/type"),
     ({"podSecurityContext": {"runAsNonRoot": False}}, "/podSecurityContext/runAsNonRoot"),
+    ({"publicationGate": {"inject": True}}, "publicationGate.inject needs publicationGate.poolKeys"),
+    ({"publicationGate": {"poolKeys": ["Not A Key"]}}, "/publicationGate/poolKeys/0"),
+    ({"publicationGate": {"conditionType": "Ready"}}, "/publicationGate/conditionType"),
     ({"replicas": 2}, "additional properties 'replicas' not allowed"),
     ({"leaderElection": {"leaseDuration": 15}}, "additional properties 'leaseDuration' not allowed"),
 ]

@@ -344,3 +344,127 @@ fn chart_applies_to_a_real_api_server_with_default_and_optional_values() {
         );
     }
 }
+
+/// `publicationGate.inject`: the chart's MutatingAdmissionPolicy really mutates pods on a 1.37
+/// API server. A pod created with a pool key, as a label or an annotation, in a namespace that
+/// opts in gets the readiness gate once; other pods are left as they are.
+#[test]
+fn the_publication_gate_policy_adds_the_gate_to_pool_pods() {
+    if !kubectl_available() {
+        return;
+    }
+    let cluster = Cluster::start("gate-inject");
+    if !cluster.disposable() {
+        return;
+    }
+    let values = json!({"publicationGate": {"inject": true, "poolKeys": ["example.com/pool"]}});
+    let release = format!("pm-{}", cluster.namespace);
+    let Some(objects) = render(&release, &cluster.namespace, &values) else {
+        return;
+    };
+    let policy: Vec<Value> = objects
+        .into_iter()
+        .filter(|o| {
+            o["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("MutatingAdmissionPolicy"))
+        })
+        .collect();
+    assert_eq!(policy.len(), 2, "{policy:?}");
+    apply(&cluster, &policy, false);
+    let opted_out = format!("{}-out", cluster.namespace);
+    cluster.ok(&["create", "namespace", &opted_out]);
+    cluster.ok(&[
+        "label",
+        "namespace",
+        &cluster.namespace,
+        "portmapper.dev/publication-gate=enabled",
+    ]);
+    let pod = |name: &str, meta: Value, gates: Value| {
+        let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}});
+        p["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .extend(meta.as_object().unwrap().clone());
+        if !gates.is_null() {
+            p["spec"]["readinessGates"] = gates;
+        }
+        p
+    };
+    let gates = |namespace: &str, name: &str| {
+        cluster.ok(&[
+            "get",
+            "pod",
+            name,
+            "-n",
+            namespace,
+            "-o",
+            "jsonpath={.spec.readinessGates[*].conditionType}",
+        ])
+    };
+    // The API server starts applying a new policy once its informer has it: retry the first pod.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    for attempt in 0.. {
+        let name = format!("first-{attempt}");
+        apply(
+            &cluster,
+            &[pod(
+                &name,
+                json!({"labels": {"example.com/pool": "web"}}),
+                Value::Null,
+            )],
+            false,
+        );
+        if gates(&cluster.namespace, &name) == "portmapper.dev/published" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the policy never mutated a pod"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let cases = [
+        (
+            "by-annotation",
+            json!({"annotations": {"example.com/pool": "web"}}),
+            Value::Null,
+            "portmapper.dev/published",
+        ),
+        (
+            "no-pool-key",
+            json!({"labels": {"app": "web"}}),
+            Value::Null,
+            "",
+        ),
+        (
+            "already-gated",
+            json!({"labels": {"example.com/pool": "web"}}),
+            json!([{"conditionType": "portmapper.dev/published"}]),
+            "portmapper.dev/published",
+        ),
+        (
+            "other-gate",
+            json!({"labels": {"example.com/pool": "web"}}),
+            json!([{"conditionType": "example.com/warm"}]),
+            "example.com/warm portmapper.dev/published",
+        ),
+    ];
+    for (name, meta, existing, want) in cases {
+        apply(&cluster, &[pod(name, meta, existing)], false);
+        assert_eq!(gates(&cluster.namespace, name), want, "{name}");
+    }
+    let mut outside = pod(
+        "outside",
+        json!({"labels": {"example.com/pool": "web"}}),
+        Value::Null,
+    );
+    outside["metadata"]["namespace"] = json!(opted_out);
+    apply(&cluster, &[outside], false);
+    assert_eq!(
+        gates(&opted_out, "outside"),
+        "",
+        "a namespace without the label"
+    );
+}
