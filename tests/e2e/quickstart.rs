@@ -195,6 +195,44 @@ fn deleting_the_portmapping_garbage_collects_its_slices() {
         WAIT,
         |out| out.trim() == "endpoints/my-service",
     );
+    // Every v1 Endpoints write draws the API server's deprecation warning; the PortMapping
+    // reports it once, however many writes follow (this membership change writes it again).
+    let warned = [
+        "get",
+        "events.v1.events.k8s.io",
+        "--field-selector",
+        "reason=ApiWarning",
+        "-o",
+        // A repeat would be a series (kube's recorder counts it there).
+        "jsonpath={range .items[*]}{.series.count}|{.note}{\"\\n\"}{end}",
+    ];
+    cluster.eventually(&warned, WAIT, |out| !out.is_empty());
+    cluster.ok(&[
+        "annotate",
+        "pod",
+        "pod-a",
+        "example.com/ports=https",
+        "--overwrite",
+    ]);
+    cluster.eventually(
+        &[
+            "get",
+            "endpoints",
+            "my-service",
+            "-o",
+            "jsonpath={.subsets[*].ports[*].name}",
+        ],
+        WAIT,
+        // Subsets by port set: b and c serve both, a and d https only.
+        |out| out == "http https https",
+    );
+    let events = cluster.ok(&warned);
+    assert_eq!(
+        events.trim(),
+        "|the API server warns about this PortMapping's writes: v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice",
+        "{}",
+        cluster.operator_log()
+    );
     cluster.ok(&["delete", "pm", "my-service", "--wait=true"]);
     cluster.eventually(
         &[

@@ -28,6 +28,8 @@ pub enum EventReason {
     /// Warning: with `externalTrafficPolicy: Local`, load balancers send ports to nodes
     /// without local members of them.
     LocalTrafficPolicy,
+    /// Warning: the API server sent a `Warning` header on our writes (once per text).
+    ApiWarning,
     /// Normal: the Endpoints object is handed back to the native controller.
     LegacyEndpointsRelinquished,
     /// Warning: an abandoned Endpoints object is not adopted (`nativeCleanup` off).
@@ -56,6 +58,7 @@ impl EventReason {
             Self::SelectorStillPresent => "SelectorStillPresent",
             Self::IstioAmbient => "IstioAmbient",
             Self::LocalTrafficPolicy => "LocalTrafficPolicy",
+            Self::ApiWarning => "ApiWarning",
             Self::LegacyEndpointsRelinquished => "LegacyEndpointsRelinquished",
             Self::LegacyEndpointsNotAdopted => "LegacyEndpointsNotAdopted",
             Self::LegacyEndpointsAdoptionDeferred => "LegacyEndpointsAdoptionDeferred",
@@ -91,6 +94,7 @@ mod tests {
             R::SelectorStillPresent,
             R::IstioAmbient,
             R::LocalTrafficPolicy,
+            R::ApiWarning,
             R::LegacyEndpointsRelinquished,
             R::LegacyEndpointsNotAdopted,
             R::LegacyEndpointsAdoptionDeferred,

@@ -3,6 +3,8 @@
 //! chosen by the planner or the reconcile, and every write is refused when this replica is not
 //! the leader.
 
+use std::collections::BTreeSet;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use k8s_openapi::api::core::v1::{Endpoints, Pod};
@@ -40,6 +42,8 @@ pub struct Writer<'a> {
     pub metrics: &'a Metrics,
     /// Writes tried through this writer, failed ones included.
     attempts: AtomicU32,
+    /// The API server's warnings on this writer's writes (see `api_warnings.rs`).
+    warnings: Mutex<BTreeSet<String>>,
 }
 
 impl<'a> Writer<'a> {
@@ -55,6 +59,7 @@ impl<'a> Writer<'a> {
             leadership,
             metrics,
             attempts: AtomicU32::new(0),
+            warnings: Mutex::default(),
         }
     }
 }
@@ -72,6 +77,30 @@ impl Writer<'_> {
         } else {
             Err(Error::NotLeader)
         }
+    }
+
+    /// Collects the warnings the API server sent on writes to `name` (with `subresource`, when
+    /// not empty) of kind `K` in this namespace.
+    fn listen<K: Resource<DynamicType = ()>>(&self, name: &str, subresource: &str) {
+        let mut path = format!("{}/{name}", K::url_path(&(), Some(self.namespace)));
+        if !subresource.is_empty() {
+            path = format!("{path}/{subresource}");
+        }
+        let heard = crate::api_warnings::heard().take(&path);
+        if !heard.is_empty() {
+            self.warnings
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(heard);
+        }
+    }
+
+    /// The distinct warnings the API server sent on this writer's writes so far.
+    pub fn warnings(&self) -> BTreeSet<String> {
+        self.warnings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     fn params() -> PatchParams {
@@ -96,7 +125,9 @@ impl Writer<'_> {
             .patch_metadata(&name, &Self::params(), &Patch::Apply(slice))
             .map_err(|e| failed(kube::Error::BuildRequest(e)))?;
         request.extensions_mut().insert("patch");
-        let stored: Stored = self.client.request(request).await.map_err(failed)?;
+        let stored = self.client.request::<Stored>(request).await;
+        self.listen::<EndpointSlice>(&name, "");
+        let stored = stored.map_err(failed)?;
         self.metrics.write("apply", "endpointslices");
         debug!(namespace = self.namespace, slice = %name, "applied EndpointSlice");
         Ok(stored.metadata.resource_version)
@@ -115,8 +146,11 @@ impl Writer<'_> {
         self.guard()?;
         let name = endpoints.name_any();
         let api: Api<Endpoints> = Api::namespaced(self.client.clone(), self.namespace);
-        api.patch(&name, &Self::params(), &Patch::Apply(endpoints))
-            .await
+        let applied = api
+            .patch(&name, &Self::params(), &Patch::Apply(endpoints))
+            .await;
+        self.listen::<Endpoints>(&name, "");
+        applied
             .map_err(|e| Error::kube(format!("applying Endpoints {}/{name}", self.namespace), e))?;
         self.metrics.write("apply", "endpoints");
         Ok(())
@@ -142,16 +176,18 @@ impl Writer<'_> {
             .collect();
         let patch =
             json!({"metadata": {"resourceVersion": resource_version, "annotations": annotations}});
-        api.patch(
-            name,
-            &PatchParams {
-                field_manager: Some(MANAGER.into()),
-                ..PatchParams::default()
-            },
-            &kube::api::Patch::Merge(&patch),
-        )
-        .await
-        .map_err(|e| {
+        let patched = api
+            .patch(
+                name,
+                &PatchParams {
+                    field_manager: Some(MANAGER.into()),
+                    ..PatchParams::default()
+                },
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await;
+        self.listen::<Endpoints>(name, "");
+        patched.map_err(|e| {
             Error::kube(
                 format!(
                     "stripping inherited annotations of Endpoints {}/{name}",
@@ -194,7 +230,9 @@ impl Writer<'_> {
             }),
             ..DeleteParams::default()
         };
-        match api.delete(name, &dp).await {
+        let deleted = api.delete(name, &dp).await;
+        self.listen::<K>(name, "");
+        match deleted {
             Ok(_) => {
                 self.metrics.write("delete", resource);
                 info!(namespace = self.namespace, kind, name, "deleted");
@@ -222,14 +260,16 @@ impl Writer<'_> {
             "kind": "PortMapping",
             "status": status,
         });
-        api.patch_status(&name, &Self::params(), &Patch::Apply(body))
-            .await
-            .map_err(|e| {
-                Error::kube(
-                    format!("applying status of PortMapping {}/{name}", self.namespace),
-                    e,
-                )
-            })?;
+        let applied = api
+            .patch_status(&name, &Self::params(), &Patch::Apply(body))
+            .await;
+        self.listen::<PortMapping>(&name, "status");
+        applied.map_err(|e| {
+            Error::kube(
+                format!("applying status of PortMapping {}/{name}", self.namespace),
+                e,
+            )
+        })?;
         self.metrics.write("apply", "portmappings/status");
         Ok(())
     }
@@ -257,10 +297,11 @@ impl Writer<'_> {
             field_manager: Some(MANAGER.into()),
             ..PatchParams::default()
         };
-        match api
+        let patched = api
             .patch_status(&gate.pod, &params, &Patch::Strategic(body))
-            .await
-        {
+            .await;
+        self.listen::<Pod>(&gate.pod, "status");
+        match patched {
             Ok(_) => {
                 self.metrics.write("patch", "pods/status");
                 debug!(

@@ -58,6 +58,7 @@ pub fn gated(
     config.default_retry = false;
     let builder = ClientBuilder::try_from(config)
         .map_err(|e| Error::kube("building the API client", e))?
+        .with_layer(&crate::api_warnings::WarningLayer)
         .with_layer(&WriteGateLayer { leadership })
         // Retry needs a cloneable service; the buffer sits above the gate, so the gate still
         // runs immediately before the inner stack sends.

@@ -125,6 +125,26 @@ impl Context {
         new
     }
 
+    /// The occurrences in `current` never mentioned before in `slot` for `pm`; they are
+    /// remembered until `pm` is forgotten (an occurrence that comes back is not new).
+    pub fn first_mentions(
+        &self,
+        pm: &ObjectRef<PortMapping>,
+        slot: &'static str,
+        current: BTreeSet<String>,
+    ) -> Vec<String> {
+        let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
+        let seen = warned
+            .entry(pm.clone())
+            .or_default()
+            .entry(slot)
+            .or_default();
+        current
+            .into_iter()
+            .filter(|text| seen.insert(text.clone()))
+            .collect()
+    }
+
     /// The memo of `pm`'s last plan (empty the first time), to be handed back with
     /// [`Context::keep_memo`].
     pub fn take_memo(&self, pm: &ObjectRef<PortMapping>) -> EvalMemo {

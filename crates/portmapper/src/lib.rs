@@ -1,5 +1,6 @@
 //! The portmapper operator: decide (membership) → plan (pure, in `portmapper-core`) → apply.
 
+pub mod api_warnings;
 pub mod apply;
 pub mod backoff;
 pub mod cli;

@@ -176,7 +176,6 @@ async fn reconcile_inner(
     fingerprint: crate::quiet::Fingerprint,
 ) -> Result<Action, Error> {
     let ns = pm.namespace().ok_or(Error::MissingMetadata("namespace"))?;
-    let uid = pm.uid().ok_or(Error::MissingMetadata("uid"))?;
     // A PortMapping held by a finalizer or a foreground deletion is still reconciled, like the
     // native controller's terminating Services: its slices stay accurate until they are
     // collected, and the planner creates nothing new that would race the garbage collector.
@@ -189,6 +188,39 @@ async fn reconcile_inner(
         return Ok(Action::await_change());
     }
     let writer = Writer::new(&ctx.client, &ns, &ctx.leadership, &ctx.metrics);
+    let result = reconcile_as_leader(pm, ctx, fingerprint, &writer, &pm_ref).await;
+    report_api_warnings(ctx, pm, &pm_ref, &writer).await;
+    result
+}
+
+/// Each distinct warning the API server sent on this PortMapping's writes, once per
+/// PortMapping (a Warning Event and a log line), not once per write: v1 Endpoints are
+/// deprecated, and every legacy Endpoints write says so.
+async fn report_api_warnings(
+    ctx: &Context,
+    pm: &PortMapping,
+    pm_ref: &ObjectRef<PortMapping>,
+    writer: &Writer<'_>,
+) {
+    let reason = EventReason::ApiWarning;
+    for text in ctx.first_mentions(pm_ref, reason.as_str(), writer.warnings()) {
+        info!(portmapping = %pm_ref, warning = %text, "the API server warns about our writes");
+        let note = format!("the API server warns about this PortMapping's writes: {text}");
+        warn_event(ctx, pm, pm_ref, reason, &note).await;
+    }
+}
+
+async fn reconcile_as_leader(
+    pm: &PortMapping,
+    ctx: &Context,
+    fingerprint: crate::quiet::Fingerprint,
+    writer: &Writer<'_>,
+    pm_ref: &ObjectRef<PortMapping>,
+) -> Result<Action, Error> {
+    let (ns, uid) = (
+        writer.namespace,
+        pm.uid().ok_or(Error::MissingMetadata("uid"))?,
+    );
     if !caches_synced(ctx) {
         // Before their first list these caches read as "nothing published" / "no Service": a
         // plan would rewrite every slice and probes would be seeded excluded (a restart flap),
@@ -203,37 +235,37 @@ async fn reconcile_inner(
         debug!(portmapping = %pm_ref, "own writes not in the cache yet; waiting");
         return Ok(Action::requeue(OWN_WRITES_RETRY));
     }
-    let outcome = match decide(pm, ctx, &ns, &pm_ref) {
+    let outcome = match decide(pm, ctx, ns, pm_ref) {
         Decided::Wait => return Ok(Action::requeue(PENDING_RETRY)),
         Decided::Stop(mut outcome) => {
             crate::probing::forget(&ctx.prober, pm);
             // Its slices stay: gated pods they name keep their condition, the others are False.
-            let live = owned_slices(ctx, &ns, &uid, &[], None);
-            if !stalled_gates(pm, ctx, &ns, &pm_ref, &writer, &live, &outcome).await? {
+            let live = owned_slices(ctx, ns, &uid, &[], None);
+            if !stalled_gates(pm, ctx, ns, pm_ref, writer, &live, &outcome).await? {
                 outcome.requeue = PENDING_RETRY;
             }
             outcome
         }
         Decided::Withdraw(mut outcome) => {
             crate::probing::forget(&ctx.prober, pm);
-            ctx.metrics.forget((&ns, &pm_ref.name));
+            ctx.metrics.forget((ns, &pm_ref.name));
             outcome.withdrawn = true;
             outcome.slices = Some(0);
             // The Service is gone: take our slices and Endpoints back, as the seed does.
-            let live = owned_slices(ctx, &ns, &uid, &[], None);
+            let live = owned_slices(ctx, ns, &uid, &[], None);
             let endpoints = crate::migration_exec::owned_endpoints(ctx, &uid);
             let plan = planner::teardown(
                 live.iter().map(AsRef::as_ref),
                 endpoints.iter().map(AsRef::as_ref),
                 &uid,
             );
-            let written = execute_slice_writes(&writer, &ctx.index, &plan, &uid).await;
+            let written = execute_slice_writes(writer, &ctx.index, &plan, &uid).await;
             // The Endpoints are deleted even when a slice deletion failed: with the Service
             // gone nothing reads either, so there is no order to keep, and every failure is
             // reported at once.
             let mut errors = written.errors;
             if let Err(err) =
-                crate::migration_exec::converge(ctx, &writer, pm, &pm_ref, &plan.migration).await
+                crate::migration_exec::converge(ctx, writer, pm, pm_ref, &plan.migration).await
             {
                 errors.push(err);
             }
@@ -241,7 +273,7 @@ async fn reconcile_inner(
                 return Err(err);
             }
             // Nothing is published any more: no gated pod stays True.
-            if !stalled_gates(pm, ctx, &ns, &pm_ref, &writer, &[], &outcome).await? {
+            if !stalled_gates(pm, ctx, ns, pm_ref, writer, &[], &outcome).await? {
                 outcome.requeue = PENDING_RETRY;
             }
             outcome
@@ -263,18 +295,18 @@ async fn reconcile_inner(
             // Slices of PortMappings this one beats for the Service are its to take over.
             let (take_over, mut held, in_doubt) = {
                 let idx = ctx.index.lock();
-                let take_over = idx.losers_to(&pm_ref);
+                let take_over = idx.losers_to(pm_ref);
                 // Names held by others, from the watch of every slice not managed by us: a
                 // name taken between that watch and our write is the same race the GET before
                 // each create had (the API server does not let SSA ask "create only").
                 let held =
-                    idx.held_by_others(&ns, &svc_name, &uid, adopt_for.is_some(), &take_over);
-                (take_over, held, idx.names_in_doubt(&ns, &svc_name))
+                    idx.held_by_others(ns, &svc_name, &uid, adopt_for.is_some(), &take_over);
+                (take_over, held, idx.names_in_doubt(ns, &svc_name))
             };
             let doubted = !in_doubt.is_empty();
             read_names_in_doubt(
                 ctx,
-                &ns,
+                ns,
                 &svc_name,
                 &uid,
                 adopt_for.is_some(),
@@ -283,7 +315,7 @@ async fn reconcile_inner(
                 &mut held,
             )
             .await?;
-            let mut owned = owned_slices(ctx, &ns, &uid, &take_over, adopt_for);
+            let mut owned = owned_slices(ctx, ns, &uid, &take_over, adopt_for);
             // A slice both watches know, one of them as someone else's (relabelled, the other
             // watch lags): not ours to write until they agree.
             owned.retain(|s| !held.contains_key(s.metadata.name.as_deref().unwrap_or_default()));
@@ -294,17 +326,17 @@ async fn reconcile_inner(
                 ambient,
             };
             let mut outcome =
-                plan_and_apply(pm, ctx, &ns, &pm_ref, &writer, &service, &pods, &inputs).await?;
+                plan_and_apply(pm, ctx, ns, pm_ref, writer, &service, &pods, &inputs).await?;
             outcome.cache_only &= !doubted;
             outcome
         }
     };
-    write_status(pm, ctx, &writer, &outcome).await?;
+    write_status(pm, ctx, writer, &outcome).await?;
     let requeue = if outcome.requeue == ctx.settings.resync {
         if outcome.cache_only && writer.wrote_nothing() {
-            ctx.quiet.settled(&pm_ref, fingerprint);
+            ctx.quiet.settled(pm_ref, fingerprint);
         }
-        resync_after(ctx, &pm_ref)
+        resync_after(ctx, pm_ref)
     } else {
         outcome.requeue
     };
