@@ -57,11 +57,20 @@ pub fn warning_text(value: &str) -> String {
         (Some(code), Some(_agent), Some(quoted))
             if code.len() == 3 && code.bytes().all(|b| b.is_ascii_digit()) =>
         {
-            let text = quoted.trim();
-            let text = text.strip_prefix('"').unwrap_or(text);
-            // A trailing warn-date would follow the closing quote.
-            let text = text.rsplit_once('"').map_or(text, |(t, _)| t);
-            text.replace("\\\"", "\"")
+            let Some(quoted) = quoted.trim().strip_prefix('"') else {
+                return value.to_owned();
+            };
+            // Up to the first unescaped quote: a warn-date may follow it.
+            let mut text = String::new();
+            let mut chars = quoted.chars();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => text.extend(chars.next()),
+                    '"' => break,
+                    c => text.push(c),
+                }
+            }
+            text
         }
         _ => value.to_owned(),
     }
