@@ -365,6 +365,17 @@ def _publication_gate(objs: list[Obj]) -> None:
     assert binding["spec"] == {"policyName": "portmapper-publication-gate"}
 
 
+def _dashboard(objs: list[Obj]) -> None:
+    cm = one(objs, "ConfigMap", "portmapper-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1", cm["metadata"]
+    assert cm["metadata"]["labels"]["team"] == "net", cm["metadata"]
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "Kubernetes"}, cm["metadata"]
+    dashboard = json.loads(cm["data"]["portmapper.json"])
+    assert dashboard["uid"] == "portmapper"
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert any("portmapper_syncs_total" in e for e in exprs), exprs
+
+
 def _no_pdb(objs: list[Obj]) -> None:
     none_of(objs, "PodDisruptionBudget")
 
@@ -520,6 +531,19 @@ CASES: list[Case] = [
         },
         _publication_gate,
     ),
+    (
+        "Grafana dashboard ConfigMap",
+        {
+            "metrics": {
+                "dashboard": {
+                    "enabled": True,
+                    "labels": {"grafana_dashboard": "1", "team": "net"},
+                    "annotations": {"grafana_folder": "Kubernetes"},
+                }
+            }
+        },
+        _dashboard,
+    ),
     ("NetworkPolicy without DNS", {"networkPolicy": {"enabled": True, "dns": False}}, _network_policy_no_dns),
     ("PodDisruptionBudget off", {"podDisruptionBudget": {"enabled": False}}, _no_pdb),
     ("PodDisruptionBudget as a percentage", {"podDisruptionBudget": {"minAvailable": "50%"}}, _pdb_percent),
@@ -611,6 +635,7 @@ INVALID: list[tuple[Obj, str]] = [
     ({"publicationGate": {"inject": True}}, "publicationGate.inject needs publicationGate.poolKeys"),
     ({"publicationGate": {"poolKeys": ["Not A Key"]}}, "/publicationGate/poolKeys/0"),
     ({"publicationGate": {"conditionType": "Ready"}}, "/publicationGate/conditionType"),
+    ({"metrics": {"dashboard": {"labels": {"grafana_dashboard": 1}}}}, "/metrics/dashboard/labels/grafana_dashboard"),
     ({"replicas": 2}, "additional properties 'replicas' not allowed"),
     ({"leaderElection": {"leaseDuration": 15}}, "additional properties 'leaseDuration' not allowed"),
 ]

@@ -13,6 +13,7 @@ pub mod ownership;
 pub mod planner;
 pub mod pod_record;
 pub mod pool;
+pub mod sync_stats;
 pub mod target;
 
 pub use check::{CheckContext, GateTypes, PUBLISHED_GATE, has_gate, has_published_gate};

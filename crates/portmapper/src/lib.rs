@@ -35,6 +35,7 @@ pub mod render;
 pub mod report;
 pub mod run;
 pub mod status_view;
+pub mod sync_metrics;
 pub mod telemetry;
 pub mod text_table;
 pub mod watch_health;

@@ -110,6 +110,8 @@ pub struct Metrics {
     pub watches_stalled: Family<WatchLabels, Gauge>,
     /// Network-check probes (`portmapper_probe_*`), fed by the prober.
     pub probe: portmapper_probe::PrometheusProbeMetrics,
+    /// The native EndpointSlice controller's metrics, with the same meaning.
+    pub sync: crate::sync_metrics::SyncMetrics,
     /// The per-Service series each PortMapping (namespace, name) feeds, so they can be removed:
     /// prometheus-client families cannot be searched by a partial label set.
     fed: Mutex<HashMap<(String, String), FedSeries>>,
@@ -144,6 +146,7 @@ impl Metrics {
         let watches_stalled = Family::<WatchLabels, Gauge>::default();
         let probe = portmapper_probe::PrometheusProbeMetrics::default();
         probe.register(&mut registry);
+        let sync = crate::sync_metrics::SyncMetrics::new(&mut registry);
 
         registry.register(
             "endpoints_published",
@@ -235,6 +238,7 @@ impl Metrics {
             watch_restarts,
             watches_stalled,
             probe,
+            sync,
             fed: Mutex::new(HashMap::new()),
         })
     }
@@ -278,6 +282,7 @@ impl Metrics {
 
     /// Removes every per-Service series a PortMapping fed (it withdrew or was deleted).
     pub fn forget(&self, portmapping: (&str, &str)) {
+        self.sync.forget(portmapping);
         let mut fed = self.fed.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(mut entry) = fed.remove(&(portmapping.0.to_string(), portmapping.1.to_string()))
         {

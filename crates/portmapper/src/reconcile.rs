@@ -25,6 +25,8 @@ use crate::index::PodSource;
 use crate::metrics::ServiceLabels;
 use crate::own_writes::Answered;
 use crate::report;
+use crate::sync_metrics::SyncResult;
+use portmapper_core::sync_stats::sync_stats;
 
 /// How soon to look again while something we wait for (a cache, probe results) is pending.
 const PENDING_RETRY: Duration = Duration::from_secs(2);
@@ -189,8 +191,12 @@ async fn reconcile_inner(
     }
     let writer = Writer::new(&ctx.client, &ns, &ctx.leadership, &ctx.metrics);
     let result = reconcile_as_leader(pm, ctx, fingerprint, &writer, &pm_ref).await;
+    ctx.metrics.sync.ended(match &result {
+        Ok((_, ended)) => *ended,
+        Err(_) => SyncResult::Error,
+    });
     report_api_warnings(ctx, pm, &pm_ref, &writer).await;
-    result
+    result.map(|(action, _)| action)
 }
 
 /// Each distinct warning the API server sent on this PortMapping's writes, once per
@@ -216,7 +222,8 @@ async fn reconcile_as_leader(
     fingerprint: crate::quiet::Fingerprint,
     writer: &Writer<'_>,
     pm_ref: &ObjectRef<PortMapping>,
-) -> Result<Action, Error> {
+) -> Result<(Action, SyncResult), Error> {
+    let stale = |wait| Ok((Action::requeue(wait), SyncResult::Stale));
     let (ns, uid) = (
         writer.namespace,
         pm.uid().ok_or(Error::MissingMetadata("uid"))?,
@@ -226,17 +233,17 @@ async fn reconcile_as_leader(
         // plan would rewrite every slice and probes would be seeded excluded (a restart flap),
         // and leftovers (our Endpoints, native slices) would go unseen.
         debug!(portmapping = %pm_ref, "caches not synced yet; writing nothing");
-        return Ok(Action::requeue(PENDING_RETRY));
+        return stale(PENDING_RETRY);
     }
 
     if ctx.index.lock().own_writes_pending(&uid, Instant::now()) {
         // Planning now would read a cache without our last writes and undo or repeat them; the
         // watch event that brings the last of them wakes this PortMapping.
         debug!(portmapping = %pm_ref, "own writes not in the cache yet; waiting");
-        return Ok(Action::requeue(OWN_WRITES_RETRY));
+        return stale(OWN_WRITES_RETRY);
     }
     let outcome = match decide(pm, ctx, ns, pm_ref) {
-        Decided::Wait => return Ok(Action::requeue(PENDING_RETRY)),
+        Decided::Wait => return stale(PENDING_RETRY),
         Decided::Stop(mut outcome) => {
             crate::probing::forget(&ctx.prober, pm);
             // Its slices stay: gated pods they name keep their condition, the others are False.
@@ -299,8 +306,7 @@ async fn reconcile_as_leader(
                 // Names held by others, from the watch of every slice not managed by us: a
                 // name taken between that watch and our write is the same race the GET before
                 // each create had (the API server does not let SSA ask "create only").
-                let held =
-                    idx.held_by_others(ns, &svc_name, &uid, adopt_for.is_some(), &take_over);
+                let held = idx.held_by_others(ns, &svc_name, &uid, adopt_for.is_some(), &take_over);
                 (take_over, held, idx.names_in_doubt(ns, &svc_name))
             };
             let doubted = !in_doubt.is_empty();
@@ -340,7 +346,7 @@ async fn reconcile_as_leader(
     } else {
         outcome.requeue
     };
-    Ok(Action::requeue(requeue))
+    Ok((Action::requeue(requeue), SyncResult::Success))
 }
 
 enum Decided {
@@ -646,6 +652,12 @@ async fn plan_and_apply(
     let mut conditions = Vec::new();
     let pm_uid = pm.uid().unwrap_or_default();
     let written = execute_slice_writes(writer, &ctx.index, &plan, &pm_uid).await;
+    let stats = sync_stats(
+        &plan,
+        live_slices.iter().map(AsRef::as_ref),
+        usize::try_from(pm.spec.max_endpoints_per_slice).unwrap_or(1),
+    );
+    ctx.metrics.sync.planned((ns, &pm_ref.name), &stats);
     // Gates after the slices: a pod is marked published only once its slices are stored.
     let slices_written = written.errors.is_empty() && plan.collisions.is_empty();
     let wake = written.wake;
