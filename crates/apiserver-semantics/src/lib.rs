@@ -65,6 +65,7 @@
 
 pub mod field_error;
 pub mod fieldpath;
+pub mod goshape;
 pub mod jsonpath;
 pub mod managed;
 pub mod openapi;

@@ -158,9 +158,11 @@ pub fn unknown_fields(
             None => Ok(Vec::new()),
         };
     }
-    let Some(pruned) =
-        apiserver_semantics::typed::prune_unknown(&rt.group, &rt.version, &rt.kind, obj)
-    else {
+    let pruned = apiserver_semantics::typed::prune_unknown(&rt.group, &rt.version, &rt.kind, obj);
+    if let Some(msg) = crate::times::decode_error(rt, obj) {
+        return Err(decode_error(rt, msg, obj, from));
+    }
+    let Some(pruned) = pruned else {
         return Ok(Vec::new());
     };
     match fv {
@@ -173,12 +175,55 @@ pub fn unknown_fields(
     }
 }
 
+/// A body the Go type cannot hold (a time that does not parse), as each handler words it: a
+/// create or PUT body fails to decode (400); a patch result fails to apply, a 422 on the field
+/// `patch` whose value is the patched object (`applyPatchToObject`).
+fn decode_error(rt: &ResourceType, msg: String, obj: &Value, from: Decoded<'_>) -> ApiError {
+    match from {
+        Decoded::Body => ApiError::bad_request(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: {msg}",
+            kind = rt.kind,
+            version = rt.version
+        )),
+        Decoded::Patch | Decoded::StrategicPatch(_) => ApiError::invalid(
+            "",
+            "",
+            "",
+            vec![Cause::new(
+                "FieldValueInvalid",
+                format!(
+                    "Invalid value: {}: {msg}",
+                    kube_validation::field::go_quote(&kube_validation::field::go_json(obj))
+                ),
+                "patch",
+            )],
+        ),
+    }
+}
+
 /// Server-side apply of a built-in converts the configuration into the typed object first: an
 /// undeclared field fails the request whatever `fieldValidation` says, with upstream's 500 and
 /// empty reason (the error is not an API status upstream).
 pub fn builtin_apply_fields(rt: &ResourceType, config: &Value) -> Result<(), ApiError> {
     if rt.crd.is_some() {
         return Ok(());
+    }
+    if let Some(msg) = crate::times::decode_error(rt, config) {
+        let gvk = format!("{}, Kind={}", rt.api_version(), rt.kind);
+        let gvk = if rt.group.is_empty() {
+            format!("/{gvk}")
+        } else {
+            gvk
+        };
+        let ns = crate::meta::str_at(config, "/metadata/namespace").unwrap_or_default();
+        let name = crate::meta::str_at(config, "/metadata/name").unwrap_or_default();
+        return Err(ApiError::new(
+            500,
+            "",
+            format!(
+                "failed to convert new object ({ns}/{name}; {gvk}) to proper version: unable to convert unstructured object to {gvk}: {msg}"
+            ),
+        ));
     }
     match apiserver_semantics::typed::apply_undeclared_fields(
         &rt.group,

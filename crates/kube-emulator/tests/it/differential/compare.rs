@@ -34,7 +34,7 @@ pub fn normalize(v: &mut Value) {
             }
         }
         Value::Array(items) => items.iter_mut().for_each(normalize),
-        Value::String(s) => *s = mask_uuids(s),
+        Value::String(s) => *s = mask_record_version(&mask_uuids(s)),
         _ => {}
     }
 }
@@ -70,6 +70,16 @@ fn mask_generated_name(map: &mut Map<String, Value>) {
     {
         *name = format!("{prefix}<generated>");
     }
+}
+
+/// A delete precondition's conflict quotes the stored resourceVersion (`in record (N)`).
+fn mask_record_version(s: &str) -> String {
+    const AT: &str = "ResourceVersion in record (";
+    let Some(start) = s.find(AT).map(|i| i + AT.len()) else {
+        return s.to_string();
+    };
+    let digits = s[start..].bytes().take_while(u8::is_ascii_digit).count();
+    format!("{}<rv>{}", &s[..start], &s[start + digits..])
 }
 
 /// Replaces every UUID (8-4-4-4-12 hex digits) in `s` with `<uid>`: messages quote uids.

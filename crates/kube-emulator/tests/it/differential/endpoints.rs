@@ -67,7 +67,8 @@ async fn endpoint_slice_writes() {
     )
     .await;
     let mut generated = slice("");
-    generated["metadata"] = json!({"generateName": "web-",
+    // A prefix that sorts after `web-http`, whatever the generated suffix.
+    generated["metadata"] = json!({"generateName": "zz-web-",
         "labels": {"kubernetes.io/service-name": "web"}});
     p.send("create with generateName", Req::post(SLICES, generated))
         .await;

@@ -255,6 +255,14 @@ impl Pair {
     /// Starts (or joins) the real control plane, starts an emulator with our CRD, and creates
     /// the namespace `tag-N` on both.
     pub async fn new(tag: &str) -> Self {
+        Self::with(tag, |b| b).await
+    }
+
+    /// [`Pair::new`] with an emulator configured by `configure`.
+    pub async fn with(
+        tag: &str,
+        configure: impl FnOnce(kube_emulator::EmulatorBuilder) -> kube_emulator::EmulatorBuilder,
+    ) -> Self {
         let plane = tokio::task::spawn_blocking(test_support::realkube::shared)
             .await
             .expect("realkube starts");
@@ -263,11 +271,9 @@ impl Pair {
         std::fs::create_dir_all(&dir).expect("kubeconfig dir");
         let real_config = dir.join(format!("{ns}-real.kubeconfig"));
         plane.kubeconfig_in(&ns, &real_config);
-        let emulator = Emulator::builder()
-            .load(test_support::realkube::repo().join("crds/portmapper.dev_portmappings.yaml"))
-            .start()
-            .await
-            .expect("emulator starts");
+        let builder = Emulator::builder()
+            .load(test_support::realkube::repo().join("crds/portmapper.dev_portmappings.yaml"));
+        let emulator = configure(builder).start().await.expect("emulator starts");
         let emu_config = dir.join(format!("{ns}-emu.kubeconfig"));
         let text = std::fs::read_to_string(emulator.kubeconfig_path()).expect("kubeconfig");
         std::fs::write(

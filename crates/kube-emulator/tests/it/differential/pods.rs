@@ -108,7 +108,9 @@ async fn invalid_pods() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_and_bound_pods() {
-    let mut p = Pair::new("nodes").await;
+    // A real cluster without kubelets keeps a gracefully deleted bound pod Terminating; the
+    // emulator does so when asked (by default it plays the kubelet and removes the pod).
+    let mut p = Pair::with("nodes", |b| b.graceful_pod_deletion(true)).await;
     let node_name = format!("{}-node", p.ns);
     let node = json!({"apiVersion": "v1", "kind": "Node",
         "metadata": {"name": node_name, "labels": {"zone": "a"}}});

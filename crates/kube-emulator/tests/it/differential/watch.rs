@@ -42,6 +42,11 @@ async fn list_pages_and_selectors() {
     )
     .await;
     p.send(
+        "unsupported field selector of a type with field labels",
+        Req::get("/api/v1/namespaces/{ns}/pods?fieldSelector=spec.hostname%3Da"),
+    )
+    .await;
+    p.send(
         "bad label selector",
         Req::get(&format!("{SLICES}?labelSelector=a%20in%20b")),
     )
