@@ -1121,8 +1121,11 @@ fn apply(
     if config.pointer("/metadata/managedFields").is_some() {
         return Err(ApiError::bad_request("metadata.managedFields must be nil"));
     }
-    semantics::builtin_apply_fields(&rt, &config)?;
+    // The two conversions name the object differently: the time error with the namespace the
+    // configuration carries, the undeclared-field error with the request's.
+    semantics::builtin_apply_times(&rt, &config)?;
     check_namespace(t, &mut config)?;
+    semantics::builtin_apply_fields(&rt, &config)?;
     let now = st.clock.now_rfc3339();
     let sub = t.sub.as_deref();
     let ctx = mctx(&rt, &av, w, sub, &now);
@@ -1292,10 +1295,11 @@ pub fn delete_one(
     }
     let terminating = old.pointer("/metadata/deletionTimestamp").is_some();
     let graceful = is_pod(rt);
-    if graceful && st.graceful_pod_deletion {
-        if let Some(d) = graceful_pod_delete(st, rt, k, &old, opts, &fins, terminating) {
-            return Ok(d);
-        }
+    if graceful
+        && st.graceful_pod_deletion
+        && let Some(d) = graceful_pod_delete(st, rt, k, &old, opts, &fins, terminating)
+    {
+        return Ok(d);
     }
     if terminating {
         if fins != meta::finalizers(&old) {
@@ -1311,7 +1315,10 @@ pub fn delete_one(
         meta::set_finalizers(&mut new, &fins);
         let m = meta::meta_mut(&mut new);
         m.insert("deletionTimestamp".into(), json!(st.clock.now_rfc3339()));
-        m.insert("deletionGracePeriodSeconds".into(), json!(0));
+        // The namespace registry's own delete sets no grace period.
+        if !is_ns {
+            m.insert("deletionGracePeriodSeconds".into(), json!(0));
+        }
         if let Some(g) = m
             .get("generation")
             .and_then(Value::as_i64)
@@ -1490,7 +1497,11 @@ pub fn delete_collection(
             Err(e) => return Err(e),
         }
     }
-    Ok(Reply::ok(
-        json!({"kind": t.rt.list_kind, "apiVersion": t.rt.api_version(), "metadata": {"resourceVersion": st.rv.to_string()}, "items": out}),
-    ))
+    Ok(Reply {
+        items: Some(out.into_iter().map(Arc::new).collect()),
+        items_type_meta: !t.rt.builtin,
+        ..Reply::ok(
+            json!({"kind": t.rt.list_kind, "apiVersion": t.rt.api_version(), "metadata": {"resourceVersion": st.rv.to_string()}}),
+        )
+    })
 }

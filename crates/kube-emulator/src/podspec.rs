@@ -42,6 +42,14 @@ fn default_spec(spec: &mut Value) {
     {
         m.insert("terminationGracePeriodSeconds".into(), json!(1));
     }
+    for v in spec
+        .get_mut("volumes")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        default_volume(v);
+    }
     let host_network = spec.get("hostNetwork").and_then(Value::as_bool) == Some(true);
     for list in ["containers", "initContainers"] {
         for c in spec
@@ -51,6 +59,20 @@ fn default_spec(spec: &mut Value) {
             .flatten()
         {
             default_container(c, host_network);
+        }
+    }
+}
+
+/// `SetDefaults_Volume` (no source: an emptyDir) and the volume sources' file modes (0644).
+fn default_volume(v: &mut Value) {
+    const SOURCES: [&str; 4] = ["configMap", "secret", "downwardAPI", "projected"];
+    let Value::Object(m) = v else { return };
+    if m.keys().all(|k| k == "name") {
+        m.insert("emptyDir".into(), json!({}));
+    }
+    for source in SOURCES {
+        if let Some(s) = m.get_mut(source) {
+            set_default(s, "defaultMode", json!(420));
         }
     }
 }

@@ -81,6 +81,43 @@ pub fn decode_error(rt: &ResourceType, obj: &Value) -> Option<String> {
     })
 }
 
+/// One fixed-width number of the layout, the literal after it, and its valid range.
+struct Field {
+    elem: &'static str,
+    width: usize,
+    sep: Option<char>,
+    name: &'static str,
+    lo: u32,
+    hi: u32,
+}
+
+const fn field(
+    elem: &'static str,
+    sep: Option<char>,
+    name: &'static str,
+    lo: u32,
+    hi: u32,
+) -> Field {
+    Field {
+        elem,
+        width: elem.len(),
+        sep,
+        name,
+        lo,
+        hi,
+    }
+}
+
+/// The date and clock of both layouts.
+const DATE_AND_CLOCK: [Field; 6] = [
+    field("2006", Some('-'), "year", 0, 9999),
+    field("01", Some('-'), "month", 1, 12),
+    field("02", Some('T'), "day", 1, 31),
+    field("15", Some(':'), "hour", 0, 23),
+    field("04", Some(':'), "minute", 0, 59),
+    field("05", None, "second", 0, 59),
+];
+
 /// `time.Parse` of `value` with the layout of `kind`: `None` when it parses, else Go's message
 /// (`parsing time "…" as "…": cannot parse "…" as "…"`).
 pub fn go_parse_error(value: &str, kind: TimeKind) -> Option<String> {
@@ -94,17 +131,16 @@ pub fn go_parse_error(value: &str, kind: TimeKind) -> Option<String> {
         ))
     };
     let range = |what: &str| Some(format!("parsing time {value:?}: {what} out of range"));
-    // The date and clock: fixed-width numbers between literals.
-    let fields: [(&str, usize, Option<char>, &str, u32, u32); 6] = [
-        ("2006", 4, Some('-'), "year", 0, 9999),
-        ("01", 2, Some('-'), "month", 1, 12),
-        ("02", 2, Some('T'), "day", 1, 31),
-        ("15", 2, Some(':'), "hour", 0, 23),
-        ("04", 2, Some(':'), "minute", 0, 59),
-        ("05", 2, None, "second", 0, 59),
-    ];
     let mut rest = value;
-    for (elem, width, sep, name, lo, hi) in fields {
+    for Field {
+        elem,
+        width,
+        sep,
+        name,
+        lo,
+        hi,
+    } in DATE_AND_CLOCK
+    {
         let digits = rest
             .get(..width)
             .filter(|d| d.bytes().all(|b| b.is_ascii_digit()));

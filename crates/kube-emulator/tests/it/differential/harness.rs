@@ -94,7 +94,6 @@ impl Req {
 pub struct Kubectl {
     args: Vec<String>,
     stdin: Option<String>,
-    allow: Vec<Allowance>,
 }
 
 impl Kubectl {
@@ -102,18 +101,10 @@ impl Kubectl {
         Self {
             args: args.iter().map(|a| a.to_string()).collect(),
             stdin: None,
-            allow: vec![],
         }
     }
     pub fn stdin(mut self, text: &str) -> Self {
         self.stdin = Some(text.to_string());
-        self
-    }
-    pub fn allow(mut self, path: &str, reason: &str) -> Self {
-        self.allow.push(Allowance {
-            path: path.to_string(),
-            reason: reason.to_string(),
-        });
         self
     }
 }
@@ -330,7 +321,7 @@ impl Pair {
         let ns = self.ns.clone();
         let real = self.real.kubectl(&run, &ns).await;
         let emu = self.emu.kubectl(&run, &ns).await;
-        self.compare(&title, real, emu, &run.allow)
+        self.compare(&title, real, emu, &[])
     }
 
     /// Runs a kube-rs sequence against both servers: `Ok` values and API errors (`Status`) are
@@ -388,11 +379,6 @@ impl Pair {
             ));
         }
         [real, emu]
-    }
-
-    /// A value saved on both sides (`rv:NAME`), for steps that need the real one.
-    pub fn saved(&self, key: &str) -> [Option<&String>; 2] {
-        [self.real.saved.get(key), self.emu.saved.get(key)]
     }
 
     /// Panics with every unexplained difference; prints the allowed ones.

@@ -193,6 +193,66 @@ async fn kubectl_client_side() {
     p.finish();
 }
 
+const TYPO: &str = "apiVersion: v1
+kind: Service
+metadata:
+  name: typo
+spec:
+  selector: {app: web}
+  ports:
+  - port: 80
+    targetport: 8080
+";
+
+const TYPO_MAPPING: &str = "apiVersion: portmapper.dev/v1alpha1
+kind: PortMapping
+metadata: {name: typo}
+spec:
+  serviceRef: {name: web}
+  pods: {key: example.com/group}
+  prob: {periodSeconds: 5}
+";
+
+/// kubectl sends `fieldValidation=Strict`: unknown fields fail creates (400) and client-side
+/// applies (the strategic merge patch's 422), and server-side applies whatever it says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_unknown_fields() {
+    let mut p = Pair::new("kubectl-strict").await;
+    let step = |args: &[&str]| Kubectl::new(args);
+    p.kubectl(
+        "create with a typo",
+        step(&["create", "-f", "-"]).stdin(TYPO),
+    )
+    .await;
+    let fixed = TYPO.replace("targetport", "targetPort");
+    p.kubectl(
+        "apply the fixed one",
+        step(&["apply", "-f", "-"]).stdin(&fixed),
+    )
+    .await;
+    p.kubectl(
+        "apply with the typo",
+        step(&["apply", "-f", "-"]).stdin(TYPO),
+    )
+    .await;
+    p.kubectl(
+        "server-side apply with the typo",
+        step(&["apply", "--server-side", "-f", "-"]).stdin(TYPO),
+    )
+    .await;
+    p.kubectl(
+        "a custom resource with a typo",
+        step(&["create", "-f", "-"]).stdin(TYPO_MAPPING),
+    )
+    .await;
+    p.kubectl(
+        "a custom resource with a typo, not strict",
+        step(&["create", "--validate=warn", "-f", "-"]).stdin(TYPO_MAPPING),
+    )
+    .await;
+    p.finish();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_server_side() {
     let mut p = Pair::new("kubectl-ssa").await;

@@ -138,7 +138,8 @@ async fn nodes_and_bound_pods() {
     .await;
     let mut bound = pod("bound");
     bound["spec"]["nodeName"] = json!(node_name);
-    p.send("create a bound pod", Req::post(PODS, bound)).await;
+    p.send("create a bound pod", Req::post(PODS, bound).save("bound"))
+        .await;
     p.send(
         "graceful delete of a bound pod",
         Req::delete(&format!("{PODS}/bound")),
@@ -153,8 +154,40 @@ async fn nodes_and_bound_pods() {
     p.send("get it again", Req::get(&format!("{PODS}/bound")))
         .await;
     p.send(
+        "the pod's events",
+        Req::get(&format!(
+            "{PODS}?watch=true&resourceVersion={{rv:bound}}&timeoutSeconds=1"
+        )),
+    )
+    .await;
+    p.send(
         "delete the node",
         Req::delete(&format!("{nodes}/{node_name}")),
+    )
+    .await;
+    p.finish();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_collections_and_namespaces() {
+    let mut p = Pair::new("collections").await;
+    for name in ["a", "b"] {
+        p.send("create", Req::post(PODS, pod(name))).await;
+    }
+    p.send(
+        "delete the collection",
+        Req::delete(&format!("{PODS}?labelSelector=app%3Dweb")),
+    )
+    .await;
+    p.send("list what is left", Req::get(PODS)).await;
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "{ns}-extra"}});
+    p.send("create a namespace", Req::post("/api/v1/namespaces", ns))
+        .await;
+    p.send("delete it", Req::delete("/api/v1/namespaces/{ns}-extra"))
+        .await;
+    p.send(
+        "delete a protected namespace",
+        Req::delete("/api/v1/namespaces/default").body(json!({"dryRun": ["All"]})),
     )
     .await;
     p.finish();

@@ -78,8 +78,18 @@ async fn service_writes() {
     .await;
     let mut node_port = service("np");
     node_port["spec"]["type"] = json!("NodePort");
-    p.send("a NodePort Service", Req::post(SERVICES, node_port))
-        .await;
+    p.send(
+        "a NodePort Service",
+        Req::post(SERVICES, node_port.clone()).save("np"),
+    )
+    .await;
+    node_port["metadata"]["resourceVersion"] = json!("{rv:np}");
+    node_port["spec"]["ports"][0]["targetPort"] = json!(8081);
+    p.send(
+        "an update that omits the allocated values keeps them",
+        Req::put(&item("np"), node_port),
+    )
+    .await;
     let mut headless = service("headless");
     headless["spec"]["clusterIP"] = json!("None");
     p.send("a headless Service", Req::post(SERVICES, headless))
