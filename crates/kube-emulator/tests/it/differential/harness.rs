@@ -399,6 +399,13 @@ impl Pair {
     }
 }
 
+impl Drop for Pair {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.real.kubeconfig);
+        let _ = std::fs::remove_file(&self.emu.kubeconfig);
+    }
+}
+
 /// A kube client for a kubeconfig file.
 async fn client_for(path: &std::path::Path) -> kube::Client {
     let kubeconfig = kube::config::Kubeconfig::read_from(path).expect("kubeconfig");
