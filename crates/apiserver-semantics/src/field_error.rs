@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-pub use kube_validation::field::{BadValue, ErrorType, FieldError, go_quote, go_sharp_v};
+pub use kube_validation::field::{BadValue, ErrorType, FieldError, go_json, go_quote};
 
 /// The 422 `Invalid` Status (`errors.NewInvalid`): message
 /// `<Kind>.<group> "<name>" is invalid: <errors>`, `details.kind` is the Kind (not the resource).
@@ -66,11 +66,11 @@ mod tests {
         );
         assert_eq!(
             FieldError::duplicate("spec.ports[1]", json!({"name": "http"})).to_string(),
-            r#"spec.ports[1]: Duplicate value: map[string]interface {}{"name":"http"}"#
+            r#"spec.ports[1]: Duplicate value: {"name":"http"}"#
         );
         assert_eq!(
             FieldError::invalid("<nil>", Value::Null, "x").to_string(),
-            r#"<nil>: Invalid value: "null": x"#
+            "<nil>: Invalid value: null: x"
         );
     }
 

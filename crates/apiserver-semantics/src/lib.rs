@@ -53,18 +53,24 @@
 //!   managed-field count caps and the client-side-apply → server-side-apply migration
 //!   (`lastAppliedManager`) are not modelled; equality is JSON equality.
 //! - CRD validation: sibling errors come in schema order (upstream: Go map order); CEL
-//!   `Invalid value` shows the schema type (`"object"`) as 1.33 does (newer releases show the
-//!   value or omit it); CEL cost limits are not enforced; `kube-cel` gaps (`sortBy`,
-//!   `cel.bind`, two-variable comprehensions) fail closed.
+//!   failures print as 1.37's (no value on objects and lists, the value on scalars); CEL cost
+//!   limits are not enforced; `kube-cel` gaps (`sortBy`, `cel.bind`, two-variable
+//!   comprehensions) fail closed.
 //! - Strategic merge patch: patch strategies of the served built-ins only; other lists replace.
 //! - Tables: printers for EndpointSlice, Service, Pod, Lease, Endpoints, Namespace, Event,
 //!   ConfigMap, Secret; others get the default Name/Created At table.
-//! - OpenAPI: CRD schemas in full; the served built-ins from k8s-openapi's schemas (no
-//!   `x-kubernetes-list-type` markers on them); `/openapi/v2` only as JSON (kubectl reads v2
-//!   as protobuf).
+//! - OpenAPI: CRD schemas in full; the served built-ins from k8s-openapi's schemas, with the
+//!   strategic-merge patch metadata of [`patch`] added (no `x-kubernetes-list-type` markers);
+//!   `/openapi/v2` only as JSON (kubectl reads v2 as protobuf).
+//!
+//! # Go's encoding of built-ins ([`goshape`])
+//! `goshape::fill(group, kind, &mut obj)` gives an object the shape of a stored built-in (empty
+//! lists nil, fields without `omitempty` and value structs written); `goshape::empty` is the empty
+//! object server-side apply compares a create against.
 
 pub mod field_error;
 pub mod fieldpath;
+pub mod goshape;
 pub mod jsonpath;
 pub mod managed;
 pub mod openapi;

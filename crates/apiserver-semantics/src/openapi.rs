@@ -157,8 +157,114 @@ pub(crate) fn builtin_definitions() -> &'static Map<String, Value> {
         let _ = g.subschema_for::<apiext::CustomResourceDefinition>();
         let _ = g.subschema_for::<meta::ObjectMeta>();
         let _ = g.subschema_for::<meta::ListMeta>();
-        g.take_definitions(true)
+        let mut defs = g.take_definitions(true);
+        annotate_patch_strategies(&mut defs);
+        defs
     })
+}
+
+/// The served built-in kinds whose lists kubectl's client-side apply merges by key.
+const PATCHED_KINDS: &[(&str, &str, &str)] = &[
+    ("", "v1", "Namespace"),
+    ("", "v1", "Service"),
+    ("", "v1", "Endpoints"),
+    ("", "v1", "Pod"),
+    ("", "v1", "ConfigMap"),
+    ("", "v1", "Secret"),
+    ("", "v1", "Event"),
+    ("", "v1", "ServiceAccount"),
+    ("", "v1", "Node"),
+    ("discovery.k8s.io", "v1", "EndpointSlice"),
+    ("coordination.k8s.io", "v1", "Lease"),
+    ("events.k8s.io", "v1", "Event"),
+];
+
+/// Marks the lists strategic merge patch merges (`x-kubernetes-patch-strategy: merge`, with
+/// `x-kubernetes-patch-merge-key` for lists of objects), as kube-apiserver's documents do:
+/// kubectl's client-side apply reads them to compute its patch, and without them replaces every
+/// list (k8s-openapi's schemas do not carry these extensions).
+fn annotate_patch_strategies(defs: &mut Map<String, Value>) {
+    let mut marks = Vec::new();
+    for (group, version, kind) in PATCHED_KINDS {
+        let res = Resource {
+            group: (*group).into(),
+            version: (*version).into(),
+            kind: (*kind).into(),
+            plural: String::new(),
+            namespaced: false,
+            status: false,
+            schema: Value::Null,
+        };
+        let mut path = Vec::new();
+        collect_strategies(
+            defs,
+            &res.definition_name(),
+            group,
+            kind,
+            &mut path,
+            &mut marks,
+        );
+    }
+    for (def, prop, strategy) in marks {
+        let Some(Value::Object(p)) = defs
+            .get_mut(&def)
+            .and_then(|d| d.get_mut("properties"))
+            .and_then(|p| p.get_mut(&prop))
+        else {
+            continue;
+        };
+        p.insert("x-kubernetes-patch-strategy".into(), json!("merge"));
+        if let crate::patch::ListStrategy::MergeByKey(key) = strategy {
+            p.insert("x-kubernetes-patch-merge-key".into(), json!(key));
+        }
+    }
+}
+
+/// The definition a property schema refers to (`$ref`, or a lone `allOf` entry).
+fn ref_target(schema: &Value) -> Option<String> {
+    let r = schema
+        .get("$ref")
+        .or_else(|| schema.pointer("/allOf/0/$ref"))?;
+    r.as_str()?.rsplit('/').next().map(str::to_owned)
+}
+
+fn collect_strategies(
+    defs: &Map<String, Value>,
+    def: &str,
+    group: &str,
+    kind: &str,
+    path: &mut Vec<String>,
+    marks: &mut Vec<(String, String, crate::patch::ListStrategy)>,
+) {
+    // Deep enough for every merged list of the served kinds; bounds recursive schemas.
+    if path.len() > 12 {
+        return;
+    }
+    let Some(props) = defs
+        .get(def)
+        .and_then(|d| d.get("properties"))
+        .and_then(Value::as_object)
+    else {
+        return;
+    };
+    for (prop, schema) in props {
+        path.push(prop.clone());
+        if schema.get("type").and_then(Value::as_str) == Some("array") {
+            let names: Vec<&str> = path.iter().map(String::as_str).collect();
+            let strategy = crate::patch::list_strategy(group, kind, &names);
+            if strategy != crate::patch::ListStrategy::Replace {
+                marks.push((def.to_owned(), prop.clone(), strategy));
+            }
+            if let Some(item) = schema.get("items").and_then(ref_target) {
+                path.push("[]".into());
+                collect_strategies(defs, &item, group, kind, path, marks);
+                path.pop();
+            }
+        } else if let Some(target) = ref_target(schema) {
+            collect_strategies(defs, &target, group, kind, path, marks);
+        }
+        path.pop();
+    }
 }
 
 /// The object schema of a served built-in kind (its `$ref`s point into [`builtin_definitions`]).

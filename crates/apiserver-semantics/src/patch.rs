@@ -47,7 +47,7 @@ pub fn json_patch(target: &Value, patch: &Value) -> Result<Value, PatchError> {
 
 /// How a list field merges under strategic merge patch.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum ListStrategy {
+pub(crate) enum ListStrategy {
     /// No `patchStrategy`: the patch's list replaces.
     Replace,
     /// `patchStrategy: merge` on a list of scalars: union.
@@ -99,7 +99,7 @@ fn pod_spec_strategy(rest: &[&str]) -> Option<ListStrategy> {
 }
 
 /// The `patchStrategy`/`patchMergeKey` tags of k8s.io/api for the served built-ins.
-fn list_strategy(group: &str, kind: &str, path: &[&str]) -> ListStrategy {
+pub(crate) fn list_strategy(group: &str, kind: &str, path: &[&str]) -> ListStrategy {
     match path {
         ["metadata", "finalizers"] => return ListStrategy::MergePrimitives,
         ["metadata", "ownerReferences"] => return ListStrategy::MergeByKey("uid"),
@@ -300,12 +300,16 @@ fn smp_list<'p>(
     match strategy(names) {
         ListStrategy::Replace => Ok(patch.to_vec()),
         ListStrategy::MergePrimitives => {
-            let mut out = original.cloned().unwrap_or_default();
+            let live = original.cloned().unwrap_or_default();
+            let mut out = live.clone();
             for item in patch {
                 if !out.contains(item) {
                     out.push(item.clone());
                 }
             }
+            // `mergeSlice` enforces an order: the patch's items (new ones first) interleaved
+            // with the others by their live positions.
+            reorder(&mut out, patch, &live, None);
             Ok(out)
         }
         ListStrategy::MergeByKey(key) => {
@@ -341,6 +345,18 @@ fn smp_list<'p>(
                 }
             }
             names.pop();
+            let live: Vec<Value> = original
+                .into_iter()
+                .flatten()
+                .filter(|o| out.iter().any(|i| i.get(key) == o.get(key)))
+                .cloned()
+                .collect();
+            let order: Vec<Value> = patch
+                .iter()
+                .filter(|i| i.get("$patch").is_none())
+                .cloned()
+                .collect();
+            reorder(&mut out, &order, &live, Some(key));
             Ok(out)
         }
     }
@@ -423,7 +439,8 @@ mod tests {
                                      "env": [{"name": "B", "value": "2"}]}]},
             "status": {"conditions": [{"type": "Ready", "status": "True"}]}});
         let out = strategic_merge_patch(&pod(), &patch, "", "Pod").unwrap();
-        assert_eq!(out["metadata"]["finalizers"], json!(["a", "b"]));
+        // New items of a merged list come first (`mergeSlice`'s order, as kube-apiserver).
+        assert_eq!(out["metadata"]["finalizers"], json!(["b", "a"]));
         assert_eq!(out["metadata"]["labels"], json!({"y": "2"}));
         assert_eq!(
             out["metadata"]["ownerReferences"].as_array().unwrap().len(),
@@ -434,7 +451,7 @@ mod tests {
         assert_eq!(c[0]["image"], "app:2");
         assert_eq!(
             c[0]["env"],
-            json!([{"name": "A", "value": "1"}, {"name": "B", "value": "2"}])
+            json!([{"name": "B", "value": "2"}, {"name": "A", "value": "1"}])
         );
         assert_eq!(
             c[0]["ports"],

@@ -44,11 +44,12 @@ pub trait ObjectSchema {
         let _ = (path, key);
         None
     }
-    /// Top-level fields that always exist in the typed object (Go value structs such as a
-    /// Service's `spec` and `status`): a create does not "add" them, so Update entries carry no
-    /// `.` for them, as on a real server. Custom resources have none.
-    fn implicit_fields(&self) -> &'static [&'static str] {
-        &[]
+    /// The empty typed object as Go writes it (value structs such as a Service's `spec` and
+    /// `status`, nil slices such as a Pod's `spec.containers`): a create does not "add" what it
+    /// holds, so Update entries carry no `.` for those fields, as on a real server. Custom
+    /// resources have none (`None`).
+    fn empty_object(&self) -> Option<Value> {
+        None
     }
 }
 
@@ -138,6 +139,10 @@ impl ObjectSchema for BuiltinSchema {
         }
         match (self.group.as_str(), self.kind.as_str(), path) {
             ("", "Service", ["spec", "ports"]) => keys(&["port", "protocol"]),
+            ("", "Node", ["status", "addresses"]) => keys(&["type"]),
+            ("discovery.k8s.io", "EndpointSlice", ["endpoints", "[]", "addresses"]) => {
+                ListType::Set
+            }
             ("", "Pod", ["status", "podIPs"]) => keys(&["ip"]),
             (_, _, ["status", "conditions"]) => keys(&["type"]),
             _ => ListType::Atomic,
@@ -150,6 +155,9 @@ impl ObjectSchema for BuiltinSchema {
         }
         match (self.group.as_str(), self.kind.as_str(), path) {
             ("", "Service", ["spec", "selector"]) => MapType::Atomic,
+            // ObjectReference is `+structType=atomic`.
+            ("", "Event", ["involvedObject" | "related"])
+            | ("events.k8s.io", "Event", ["regarding" | "related"]) => MapType::Atomic,
             _ => MapType::Granular,
         }
     }
@@ -201,22 +209,23 @@ impl ObjectSchema for BuiltinSchema {
         (key == "protocol").then(|| Value::String("TCP".to_owned()))
     }
 
-    fn implicit_fields(&self) -> &'static [&'static str] {
-        match (self.group.as_str(), self.kind.as_str()) {
-            (
-                "",
-                "Service"
-                | "Pod"
-                | "Namespace"
-                | "Node"
-                | "PersistentVolumeClaim"
-                | "ReplicationController",
-            )
+    fn empty_object(&self) -> Option<Value> {
+        let top: &[&str] = match (self.group.as_str(), self.kind.as_str()) {
+            ("", "PersistentVolumeClaim" | "ReplicationController")
             | ("apps" | "batch", _)
             | ("apiextensions.k8s.io", "CustomResourceDefinition") => &["spec", "status"],
-            ("coordination.k8s.io", "Lease") => &["spec"],
             _ => &[],
+        };
+        let mut empty = crate::goshape::empty(&self.group, &self.kind);
+        if let Value::Object(m) = &mut empty {
+            for f in top {
+                m.insert((*f).to_owned(), Value::Object(serde_json::Map::new()));
+            }
         }
+        empty
+            .as_object()
+            .is_some_and(|m| !m.is_empty())
+            .then_some(empty)
     }
 }
 

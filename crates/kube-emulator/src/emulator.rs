@@ -77,6 +77,12 @@ impl EmulatorBuilder {
         self.config.initial_resource_version = rv;
         self
     }
+    /// Keep pods bound to a node Terminating after a graceful delete, as a cluster without
+    /// kubelets does ([`Config::graceful_pod_deletion`]).
+    pub fn graceful_pod_deletion(mut self, on: bool) -> Self {
+        self.config.graceful_pod_deletion = on;
+        self
+    }
     /// Seed of the fault RNG.
     pub fn seed(mut self, seed: u64) -> Self {
         self.config.seed = seed;

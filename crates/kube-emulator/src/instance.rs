@@ -58,6 +58,12 @@ pub struct Config {
     pub initial_resource_version: u64,
     /// Source of every server-set time (system time unless a test installs a manual clock).
     pub clock: Arc<Clock>,
+    /// Graceful deletion of pods bound to a node, as a real API server does it: a delete without
+    /// `gracePeriodSeconds: 0` sets `deletionTimestamp` and `deletionGracePeriodSeconds` (the
+    /// pod's `terminationGracePeriodSeconds`, default 30) and leaves the pod Terminating for its
+    /// kubelet to finish; here a test plays the kubelet with a delete of grace 0. Off by default:
+    /// the emulator then plays the kubelet at once and removes the pod.
+    pub graceful_pod_deletion: bool,
 }
 
 impl Default for Config {
@@ -73,6 +79,7 @@ impl Default for Config {
             request_log_cap: 200_000,
             initial_resource_version: 1,
             clock: Arc::default(),
+            graceful_pod_deletion: false,
         }
     }
 }
@@ -130,6 +137,7 @@ impl Core {
         // restarted emulator never hands out revisions older than its predecessor's).
         state.rv = config.initial_resource_version.max(1);
         state.compacted_rv = state.rv;
+        state.graceful_pod_deletion = config.graceful_pod_deletion;
         Self {
             state: Mutex::new(state),
             faults: Faults::new(config.seed),

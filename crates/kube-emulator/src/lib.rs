@@ -58,6 +58,7 @@ pub mod kubeconfig;
 pub mod meta;
 pub mod openapi;
 pub mod ops;
+pub mod podspec;
 pub mod protobuf;
 pub mod registry;
 pub mod reqlog;
@@ -68,7 +69,9 @@ pub mod semantics;
 pub mod server;
 pub mod snapshot;
 pub mod store;
+pub mod strategy;
 pub mod table;
+pub mod times;
 pub mod validation;
 pub mod watch;
 

@@ -15,6 +15,7 @@ use crate::request::{Output, PatchType, Query};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::semantics::{self, Decoded, ManagerCtx};
 use crate::store::{self, ListSnapshot, State};
+use crate::strategy;
 use apiserver_semantics::patch::PatchError;
 
 /// A successful answer.
@@ -28,6 +29,9 @@ pub struct Reply {
     /// serialized. Copying them into `body` cost a list of 10,000 pods two deep copies of every
     /// pod under the store's lock.
     pub items: Option<Vec<Arc<Value>>>,
+    /// Whether the items keep `apiVersion` and `kind`: a list of built-ins has them only on
+    /// the list (the items are Go structs of a known type); custom resources keep them.
+    pub items_type_meta: bool,
     /// `Warning` headers.
     pub warnings: Vec<String>,
 }
@@ -38,6 +42,7 @@ impl Reply {
             code: 200,
             body,
             items: None,
+            items_type_meta: true,
             warnings: Vec::new(),
         }
     }
@@ -52,7 +57,7 @@ impl serde::Serialize for Reply {
                 for (k, v) in fields {
                     map.serialize_entry(k, v)?;
                 }
-                map.serialize_entry("items", &Items(items))?;
+                map.serialize_entry("items", &Items(items, self.items_type_meta))?;
                 map.end()
             }
             _ => self.body.serialize(s),
@@ -60,11 +65,33 @@ impl serde::Serialize for Reply {
     }
 }
 
-struct Items<'a>(&'a [Arc<Value>]);
+/// A list's items, with or without their `apiVersion` and `kind`.
+struct Items<'a>(&'a [Arc<Value>], bool);
 
 impl serde::Serialize for Items<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.iter().map(AsRef::as_ref))
+        if self.1 {
+            return s.collect_seq(self.0.iter().map(AsRef::as_ref));
+        }
+        s.collect_seq(self.0.iter().map(|o| WithoutTypeMeta(o)))
+    }
+}
+
+struct WithoutTypeMeta<'a>(&'a Value);
+
+impl serde::Serialize for WithoutTypeMeta<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Value::Object(fields) = self.0 else {
+            return self.0.serialize(s);
+        };
+        let mut map = s.serialize_map(None)?;
+        for (k, v) in fields {
+            if k != "apiVersion" && k != "kind" {
+                map.serialize_entry(k, v)?;
+            }
+        }
+        map.end()
     }
 }
 
@@ -206,8 +233,9 @@ pub fn get(
     Ok(Reply::ok(output_object(Arc::unwrap_or_clone(obj), output)))
 }
 
-/// One page of a list: items with their keys, the list RV and the continue token.
-type Page = (Vec<(String, Arc<Value>)>, u64, Option<String>);
+/// One page of a list: items with their keys, the list RV, and the continue token with the
+/// number of items after this page.
+type Page = (Vec<(String, Arc<Value>)>, u64, Option<(String, usize)>);
 
 /// Continue token: base64url(no pad) of the upstream-shaped JSON plus our snapshot id.
 fn encode_continue(rv: u64, start: &str, id: u64) -> String {
@@ -385,15 +413,23 @@ pub fn list(
             &objs,
             q.get("includeObject").unwrap_or("Metadata"),
             list_rv,
-            next.as_deref(),
+            next.as_ref().map(|(c, _)| c.as_str()),
             &st.clock.now_rfc3339(),
         );
         return Ok(Reply::ok(tb));
     }
     let mut md = serde_json::Map::new();
     md.insert("resourceVersion".into(), json!(list_rv.to_string()));
-    if let Some(n) = next {
-        md.insert("continue".into(), json!(n));
+    match next {
+        Some((token, remaining)) => {
+            md.insert("continue".into(), json!(token));
+            md.insert("remainingItemCount".into(), json!(remaining));
+        }
+        // Custom resources are listed as unstructured lists, which always carry `continue`.
+        None if !rt.builtin => {
+            md.insert("continue".into(), json!(""));
+        }
+        None => {}
     }
     Ok(match output {
         Output::Metadata => Reply::ok(json!({
@@ -402,6 +438,7 @@ pub fn list(
         })),
         _ => Reply {
             items: Some(items.into_iter().map(|(_, o)| o).collect()),
+            items_type_meta: !rt.builtin,
             ..Reply::ok(json!({
                 "kind": rt.list_kind, "apiVersion": rt.api_version(), "metadata": md,
             }))
@@ -414,7 +451,11 @@ fn page(rest: &[(String, Arc<Value>)], limit: Option<usize>, rv: u64, id: u64) -
         Some(l) if rest.len() > l => {
             let page = rest[..l].to_vec();
             let start = format!("{}\u{0}", page[l - 1].0);
-            (page, rv, Some(encode_continue(rv, &start, id)))
+            (
+                page,
+                rv,
+                Some((encode_continue(rv, &start, id), rest.len() - l)),
+            )
         }
         _ => (rest.to_vec(), rv, None),
     }
@@ -477,33 +518,61 @@ fn namespace_lifecycle(st: &State, t: &Target) -> Result<(), ApiError> {
     }
 }
 
+/// What admission made of a write.
+struct Admitted {
+    warnings: Vec<String>,
+    /// The object as decoding and defaulting left it, before the strategy and admission set
+    /// fields no manager owns: what managedFields are computed from (`None`: the object itself).
+    tracked: Option<Value>,
+}
+
 fn admit(
     st: &mut State,
     t: &Target,
     obj: &mut Value,
     old: Option<&Value>,
-    creating: bool,
     w: &Writer,
-) -> Result<Vec<String>, ApiError> {
+) -> Result<Admitted, ApiError> {
     let rt = &t.rt;
-    builtins::default(st, rt, obj, old, creating)?;
-    builtins::normalise_times(rt, obj);
+    if rt.builtin {
+        apiserver_semantics::goshape::fill(&rt.group, &rt.kind, obj);
+    }
+    builtins::default(rt, obj);
+    crate::times::normalise(rt, obj);
     let mut warnings = Vec::new();
     let name = str_at(obj, "/metadata/name")
         .unwrap_or_default()
         .to_string();
     if rt.crd.is_some() {
-        match semantics::crd_admit(rt, obj, old, w.field_validation) {
-            Ok(ws) => warnings = ws,
-            Err(e) => return Err(e),
-        }
+        warnings = semantics::crd_admit(rt, obj, old, w.field_validation)?;
+    }
+    let tracked = strategy::applies(rt, t.sub.as_deref()).then(|| obj.clone());
+    if tracked.is_some() {
+        strategy::prepare(st, rt, obj, old)?;
     }
     let causes = builtins::validate(rt, obj, old);
     if !causes.is_empty() {
         return Err(causes_to_invalid(rt, &name, causes));
     }
     warnings.extend(crate::validation::validate(rt, obj, old)?);
-    Ok(warnings)
+    Ok(Admitted { warnings, tracked })
+}
+
+/// Records the write in `obj`'s managedFields, computed from the tracked object when admission
+/// set fields after defaulting.
+fn record(old: Option<&Value>, obj: &mut Value, tracked: Option<Value>, ctx: &ManagerCtx<'_>) {
+    let Some(mut view) = tracked else {
+        semantics::record_update(old, obj, ctx);
+        return;
+    };
+    meta::normalise(&mut view);
+    semantics::record_update(old, &mut view, ctx);
+    let managed = view.pointer("/metadata/managedFields").cloned();
+    let m = meta::meta_mut(obj);
+    match managed {
+        Some(v) => m.insert("managedFields".into(), v),
+        None => m.remove("managedFields"),
+    };
 }
 
 /// Create an object (POST, create-on-update PUT, apply-create, manifest loading).
@@ -601,7 +670,8 @@ pub fn create(
     {
         root.insert("status".into(), s);
     }
-    warnings.extend(admit(st, t, &mut obj, None, true, w)?);
+    let admitted = admit(st, t, &mut obj, None, w)?;
+    warnings.extend(admitted.warnings);
     namespace_lifecycle(st, t)?;
     let k = store::key(t.ns.as_deref(), &name);
     if let Some(existing) = st.get(&rt.gr(), &k) {
@@ -614,7 +684,12 @@ pub fn create(
     }
     if !applied {
         let av = rt.api_version();
-        semantics::record_update(None, &mut obj, &mctx(&rt, &av, w, None, &now));
+        record(
+            None,
+            &mut obj,
+            admitted.tracked,
+            &mctx(&rt, &av, w, None, &now),
+        );
     }
     meta::normalise(&mut obj);
     let stored = st.insert(&rt.gr(), k, obj);
@@ -622,6 +697,7 @@ pub fn create(
         code: 201,
         body: (*stored).clone(),
         items: None,
+        items_type_meta: true,
         warnings,
     })
 }
@@ -662,12 +738,14 @@ fn update_pipeline(
         .to_string();
     if body_rv.is_empty() {
         if rv_rule == RvRule::Put && !rt.unconditional_update {
-            return Err(causes_to_invalid(
-                &rt,
+            // The store names the resource, not the kind, in this one.
+            return Err(ApiError::invalid(
+                &rt.plural,
+                &rt.group,
                 &name,
                 vec![Cause::new(
                     "FieldValueInvalid",
-                    "Invalid value: 0x0: must be specified for an update",
+                    "Invalid value: 0: must be specified for an update",
                     "metadata.resourceVersion",
                 )],
             ));
@@ -790,11 +868,15 @@ fn update_pipeline(
         }
     }
     // /status writes are pruned, defaulted and validated like any write (CR status schemas, CEL).
-    let warnings = if sub == Some("finalize") {
-        Vec::new()
+    let admitted = if sub == Some("finalize") {
+        Admitted {
+            warnings: Vec::new(),
+            tracked: None,
+        }
     } else {
-        admit(st, t, &mut new, Some(&old), false, w)?
+        admit(st, t, &mut new, Some(&old), w)?
     };
+    let warnings = admitted.warnings;
     meta::normalise(&mut new);
     // Generation (docs/emulator-spec.md §2.7): never through /status, never on metadata-only
     // changes.
@@ -825,7 +907,12 @@ fn update_pipeline(
     if !applied {
         let now = st.clock.now_rfc3339();
         let av = rt.api_version();
-        semantics::record_update(Some(&old), &mut new, &mctx(&rt, &av, w, sub, &now));
+        record(
+            Some(&old),
+            &mut new,
+            admitted.tracked,
+            &mctx(&rt, &av, w, sub, &now),
+        );
         meta::normalise(&mut new);
     }
     let k = t.key();
@@ -885,6 +972,7 @@ pub fn update(
             return Ok(Reply {
                 body: output_object(r.body, output),
                 items: None,
+                items_type_meta: true,
                 warnings: [warnings, r.warnings].concat(),
                 ..r
             });
@@ -896,6 +984,7 @@ pub fn update(
         code: 200,
         body: output_object(u.obj, output),
         items: None,
+        items_type_meta: true,
         warnings: [warnings, u.warnings].concat(),
     })
 }
@@ -930,6 +1019,19 @@ pub fn patch(
         ));
     }
     if pt == PatchType::Apply {
+        // Apply names its manager: the User-Agent stands in for other writes only.
+        if q.get("fieldManager").is_none_or(str::is_empty) {
+            return Err(ApiError::invalid(
+                "PatchOptions",
+                "meta.k8s.io",
+                "",
+                vec![Cause::new(
+                    "FieldValueRequired",
+                    "Required value: is required for apply patch",
+                    "fieldManager",
+                )],
+            ));
+        }
         return apply(st, t, body, q.flag("force"), w, output);
     }
     let old = st.get(&rt.gr(), &t.key()).ok_or_else(|| t.not_found())?;
@@ -945,12 +1047,14 @@ pub fn patch(
     };
     let doc = patched.map_err(|e| match e {
         PatchError::BadRequest(m) => ApiError::bad_request(m),
-        // Upstream answers failed operations with a generic message; ours adds which one failed.
-        PatchError::Invalid(m) => ApiError::new(
+        // Upstream answers a failed operation with a generic message (which one failed is
+        // only in its log).
+        PatchError::Invalid(_) => ApiError::new(
             422,
             "Invalid",
-            format!("the server rejected our request due to an error in our request: {m}"),
-        ),
+            "the server rejected our request due to an error in our request",
+        )
+        .with_details(json!({})),
         PatchError::UnsupportedMediaType(m) => ApiError::new(415, "UnsupportedMediaType", m),
     })?;
     if !doc.is_object() {
@@ -970,6 +1074,7 @@ pub fn patch(
         code: 200,
         body: output_object(u.obj, output),
         items: None,
+        items_type_meta: true,
         warnings: [warnings, u.warnings].concat(),
     })
 }
@@ -983,18 +1088,6 @@ fn apply(
     output: Output,
 ) -> Result<Reply, ApiError> {
     let rt = t.rt.clone();
-    if w.manager.is_empty() {
-        return Err(ApiError::invalid(
-            "PatchOptions",
-            "meta.k8s.io",
-            "",
-            vec![Cause::new(
-                "FieldValueRequired",
-                "Required value: is required for apply patch",
-                "fieldManager",
-            )],
-        ));
-    }
     let mut config = decode_body(body)?;
     let av = rt.api_version();
     let (cav, ckind) = (
@@ -1004,9 +1097,14 @@ fn apply(
         str_at(&config, "/kind").unwrap_or_default().to_string(),
     );
     if cav != av || ckind != rt.kind {
+        // The GroupVersionKind as Go prints it: `group/version, Kind=K`.
+        let gv = if cav.contains('/') {
+            cav.clone()
+        } else {
+            format!("/{cav}")
+        };
         return Err(ApiError::bad_request(format!(
-            "invalid object type: {ckind}, {cav}: expected {}, {av} (apply needs apiVersion and kind matching the endpoint)",
-            rt.kind
+            "invalid object type: {gv}, Kind={ckind}"
         )));
     }
     // A missing name is taken from the URL (the merged object carries it, as upstream checks the result).
@@ -1023,6 +1121,9 @@ fn apply(
     if config.pointer("/metadata/managedFields").is_some() {
         return Err(ApiError::bad_request("metadata.managedFields must be nil"));
     }
+    // The two conversions name the object differently: the time error with the namespace the
+    // configuration carries, the undeclared-field error with the request's.
+    semantics::builtin_apply_times(&rt, &config)?;
     check_namespace(t, &mut config)?;
     semantics::builtin_apply_fields(&rt, &config)?;
     let now = st.clock.now_rfc3339();
@@ -1055,6 +1156,7 @@ fn apply(
                 code: 200,
                 body: output_object(u.obj, output),
                 items: None,
+                items_type_meta: true,
                 warnings: u.warnings,
             })
         }
@@ -1070,6 +1172,8 @@ pub struct DeleteOpts {
     pub pre_uid: Option<String>,
     /// RV precondition.
     pub pre_rv: Option<String>,
+    /// `gracePeriodSeconds` (query or body).
+    pub grace: Option<i64>,
 }
 
 impl DeleteOpts {
@@ -1077,6 +1181,7 @@ impl DeleteOpts {
     pub fn parse(q: &Query, body: &[u8]) -> Result<Self, ApiError> {
         let mut o = DeleteOpts {
             propagation: q.get("propagationPolicy").map(str::to_string),
+            grace: q.int("gracePeriodSeconds")?,
             ..Default::default()
         };
         if q.flag("orphanDependents") {
@@ -1099,6 +1204,9 @@ impl DeleteOpts {
                 .pointer("/preconditions/resourceVersion")
                 .and_then(Value::as_str)
                 .map(str::to_string);
+            if let Some(g) = b.get("gracePeriodSeconds").and_then(Value::as_i64) {
+                o.grace = Some(g);
+            }
         }
         if let Some(p) = &o.propagation
             && !matches!(p.as_str(), "Background" | "Foreground" | "Orphan")
@@ -1139,14 +1247,18 @@ pub fn delete_one(
     let old = st
         .get(&rt.gr(), k)
         .ok_or_else(|| ApiError::not_found(&rt.plural, &rt.group, &name))?;
+    // `BeforeDelete` names the kind where other conflicts name the resource.
     if let Some(u) = &opts.pre_uid {
         let cur = str_at(&old, "/metadata/uid").unwrap_or_default();
         if u != cur {
             return Err(ApiError::conflict_msg(
-                &rt.plural,
+                &rt.kind,
                 &rt.group,
                 &name,
-                format!("Precondition failed: UID in precondition: {u}, UID in object meta: {cur}"),
+                format!(
+                    "Operation cannot be fulfilled on {} {name:?}: the UID in the precondition ({u}) does not match the UID in record ({cur}). The object might have been deleted and then recreated",
+                    crate::error::qualified(&rt.kind, &rt.group)
+                ),
             ));
         }
     }
@@ -1154,11 +1266,12 @@ pub fn delete_one(
         let cur = str_at(&old, "/metadata/resourceVersion").unwrap_or_default();
         if r != cur {
             return Err(ApiError::conflict_msg(
-                &rt.plural,
+                &rt.kind,
                 &rt.group,
                 &name,
                 format!(
-                    "Precondition failed: ResourceVersion in precondition: {r}, ResourceVersion in object meta: {cur}"
+                    "Operation cannot be fulfilled on {} {name:?}: the ResourceVersion in the precondition ({r}) does not match the ResourceVersion in record ({cur}). The object might have been modified",
+                    crate::error::qualified(&rt.kind, &rt.group)
                 ),
             ));
         }
@@ -1181,6 +1294,13 @@ pub fn delete_one(
         _ => {}
     }
     let terminating = old.pointer("/metadata/deletionTimestamp").is_some();
+    let graceful = is_pod(rt);
+    if graceful
+        && st.graceful_pod_deletion
+        && let Some(d) = graceful_pod_delete(st, rt, k, &old, opts, &fins, terminating)
+    {
+        return Ok(d);
+    }
     if terminating {
         if fins != meta::finalizers(&old) {
             let mut new = (*old).clone();
@@ -1195,7 +1315,10 @@ pub fn delete_one(
         meta::set_finalizers(&mut new, &fins);
         let m = meta::meta_mut(&mut new);
         m.insert("deletionTimestamp".into(), json!(st.clock.now_rfc3339()));
-        m.insert("deletionGracePeriodSeconds".into(), json!(0));
+        // The namespace registry's own delete sets no grace period.
+        if !is_ns {
+            m.insert("deletionGracePeriodSeconds".into(), json!(0));
+        }
         if let Some(g) = m
             .get("generation")
             .and_then(Value::as_i64)
@@ -1209,10 +1332,105 @@ pub fn delete_one(
         let stored = st.replace(&rt.gr(), k.to_string(), new);
         return Ok(Deleted::Pending((*stored).clone()));
     }
+    let now = st.clock.now_rfc3339();
     let last = st
-        .remove(&rt.gr(), k)
+        .remove_as(&rt.gr(), k, |last| {
+            if graceful {
+                mark_deleting(last, &now, 0);
+            }
+        })
         .ok_or_else(|| ApiError::not_found(&rt.plural, &rt.group, &name))?;
     Ok(Deleted::Gone((*last).clone()))
+}
+
+fn is_pod(rt: &ResourceType) -> bool {
+    rt.group.is_empty() && rt.plural == "pods"
+}
+
+/// `deletionTimestamp`, `deletionGracePeriodSeconds` and the generation bump of a first
+/// graceful delete (`BeforeDelete`).
+fn mark_deleting(obj: &mut Value, at: &str, grace: i64) {
+    let m = meta::meta_mut(obj);
+    let first = !m.contains_key("deletionTimestamp");
+    m.insert("deletionTimestamp".into(), json!(at));
+    m.insert("deletionGracePeriodSeconds".into(), json!(grace));
+    if let Some(g) = m
+        .get("generation")
+        .and_then(Value::as_i64)
+        .filter(|g| first && *g > 0)
+    {
+        m.insert("generation".into(), json!(g + 1));
+    }
+}
+
+/// A pod's grace period (`CheckGracefulDelete`): the request's, else the pod's
+/// `terminationGracePeriodSeconds`; 0 for an unscheduled or finished pod.
+fn pod_grace(pod: &Value, requested: Option<i64>) -> i64 {
+    let bound = str_at(pod, "/spec/nodeName").is_some_and(|n| !n.is_empty());
+    let finished = matches!(str_at(pod, "/status/phase"), Some("Succeeded" | "Failed"));
+    if !bound || finished {
+        return 0;
+    }
+    let period = requested.unwrap_or_else(|| {
+        pod.pointer("/spec/terminationGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    });
+    if period < 0 { 1 } else { period }
+}
+
+/// A graceful pod delete as on a cluster whose kubelets never finish it: a grace period above 0
+/// leaves the pod Terminating (or shortens its grace); `None` when the delete proceeds as any
+/// other (grace 0, or an already-expired grace).
+fn graceful_pod_delete(
+    st: &mut State,
+    rt: &Arc<ResourceType>,
+    k: &str,
+    old: &Value,
+    opts: &DeleteOpts,
+    fins: &[String],
+    terminating: bool,
+) -> Option<Deleted> {
+    let now = st.clock.now();
+    let at = |grace: i64| {
+        let t = now + jiff::SignedDuration::from_secs(grace);
+        t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    };
+    if terminating {
+        let current = old
+            .pointer("/metadata/deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        if current == 0 {
+            return None;
+        }
+        return match opts.grace {
+            Some(p) if p < current => {
+                let mut new = old.clone();
+                mark_deleting(&mut new, &at(p), p);
+                if p == 0 && fins.is_empty() {
+                    let last = st.replace(&rt.gr(), k.to_string(), new);
+                    st.remove(&rt.gr(), k);
+                    return Some(Deleted::Gone((*last).clone()));
+                }
+                let stored = st.replace(&rt.gr(), k.to_string(), new);
+                Some(Deleted::Pending((*stored).clone()))
+            }
+            _ => Some(Deleted::Pending(old.clone())),
+        };
+    }
+    let grace = pod_grace(old, opts.grace);
+    let mut new = old.clone();
+    meta::set_finalizers(&mut new, fins);
+    mark_deleting(&mut new, &at(grace), grace);
+    if grace == 0 && fins.is_empty() {
+        // Upstream writes the deletion fields, then removes the pod: MODIFIED, then DELETED.
+        st.replace(&rt.gr(), k.to_string(), new);
+        let last = st.remove(&rt.gr(), k)?;
+        return Some(Deleted::Gone((*last).clone()));
+    }
+    let stored = st.replace(&rt.gr(), k.to_string(), new);
+    Some(Deleted::Pending((*stored).clone()))
 }
 
 /// DELETE one object.
@@ -1229,6 +1447,9 @@ pub fn delete(
     let opts = DeleteOpts::parse(q, body)?;
     match delete_one(st, &t.rt, &t.key(), &opts)? {
         Deleted::Pending(o) => Ok(Reply::ok(output_object(o, output))),
+        Deleted::Gone(o) if returns_deleted_object(&t.rt) => {
+            Ok(Reply::ok(output_object(o, output)))
+        }
         Deleted::Gone(o) => {
             let mut details = serde_json::Map::new();
             details.insert("name".into(), json!(t.name()));
@@ -1245,6 +1466,16 @@ pub fn delete(
             ))
         }
     }
+}
+
+/// The registries that answer a delete with the deleted object (`ReturnDeletedObject`) rather
+/// than a Status.
+fn returns_deleted_object(rt: &ResourceType) -> bool {
+    rt.group.is_empty()
+        && matches!(
+            rt.plural.as_str(),
+            "pods" | "services" | "serviceaccounts" | "namespaces"
+        )
 }
 
 /// DELETE a collection.
@@ -1266,7 +1497,11 @@ pub fn delete_collection(
             Err(e) => return Err(e),
         }
     }
-    Ok(Reply::ok(
-        json!({"kind": t.rt.list_kind, "apiVersion": t.rt.api_version(), "metadata": {"resourceVersion": st.rv.to_string()}, "items": out}),
-    ))
+    Ok(Reply {
+        items: Some(out.into_iter().map(Arc::new).collect()),
+        items_type_meta: !t.rt.builtin,
+        ..Reply::ok(
+            json!({"kind": t.rt.list_kind, "apiVersion": t.rt.api_version(), "metadata": {"resourceVersion": st.rv.to_string()}}),
+        )
+    })
 }

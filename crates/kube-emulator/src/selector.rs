@@ -82,7 +82,10 @@ fn parse_set(rest: &str) -> Result<Vec<String>, ApiError> {
     let inner = rest
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
-        .ok_or_else(|| parse_err(format!("found '{rest}', expected: '('")))?;
+        .ok_or_else(|| {
+            let lit = rest.split_whitespace().next().unwrap_or_default();
+            parse_err(format!("found '{lit}' expected: '('"))
+        })?;
     let vals: Vec<String> = inner
         .split(',')
         .map(|v| v.trim().to_string())
@@ -186,13 +189,13 @@ impl LabelSelector {
 }
 
 fn find_word(p: &str, word: &str) -> Option<usize> {
-    // `key in (…)`: the operator is a whitespace-delimited word followed by a set.
+    // `key in (…)`: the operator is a whitespace-delimited word (what follows must be a set).
     let bytes = p.as_bytes();
     let mut start = 0;
     while let Some(i) = p[start..].find(word).map(|i| i + start) {
         let before_ok = i > 0 && bytes[i - 1].is_ascii_whitespace();
-        let after = p[i + word.len()..].trim_start();
-        if before_ok && after.starts_with('(') {
+        let after = &p[i + word.len()..];
+        if before_ok && (after.starts_with('(') || after.starts_with(char::is_whitespace)) {
             return Some(i);
         }
         start = i + word.len();
@@ -323,9 +326,16 @@ impl FieldSelector {
                 || (namespaced && field == "metadata.namespace")
                 || extra_fields(group, resource).contains(&field.as_str());
             if !supported {
-                return Err(ApiError::bad_request(format!(
-                    "field label not supported: {field}"
-                )));
+                // The conversion function of types without field labels of their own words it
+                // so; types with some answer `field label not supported`.
+                let msg = if extra_fields(group, resource).is_empty() {
+                    format!(
+                        "{field:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+                    )
+                } else {
+                    format!("field label not supported: {field}")
+                };
+                return Err(ApiError::bad_request(msg));
             }
             reqs.push((field, eq, unescape(val)));
         }

@@ -170,7 +170,14 @@ async fn handle(core: Arc<Core>, req: Request<Incoming>) -> Response<Body> {
         status: 0,
     };
     let resp = match request::route(&path) {
-        Route::Resource(rp) => resource(&core, req, rp, &query, &mut entry).await,
+        Route::Resource(rp) => {
+            let deprecation = deprecation_warning(&rp);
+            let mut resp = resource(&core, req, rp, &query, &mut entry).await;
+            if let Some(w) = deprecation.and_then(|w| HeaderValue::from_str(w).ok()) {
+                resp.headers_mut().append("Warning", w);
+            }
+            resp
+        }
         Route::Admin(rest) => {
             let body = match read_body(req.into_body()).await {
                 Ok(b) => b,
@@ -319,6 +326,13 @@ fn verb_of(method: &Method, has_name: bool, watch: bool) -> Option<&'static str>
         ("DELETE", false) => "deletecollection",
         _ => return None,
     })
+}
+
+/// The `Warning` every request to a deprecated resource gets, whatever its answer.
+fn deprecation_warning(rp: &ResourcePath) -> Option<&'static str> {
+    (rp.group.is_empty() && rp.version == "v1" && rp.resource == "endpoints").then_some(
+        "299 - \"v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice\"",
+    )
 }
 
 fn writer(query: &Query, ua: &str) -> Result<Writer, ApiError> {

@@ -228,7 +228,7 @@ pub struct State {
     pub lists: HashMap<u64, ListSnapshot>,
     /// Id source for watchers and snapshots.
     pub next_id: u64,
-    /// Next ClusterIP offset in the IPv4 service CIDR (10.96.0.0/12).
+    /// Next ClusterIP offset in the IPv4 service CIDR (10.96.0.0/16).
     pub next_cluster_ip: u32,
     /// Next ClusterIP offset in the IPv6 service CIDR (fd00:10:96::/112).
     pub next_cluster_ip_v6: u32,
@@ -247,6 +247,9 @@ pub struct State {
     /// checks that their owners exist (a full pass only when one does not), so writes of
     /// dependents cost a lookup per owner, not a scan of the store.
     pub gc_pending: Vec<(GroupResource, String)>,
+    /// A graceful delete of a pod bound to a node leaves it Terminating until a delete with
+    /// grace 0, as on a cluster without kubelets ([`crate::instance::Config`]).
+    pub graceful_pod_deletion: bool,
 }
 
 impl State {
@@ -273,6 +276,7 @@ impl State {
             dry_run: false,
             gc_dirty: true,
             gc_pending: Vec::new(),
+            graceful_pod_deletion: false,
         }
     }
 
@@ -401,12 +405,24 @@ impl State {
 
     /// Remove an object (DELETED with the deletion revision); returns the last state.
     pub fn remove(&mut self, gr: &GroupResource, k: &str) -> Option<Arc<Value>> {
+        self.remove_as(gr, k, |_| {})
+    }
+
+    /// Remove an object whose last state is the stored one changed by `last_change` (the
+    /// deletion fields a graceful delete of grace 0 sets as it removes a pod).
+    pub fn remove_as(
+        &mut self,
+        gr: &GroupResource,
+        k: &str,
+        last_change: impl FnOnce(&mut Value),
+    ) -> Option<Arc<Value>> {
         if self.dry_run {
             return self.get(gr, k);
         }
         let prev = self.objects.get_mut(gr)?.remove(k)?;
         self.rv += 1;
         let mut last = (*prev).clone();
+        last_change(&mut last);
         meta::set_rv(&mut last, self.rv);
         let last = Arc::new(last);
         let e = LogEntry {

@@ -27,8 +27,14 @@ pub fn invalid(rt: &ResourceType, name: &str, errors: &[FieldError]) -> ApiError
         .iter()
         .map(|e| Cause::new(e.kind.reason(), e.body(), e.field.clone()))
         .collect();
-    let mut err = ApiError::invalid(&rt.kind, &rt.group, name, causes);
-    err.message = kube_validation::invalid_message(&rt.kind, &rt.group, name, errors);
+    // events.k8s.io Events are validated as the core Event they are stored as.
+    let group = if rt.group == "events.k8s.io" {
+        ""
+    } else {
+        rt.group.as_str()
+    };
+    let mut err = ApiError::invalid(&rt.kind, group, name, causes);
+    err.message = kube_validation::invalid_message(&rt.kind, group, name, errors);
     err
 }
 
@@ -93,6 +99,10 @@ pub fn validate(
                 None => kube_validation::validate_pod(&new),
                 Some(o) => kube_validation::validate_pod_update(&new, &typed(rt, o)?),
             }
+        }
+        ("", "events") => {
+            use k8s_openapi::api::core::v1::Event;
+            kube_validation::validate_core_event(&typed::<Event>(rt, obj)?)
         }
         ("events.k8s.io", "events") => {
             use k8s_openapi::api::events::v1::Event;

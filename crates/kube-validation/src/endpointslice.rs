@@ -9,12 +9,8 @@ use std::net::IpAddr;
 
 use crate::field::{ErrorList, FieldError, FieldPath};
 
-use crate::ip::{
-    parse_ip_sloppy, special_ip_reasons, validate_endpoint_ip, validate_ipv4, validate_ipv6,
-};
-use crate::meta::{
-    validate_immutable_str, validate_labels, validate_object_meta, validate_object_meta_update,
-};
+use crate::ip::{parse_ip_sloppy, validate_endpoint_ip, validate_ip, validate_ip_strict};
+use crate::meta::{validate_labels, validate_object_meta, validate_object_meta_update};
 use crate::names::{
     is_dns1123_label, is_dns1123_subdomain, is_qualified_name, is_valid_label_value,
     name_is_dns_subdomain,
@@ -48,6 +44,40 @@ pub fn default_endpoint_slice(slice: &mut EndpointSlice) {
 /// Validates an EndpointSlice being created (call [`default_endpoint_slice`] first, as the
 /// apiserver does).
 pub fn validate_endpoint_slice(slice: &EndpointSlice) -> ErrorList {
+    let mut errs = imperative(slice);
+    errs.extend(declarative(slice, None));
+    errs
+}
+
+/// Validates an update: metadata update rules, the object itself (unchanged endpoints are not
+/// revalidated), and the immutable `addressType`.
+pub fn validate_endpoint_slice_update(new: &EndpointSlice, old: &EndpointSlice) -> ErrorList {
+    let mut errs =
+        validate_object_meta_update(&new.metadata, &old.metadata, &FieldPath::new("metadata"));
+    errs.extend(validate_object_meta(
+        &new.metadata,
+        true,
+        name_is_dns_subdomain,
+        &FieldPath::new("metadata"),
+        true,
+    ));
+    errs.extend(validate_ports(
+        new.ports.as_deref().unwrap_or_default(),
+        &FieldPath::new("ports"),
+    ));
+    if new.endpoints != old.endpoints {
+        errs.extend(validate_endpoints(
+            &new.endpoints,
+            &new.address_type,
+            &FieldPath::new("endpoints"),
+        ));
+    }
+    errs.extend(declarative(new, Some(old)));
+    errs
+}
+
+/// The hand-written rules (`ValidateEndpointSlice`) that declarative validation does not cover.
+fn imperative(slice: &EndpointSlice) -> ErrorList {
     let mut errs = validate_object_meta(
         &slice.metadata,
         true,
@@ -55,45 +85,58 @@ pub fn validate_endpoint_slice(slice: &EndpointSlice) -> ErrorList {
         &FieldPath::new("metadata"),
         true,
     );
-    errs.extend(validate_address_type(&slice.address_type));
+    errs.extend(validate_ports(
+        slice.ports.as_deref().unwrap_or_default(),
+        &FieldPath::new("ports"),
+    ));
     errs.extend(validate_endpoints(
         &slice.endpoints,
         &slice.address_type,
         &FieldPath::new("endpoints"),
     ));
-    errs.extend(validate_ports(
-        slice.ports.as_deref().unwrap_or_default(),
-        &FieldPath::new("ports"),
-    ));
     errs
 }
 
-/// Validates an update: metadata update rules, the object itself, and the immutable `addressType`.
-pub fn validate_endpoint_slice_update(new: &EndpointSlice, old: &EndpointSlice) -> ErrorList {
-    let mut errs =
-        validate_object_meta_update(&new.metadata, &old.metadata, &FieldPath::new("metadata"));
-    errs.extend(validate_endpoint_slice(new));
-    errs.extend(validate_immutable_str(
-        &new.address_type,
-        &old.address_type,
-        &FieldPath::new("addressType"),
-    ));
-    errs
-}
-
-fn validate_address_type(address_type: &str) -> ErrorList {
+/// The declarative rules of discovery/v1 (beta since 1.37, so they replace the hand-written
+/// ones they cover and come after them): `addressType` required, immutable, one of the
+/// supported types; each endpoint's `addresses` required, at most 100. Unchanged values are not
+/// revalidated on update.
+fn declarative(slice: &EndpointSlice, old: Option<&EndpointSlice>) -> ErrorList {
+    let mut errs = Vec::new();
     let path = FieldPath::new("addressType");
-    if address_type.is_empty() {
-        vec![FieldError::required(&path, "")]
-    } else if !SUPPORTED_ADDRESS_TYPES.contains(&address_type) {
-        vec![FieldError::not_supported(
-            &path,
-            address_type,
-            &SUPPORTED_ADDRESS_TYPES,
-        )]
-    } else {
-        Vec::new()
+    let address_type = slice.address_type.as_str();
+    let changed = old.is_none_or(|o| o.address_type != slice.address_type);
+    if changed {
+        if address_type.is_empty() {
+            errs.push(FieldError::required(&path, ""));
+        } else if old.is_some() {
+            errs.push(FieldError::invalid(
+                &path,
+                crate::field::BadValue::Null,
+                "field is immutable",
+            ));
+        } else if !SUPPORTED_ADDRESS_TYPES.contains(&address_type) {
+            errs.push(FieldError::not_supported(
+                &path,
+                address_type,
+                &SUPPORTED_ADDRESS_TYPES,
+            ));
+        }
     }
+    if old.is_some_and(|o| o.endpoints == slice.endpoints) {
+        return errs;
+    }
+    for (i, endpoint) in slice.endpoints.iter().enumerate() {
+        let addresses = &endpoint.addresses;
+        if addresses.is_empty() {
+            let p = FieldPath::new("endpoints").index(i).child("addresses");
+            errs.push(FieldError::required(&p, ""));
+        } else if addresses.len() > MAX_ADDRESSES {
+            let p = FieldPath::new("endpoints").index(i).child("addresses");
+            errs.push(FieldError::too_many(&p, addresses.len(), MAX_ADDRESSES));
+        }
+    }
+    errs
 }
 
 fn validate_endpoints(endpoints: &[Endpoint], address_type: &str, path: &FieldPath) -> ErrorList {
@@ -105,36 +148,30 @@ fn validate_endpoints(endpoints: &[Endpoint], address_type: &str, path: &FieldPa
         // Paths are built only when something is wrong: valid slices are the hot path.
         let idx = || path.index(i);
         let addr_path = || idx().child("addresses");
-        if endpoint.addresses.is_empty() {
-            errs.push(FieldError::required(
-                &addr_path(),
-                "must contain at least 1 address",
-            ));
-        } else if endpoint.addresses.len() > MAX_ADDRESSES {
-            errs.push(FieldError::too_many(
-                &addr_path(),
-                endpoint.addresses.len(),
-                MAX_ADDRESSES,
-            ));
-        }
         for (j, address) in endpoint.addresses.iter().enumerate() {
             let p = || addr_path().index(j);
             match address_type {
                 "IPv4" | "IPv6" => {
-                    let parsed = parse_ip_sloppy(address);
-                    let family_ok = matches!(
-                        (address_type, parsed),
-                        ("IPv4", Some(IpAddr::V4(_))) | ("IPv6", Some(IpAddr::V6(_)))
-                    );
-                    if !family_ok {
-                        errs.extend(if address_type == "IPv4" {
-                            validate_ipv4(&p(), address)
-                        } else {
-                            validate_ipv6(&p(), address)
-                        });
-                    } else if parsed.is_some_and(|ip| !special_ip_reasons(ip, address).is_empty()) {
-                        errs.extend(validate_endpoint_ip(&p(), address));
+                    let v4 = address_type == "IPv4";
+                    let ip_errs = if v4 {
+                        validate_ip(&p(), address)
+                    } else {
+                        validate_ip_strict(&p(), address)
+                    };
+                    if !ip_errs.is_empty() {
+                        errs.extend(ip_errs);
+                        continue;
                     }
+                    let is_v4 = matches!(parse_ip_sloppy(address), Some(IpAddr::V4(_)));
+                    if is_v4 != v4 {
+                        let family = if v4 { "an IPv4" } else { "an IPv6" };
+                        errs.push(FieldError::invalid(
+                            &addr_path(),
+                            address,
+                            format!("must be {family} address"),
+                        ));
+                    }
+                    errs.extend(validate_endpoint_ip(&p(), address));
                 }
                 "FQDN" => errs.extend(validate_fqdn(&p(), address)),
                 // Unknown address types were already reported; their addresses are not checked.
@@ -360,7 +397,7 @@ mod tests {
         new.metadata.resource_version = Some("1".into());
         assert_eq!(
             msgs(validate_endpoint_slice_update(&new, &old)),
-            vec![r#"addressType: Invalid value: "IPv6": field is immutable"#]
+            vec!["addressType: Invalid value: null: field is immutable"]
         );
     }
 
@@ -380,7 +417,7 @@ mod tests {
         s.endpoints[0].addresses.clear();
         assert_eq!(
             msgs(validate_endpoint_slice(&s)),
-            vec!["endpoints[0].addresses: Required value: must contain at least 1 address"]
+            vec!["endpoints[0].addresses: Required value"]
         );
         s.endpoints[0].addresses = (0..101).map(|i| format!("10.0.0.{}", i + 1)).collect();
         assert_eq!(
@@ -393,15 +430,11 @@ mod tests {
     fn address_family_must_match_address_type() {
         assert_eq!(
             msgs(validate_endpoint_slice(&slice("IPv4", &["fd00::1"]))),
-            vec![
-                r#"endpoints[0].addresses[0]: Invalid value: "fd00::1": must be a valid IPv4 address"#
-            ]
+            vec![r#"endpoints[0].addresses: Invalid value: "fd00::1": must be an IPv4 address"#]
         );
         assert_eq!(
             msgs(validate_endpoint_slice(&slice("IPv6", &["10.0.0.1"]))),
-            vec![
-                r#"endpoints[0].addresses[0]: Invalid value: "10.0.0.1": must be a valid IPv6 address"#
-            ]
+            vec![r#"endpoints[0].addresses: Invalid value: "10.0.0.1": must be an IPv6 address"#]
         );
     }
 

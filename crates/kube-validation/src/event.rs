@@ -22,7 +22,9 @@ fn len(s: &Option<String>) -> usize {
     s.as_deref().map_or(0, str::len)
 }
 
-fn legacy(event: &Event) -> ErrorList {
+/// `legacyValidateEvent`; `controller_field` names `reportingController` as the request's
+/// version does (`reportingComponent` in core v1).
+fn legacy_named(event: &Event, controller_field: &str) -> ErrorList {
     let mut errs = Vec::new();
     let namespace = event.metadata.namespace.as_deref().unwrap_or_default();
     let regarding_ns = event
@@ -53,7 +55,7 @@ fn legacy(event: &Event) -> ErrorList {
             ));
         }
         let controller = event.reporting_controller.as_deref().unwrap_or_default();
-        let rc_path = FieldPath::new("reportingController");
+        let rc_path = FieldPath::new(controller_field);
         if controller.is_empty() {
             errs.push(FieldError::required(&rc_path, ""));
         }
@@ -91,6 +93,32 @@ fn legacy(event: &Event) -> ErrorList {
             .map(|m| FieldError::invalid(&FieldPath::new("namespace"), namespace, m)),
     );
     errs
+}
+
+fn legacy(event: &Event) -> ErrorList {
+    legacy_named(event, "reportingController")
+}
+
+/// A core v1 Event in the events.k8s.io/v1 shape (the fields validation reads).
+fn from_core(e: &k8s_openapi::api::core::v1::Event) -> Event {
+    Event {
+        metadata: e.metadata.clone(),
+        regarding: Some(e.involved_object.clone()),
+        event_time: e.event_time.clone(),
+        reporting_controller: e.reporting_component.clone(),
+        reporting_instance: e.reporting_instance.clone(),
+        action: e.action.clone(),
+        reason: e.reason.clone(),
+        note: e.message.clone(),
+        type_: e.type_.clone(),
+        ..Event::default()
+    }
+}
+
+/// Validates an Event created or updated through core v1: only the legacy rules, for backwards
+/// compatibility (`ValidateEventCreate`/`ValidateEventUpdate` with request version v1).
+pub fn validate_core_event(event: &k8s_openapi::api::core::v1::Event) -> ErrorList {
+    legacy_named(&from_core(event), "reportingComponent")
 }
 
 fn series(event: &Event) -> ErrorList {

@@ -130,9 +130,9 @@ pub enum BadValue {
     Int(i64),
     /// A boolean, printed bare.
     Bool(bool),
-    /// `nil` (a nil pointer or interface): Go prints the string `"null"`.
+    /// `nil` (a nil pointer or interface): printed `null`.
     Null,
-    /// A value printed as given: composites (Go's `%#v`, see [`go_sharp_v`] for decoded JSON)
+    /// A value printed as given: composites (JSON, see [`go_json`] for decoded JSON)
     /// and non-integer numbers.
     Raw(String),
 }
@@ -148,7 +148,7 @@ impl From<&Value> for BadValue {
             Value::Number(n) => n
                 .as_i64()
                 .map_or_else(|| Self::Raw(n.to_string()), Self::Int),
-            composite => Self::Raw(go_sharp_v(composite)),
+            composite => Self::Raw(go_json(composite)),
         }
     }
 }
@@ -332,7 +332,7 @@ fn render_value(value: &BadValue) -> String {
         BadValue::Str(s) => go_quote(s),
         BadValue::Int(i) => i.to_string(),
         BadValue::Bool(b) => b.to_string(),
-        BadValue::Null => go_quote("null"),
+        BadValue::Null => "null".to_owned(),
         BadValue::Raw(s) => s.clone(),
     }
 }
@@ -380,28 +380,45 @@ fn go_number(n: &serde_json::Number) -> String {
     }
 }
 
-/// Go's `%#v` of a decoded JSON value (`map[string]interface {}{"k":"v"}`), which is what
-/// upstream prints for composite bad values (e.g. duplicate list-map keys).
-pub fn go_sharp_v(v: &Value) -> String {
+/// `encoding/json` of a decoded JSON value (keys sorted, no spaces, `<`, `>` and `&` escaped):
+/// how field errors print composite bad values since Kubernetes 1.34 (`ErrorBody`), e.g. a
+/// duplicate list-map key or a Service's `clusterIPs`.
+pub fn go_json(v: &Value) -> String {
     match v {
-        Value::Null => "interface {}(nil)".to_owned(),
-        Value::String(s) => go_quote(s),
+        Value::Null => "null".to_owned(),
+        Value::String(s) => go_json_string(s),
         Value::Bool(b) => b.to_string(),
         Value::Number(n) => go_number(n),
         Value::Array(items) => {
-            let inner: Vec<String> = items.iter().map(go_sharp_v).collect();
-            format!("[]interface {{}}{{{}}}", inner.join(", "))
+            let inner: Vec<String> = items.iter().map(go_json).collect();
+            format!("[{}]", inner.join(","))
         }
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
             keys.sort();
             let inner: Vec<String> = keys
                 .iter()
-                .map(|k| format!("{}:{}", go_quote(k), go_sharp_v(&map[k.as_str()])))
+                .map(|k| format!("{}:{}", go_json_string(k), go_json(&map[k.as_str()])))
                 .collect();
-            format!("map[string]interface {{}}{{{}}}", inner.join(", "))
+            format!("{{{}}}", inner.join(","))
         }
     }
+}
+
+/// A JSON string as `encoding/json` writes it (HTML-safe).
+fn go_json_string(s: &str) -> String {
+    serde_json::to_string(s)
+        .unwrap_or_default()
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
+}
+
+/// A list of strings as a composite bad value (`["a","b"]`).
+pub fn go_json_strings(values: &[String]) -> BadValue {
+    BadValue::Raw(go_json(&Value::Array(
+        values.iter().map(|v| Value::String(v.clone())).collect(),
+    )))
 }
 
 /// Go's `%+v` (= `%v`) of a decoded JSON value (`map[k:v k2:[a b]]`, keys sorted as `fmt`
@@ -498,18 +515,18 @@ mod tests {
     }
 
     #[test]
-    fn json_bad_values_print_like_go_interfaces() {
+    fn json_bad_values_print_like_go_error_bodies() {
         use serde_json::json;
         let e = |v: Value| FieldError::invalid("f", v, "d").to_string();
         assert_eq!(e(json!("ab")), r#"f: Invalid value: "ab": d"#);
         assert_eq!(e(json!(11)), "f: Invalid value: 11: d");
         assert_eq!(e(json!(1.5)), "f: Invalid value: 1.5: d");
         assert_eq!(e(json!(true)), "f: Invalid value: true: d");
-        assert_eq!(e(Value::Null), r#"f: Invalid value: "null": d"#);
+        assert_eq!(e(Value::Null), "f: Invalid value: null: d");
         assert_eq!(
-            FieldError::duplicate("spec.ports[1]", json!({"name": "http", "n": [1, null]}))
+            FieldError::duplicate("spec.ports[1]", json!({"name": "<http>", "n": [1, null]}))
                 .to_string(),
-            r#"spec.ports[1]: Duplicate value: map[string]interface {}{"n":[]interface {}{1, interface {}(nil)}, "name":"http"}"#
+            r#"spec.ports[1]: Duplicate value: {"n":[1,null],"name":"\u003chttp\u003e"}"#
         );
     }
 

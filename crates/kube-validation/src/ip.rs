@@ -121,39 +121,42 @@ pub fn special_ip_reasons(ip: IpAddr, original: &str) -> Vec<String> {
     reasons
 }
 
-/// `IsValidIP`.
+/// The message for a value that is no IP at all (`parseIP`).
+pub const NOT_AN_IP: &str = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)";
+
+/// `IsValidIPForLegacyField` with strict validation (the `StrictIPCIDRValidation` gate, on by
+/// default since 1.36): any IP `ParseIPSloppy` reads, but no leading zeros and no IPv4-mapped
+/// IPv6 addresses.
 pub fn validate_ip(path: &FieldPath, value: &str) -> ErrorList {
-    match parse_ip_sloppy(value) {
-        Some(_) => Vec::new(),
-        None => vec![FieldError::invalid(
+    if parse_ip_sloppy(value).is_none() {
+        return vec![FieldError::invalid(path, value, NOT_AN_IP)];
+    }
+    let mut errs = Vec::new();
+    match value.parse::<IpAddr>() {
+        Err(_) => errs.push(FieldError::invalid(path, value, "must not have leading 0s")),
+        Ok(IpAddr::V6(v6)) if v6.to_ipv4_mapped().is_some() => errs.push(FieldError::invalid(
             path,
             value,
-            "must be a valid IP address",
-        )],
+            "must not be an IPv4-mapped IPv6 address",
+        )),
+        Ok(_) => {}
     }
+    errs
 }
 
-/// `IsValidIPv4Address`.
-pub fn validate_ipv4(path: &FieldPath, value: &str) -> ErrorList {
-    match parse_ip_sloppy(value) {
-        Some(IpAddr::V4(_)) => Vec::new(),
-        _ => vec![FieldError::invalid(
-            path,
-            value,
-            "must be a valid IPv4 address",
-        )],
+/// `IsValidIP`: [`validate_ip`], then the canonical form.
+pub fn validate_ip_strict(path: &FieldPath, value: &str) -> ErrorList {
+    let errs = validate_ip(path, value);
+    if !errs.is_empty() {
+        return errs;
     }
-}
-
-/// `IsValidIPv6Address` (an IPv4-mapped address is not a valid IPv6 address, as in Go).
-pub fn validate_ipv6(path: &FieldPath, value: &str) -> ErrorList {
-    match parse_ip_sloppy(value) {
-        Some(IpAddr::V6(_)) => Vec::new(),
-        _ => vec![FieldError::invalid(
+    match canonical_ip(value) {
+        Some(c) if c != value => vec![FieldError::invalid(
             path,
             value,
-            "must be a valid IPv6 address",
+            format!("must be in canonical form ({})", crate::field::go_quote(&c)),
         )],
+        _ => Vec::new(),
     }
 }
 
@@ -235,19 +238,25 @@ mod tests {
             validate_endpoint_ip(&p(), "foo")[0].detail,
             "must be a valid IP address"
         );
-        assert_eq!(validate_ip(&p(), "1.2.3").len(), 1);
+        assert_eq!(validate_ip(&p(), "1.2.3")[0].detail, NOT_AN_IP);
         assert_eq!(validate_ip(&p(), "1.2.3.256").len(), 1);
     }
 
     #[test]
-    fn family_checks_follow_go_to4() {
-        assert!(validate_ipv4(&p(), "10.0.0.1").is_empty());
-        assert_eq!(validate_ipv4(&p(), "fd00::1").len(), 1);
-        assert!(validate_ipv6(&p(), "fd00::1").is_empty());
-        assert_eq!(validate_ipv6(&p(), "10.0.0.1").len(), 1);
-        // IPv4-mapped IPv6 counts as IPv4.
-        assert!(validate_ipv4(&p(), "::ffff:10.0.0.1").is_empty());
-        assert_eq!(validate_ipv6(&p(), "::ffff:10.0.0.1").len(), 1);
+    fn strict_legacy_ips_refuse_leading_zeros_and_mapped_addresses() {
+        assert!(validate_ip(&p(), "10.0.0.1").is_empty());
+        assert_eq!(
+            validate_ip(&p(), "010.0.0.1")[0].detail,
+            "must not have leading 0s"
+        );
+        assert_eq!(
+            validate_ip(&p(), "::ffff:10.0.0.1")[0].detail,
+            "must not be an IPv4-mapped IPv6 address"
+        );
+        assert_eq!(
+            validate_ip_strict(&p(), "FD00::1")[0].detail,
+            r#"must be in canonical form ("fd00::1")"#
+        );
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub use endpoints::{default_endpoints, validate_endpoints, validate_endpoints_up
 pub use endpointslice::{
     default_endpoint_slice, validate_endpoint_slice, validate_endpoint_slice_update,
 };
-pub use event::{validate_event_create, validate_event_update};
+pub use event::{validate_core_event, validate_event_create, validate_event_update};
 pub use field::{BadValue, ErrorList, ErrorType, FieldError, FieldPath};
 pub use ip::IpFamily;
 pub use lease::{validate_lease, validate_lease_update};

@@ -137,7 +137,7 @@ pub fn validate_finalizers(finalizers: &[String], path: &FieldPath, builtin: boo
     if orphan && foreground {
         errs.push(FieldError::invalid(
             path,
-            BadValue::Raw(format!("{finalizers:?}")),
+            crate::field::go_json_strings(finalizers),
             "finalizer orphan and foregroundDeletion cannot be both set",
         ));
     }

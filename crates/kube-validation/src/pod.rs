@@ -1,6 +1,7 @@
-//! The Pod rules the emulator enforces beyond ObjectMeta: container ports (`validateContainerPorts`)
-//! and the status IPs (`validatePodIPs`, `validateHostIPs` of `ValidatePodStatusUpdate`). The rest
-//! of the Pod spec is not validated.
+//! The Pod rules the emulator enforces beyond ObjectMeta: at least one container, container
+//! names, images and ports (`validateContainers`, `validateContainerPorts`) and the status IPs
+//! (`validatePodIPs`, `validateHostIPs` of `ValidatePodStatusUpdate`). The rest of the Pod spec is
+//! not validated.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -20,25 +21,7 @@ pub fn validate_legacy_ip(path: &FieldPath, value: &str, valid_old: &[String]) -
     if valid_old.iter().any(|o| o == value) {
         return Vec::new();
     }
-    let Some(_) = parse_ip_sloppy(value) else {
-        return vec![FieldError::invalid(
-            path,
-            value,
-            "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
-        )];
-    };
-    let mut errs = Vec::new();
-    match value.parse::<IpAddr>() {
-        // Go's netip.ParseAddr refuses what ParseIPSloppy took only for leading zeros.
-        Err(_) => errs.push(FieldError::invalid(path, value, "must not have leading 0s")),
-        Ok(IpAddr::V6(v6)) if v6.to_ipv4_mapped().is_some() => errs.push(FieldError::invalid(
-            path,
-            value,
-            "must not be an IPv4-mapped IPv6 address",
-        )),
-        Ok(_) => {}
-    }
-    errs
+    crate::ip::validate_ip(path, value)
 }
 
 fn validate_container_ports(ports: &[ContainerPort], path: &FieldPath) -> ErrorList {
@@ -85,17 +68,34 @@ fn validate_container_ports(ports: &[ContainerPort], path: &FieldPath) -> ErrorL
     errs
 }
 
+/// Each container's name (required, a DNS-1123 label, unique) and image (required), then its
+/// ports (`validateContainers`).
 fn containers_ports(containers: &[Container], path: &FieldPath) -> ErrorList {
-    containers
-        .iter()
-        .enumerate()
-        .flat_map(|(i, c)| {
-            validate_container_ports(
-                c.ports.as_deref().unwrap_or_default(),
-                &path.index(i).child("ports"),
-            )
-        })
-        .collect()
+    let mut errs = Vec::new();
+    let mut names = HashSet::new();
+    for (i, c) in containers.iter().enumerate() {
+        let p = path.index(i);
+        if c.name.is_empty() {
+            errs.push(FieldError::required(&p.child("name"), ""));
+        } else {
+            let msgs = crate::names::is_dns1123_label(&c.name);
+            errs.extend(
+                msgs.into_iter()
+                    .map(|m| FieldError::invalid(&p.child("name"), &c.name, m)),
+            );
+            if !names.insert(c.name.as_str()) {
+                errs.push(FieldError::duplicate(&p.child("name"), &c.name));
+            }
+        }
+        if c.image.as_deref().is_none_or(str::is_empty) {
+            errs.push(FieldError::required(&p.child("image"), ""));
+        }
+        errs.extend(validate_container_ports(
+            c.ports.as_deref().unwrap_or_default(),
+            &p.child("ports"),
+        ));
+    }
+    errs
 }
 
 /// The status IPs as the internal type holds them: v1 conversion makes `podIP` authoritative
@@ -174,6 +174,9 @@ fn validate_pod_fields(pod: &Pod, old: Option<&Pod>) -> ErrorList {
     let mut errs = Vec::new();
     if let Some(spec) = pod.spec.as_ref() {
         let path = FieldPath::new("spec");
+        if spec.containers.is_empty() {
+            errs.push(FieldError::required(&path.child("containers"), ""));
+        }
         errs.extend(containers_ports(
             &spec.containers,
             &path.child("containers"),
@@ -246,10 +249,33 @@ mod tests {
     }
 
     #[test]
+    fn containers_need_names_and_images() {
+        let none = pod(
+            serde_json::json!({"metadata": {"name": "p", "namespace": "d"},
+            "spec": {"containers": []}}),
+        );
+        assert_eq!(
+            msgs(validate_pod(&none)),
+            ["spec.containers: Required value"]
+        );
+        let bad = pod(
+            serde_json::json!({"metadata": {"name": "p", "namespace": "d"},
+            "spec": {"containers": [{"name": "a", "image": "x"}, {"name": "a"}]}}),
+        );
+        assert_eq!(
+            msgs(validate_pod(&bad)),
+            [
+                r#"spec.containers[1].name: Duplicate value: "a""#,
+                "spec.containers[1].image: Required value"
+            ]
+        );
+    }
+
+    #[test]
     fn port_names_are_iana_service_names() {
         let p = pod(
             serde_json::json!({"metadata": {"name": "p", "namespace": "d"},
-            "spec": {"containers": [{"name": "c", "ports": [
+            "spec": {"containers": [{"name": "c", "image": "app", "ports": [
                 {"name": "sixteen-chars-ab", "containerPort": 80, "protocol": "TCP"},
                 {"name": "http", "containerPort": 81, "protocol": "TCP"},
                 {"name": "http", "containerPort": 82, "protocol": "TCP"},

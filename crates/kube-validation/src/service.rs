@@ -31,10 +31,9 @@ pub const TRAFFIC_DISTRIBUTIONS: [&str; 3] = ["PreferClose", "PreferSameNode", "
 /// Longest ClientIP session affinity timeout.
 pub const MAX_CLIENT_IP_AFFINITY_SECONDS: i32 = 86400;
 
-/// Go's `%#v` of a string slice.
+/// A string slice as field errors print it (JSON).
 fn go_string_slice(values: &[String]) -> BadValue {
-    let quoted: Vec<String> = values.iter().map(|v| crate::field::go_quote(v)).collect();
-    BadValue::Raw(format!("[]string{{{}}}", quoted.join(", ")))
+    crate::field::go_json_strings(values)
 }
 
 /// Applies the defaults clients read back (docs/emulator-spec.md §6.2), except cluster IP and
@@ -830,7 +829,7 @@ mod tests {
         assert_eq!(
             msgs(validate_service(&s)),
             vec![
-                r#"spec.clusterIPs: Invalid value: []string{"10.96.0.11"}: first value must match `clusterIP`"#
+                r#"spec.clusterIPs: Invalid value: ["10.96.0.11"]: first value must match `clusterIP`"#
             ]
         );
         let mut s = svc(vec![port("http", 80)]);
@@ -913,9 +912,7 @@ mod tests {
         spec(&mut new).cluster_ips = Some(vec!["10.96.0.99".into()]);
         assert_eq!(
             msgs(validate_service_update(&new, &old)),
-            vec![
-                r#"spec.clusterIPs[0]: Invalid value: []string{"10.96.0.99"}: may not change once set"#
-            ]
+            vec![r#"spec.clusterIPs[0]: Invalid value: ["10.96.0.99"]: may not change once set"#]
         );
     }
 }

@@ -23,7 +23,7 @@ impl CrdValidator {
                     cel_errors
                         .iter()
                         .filter(|e| !self.ratchets(e, object, old))
-                        .map(|e| self.cel_error(e)),
+                        .map(|e| self.cel_error(e, object)),
                 );
             }
         }
@@ -40,8 +40,13 @@ impl CrdValidator {
         matches!(correlate(&self.schema, new, old, &e.field_path), Some((n, o)) if n == o)
     }
 
-    fn cel_error(&self, e: &kube_cel::ValidationError) -> FieldError {
-        let value = BadValue::Str(self.rule_types.get(&e.rule).cloned().unwrap_or_default());
+    /// A failed rule as upstream reports it: on an object or a list the value is omitted
+    /// (`Invalid value: <message>`), on a scalar it is the value the rule saw.
+    fn cel_error(&self, e: &kube_cel::ValidationError, object: &Value) -> FieldError {
+        let value = match self.rule_types.get(&e.rule).map(String::as_str) {
+            Some("object" | "array") | None => BadValue::Omit,
+            Some(_) => value_at(object, &e.field_path).map_or(BadValue::Omit, BadValue::from),
+        };
         let rendered = cel_field_path(&self.schema, &e.field_path);
         let field = if rendered.is_empty() {
             "<nil>"
@@ -345,6 +350,28 @@ fn correlate_item<'o>(list_schema: &Value, item: &Value, old: &'o [Value]) -> Op
         }
         _ => None,
     }
+}
+
+/// The value at a field path (`spec.ports[0].name`).
+fn value_at<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut n = v;
+    for seg in path.split('.').filter(|x| !x.is_empty()) {
+        let (name, indexes) = match seg.find('[') {
+            Some(i) => (&seg[..i], &seg[i..]),
+            None => (seg, ""),
+        };
+        if !name.is_empty() {
+            n = n.get(name)?;
+        }
+        for idx in indexes.split(']').filter(|x| !x.is_empty()) {
+            let idx = idx.trim_start_matches('[');
+            n = match idx.parse::<usize>() {
+                Ok(i) => n.as_array()?.get(i)?,
+                Err(_) => n.get(idx.trim_matches('"'))?,
+            };
+        }
+    }
+    Some(n)
 }
 
 /// Resolves a rendered field path (`spec.ports[0].name`) in the new object and its correlated

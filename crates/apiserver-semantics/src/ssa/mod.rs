@@ -443,20 +443,20 @@ pub fn record_update(
             .unwrap_or_default(),
     };
     let has_status = schema.has_status_subresource();
-    // Go value structs exist even in an empty typed object; compare from a baseline that has them.
-    let implicit = schema.implicit_fields();
-    let baseline: Option<Cow<'_, Value>> = match old {
-        Some(o) if implicit.iter().all(|f| o.get(*f).is_some()) => Some(Cow::Borrowed(o)),
-        _ if implicit.is_empty() => old.map(Cow::Borrowed),
-        _ => {
-            let mut b = old.cloned().unwrap_or_else(|| Value::Object(Map::new()));
+    // Go value structs and nil slices exist even in an empty typed object; compare from a
+    // baseline that has them.
+    let baseline: Option<Cow<'_, Value>> = match (old, schema.empty_object()) {
+        (Some(o), Some(Value::Object(empty))) if empty.keys().any(|k| o.get(k).is_none()) => {
+            let mut b = o.clone();
             if let Value::Object(m) = &mut b {
-                for f in implicit {
-                    m.entry(*f).or_insert_with(|| Value::Object(Map::new()));
+                for (k, v) in empty {
+                    m.entry(k).or_insert(v);
                 }
             }
             Some(Cow::Owned(b))
         }
+        (Some(o), _) => Some(Cow::Borrowed(o)),
+        (None, empty) => empty.map(Cow::Owned),
     };
     let cmp = compare(baseline.as_deref(), Some(new), schema);
     let taken = filter_set(&cmp.modified.union(&cmp.added), subresource, has_status);

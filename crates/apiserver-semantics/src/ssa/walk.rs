@@ -269,6 +269,20 @@ fn leaf(lhs: Option<&Value>, rhs: Option<&Value>, path: &[PathElement], c: &mut 
     }
 }
 
+static EMPTY_LIST: Value = Value::Array(Vec::new());
+static EMPTY_MAP: std::sync::LazyLock<Value> =
+    std::sync::LazyLock::new(|| Value::Object(Map::new()));
+
+/// A nil slice or map (`null`) compared with a list or object is an empty one: the typed
+/// comparison sees the field exist on both sides (no `.` added or removed for it).
+fn nil_as_empty<'a>(v: Option<&'a Value>, other: Option<&'a Value>) -> Option<&'a Value> {
+    match (v, other) {
+        (Some(Value::Null), Some(Value::Array(_))) => Some(&EMPTY_LIST),
+        (Some(Value::Null), Some(Value::Object(_))) => Some(&*EMPTY_MAP),
+        _ => v,
+    }
+}
+
 fn compare_walk<'a>(
     lhs: Option<&'a Value>,
     rhs: Option<&'a Value>,
@@ -277,6 +291,7 @@ fn compare_walk<'a>(
     schema: &dyn ObjectSchema,
     c: &mut Comparison,
 ) {
+    let (lhs, rhs) = (nil_as_empty(lhs, rhs), nil_as_empty(rhs, lhs));
     let either = rhs.or(lhs);
     match either {
         Some(Value::Object(_)) => {

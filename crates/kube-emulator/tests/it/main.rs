@@ -8,6 +8,7 @@ mod acceptance;
 mod clock;
 mod common;
 mod crd;
+mod differential;
 mod faults;
 mod fidelity;
 mod fuzz;
