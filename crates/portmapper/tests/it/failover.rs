@@ -38,7 +38,7 @@ fn start(h: &Harness, identity: &str) -> Operator {
 
 /// Writes other than to the Lease, by anyone running the operator, in log order.
 fn object_writes(h: &Harness) -> Vec<LoggedRequest> {
-    h.emu.requests().filter(|r| {
+    h.emu().requests().filter(|r| {
         r.is_write() && r.resource != "leases" && r.user_agent.starts_with(OPERATOR_USER_AGENT)
     })
 }
@@ -66,7 +66,7 @@ async fn first_write_after(
 /// `op` is the active writer: it writes two pod flips from now on (so a fault hits a leader
 /// busy writing, not an idle one).
 async fn writing(h: &Harness, op: &Operator) {
-    let from = h.emu.requests().elapsed();
+    let from = h.emu().requests().elapsed();
     let first = first_write_after(h, op, from, Duration::from_secs(20)).await;
     first_write_after(
         h,
@@ -83,7 +83,7 @@ async fn is_standby(h: &Harness, op: &Operator) {
         &format!("{} polling the Lease", op.identity),
         Duration::from_secs(20),
         || async {
-            h.emu
+            h.emu()
                 .requests()
                 .filter(|r| r.user_agent == op.user_agent && r.resource == "leases")
                 .first()
@@ -94,7 +94,7 @@ async fn is_standby(h: &Harness, op: &Operator) {
 }
 
 async fn holder(h: &Harness) -> Option<String> {
-    let api: Api<Lease> = Api::namespaced(h.client.clone(), NS);
+    let api: Api<Lease> = Api::namespaced(h.client.clone(), &h.ns);
     api.get_opt("portmapper")
         .await
         .ok()??
@@ -125,7 +125,7 @@ fn assert_single_writer(h: &Harness) -> Vec<(String, usize)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer() {
-    let h = Harness::new().await;
+    let h = Harness::emulator().await;
     h.create(service(SVC, &[("http", 8080)])).await;
     ready_pods(
         &h,
@@ -137,7 +137,7 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
     )
     .await;
     h.create(portmapping(SVC, SVC)).await;
-    let observer = Observer::start(h.client.clone(), &[(SVC, "http")]).await;
+    let observer = Observer::start(&h, &[(SVC, "http")]).await;
 
     let a = start(&h, "fo-a");
     let b = start(&h, "fo-b");
@@ -153,7 +153,7 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
     let churning = Arc::new(AtomicBool::new(true));
     let churn = {
         let (api, churning) = (
-            Api::<Pod>::namespaced(h.client.clone(), NS),
+            Api::<Pod>::namespaced(h.client.clone(), &h.ns),
             churning.clone(),
         );
         tokio::spawn(async move {
@@ -181,7 +181,7 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
     for round in 1..=rounds {
         // 1. kill -9: the standby writes within the Lease duration + 2 s.
         writing(&h, &leader).await;
-        let t0 = h.emu.requests().elapsed();
+        let t0 = h.emu().requests().elapsed();
         leader.kill9();
         let first = first_write_after(&h, &standby, t0, Duration::from_secs(20)).await;
         let kill9 = first - t0;
@@ -199,7 +199,7 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
         standby = start(&h, &format!("fo-{round}c"));
         is_standby(&h, &standby).await;
         writing(&h, &leader).await;
-        let t0 = h.emu.requests().elapsed();
+        let t0 = h.emu().requests().elapsed();
         leader.signal("TERM");
         let first = first_write_after(&h, &standby, t0, Duration::from_secs(20)).await;
         let sigterm = first - t0;
@@ -223,7 +223,7 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
         standby = start(&h, &format!("fo-{round}d"));
         is_standby(&h, &standby).await;
         writing(&h, &paused).await;
-        let t0 = h.emu.requests().elapsed();
+        let t0 = h.emu().requests().elapsed();
         paused.signal("STOP");
         let first = first_write_after(&h, &standby, t0, Duration::from_secs(20)).await;
         let sigstop = first - t0;
@@ -235,7 +235,7 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
             sigstop <= Duration::from_secs(LEASE_SECONDS + 2),
             "takeover after SIGSTOP took {sigstop:?}"
         );
-        let resumed = h.emu.requests().elapsed();
+        let resumed = h.emu().requests().elapsed();
         paused.signal("CONT");
         // Proof it runs again: a request of its own (the Lease) after SIGCONT; then two more
         // writes by the new leader, so anything the ex-leader sent on resuming is in the log.
@@ -243,7 +243,7 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
             "the ex-leader's first request after SIGCONT",
             Duration::from_secs(20),
             || async {
-                h.emu
+                h.emu()
                     .requests()
                     .filter(|r| r.user_agent == paused.user_agent && r.since_start >= resumed)
                     .first()
@@ -251,7 +251,7 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
             },
         )
         .await;
-        let after = h.emu.requests().elapsed();
+        let after = h.emu().requests().elapsed();
         let next = first_write_after(&h, &standby, after, Duration::from_secs(20)).await;
         first_write_after(
             &h,
