@@ -24,6 +24,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::wait::{await_condition, conditions};
@@ -55,8 +56,9 @@ enum Backend {
     /// The control plane this binary shares; the test's namespace is its own, and so is
     /// `kubeconfig` (its context defaults to that namespace), in a directory removed on drop.
     Real { kubeconfig: std::path::PathBuf },
-    /// An in-process emulator of this test's own.
-    Emulator(Emulator),
+    /// An in-process emulator of this test's own, and when it started (its request log times
+    /// requests from then).
+    Emulator(Emulator, Timestamp),
 }
 
 pub struct Harness {
@@ -116,6 +118,7 @@ impl Harness {
 
     /// A fresh in-process emulator (namespace `default`) with the CRD; controller not started.
     pub async fn emulator() -> Self {
+        let started = Timestamp::now();
         let emu = Emulator::start().await.expect("emulator starts");
         let config = emu.kube_config().expect("kube config");
         let client = Client::try_from(config.clone()).expect("client");
@@ -135,7 +138,7 @@ impl Harness {
         .expect("CRD established in time")
         .expect("watch works");
         Self::with(
-            Backend::Emulator(emu),
+            Backend::Emulator(emu, started),
             EMULATOR_NAMESPACE.into(),
             client,
             config,
@@ -172,7 +175,7 @@ impl Harness {
     /// The emulator of an emulator-backed test (its faults, clock and request log).
     pub fn emu(&self) -> &Emulator {
         match &self.backend {
-            Backend::Emulator(emu) => emu,
+            Backend::Emulator(emu, _) => emu,
             Backend::Real { .. } => {
                 panic!("this test runs on the real control plane, not the emulator")
             }
@@ -195,7 +198,7 @@ impl Harness {
     pub fn kubeconfig_path(&self) -> &std::path::Path {
         match &self.backend {
             Backend::Real { kubeconfig } => kubeconfig,
-            Backend::Emulator(emu) => emu.kubeconfig_path(),
+            Backend::Emulator(emu, _) => emu.kubeconfig_path(),
         }
     }
 
@@ -425,7 +428,12 @@ impl Harness {
     /// before this call is in the log by then.
     pub async fn requests(&self) -> Vec<Request> {
         match &self.backend {
-            Backend::Emulator(emu) => emu.requests().entries().iter().map(Request::from).collect(),
+            Backend::Emulator(emu, started) => emu
+                .requests()
+                .entries()
+                .iter()
+                .map(|r| Request::logged(r, *started))
+                .collect(),
             Backend::Real { .. } => {
                 static BARRIERS: AtomicUsize = AtomicUsize::new(0);
                 let barrier = format!("barrier-{}", BARRIERS.fetch_add(1, Ordering::Relaxed));

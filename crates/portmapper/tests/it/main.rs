@@ -7,15 +7,15 @@
 //! pod deletion with grace 0), and the API server's audit log as the request log
 //! ([`harness`], [`requests`]). That covers the scenarios, lifecycle, ownership, migration,
 //! the readiness gate, reporting, consumer caveats, the trigger time, hostile inputs, the
-//! status command, the observer's own check, in-process leader election, kill -9 restarts of
-//! the binary and (in a network namespace, with a control plane of its own) the network checks.
+//! status command, the observer's own check, leader election, failover and kill -9 restarts
+//! of the binary, and (in a network namespace, with a control plane of its own) the network
+//! checks.
 //!
 //! The rest run on the **in-process emulator** (`kube_emulator::Emulator`, one per test),
 //! because they need what only it offers:
 //! - fault rules: `faults`, `fault_matrix`, `watches`, the fault cases of `migration`, the
 //!   lagging cache of `reporting`, the hung Lease requests of `leader`;
 //! - its clock: the same-second tie of `scenarios`;
-//! - its request log's timestamps: the takeover timing of `leader` and all of `failover`;
 //! - its plain-HTTP server for a hand-written two-context kubeconfig (`status`).
 //!
 //! `render` and `fuzz` exercise `portmapper render`, which needs no server.

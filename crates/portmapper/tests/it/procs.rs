@@ -1,6 +1,7 @@
 //! The real `portmapper` binary as a separate process against the test's API server (watching
-//! the test's namespace, its Lease there too), for the crash-restart and failover suites: signals (kill -9, SIGTERM, SIGSTOP/SIGCONT) reach a real
-//! process, so nothing of the operator's in-memory state survives a crash, exactly as in a pod.
+//! the test's namespace, its Lease there too), for the crash-restart and failover suites:
+//! signals (kill -9, SIGTERM, SIGSTOP/SIGCONT) reach a real process, so nothing of the
+//! operator's in-memory state survives a crash, exactly as in a pod.
 
 use std::fs::File;
 use std::io::{Read, Write};

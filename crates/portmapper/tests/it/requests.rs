@@ -10,7 +10,9 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::Mutex;
 
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube_emulator::reqlog::LoggedRequest;
+use serde::Deserialize;
 use test_support::realkube::AuditEvent;
 
 /// One request the API server answered.
@@ -26,6 +28,8 @@ pub struct Request {
     pub field_manager: String,
     /// The HTTP status answered.
     pub code: u16,
+    /// When the server answered (a watch: when it began), on this machine's clock.
+    pub at: Timestamp,
 }
 
 impl Request {
@@ -43,8 +47,11 @@ impl Request {
     }
 }
 
-impl From<&LoggedRequest> for Request {
-    fn from(r: &LoggedRequest) -> Self {
+impl Request {
+    /// A request of the emulator's log; `started` is when the emulator started (its log
+    /// times requests from then).
+    pub fn logged(r: &LoggedRequest, started: Timestamp) -> Self {
+        let since_start = SignedDuration::try_from(r.since_start).unwrap_or(SignedDuration::MAX);
         Self {
             verb: r.verb.clone(),
             resource: r.resource.clone(),
@@ -54,14 +61,16 @@ impl From<&LoggedRequest> for Request {
             user_agent: r.user_agent.clone(),
             field_manager: r.field_manager.clone(),
             code: r.status,
+            at: started
+                .saturating_add(since_start)
+                .unwrap_or(Timestamp::MAX),
         }
     }
-}
 
-impl Request {
     /// The request an audit event records, or None for a stage that repeats one already
     /// recorded (a watch is logged when it begins and again when it ends).
-    fn from_audit(e: &AuditEvent) -> Option<Self> {
+    fn from_audit(line: &Stamped) -> Option<Self> {
+        let e = &line.event;
         let watch = e.verb == "watch";
         let stage = if watch {
             "ResponseStarted"
@@ -77,8 +86,18 @@ impl Request {
             user_agent: e.user_agent.clone(),
             field_manager: e.field_manager().unwrap_or_default().to_string(),
             code: e.response_status.code,
+            at: line.stage_timestamp,
         })
     }
+}
+
+/// An audit event and the time of its stage.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Stamped {
+    #[serde(flatten)]
+    event: AuditEvent,
+    stage_timestamp: Timestamp,
 }
 
 /// What has been read of the audit log so far.
@@ -109,13 +128,13 @@ impl Tail {
             return;
         };
         for line in fresh[..end].split(|b| *b == b'\n') {
-            let Ok(event) = serde_json::from_slice::<AuditEvent>(line) else {
+            let Ok(stamped) = serde_json::from_slice::<Stamped>(line) else {
                 continue;
             };
-            if event.object_ref.namespace.is_empty() {
+            if stamped.event.object_ref.namespace.is_empty() {
                 continue;
             }
-            if let Some(request) = Request::from_audit(&event) {
+            if let Some(request) = Request::from_audit(&stamped) {
                 self.by_namespace
                     .entry(request.namespace.clone())
                     .or_default()
