@@ -10,10 +10,11 @@
 //!   `node-1`, which every test creates if it is missing. No kubelet runs: the tests write pod
 //!   status themselves, and delete pods with grace 0 ([`Harness::delete_pod`]) since a
 //!   graceful delete leaves a pod bound to a node Terminating. The request log is the API
-//!   server's audit log.
-//! - **the emulator** ([`Harness::emulator`]): a fresh in-process `kube_emulator::Emulator`
-//!   per test, namespace `default`, for the tests that need what only it offers: fault rules,
-//!   its clock, restarts, and its exact request log with timestamps.
+//!   server's audit log ([`Harness::requests`]); the operator's requests are told apart by
+//!   its User-Agent.
+//! - **the emulator** ([`Harness::emulator`], [`Harness::start_on_emulator`]): a fresh
+//!   in-process `kube_emulator::Emulator` per test, namespace `default`, for the tests that
+//!   need what only it offers: fault rules, its clock, restarts.
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -15,8 +15,7 @@
 //! because they need what only it offers:
 //! - fault rules: `faults`, `fault_matrix`, `watches`, the fault cases of `migration`, the
 //!   lagging cache of `reporting`, the hung Lease requests of `leader`;
-//! - its clock: the same-second tie of `scenarios`;
-//! - its plain-HTTP server for a hand-written two-context kubeconfig (`status`).
+//! - its clock: the same-second tie of `scenarios`.
 //!
 //! `render` and `fuzz` exercise `portmapper render`, which needs no server.
 

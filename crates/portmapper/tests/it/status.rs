@@ -1,8 +1,7 @@
 //! `portmapper status` / `kubectl portmapper status` through the real binaries, against the
 //! operator running on the real control plane, reached through a kubeconfig as a user would
 //! (its context names the test's namespace; a forbidden read acts as a user without a role
-//! binding). One test runs on the emulator: it writes a kubeconfig of its own, with two
-//! contexts, for the emulator's plain-HTTP server.
+//! binding).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -20,7 +19,7 @@ fn portmapper_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_portmapper"))
 }
 
-/// Runs a command off the runtime's threads (the operator, and an emulator, run on them).
+/// Runs a command off the runtime's threads (the operator runs on them).
 pub async fn output(mut cmd: Command) -> Output {
     tokio::task::spawn_blocking(move || cmd.output().expect("command runs"))
         .await
@@ -44,10 +43,7 @@ pub fn text(bytes: &[u8]) -> String {
 /// web: http 8080 and https 8443; pod-a lists http, pod-b both, pod-c https, pod-d both but
 /// is not ready. Returns once the operator has published and reported it.
 async fn published_web() -> Harness {
-    published_web_on(Harness::start().await).await
-}
-
-async fn published_web_on(h: Harness) -> Harness {
+    let h = Harness::start().await;
     h.create(service("web", &[("http", 8080), ("https", 8443)]))
         .await;
     ready_pods(
@@ -154,19 +150,21 @@ async fn status_prints_the_live_matrix_with_reasons_and_conditions() {
     );
 }
 
-/// A kubeconfig with the emulator's server under two contexts: `emu` (namespace default, the
-/// current one) and `elsewhere` (namespace `nowhere`).
+/// The test's kubeconfig (cluster `realkube`, user `admin`, as `realkube up` writes them)
+/// with two contexts: `here` (the test's namespace, the current one) and `elsewhere`
+/// (namespace `nowhere`).
 fn two_context_kubeconfig(h: &Harness, dir: &Path) -> PathBuf {
     let path = dir.join("two-contexts.kubeconfig");
+    let base = std::fs::read_to_string(h.kubeconfig_path()).unwrap();
+    let (head, _) = base.split_once("contexts:").expect("a contexts section");
     std::fs::write(
         &path,
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: emu\n  cluster:\n    server: \"{}\"\n\
-             users:\n- name: emu\n  user: {{}}\ncontexts:\n\
-             - name: emu\n  context: {{cluster: emu, user: emu, namespace: default}}\n\
-             - name: elsewhere\n  context: {{cluster: emu, user: emu, namespace: nowhere}}\n\
-             current-context: emu\n",
-            h.emu().url()
+            "{head}contexts:\n\
+             - name: here\n  context: {{cluster: realkube, user: admin, namespace: {}}}\n\
+             - name: elsewhere\n  context: {{cluster: realkube, user: admin, namespace: nowhere}}\n\
+             current-context: here\n",
+            h.ns
         ),
     )
     .unwrap();
@@ -175,7 +173,7 @@ fn two_context_kubeconfig(h: &Harness, dir: &Path) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubeconfig_context_and_namespace_are_honoured_like_kubectl() {
-    let h = published_web_on(Harness::start_on_emulator().await).await;
+    let h = published_web().await;
     let dir = tempdir();
     let kubeconfig = two_context_kubeconfig(&h, &dir);
     let kc = kubeconfig.to_str().unwrap();
@@ -194,11 +192,11 @@ async fn kubeconfig_context_and_namespace_are_honoured_like_kubectl() {
         "portmapper: error: PortMapping nowhere/web not found (check the name and the namespace: -n)\n"
     );
     // ... and -n overrides it.
-    let mut cmd = status_cmd(&h, &["web", "--context", "elsewhere", "-n", "default"]);
+    let mut cmd = status_cmd(&h, &["web", "--context", "elsewhere", "-n", &h.ns]);
     cmd.env("KUBECONFIG", &kubeconfig);
     let out = output(cmd).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).starts_with("PortMapping default/web "));
+    assert!(text(&out.stdout).starts_with(&format!("PortMapping {}/web ", h.ns)));
     let _ = std::fs::remove_dir_all(dir);
 }
 
