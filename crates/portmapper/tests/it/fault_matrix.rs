@@ -245,16 +245,22 @@ async fn the_already_exists_race_meets_only_event_posts_and_costs_no_retry() {
         (!h.events("UnknownPort").await.is_empty()).then_some(())
     })
     .await;
+    // The rule counts as fired when it takes the request, before the answer is logged: wait for
+    // the logged answer itself.
+    let event_posts = || {
+        h.emu().requests().filter(|r| {
+            r.since_start >= from
+                && r.verb == "create"
+                && r.resource == "events"
+                && r.user_agent.starts_with(OPERATOR_USER_AGENT)
+        })
+    };
     eventually("the race met the Event's POST", TARGET, || async {
-        (h.emu().faults().fired(&id).unwrap_or(0) > 0).then_some(())
+        event_posts().iter().any(|r| r.status == 409).then_some(())
     })
     .await;
-    let posts = h.emu().requests().filter(|r| {
-        r.since_start >= from
-            && r.verb == "create"
-            && r.resource == "events"
-            && r.user_agent.starts_with(OPERATOR_USER_AGENT)
-    });
+    assert!(h.emu().faults().fired(&id).unwrap_or(0) > 0);
+    let posts = event_posts();
     println!(
         "AlreadyExists race on the Event: {} POSTs ({:?}), {} UnknownPort Event(s)",
         posts.len(),
