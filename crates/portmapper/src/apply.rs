@@ -246,12 +246,15 @@ impl Writer<'_> {
         }
     }
 
-    /// Server-side applies the status subresource (only `status`, never the spec).
+    /// Server-side applies the status subresource (only `status`, never the spec). True when
+    /// written, false when the PortMapping is gone: deleted while this pass ran (setting its
+    /// deletionTimestamp bumps a custom resource's generation, so the pass that sees it
+    /// terminating writes a status, racing the removal once its finalizers are released).
     pub async fn apply_status(
         &self,
         pm: &PortMapping,
         status: &PortMappingStatus,
-    ) -> Result<(), Error> {
+    ) -> Result<bool, Error> {
         self.guard()?;
         let name = pm.name_any();
         let api: Api<PortMapping> = Api::namespaced(self.client.clone(), self.namespace);
@@ -264,14 +267,17 @@ impl Writer<'_> {
             .patch_status(&name, &Self::params(), &Patch::Apply(body))
             .await;
         self.listen::<PortMapping>(&name, "status");
-        applied.map_err(|e| {
-            Error::kube(
+        match applied {
+            Ok(_) => {
+                self.metrics.write("apply", "portmappings/status");
+                Ok(true)
+            }
+            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(false),
+            Err(e) => Err(Error::kube(
                 format!("applying status of PortMapping {}/{name}", self.namespace),
                 e,
-            )
-        })?;
-        self.metrics.write("apply", "portmappings/status");
-        Ok(())
+            )),
+        }
     }
 }
 

@@ -1055,8 +1055,11 @@ async fn write_status(
         return Ok(());
     }
     debug!(portmapping = %pm.name_any(), "status changed; applying");
-    writer.apply_status(pm, &status).await?;
-    ctx.status_was_written(pm, &status);
+    if writer.apply_status(pm, &status).await? {
+        ctx.status_was_written(pm, &status);
+    } else {
+        debug!(portmapping = %pm.name_any(), "PortMapping gone; status not written");
+    }
     Ok(())
 }
 

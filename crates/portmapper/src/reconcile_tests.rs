@@ -373,6 +373,22 @@ async fn a_name_held_by_others_is_never_written_and_reported_once() {
     assert_eq!(w.api.take_lines(), Vec::<String>::new());
 }
 
+/// A PortMapping deleted while its pass runs: the status PATCH finds it gone, which ends the
+/// pass as a success (nothing is left to report to), not as a failure to back off from.
+#[tokio::test]
+async fn a_status_write_that_finds_the_portmapping_gone_ends_the_pass() {
+    let w = World::new(Some(service()), vec![pod("pod-a", "10.244.0.1")]);
+    w.api.fail("PATCH", STATUS, 404, "NotFound");
+    w.reconcile().await.unwrap();
+    assert_eq!(
+        w.api.take_lines(),
+        [
+            format!("PATCH {SLICES}/web.http"),
+            format!("PATCH {STATUS}")
+        ]
+    );
+}
+
 #[tokio::test]
 async fn a_missing_service_takes_the_slices_back_then_reports() {
     let mut w = World::new(None, vec![pod("pod-a", "10.244.0.1")]);

@@ -115,11 +115,11 @@ async fn istio_ambient_caveat_appears_once_per_transition_and_clears() {
 
     // Another pass that writes (pod-c leaves https) while the caveat still holds: the message
     // follows, the transition time and the Event count do not move.
-    let writes = h.operator_writes();
+    let writes = h.operator_writes().await;
     set_ports(&h, "pod-c", "").await;
     let second = caveat_says(&h, &["port https (1 published) also reaches pod-a"]).await;
     assert!(
-        h.operator_writes() > writes,
+        h.operator_writes().await > writes,
         "the pass wrote the new membership"
     );
     assert_eq!(second.last_transition_time, first.last_transition_time);

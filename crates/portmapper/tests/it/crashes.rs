@@ -1,8 +1,9 @@
 //! Crash-restart (issue 11): the real `portmapper` binary is killed with SIGKILL at seeded
 //! random points while pods churn (flips and deletions, some while it is down), then
 //! restarted. After each restart: no orphan and no duplicate slice, the slices converge to the
-//! pods' membership, and once converged the operator writes nothing (the emulator's request
-//! log, by the process's User-Agent, across two further reconcile passes).
+//! pods' membership, and once converged the operator writes nothing (the API server's audit
+//! log, by the process's User-Agent, across two further reconcile passes). It runs on the
+//! real control plane.
 //!
 //! Rounds: `PORTMAPPER_CRASH_ROUNDS` (3 by default, 30 in `make soak`); choices from
 //! `PORTMAPPER_SEED` (printed, so a failure replays).
@@ -12,12 +13,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams};
+use kube::api::Api;
 use tokio::time::Instant;
 
 use crate::harness::*;
 use crate::observer::Observer;
 use crate::procs::{Operator, Rng, env_count, seed};
+use crate::requests::Request;
 
 const SVC: &str = "crash";
 const PODS: usize = 8;
@@ -39,7 +41,6 @@ type Pods = BTreeMap<usize, Option<bool>>;
 /// recreation.
 async fn churn_step(h: &Harness, rng: &mut Rng, pods: &mut Pods) {
     let i = usize::try_from(rng.range(1, PODS as u64)).unwrap();
-    let api: Api<Pod> = Api::namespaced(h.client.clone(), NS);
     let state = pods[&i];
     match (state, rng.range(0, 5)) {
         (None, _) => {
@@ -48,9 +49,7 @@ async fn churn_step(h: &Harness, rng: &mut Rng, pods: &mut Pods) {
             pods.insert(i, Some(true));
         }
         (Some(_), 0) => {
-            api.delete(&pod_name(i), &DeleteParams::default())
-                .await
-                .unwrap();
+            h.delete_pod(&pod_name(i)).await;
             pods.insert(i, None);
         }
         (Some(ready), _) => {
@@ -86,7 +85,7 @@ fn expected(pods: &Pods) -> Vec<String> {
 /// the same name is another endpoint (its targetRef uid changes), so names alone would call a
 /// stale slice converged.
 async fn ready_refs(h: &Harness, pods: &Pods) -> Vec<(String, String)> {
-    let api: Api<Pod> = Api::namespaced(h.client.clone(), NS);
+    let api: Api<Pod> = Api::namespaced(h.client.clone(), &h.ns);
     let want = expected(pods);
     let mut refs: Vec<(String, String)> = api
         .list(&kube::api::ListParams::default().labels(&format!("example.com/group={SVC}")))
@@ -131,7 +130,7 @@ fn expected_summary(pods: &Pods) -> String {
 async fn assert_no_orphan_or_duplicate(h: &Harness, round: usize) {
     let pm_uid = h.portmapping(SVC).await.uid().unwrap();
     let api: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
-        Api::namespaced(h.client.clone(), NS);
+        Api::namespaced(h.client.clone(), &h.ns);
     let ours = api
         .list(&kube::api::ListParams::default().labels(portmapper::controller::MANAGED_BY_SELECTOR))
         .await
@@ -157,6 +156,15 @@ async fn assert_no_orphan_or_duplicate(h: &Harness, round: usize) {
     }
 }
 
+/// The writes of the process with `user_agent`, in log order.
+async fn writes_by(h: &Harness, user_agent: &str) -> Vec<Request> {
+    h.requests()
+        .await
+        .into_iter()
+        .filter(|r| r.is_write() && r.user_agent == user_agent)
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_at_random_points_during_churn_restarts_cleanly() {
     let rounds = env_count("PORTMAPPER_CRASH_ROUNDS", 3);
@@ -177,7 +185,7 @@ async fn kill_9_at_random_points_during_churn_restarts_cleanly() {
     h.create(portmapping(SVC, SVC)).await;
     // Pod 0 is left alone by the churn, so the port must never go dark, crashes included
     // (the slices outlive the process).
-    let observer = Observer::start(h.client.clone(), &[(SVC, "http")]).await;
+    let observer = Observer::start(&h, &[(SVC, "http")]).await;
 
     let mut op = Operator::start(&h, "crash-0", &["--leader-elect=false"]);
     let mut converge_figures = Vec::new();
@@ -186,9 +194,8 @@ async fn kill_9_at_random_points_during_churn_restarts_cleanly() {
         // steady state.
         let kill_after = Duration::from_millis(kills.range(0, 2_500));
         let steps = churn_for(&h, &mut rng, &mut pods, kill_after).await;
-        let killed_at = h.emu.requests().elapsed();
-        let writes_before = h.emu.requests().writes_by_user_agent(&op.user_agent);
         op.kill9();
+        let writes_before = writes_by(&h, &op.user_agent).await.len();
         // Changes while no operator runs: only a relist after the restart sees them.
         let down_steps = kills.range(0, 4);
         for _ in 0..down_steps {
@@ -216,17 +223,13 @@ async fn kill_9_at_random_points_during_churn_restarts_cleanly() {
 
         // Zero writes once converged: two complete reconcile passes (1 s resync) later, the
         // restarted process has written nothing more.
-        let writes = h.emu.requests().writes_by_user_agent(&op.user_agent);
+        let writes = writes_by(&h, &op.user_agent).await.len();
         let passes = eventually("metrics", CONVERGE, || op.reconciles()).await;
         eventually("two more reconciles", CONVERGE, || async {
             (op.reconciles().await? >= passes + 2.0).then_some(())
         })
         .await;
-        let late: Vec<_> = h
-            .emu
-            .requests()
-            .filter(|r| r.is_write() && r.user_agent == op.user_agent)
-            .split_off(writes);
+        let late = writes_by(&h, &op.user_agent).await.split_off(writes);
         assert!(
             late.is_empty(),
             "round {round}: writes after convergence: {late:#?}\n{}",
@@ -234,7 +237,7 @@ async fn kill_9_at_random_points_during_churn_restarts_cleanly() {
         );
         println!(
             "round {round}: killed after {kill_after:?} ({steps} churn steps, {writes_before} \
-             writes by that process, at {killed_at:?}), {down_steps} changes while down, \
+             writes by that process), {down_steps} changes while down, \
              converged {took:?} after the restart to {} ready pods, {writes} writes by the new \
              process, 0 after convergence",
             want.len()

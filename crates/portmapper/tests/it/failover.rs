@@ -3,7 +3,7 @@
 //! to write: kill -9, SIGTERM and SIGSTOP/SIGCONT of the leader. `leader.rs` covers the
 //! election in process (a stuck leader's deadline, the gate, default identities); here the
 //! signals reach real processes. Every write is attributed by User-Agent
-//! (`portmapper/<version> (<identity>)`) from the emulator's request log, and the writers
+//! (`portmapper/<version> (<identity>)`) from the real API server's audit log, and the writers
 //! must form one run each: no write by an old identity after the next leader's first write.
 //!
 //! Rounds of the three faults: `PORTMAPPER_FAILOVER_ROUNDS` (1 by default, 10 in `make soak`).
@@ -14,13 +14,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
-use kube_emulator::reqlog::LoggedRequest;
 use serde_json::json;
 
 use crate::harness::*;
 use crate::observer::Observer;
 use crate::procs::{Operator, env_count};
+use crate::requests::Request;
 
 const SVC: &str = "fo";
 const LEASE_SECONDS: u64 = 4;
@@ -37,27 +38,37 @@ fn start(h: &Harness, identity: &str) -> Operator {
 }
 
 /// Writes other than to the Lease, by anyone running the operator, in log order.
-fn object_writes(h: &Harness) -> Vec<LoggedRequest> {
-    h.emu.requests().filter(|r| {
-        r.is_write() && r.resource != "leases" && r.user_agent.starts_with(OPERATOR_USER_AGENT)
-    })
+async fn object_writes(h: &Harness) -> Vec<Request> {
+    h.requests()
+        .await
+        .into_iter()
+        .filter(|r| {
+            r.is_write() && r.resource != "leases" && r.user_agent.starts_with(OPERATOR_USER_AGENT)
+        })
+        .collect()
 }
 
-/// The first object write by `op` at or after `from` (emulator time).
+/// How long after `from` the server answered at `at`.
+fn since(from: Timestamp, at: Timestamp) -> Duration {
+    Duration::try_from(at.duration_since(from)).unwrap_or_default()
+}
+
+/// The first object write by `op` answered at or after `from`.
 async fn first_write_after(
     h: &Harness,
     op: &Operator,
-    from: Duration,
+    from: Timestamp,
     within: Duration,
-) -> Duration {
+) -> Timestamp {
     eventually(
         &format!("a write by {} after {from:?}", op.identity),
         within,
         || async {
             object_writes(h)
+                .await
                 .into_iter()
-                .find(|r| r.user_agent == op.user_agent && r.since_start >= from)
-                .map(|r| r.since_start)
+                .find(|r| r.user_agent == op.user_agent && r.at >= from)
+                .map(|r| r.at)
         },
     )
     .await
@@ -66,12 +77,12 @@ async fn first_write_after(
 /// `op` is the active writer: it writes two pod flips from now on (so a fault hits a leader
 /// busy writing, not an idle one).
 async fn writing(h: &Harness, op: &Operator) {
-    let from = h.emu.requests().elapsed();
+    let from = Timestamp::now();
     let first = first_write_after(h, op, from, Duration::from_secs(20)).await;
     first_write_after(
         h,
         op,
-        first + Duration::from_millis(1),
+        first + Duration::from_micros(1),
         Duration::from_secs(20),
     )
     .await;
@@ -83,18 +94,18 @@ async fn is_standby(h: &Harness, op: &Operator) {
         &format!("{} polling the Lease", op.identity),
         Duration::from_secs(20),
         || async {
-            h.emu
-                .requests()
-                .filter(|r| r.user_agent == op.user_agent && r.resource == "leases")
-                .first()
-                .map(|_| ())
+            h.requests()
+                .await
+                .iter()
+                .any(|r| r.user_agent == op.user_agent && r.resource == "leases")
+                .then_some(())
         },
     )
     .await;
 }
 
 async fn holder(h: &Harness) -> Option<String> {
-    let api: Api<Lease> = Api::namespaced(h.client.clone(), NS);
+    let api: Api<Lease> = Api::namespaced(h.client.clone(), &h.ns);
     api.get_opt("portmapper")
         .await
         .ok()??
@@ -105,9 +116,9 @@ async fn holder(h: &Harness) -> Option<String> {
 
 /// Single writer at every moment: consecutive writes by one identity form one run, and no
 /// identity has two runs. Returns the writers in order.
-fn assert_single_writer(h: &Harness) -> Vec<(String, usize)> {
+async fn assert_single_writer(h: &Harness) -> Vec<(String, usize)> {
     let mut runs: Vec<(String, usize)> = Vec::new();
-    for r in object_writes(h) {
+    for r in object_writes(h).await {
         match runs.last_mut() {
             Some((ua, n)) if *ua == r.user_agent => *n += 1,
             _ => runs.push((r.user_agent.clone(), 1)),
@@ -137,7 +148,7 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
     )
     .await;
     h.create(portmapping(SVC, SVC)).await;
-    let observer = Observer::start(h.client.clone(), &[(SVC, "http")]).await;
+    let observer = Observer::start(&h, &[(SVC, "http")]).await;
 
     let a = start(&h, "fo-a");
     let b = start(&h, "fo-b");
@@ -153,7 +164,7 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
     let churning = Arc::new(AtomicBool::new(true));
     let churn = {
         let (api, churning) = (
-            Api::<Pod>::namespaced(h.client.clone(), NS),
+            Api::<Pod>::namespaced(h.client.clone(), &h.ns),
             churning.clone(),
         );
         tokio::spawn(async move {
@@ -181,10 +192,10 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
     for round in 1..=rounds {
         // 1. kill -9: the standby writes within the Lease duration + 2 s.
         writing(&h, &leader).await;
-        let t0 = h.emu.requests().elapsed();
+        let t0 = Timestamp::now();
         leader.kill9();
         let first = first_write_after(&h, &standby, t0, Duration::from_secs(20)).await;
-        let kill9 = first - t0;
+        let kill9 = since(t0, first);
         println!(
             "kill -9 of {}: {} wrote {kill9:?} later",
             leader.identity, standby.identity
@@ -199,10 +210,10 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
         standby = start(&h, &format!("fo-{round}c"));
         is_standby(&h, &standby).await;
         writing(&h, &leader).await;
-        let t0 = h.emu.requests().elapsed();
+        let t0 = Timestamp::now();
         leader.signal("TERM");
         let first = first_write_after(&h, &standby, t0, Duration::from_secs(20)).await;
-        let sigterm = first - t0;
+        let sigterm = since(t0, first);
         println!(
             "SIGTERM of {}: {} wrote {sigterm:?} later",
             leader.identity, standby.identity
@@ -223,10 +234,10 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
         standby = start(&h, &format!("fo-{round}d"));
         is_standby(&h, &standby).await;
         writing(&h, &paused).await;
-        let t0 = h.emu.requests().elapsed();
+        let t0 = Timestamp::now();
         paused.signal("STOP");
         let first = first_write_after(&h, &standby, t0, Duration::from_secs(20)).await;
-        let sigstop = first - t0;
+        let sigstop = since(t0, first);
         println!(
             "SIGSTOP of {}: {} wrote {sigstop:?} later",
             paused.identity, standby.identity
@@ -235,7 +246,7 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
             sigstop <= Duration::from_secs(LEASE_SECONDS + 2),
             "takeover after SIGSTOP took {sigstop:?}"
         );
-        let resumed = h.emu.requests().elapsed();
+        let resumed = Timestamp::now();
         paused.signal("CONT");
         // Proof it runs again: a request of its own (the Lease) after SIGCONT; then two more
         // writes by the new leader, so anything the ex-leader sent on resuming is in the log.
@@ -243,26 +254,27 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
             "the ex-leader's first request after SIGCONT",
             Duration::from_secs(20),
             || async {
-                h.emu
-                    .requests()
-                    .filter(|r| r.user_agent == paused.user_agent && r.since_start >= resumed)
-                    .first()
-                    .map(|_| ())
+                h.requests()
+                    .await
+                    .iter()
+                    .any(|r| r.user_agent == paused.user_agent && r.at >= resumed)
+                    .then_some(())
             },
         )
         .await;
-        let after = h.emu.requests().elapsed();
+        let after = Timestamp::now();
         let next = first_write_after(&h, &standby, after, Duration::from_secs(20)).await;
         first_write_after(
             &h,
             &standby,
-            next + Duration::from_millis(1),
+            next + Duration::from_micros(1),
             Duration::from_secs(20),
         )
         .await;
         let stale: Vec<_> = object_writes(&h)
+            .await
             .into_iter()
-            .filter(|r| r.user_agent == paused.user_agent && r.since_start >= t0)
+            .filter(|r| r.user_agent == paused.user_agent && r.at >= t0)
             .collect();
         assert!(stale.is_empty(), "the paused ex-leader wrote: {stale:?}");
         figures.push((kill9, sigterm, sigstop));
@@ -278,7 +290,7 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
     churning.store(false, Ordering::Relaxed);
     let flips = churn.await.unwrap();
 
-    let runs = assert_single_writer(&h);
+    let runs = assert_single_writer(&h).await;
     let versions = observer.assert_held();
     // Within the bound after the churn's last flip.
     observer.assert_final_state_is_the_plan(SVC).await;

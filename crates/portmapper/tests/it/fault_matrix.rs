@@ -36,7 +36,7 @@ struct Counts {
 
 fn counts(h: &Harness, name: &str, from: Duration) -> Counts {
     let mine = h
-        .emu
+        .emu()
         .requests()
         .filter(|r| r.since_start >= from && r.user_agent.starts_with(OPERATOR_USER_AGENT));
     Counts {
@@ -108,18 +108,20 @@ async fn under_once(name: &str, case: &str, mut rule: Rule) -> (Counts, u64) {
         TARGET
     };
     rule.matcher.user_agent = Some(OPERATOR_USER_AGENT.into());
-    let from = h.emu.requests().elapsed();
-    let id = h.emu.inject(rule);
+    let from = h.emu().requests().elapsed();
+    let id = h.emu().inject(rule);
     if on_watches {
         // Rules apply to watches opened after them, and the operator's are long-lived: a 1 ms
         // blip (state and history kept) closes every connection, so each watch is re-opened
         // under the rule.
-        h.emu.restart(Duration::from_millis(1), History::Keep).await;
+        h.emu()
+            .restart(Duration::from_millis(1), History::Keep)
+            .await;
     }
     let seen = churn(&h, name, WINDOW, "").await;
     let c = counts(&h, name, from);
-    let fired = h.emu.faults().fired(&id).unwrap_or(0);
-    assert!(h.emu.faults().remove(&id));
+    let fired = h.emu().faults().fired(&id).unwrap_or(0);
+    assert!(h.emu().faults().remove(&id));
     let ended = Instant::now();
     println!(
         "{case}: {WINDOW:?} with {} pod flips: fired {fired}, operator requests {} ({} watches, \
@@ -203,8 +205,8 @@ async fn the_already_exists_race_meets_only_event_posts_and_costs_no_retry() {
     let (h, observer) = world("race").await;
     let mut rule = Rule::new(FaultAction::AlreadyExistsRace).verbs(&["create"]);
     rule.matcher.user_agent = Some(OPERATOR_USER_AGENT.into());
-    let id = h.emu.inject(rule);
-    let from = h.emu.requests().elapsed();
+    let id = h.emu().inject(rule);
+    let from = h.emu().requests().elapsed();
     h.create(service("race-2", &[("http", 8080)])).await;
     ready_pods(&h, "race-2", &[("race-2-a", "http", "10.244.3.1")]).await;
     h.create(portmapping("race-2", "race-2")).await;
@@ -212,7 +214,7 @@ async fn the_already_exists_race_meets_only_event_posts_and_costs_no_retry() {
         (h.membership("race-2").await.get("race-2.http")? == &["race-2-a"]).then_some(())
     })
     .await;
-    let creates = h.emu.requests().filter(|r| {
+    let creates = h.emu().requests().filter(|r| {
         r.since_start >= from
             && r.verb == "create"
             && r.resource == "endpointslices"
@@ -227,8 +229,9 @@ async fn the_already_exists_race_meets_only_event_posts_and_costs_no_retry() {
     // send an `UnknownPort` Warning, and the race creates that Event first, so the POST gets
     // 409 AlreadyExists. The Event exists once, the race costs no retry storm, and the slice
     // stays published.
-    let pms: kube::Api<portmapper_api::PortMapping> = kube::Api::namespaced(h.client.clone(), NS);
-    let from = h.emu.requests().elapsed();
+    let pms: kube::Api<portmapper_api::PortMapping> =
+        kube::Api::namespaced(h.client.clone(), &h.ns);
+    let from = h.emu().requests().elapsed();
     pms.patch(
         "race-2",
         &kube::api::PatchParams::default(),
@@ -242,16 +245,22 @@ async fn the_already_exists_race_meets_only_event_posts_and_costs_no_retry() {
         (!h.events("UnknownPort").await.is_empty()).then_some(())
     })
     .await;
+    // The rule counts as fired when it takes the request, before the answer is logged: wait for
+    // the logged answer itself.
+    let event_posts = || {
+        h.emu().requests().filter(|r| {
+            r.since_start >= from
+                && r.verb == "create"
+                && r.resource == "events"
+                && r.user_agent.starts_with(OPERATOR_USER_AGENT)
+        })
+    };
     eventually("the race met the Event's POST", TARGET, || async {
-        (h.emu.faults().fired(&id).unwrap_or(0) > 0).then_some(())
+        event_posts().iter().any(|r| r.status == 409).then_some(())
     })
     .await;
-    let posts = h.emu.requests().filter(|r| {
-        r.since_start >= from
-            && r.verb == "create"
-            && r.resource == "events"
-            && r.user_agent.starts_with(OPERATOR_USER_AGENT)
-    });
+    assert!(h.emu().faults().fired(&id).unwrap_or(0) > 0);
+    let posts = event_posts();
     println!(
         "AlreadyExists race on the Event: {} POSTs ({:?}), {} UnknownPort Event(s)",
         posts.len(),
@@ -273,7 +282,7 @@ async fn the_already_exists_race_meets_only_event_posts_and_costs_no_retry() {
     );
     println!(
         "AlreadyExists race: fired {} times on the operator's POSTs; the new slice was applied",
-        h.emu.faults().fired(&id).unwrap_or(0)
+        h.emu().faults().fired(&id).unwrap_or(0)
     );
     observer.assert_held();
     observer.assert_final_state_is_the_plan("race").await;
@@ -359,9 +368,9 @@ async fn restart(name: &str, history: History) {
 
 async fn restart_once(name: &str, history: History, case: &str) {
     let (h, observer) = world(name).await;
-    let from = h.emu.requests().elapsed();
+    let from = h.emu().requests().elapsed();
     let seen = churn(&h, name, Duration::from_secs(1), "").await;
-    h.emu.restart(Duration::from_secs(1), history).await;
+    h.emu().restart(Duration::from_secs(1), history).await;
     // Changes after the restart: only a resumed (Keep) or relisted (Drop) watch sees them.
     let after = churn(&h, name, Duration::from_secs(2), "").await;
     let ended = Instant::now();

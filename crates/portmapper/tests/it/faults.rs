@@ -27,7 +27,7 @@ pub(crate) const CONVERGE: Duration = Duration::from_secs(15);
 /// the slices, for which `name`'s http port must never go dark (pod a stays Ready throughout).
 pub(crate) async fn world(name: &str) -> (Harness, Observer) {
     log_capture::install();
-    let mut h = Harness::new().await;
+    let mut h = Harness::emulator().await;
     h.create(service(name, &[("http", 8080)])).await;
     ready_pods(
         &h,
@@ -44,7 +44,7 @@ pub(crate) async fn world(name: &str) -> (Harness, Observer) {
     h.create(portmapping(name, name)).await;
     h.run_operator_with(|_| {});
     wait_members(&h, name, &["a", "b"]).await;
-    let observer = Observer::start(h.client.clone(), &[(name, "http")]).await;
+    let observer = Observer::start(&h, &[(name, "http")]).await;
     (h, observer)
 }
 
@@ -73,7 +73,7 @@ pub(crate) fn on_slice_writes(action: FaultAction, name: &str) -> Rule {
     let mut rule = Rule::new(action)
         .verbs(&["create", "update", "patch"])
         .resource("discovery.k8s.io", "endpointslices")
-        .namespace(NS)
+        .namespace(EMULATOR_NAMESPACE)
         .name(&format!("{name}.*"));
     rule.matcher.user_agent = Some(OPERATOR_USER_AGENT.into());
     rule
@@ -88,7 +88,7 @@ pub(crate) fn operator_writes(
     what: &str,
 ) -> Vec<LoggedRequest> {
     let slices = format!("{name}.");
-    h.emu.requests().filter(|r| {
+    h.emu().requests().filter(|r| {
         r.since_start >= from
             && r.is_write()
             && r.user_agent.starts_with(OPERATOR_USER_AGENT)
@@ -174,7 +174,7 @@ pub(crate) async fn converges_after(
     rule: &str,
     within: Duration,
 ) {
-    assert!(h.emu.faults().remove(rule));
+    assert!(h.emu().faults().remove(rule));
     let took = wait_members_within(h, name, &["a", "b", "c"], within).await;
     eventually("Ready again", CONVERGE, || async {
         is_ready(h, name).await.then_some(())
@@ -192,12 +192,12 @@ pub(crate) async fn converges_after(
 /// `kube_client::client::builder`, one per attempt counted above); those are not ours to
 /// rate-limit and are left out.
 fn warnings(name: &str) -> Vec<String> {
-    let object = format!("/{name}.{NS}");
+    let object = format!("/{name}.{EMULATOR_NAMESPACE}");
     log_capture::warnings(|c| {
         let field = |k: &str| c.fields.get(k).map(String::as_str);
         c.target.starts_with("portmapper")
             && (field("portmapping").is_some_and(|v| v.contains(&object))
-                || (field("name") == Some(name) && field("namespace") == Some(NS)))
+                || (field("name") == Some(name) && field("namespace") == Some(EMULATOR_NAMESPACE)))
     })
     .into_iter()
     .map(|c| format!("{} {} {:?}", c.level, c.message, c.fields))
@@ -216,9 +216,9 @@ async fn persistent_fault(
     converge: Duration,
 ) {
     let (h, observer) = world(name).await;
-    let from = h.emu.requests().elapsed();
+    let from = h.emu().requests().elapsed();
     let warned_before = warnings(name).len();
-    let rule = h.emu.inject(on_slice_writes(action, name));
+    let rule = h.emu().inject(on_slice_writes(action, name));
     let seen = churn(&h, name, WINDOW, failing_text).await;
     let attempts = operator_writes(&h, name, from, "slices");
     let status_writes = operator_writes(&h, name, from, "status").len();
@@ -233,7 +233,7 @@ async fn persistent_fault(
         seen.flips,
         warned.len()
     );
-    let fired = h.emu.faults().fired(&rule).unwrap_or(0);
+    let fired = h.emu().faults().fired(&rule).unwrap_or(0);
     assert!(
         attempts.iter().all(|r| r.status >= 400),
         "a slice write got through the fault: {attempts:?}"
@@ -341,9 +341,9 @@ async fn a_throttling_storm_is_reported_while_it_lasts_and_converges_after_it() 
             .unwrap_or(10),
     );
     let (h, observer) = world(name).await;
-    let from = h.emu.requests().elapsed();
+    let from = h.emu().requests().elapsed();
     let warned_before = warnings(name).len();
-    let rule = h.emu.inject(on_slice_writes(too_many_requests(), name));
+    let rule = h.emu().inject(on_slice_writes(too_many_requests(), name));
     let seen = churn(&h, name, storm, "too many requests").await;
     let attempts = operator_writes(&h, name, from, "slices");
     let warned = warnings(name).split_off(warned_before);
@@ -383,10 +383,10 @@ async fn a_throttling_storm_on_every_write_is_retried_and_converges_after_it() {
     let name = "throttled-all";
     let storm = Duration::from_secs(10);
     let (h, observer) = world(name).await;
-    let from = h.emu.requests().elapsed();
+    let from = h.emu().requests().elapsed();
     let mut rule = Rule::new(too_many_requests()).verbs(&["create", "update", "patch", "delete"]);
     rule.matcher.user_agent = Some(OPERATOR_USER_AGENT.into());
-    let rule = h.emu.inject(rule);
+    let rule = h.emu().inject(rule);
     let seen = churn(&h, name, storm, "too many requests").await;
     let slices = operator_writes(&h, name, from, "slices");
     let status = operator_writes(&h, name, from, "status");

@@ -1,4 +1,4 @@
-//! The publication readiness gate against the emulator: the operator sets
+//! The publication readiness gate on the real control plane: the operator sets
 //! `portmapper.dev/published` on gated pool pods through `pods/status`, after the slices naming
 //! them are written, and only when the condition changes (exact counts from the request log).
 
@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use kube::api::{Api, Patch, PatchParams};
-use kube_emulator::reqlog::LoggedRequest;
 use portmapper_core::PUBLISHED_GATE;
 use serde_json::json;
 
 use crate::harness::*;
+use crate::requests::Request;
 
 const WAIT: Duration = Duration::from_secs(20);
 /// The gate condition of a pod published on its one port, `http`.
@@ -32,7 +32,7 @@ fn gated_pod(name: &str, ports: &str) -> serde_json::Value {
 /// stays False: with our gate unset kubelet would not make it True, and podReady must not wait
 /// for it.
 async fn kubelet(h: &Harness, name: &str, ip: &str, containers_ready: bool) {
-    let api: Api<Pod> = Api::namespaced(h.client.clone(), NS);
+    let api: Api<Pod> = Api::namespaced(h.client.clone(), &h.ns);
     let ready = if containers_ready { "True" } else { "False" };
     let status = json!({"status": {
         "phase": "Running",
@@ -49,7 +49,7 @@ async fn kubelet(h: &Harness, name: &str, ip: &str, containers_ready: bool) {
 }
 
 async fn gate_of(h: &Harness, name: &str) -> Option<PodCondition> {
-    let api: Api<Pod> = Api::namespaced(h.client.clone(), NS);
+    let api: Api<Pod> = Api::namespaced(h.client.clone(), &h.ns);
     api.get(name)
         .await
         .unwrap()
@@ -73,7 +73,6 @@ async fn wait_gate(h: &Harness, name: &str, status: &str, message: &str) -> PodC
     .await
 }
 
-/// The operator's requests, in log order.
 /// Service `web` (http), gated `pod-a` on it made ready by "kubelet", and PortMapping `web`;
 /// returns once the gate of `pod-a` is True.
 async fn publish_gated_pod_a(h: &Harness) {
@@ -90,18 +89,22 @@ async fn publish_gated_pod_a(h: &Harness) {
     .await;
 }
 
-fn operator_requests(h: &Harness) -> Vec<LoggedRequest> {
-    h.emu
-        .requests()
+/// Writes under the operator's field manager (the controller's, or a `Writer` of the test's).
+async fn operator_requests(h: &Harness) -> Vec<Request> {
+    h.requests()
+        .await
+        .into_iter()
         .filter(|r| r.is_write() && r.field_manager == portmapper_api::MANAGER)
+        .collect()
 }
 
-fn is_gate_write(r: &LoggedRequest) -> bool {
+fn is_gate_write(r: &Request) -> bool {
     r.resource == "pods" && r.subresource == "status"
 }
 
-fn gate_writes(h: &Harness, pod: &str) -> usize {
+async fn gate_writes(h: &Harness, pod: &str) -> usize {
     operator_requests(h)
+        .await
         .iter()
         .filter(|r| is_gate_write(r) && r.name == pod)
         .count()
@@ -142,7 +145,7 @@ async fn the_gate_turns_true_after_publication_and_false_when_a_port_drops_the_p
     assert_eq!(membership["web.http"], ["pod-a", "pod-b", "pod-c"]);
     assert_eq!(membership["web.https"], ["pod-b", "pod-c"]);
     // One write per gated pod, each after the slice writes that publish it.
-    let writes = operator_requests(&h);
+    let writes = operator_requests(&h).await;
     let first_gate = writes.iter().position(is_gate_write).unwrap();
     let last_slice = writes
         .iter()
@@ -151,9 +154,9 @@ async fn the_gate_turns_true_after_publication_and_false_when_a_port_drops_the_p
     assert!(last_slice < first_gate, "{writes:#?}");
     assert_eq!(
         (
-            gate_writes(&h, "pod-a"),
-            gate_writes(&h, "pod-b"),
-            gate_writes(&h, "pod-c")
+            gate_writes(&h, "pod-a").await,
+            gate_writes(&h, "pod-b").await,
+            gate_writes(&h, "pod-c").await
         ),
         (1, 1, 0)
     );
@@ -189,7 +192,7 @@ async fn the_gate_turns_true_after_publication_and_false_when_a_port_drops_the_p
     // may run within one second.)
     assert!(b3.last_transition_time.is_some());
     // kubelet's own conditions survived our patches, ours survived kubelet's.
-    let pod: Pod = Api::namespaced(h.client.clone(), NS)
+    let pod: Pod = Api::namespaced(h.client.clone(), &h.ns)
         .get("pod-b")
         .await
         .unwrap();
@@ -217,9 +220,9 @@ async fn the_gate_turns_true_after_publication_and_false_when_a_port_drops_the_p
     .await;
     assert_eq!(
         (
-            gate_writes(&h, "pod-a"),
-            gate_writes(&h, "pod-b"),
-            gate_writes(&h, "pod-c")
+            gate_writes(&h, "pod-a").await,
+            gate_writes(&h, "pod-b").await,
+            gate_writes(&h, "pod-c").await
         ),
         (1, 3, 0)
     );
@@ -237,11 +240,11 @@ async fn a_gate_already_sent_is_not_resent_while_the_cache_lags() {
     let h = Harness::new().await;
     h.create(gated_pod("pod-a", "http")).await;
     kubelet(&h, "pod-a", "10.244.0.1", true).await;
-    let api: Api<Pod> = Api::namespaced(h.client.clone(), NS);
+    let api: Api<Pod> = Api::namespaced(h.client.clone(), &h.ns);
     // The pod as the cache holds it when the plan is made.
     let stale = portmapper_core::PodRecord::from(api.get("pod-a").await.unwrap());
     let leadership = Leadership::always();
-    let writer = Writer::new(&h.client, NS, &leadership, &h.metrics);
+    let writer = Writer::new(&h.client, &h.ns, &leadership, &h.metrics);
     let gate = PodGate {
         pod: "pod-a".into(),
         condition_type: PUBLISHED_GATE.into(),
@@ -258,7 +261,7 @@ async fn a_gate_already_sent_is_not_resent_while_the_cache_lags() {
         assert!(errors.is_empty(), "{errors:?}");
     }
     assert_eq!(
-        gate_writes(&h, "pod-a"),
+        gate_writes(&h, "pod-a").await,
         1,
         "the second plan's gate was not resent"
     );
@@ -270,14 +273,14 @@ async fn a_gate_already_sent_is_not_resent_while_the_cache_lags() {
     let errors = write_gates(&writer, &remembered, &[changed.clone()], &[&fresh], false).await;
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(
-        gate_writes(&h, "pod-a"),
+        gate_writes(&h, "pod-a").await,
         1,
         "True waits for the slice writes"
     );
     // The cache moved on: the gate planned from the newer pod is written.
     let errors = write_gates(&writer, &remembered, &[changed], &[&fresh], true).await;
     assert!(errors.is_empty(), "{errors:?}");
-    assert_eq!(gate_writes(&h, "pod-a"), 2);
+    assert_eq!(gate_writes(&h, "pod-a").await, 2);
     assert_eq!(
         gate_of(&h, "pod-a").await.and_then(|c| c.message),
         Some("published on every port it serves: http, https".into())
@@ -304,7 +307,6 @@ async fn a_gate_already_sent_is_not_resent_while_the_cache_lags() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_of_a_gated_pool_never_takes_two_members_from_a_port() {
     use crate::observer::Observer;
-    use kube::api::DeleteParams;
 
     const POOL: [(&str, &str); 3] = [
         ("web-0", "10.244.0.10"),
@@ -323,11 +325,11 @@ async fn a_rolling_restart_of_a_gated_pool_never_takes_two_members_from_a_port()
     for (name, _) in POOL {
         wait_gate(&h, name, "True", all).await;
     }
-    let observer = Observer::start(h.client.clone(), &[("web", "http"), ("web", "https")]).await;
-    let api: Api<Pod> = Api::namespaced(h.client.clone(), NS);
+    let observer = Observer::start(&h, &[("web", "http"), ("web", "https")]).await;
+    let api: Api<Pod> = Api::namespaced(h.client.clone(), &h.ns);
     for (round, (name, ip)) in POOL.into_iter().enumerate() {
         let old_uid = api.get(name).await.unwrap().metadata.uid;
-        api.delete(name, &DeleteParams::default()).await.unwrap();
+        h.delete_pod(name).await;
         h.create(gated_pod(name, "http,https")).await;
         let new_uid = api.get(name).await.unwrap().metadata.uid;
         assert_ne!(old_uid, new_uid);
@@ -374,7 +376,7 @@ fn portmapping_gated(name: &str, service: &str, gate: Option<&str>) -> serde_jso
 }
 
 async fn condition_of(h: &Harness, pod: &str, type_: &str) -> Option<PodCondition> {
-    let api: Api<Pod> = Api::namespaced(h.client.clone(), NS);
+    let api: Api<Pod> = Api::namespaced(h.client.clone(), &h.ns);
     api.get(pod)
         .await
         .unwrap()
@@ -455,7 +457,10 @@ async fn two_portmappings_with_their_own_gate_types_each_set_theirs() {
     // (A PortMapping planned before the other is in the index sees the other's gate as a
     // foreign one, and may write a False first: counts start once both are known.) Converged,
     // they never fight: a restart re-plans both, and pod-a and pod-b get no write.
-    let before = (gate_writes(&h, "pod-a"), gate_writes(&h, "pod-b"));
+    let before = (
+        gate_writes(&h, "pod-a").await,
+        gate_writes(&h, "pod-b").await,
+    );
     h.stop_controller().await;
     h.run_controller();
     // A new pod as the barrier: once both its gates are True, both PortMappings re-planned.
@@ -466,7 +471,13 @@ async fn two_portmappings_with_their_own_gate_types_each_set_theirs() {
         let message = format!("published on every port it serves: {port}");
         wait_condition(&h, "pod-c", gate, ("True", "Published", &message)).await;
     }
-    assert_eq!((gate_writes(&h, "pod-a"), gate_writes(&h, "pod-b")), before);
+    assert_eq!(
+        (
+            gate_writes(&h, "pod-a").await,
+            gate_writes(&h, "pod-b").await
+        ),
+        before
+    );
 }
 
 /// Two PortMappings over one pool with the same gate type: one condition, one writer, the
@@ -489,7 +500,7 @@ async fn with_one_gate_type_the_oldest_portmapping_sets_it() {
         h.portmapping("beta").await.status.map(|_| ())
     })
     .await;
-    assert_eq!(gate_writes(&h, "pod-a"), 1);
+    assert_eq!(gate_writes(&h, "pod-a").await, 1);
     assert_eq!(
         condition_of(&h, "pod-a", PUBLISHED_GATE)
             .await
@@ -497,7 +508,7 @@ async fn with_one_gate_type_the_oldest_portmapping_sets_it() {
         Some("published on every port it serves: http".into())
     );
     // alpha goes: beta's verdict is the gate now (admin does not back pod-a: no port to wait for).
-    let pms: Api<portmapper_api::PortMapping> = Api::namespaced(h.client.clone(), NS);
+    let pms: Api<portmapper_api::PortMapping> = Api::namespaced(h.client.clone(), &h.ns);
     pms.delete("alpha", &Default::default()).await.unwrap();
     wait_condition(
         &h,
@@ -510,7 +521,7 @@ async fn with_one_gate_type_the_oldest_portmapping_sets_it() {
         ),
     )
     .await;
-    assert_eq!(gate_writes(&h, "pod-a"), 2);
+    assert_eq!(gate_writes(&h, "pod-a").await, 2);
 }
 
 /// The Service goes: its slices are withdrawn, so no gated pod may stay True.
@@ -518,7 +529,8 @@ async fn with_one_gate_type_the_oldest_portmapping_sets_it() {
 async fn a_deleted_service_turns_the_gates_false() {
     let h = Harness::start().await;
     publish_gated_pod_a(&h).await;
-    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(h.client.clone(), NS);
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(h.client.clone(), &h.ns);
     services.delete("web", &Default::default()).await.unwrap();
     wait_condition(
         &h,
@@ -527,7 +539,11 @@ async fn a_deleted_service_turns_the_gates_false() {
         (
             "False",
             "ServiceNotFound",
-            "PortMapping web publishes nothing new: Service default/web does not exist; no endpoints are published",
+            &format!(
+                "PortMapping web publishes nothing new: Service {}/web does not exist; no \
+                 endpoints are published",
+                h.ns
+            ),
         ),
     )
     .await;
@@ -541,7 +557,7 @@ async fn a_deleted_service_turns_the_gates_false() {
             .map(|_| ())
     })
     .await;
-    assert_eq!(gate_writes(&h, "pod-a"), 2);
+    assert_eq!(gate_writes(&h, "pod-a").await, 2);
 }
 
 /// The Service becomes ExternalName: the planner withdraws the slices and turns the gates False.
@@ -606,7 +622,7 @@ async fn a_restart_never_flips_a_gate_while_caches_sync() {
     let mut h = Harness::start().await;
     publish_gated_pod_a(&h).await;
     h.stop_controller().await;
-    let before = operator_requests(&h).len();
+    let before = operator_requests(&h).await.len();
     h.run_controller();
     // A new pod after the restart: once its gate is written, the restart's plans are done.
     h.create(gated_pod("pod-b", "http")).await;
@@ -619,6 +635,6 @@ async fn a_restart_never_flips_a_gate_while_caches_sync() {
     )
     .await;
     // (pod-b may get a NoAddress write before kubelet's patch: not counted.)
-    assert_eq!(gate_writes(&h, "pod-a"), 1);
-    assert!(operator_requests(&h).len() > before);
+    assert_eq!(gate_writes(&h, "pod-a").await, 1);
+    assert!(operator_requests(&h).await.len() > before);
 }

@@ -1,17 +1,35 @@
-//! Starts the emulator, installs the CRD, runs the controller, and offers the few verbs the
-//! scenarios need (create objects, flip pod state, wait for slices, count writes).
+//! Starts a test's API server side, runs the controller, and offers the few verbs the
+//! scenarios need (create objects, flip pod state, wait for slices, count requests).
+//!
+//! Two backends:
+//! - **the real control plane** ([`Harness::new`], [`Harness::start`]): kube-apiserver 1.37 with
+//!   kube-controller-manager, shared by the whole test binary
+//!   (`test_support::realkube::shared()`). Each test works in a namespace of its own, named
+//!   after the test, and its controller watches only that namespace, so tests running side by
+//!   side never see each other's objects. Nodes are cluster-scoped and shared: pods run on
+//!   `node-1`, which every test creates if it is missing. No kubelet runs: the tests write pod
+//!   status themselves, and delete pods with grace 0 ([`Harness::delete_pod`]) since a
+//!   graceful delete leaves a pod bound to a node Terminating. The request log is the API
+//!   server's audit log ([`Harness::requests`]); the operator's requests are told apart by
+//!   its User-Agent.
+//! - **the emulator** ([`Harness::emulator`], [`Harness::start_on_emulator`]): a fresh
+//!   in-process `kube_emulator::Emulator` per test, namespace `default`, for the tests that
+//!   need what only it offers: fault rules, its clock, restarts.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::wait::{await_condition, conditions};
-use kube::{Client, CustomResourceExt, ResourceExt};
+use kube::{Client, Config, CustomResourceExt, ResourceExt};
 use kube_emulator::Emulator;
 use portmapper::context::Settings;
 use portmapper::controller;
@@ -23,13 +41,34 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub const NS: &str = "default";
-/// The User-Agent prefix of the operator's requests under [`Harness::run_operator_with`].
+use crate::requests::{Request, audited};
+
+/// The User-Agent prefix of every operator client (`portmapper/<version> (<identity>)`).
 pub const OPERATOR_USER_AGENT: &str = "portmapper/";
+/// The identity of the harness's in-process operator (its User-Agent comment).
+pub const OPERATOR_IDENTITY: &str = "test";
+/// The namespace of an emulator-backed test.
+pub const EMULATOR_NAMESPACE: &str = "default";
+/// The node every test pod runs on (a shared, cluster-scoped object on the real server).
+pub const NODE: &str = "node-1";
+
+/// Where a test's objects live.
+enum Backend {
+    /// The control plane this binary shares; the test's namespace is its own, and so is
+    /// `kubeconfig` (its context defaults to that namespace), in a directory removed on drop.
+    Real { kubeconfig: std::path::PathBuf },
+    /// An in-process emulator of this test's own, and when it started (its request log times
+    /// requests from then).
+    Emulator(Emulator, Timestamp),
+}
 
 pub struct Harness {
-    pub emu: Emulator,
+    backend: Backend,
+    /// The namespace of every namespaced object of the test.
+    pub ns: String,
+    /// The test's own client (not the operator's: its requests are told apart by User-Agent).
     pub client: Client,
+    config: Config,
     pub metrics: Arc<Metrics>,
     /// Readiness (and watch policy) the next controller started runs with.
     pub readiness: Readiness,
@@ -38,10 +77,52 @@ pub struct Harness {
 }
 
 impl Harness {
-    /// Emulator + CRD, controller not started yet.
+    /// A namespace of this test's own on the shared real control plane (CRD installed, node
+    /// [`NODE`] present); controller not started yet.
     pub async fn new() -> Self {
+        let plane = test_support::realkube::shared();
+        let ns = plane.namespace_name(&test_tag());
+        let kubeconfig = Kubeconfig::read_from(plane.kubeconfig()).expect("realkube kubeconfig");
+        let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .expect("realkube config");
+        config.default_namespace = ns.clone();
+        let client = Client::try_from(config.clone()).expect("client");
+        let namespace: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .expect("namespace created");
+        ensure_node(&client, NODE, &BTreeMap::new()).await;
+        let dir = std::env::temp_dir().join(format!("portmapper-it-{}-{ns}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("the test's directory");
+        let kubeconfig = dir.join("kubeconfig");
+        plane.kubeconfig_in(&ns, &kubeconfig);
+        Self::with(Backend::Real { kubeconfig }, ns, client, config)
+    }
+
+    /// The shared real control plane + a running controller.
+    pub async fn start() -> Self {
+        let mut h = Self::new().await;
+        h.run_controller();
+        h
+    }
+
+    /// The shared real control plane + a controller with adjusted settings (e.g. a long
+    /// resync, so a test proves a watch event, not the periodic requeue, made the change).
+    pub async fn start_with(adjust: impl FnOnce(&mut Settings)) -> Self {
+        let mut h = Self::new().await;
+        h.run_controller_with(adjust);
+        h
+    }
+
+    /// A fresh in-process emulator (namespace `default`) with the CRD; controller not started.
+    pub async fn emulator() -> Self {
+        let started = Timestamp::now();
         let emu = Emulator::start().await.expect("emulator starts");
-        let client = emu.client().expect("client");
+        let config = emu.kube_config().expect("kube config");
+        let client = Client::try_from(config.clone()).expect("client");
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         crds.create(&PostParams::default(), &PortMapping::crd())
             .await
@@ -57,9 +138,34 @@ impl Harness {
         .await
         .expect("CRD established in time")
         .expect("watch works");
-        Self {
-            emu,
+        Self::with(
+            Backend::Emulator(emu, started),
+            EMULATOR_NAMESPACE.into(),
             client,
+            config,
+        )
+    }
+
+    /// A fresh emulator + a running controller.
+    pub async fn start_on_emulator() -> Self {
+        let mut h = Self::emulator().await;
+        h.run_controller();
+        h
+    }
+
+    /// A fresh emulator + a controller with adjusted settings.
+    pub async fn start_on_emulator_with(adjust: impl FnOnce(&mut Settings)) -> Self {
+        let mut h = Self::emulator().await;
+        h.run_controller_with(adjust);
+        h
+    }
+
+    fn with(backend: Backend, ns: String, client: Client, config: Config) -> Self {
+        Self {
+            backend,
+            ns,
+            client,
+            config,
             metrics: Metrics::new(),
             readiness: Readiness::default(),
             shutdown: CancellationToken::new(),
@@ -67,27 +173,52 @@ impl Harness {
         }
     }
 
-    /// Emulator + CRD + a running controller.
-    pub async fn start() -> Self {
-        let mut h = Self::new().await;
-        h.run_controller();
-        h
+    /// The emulator of an emulator-backed test (its faults, clock and request log).
+    pub fn emu(&self) -> &Emulator {
+        match &self.backend {
+            Backend::Emulator(emu, _) => emu,
+            Backend::Real { .. } => {
+                panic!("this test runs on the real control plane, not the emulator")
+            }
+        }
     }
 
-    /// Emulator + CRD + a controller with adjusted settings (e.g. a long resync, so a test
-    /// proves a watch event, not the periodic requeue, made the change).
-    pub async fn start_with(adjust: impl FnOnce(&mut Settings)) -> Self {
-        let mut h = Self::new().await;
-        h.run_controller_with(adjust);
-        h
+    /// Whether the test runs on the real control plane.
+    pub fn is_real(&self) -> bool {
+        matches!(self.backend, Backend::Real { .. })
+    }
+
+    /// A kube config for this test's server, defaulting to its namespace (for clients of the
+    /// test's own making).
+    pub fn kube_config(&self) -> Config {
+        self.config.clone()
+    }
+
+    /// A kubeconfig file for this test's server whose context defaults to its namespace, for
+    /// the binaries under test.
+    pub fn kubeconfig_path(&self) -> &std::path::Path {
+        match &self.backend {
+            Backend::Real { kubeconfig } => kubeconfig,
+            Backend::Emulator(emu, _) => emu.kubeconfig_path(),
+        }
+    }
+
+    /// The operator's User-Agent under [`Harness::run_controller`] and
+    /// [`Harness::run_operator_with`].
+    pub fn operator_user_agent() -> String {
+        portmapper::client::user_agent(Some(OPERATOR_IDENTITY))
     }
 
     pub fn run_controller(&mut self) {
         self.run_controller_with(|_| {});
     }
 
+    /// Runs the controller through a plain client that sends the operator's User-Agent, so
+    /// the request log tells its requests from the test's own.
     pub fn run_controller_with(&mut self, adjust: impl FnOnce(&mut Settings)) {
-        self.spawn_controller(self.client.clone(), adjust);
+        let client = portmapper::client::plain(self.config.clone(), &Self::operator_user_agent())
+            .expect("operator client");
+        self.spawn_controller(client, adjust);
     }
 
     /// Runs the controller through the client `portmapper run` builds (`client::gated`: our
@@ -95,20 +226,22 @@ impl Harness {
     /// retry behaviour is the production one and fault rules can single out its requests by
     /// User-Agent ([`OPERATOR_USER_AGENT`]) while the test's own client is left alone.
     pub fn run_operator_with(&mut self, adjust: impl FnOnce(&mut Settings)) {
-        let config = self.emu.kube_config().expect("kube config");
-        let user_agent = portmapper::client::user_agent(Some("test"));
-        let client = portmapper::client::gated(config, &user_agent, Leadership::always())
-            .expect("operator client");
+        let client = portmapper::client::gated(
+            self.config.clone(),
+            &Self::operator_user_agent(),
+            Leadership::always(),
+        )
+        .expect("operator client");
         self.spawn_controller(client, adjust);
     }
 
     fn spawn_controller(&mut self, client: Client, adjust: impl FnOnce(&mut Settings)) {
         let mut settings = Settings {
-            namespace: None,
+            namespace: Some(self.ns.clone()),
             concurrency: 4,
             resync: Duration::from_secs(2),
             node_lookups: true,
-            instance: Some("test".into()),
+            instance: Some(OPERATOR_IDENTITY.into()),
             probe_concurrency: 16,
         };
         adjust(&mut settings);
@@ -139,36 +272,25 @@ impl Harness {
         self.shutdown = CancellationToken::new();
     }
 
-    /// Creates any namespaced object given as JSON.
+    /// An API of a namespaced kind in the test's namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// Creates any namespaced object given as JSON, in the test's namespace.
     pub async fn create(&self, obj: Value) {
         let kind = obj["kind"].as_str().unwrap().to_string();
         match kind.as_str() {
-            "Service" => {
-                let api: Api<Service> = Api::namespaced(self.client.clone(), NS);
-                api.create(
-                    &PostParams::default(),
-                    &serde_json::from_value(obj).unwrap(),
-                )
-                .await
-                .unwrap();
-            }
-            "Pod" => {
-                let api: Api<Pod> = Api::namespaced(self.client.clone(), NS);
-                api.create(
-                    &PostParams::default(),
-                    &serde_json::from_value(obj).unwrap(),
-                )
-                .await
-                .unwrap();
-            }
-            "PortMapping" => {
-                let api: Api<PortMapping> = Api::namespaced(self.client.clone(), NS);
-                api.create(
-                    &PostParams::default(),
-                    &serde_json::from_value(obj).unwrap(),
-                )
-                .await
-                .unwrap();
+            "Service" => create_in::<Service>(&self.api(), obj).await,
+            "Pod" => create_in::<Pod>(&self.api(), obj).await,
+            "PortMapping" => create_in::<PortMapping>(&self.api(), obj).await,
+            "EndpointSlice" => create_in::<EndpointSlice>(&self.api(), obj).await,
+            "Endpoints" => {
+                create_in::<k8s_openapi::api::core::v1::Endpoints>(&self.api(), obj).await;
             }
             other => panic!("harness cannot create {other}"),
         }
@@ -176,7 +298,6 @@ impl Harness {
 
     /// Sets a pod's IPs and Ready condition through the status subresource, as kubelet does.
     pub async fn set_pod_status(&self, name: &str, ips: &[&str], ready: bool) {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), NS);
         let status = json!({
             "status": {
                 "phase": "Running",
@@ -185,22 +306,31 @@ impl Harness {
                 "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
             }
         });
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        self.api::<Pod>()
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
             .await
             .unwrap();
     }
 
     pub async fn patch_pod(&self, name: &str, patch: Value) {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), NS);
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        self.api::<Pod>()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    /// Deletes a pod at once (grace 0), as kubelet would confirm it gone. A graceful delete
+    /// leaves a pod bound to a node Terminating until its kubelet confirms, and none runs.
+    pub async fn delete_pod(&self, name: &str) {
+        self.api::<Pod>()
+            .delete(name, &DeleteParams::default().grace_period(0))
             .await
             .unwrap();
     }
 
     pub async fn slices(&self, service: &str) -> Vec<EndpointSlice> {
-        let api: Api<EndpointSlice> = Api::namespaced(self.client.clone(), NS);
         let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={service}"));
-        let mut items = api.list(&lp).await.unwrap().items;
+        let mut items = self.api::<EndpointSlice>().list(&lp).await.unwrap().items;
         items.sort_by_key(|s| s.name_any());
         items
     }
@@ -223,15 +353,13 @@ impl Harness {
     }
 
     pub async fn portmapping(&self, name: &str) -> PortMapping {
-        let api: Api<PortMapping> = Api::namespaced(self.client.clone(), NS);
-        api.get(name).await.unwrap()
+        self.api::<PortMapping>().get(name).await.unwrap()
     }
 
     /// events.k8s.io Events with `reason`, oldest first.
     pub async fn events(&self, reason: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
-        let api: Api<k8s_openapi::api::events::v1::Event> =
-            Api::namespaced(self.client.clone(), NS);
-        api.list(&ListParams::default())
+        self.api::<k8s_openapi::api::events::v1::Event>()
+            .list(&ListParams::default())
             .await
             .unwrap()
             .items
@@ -279,8 +407,7 @@ impl Harness {
     /// Turns Service `name` into an ExternalName Service (the fields the API server requires
     /// cleared).
     pub async fn make_external_name(&self, name: &str) {
-        let services: Api<Service> = Api::namespaced(self.client.clone(), NS);
-        services
+        self.api::<Service>()
             .patch(
                 name,
                 &PatchParams::default(),
@@ -293,17 +420,106 @@ impl Harness {
             .expect("patch the Service to ExternalName");
     }
 
-    /// Writes issued by the operator's field manager so far.
-    pub fn operator_writes(&self) -> usize {
-        self.emu
-            .requests()
-            .writes_by_manager(portmapper_api::MANAGER)
+    /// Every request in the test's namespace answered so far (every request, on the
+    /// emulator), in log order.
+    ///
+    /// The audit log gets a request's line when its response completes, possibly just after
+    /// the client has read the response. So first a request of the test's own (a GET of a
+    /// ConfigMap that does not exist) is sent and its line awaited: every request answered
+    /// before this call is in the log by then.
+    pub async fn requests(&self) -> Vec<Request> {
+        match &self.backend {
+            Backend::Emulator(emu, started) => emu
+                .requests()
+                .entries()
+                .iter()
+                .map(|r| Request::logged(r, *started))
+                .collect(),
+            Backend::Real { .. } => {
+                static BARRIERS: AtomicUsize = AtomicUsize::new(0);
+                let barrier = format!("barrier-{}", BARRIERS.fetch_add(1, Ordering::Relaxed));
+                let absent = self.api::<ConfigMap>().get_opt(&barrier).await.unwrap();
+                assert!(
+                    absent.is_none(),
+                    "ConfigMap {barrier} is not expected to exist"
+                );
+                let log = test_support::realkube::shared().dir().join("audit.log");
+                eventually(
+                    &format!("the audit log line of GET {barrier}"),
+                    Duration::from_secs(10),
+                    || async {
+                        let requests = audited(&log, &self.ns);
+                        requests
+                            .iter()
+                            .any(|r| r.resource == "configmaps" && r.name == barrier)
+                            .then_some(requests)
+                    },
+                )
+                .await
+            }
+        }
+    }
+
+    /// The writes of the harness's operator (its User-Agent) so far, in log order.
+    pub async fn operator_requests(&self) -> Vec<Request> {
+        let agent = Self::operator_user_agent();
+        self.requests()
+            .await
+            .into_iter()
+            .filter(|r| r.is_write() && r.user_agent == agent)
+            .collect()
+    }
+
+    /// How many writes the harness's operator has issued so far.
+    pub async fn operator_writes(&self) -> usize {
+        self.operator_requests().await.len()
     }
 }
 
 impl Drop for Harness {
     fn drop(&mut self) {
         self.shutdown.cancel();
+        if let Backend::Real { kubeconfig } = &self.backend
+            && let Some(dir) = kubeconfig.parent()
+        {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+async fn create_in<K>(api: &Api<K>, obj: Value)
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
+{
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(obj).unwrap(),
+    )
+    .await
+    .unwrap();
+}
+
+/// The test's name as the test harness names its thread (the last path segment), for the
+/// namespace name.
+fn test_tag() -> String {
+    std::thread::current()
+        .name()
+        .and_then(|n| n.rsplit("::").next())
+        .filter(|n| !n.is_empty() && *n != "main")
+        .unwrap_or("it")
+        .replace('_', "-")
+}
+
+/// Creates Node `name` with `labels` unless it exists (Nodes are cluster-scoped: tests share
+/// them, so a shared node keeps the labels it was first created with).
+pub async fn ensure_node(client: &Client, name: &str, labels: &BTreeMap<String, String>) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node =
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap();
+    match nodes.create(&PostParams::default(), &node).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("creating node {name}: {e}"),
     }
 }
 
@@ -344,30 +560,32 @@ where
     }
 }
 
+/// A selector-less Service (no namespace: the harness creates it in the test's).
 pub fn service(name: &str, ports: &[(&str, i32)]) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": NS, "labels": {"app.kubernetes.io/name": name}},
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": name}},
         "spec": {"ports": ports.iter().map(|(n, p)| json!({"name": n, "port": p, "targetPort": p})).collect::<Vec<_>>()},
     })
 }
 
+/// A pool pod of `group` on [`NODE`] listing `ports_annotation`.
 pub fn pod(name: &str, group: &str, ports_annotation: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
-            "name": name, "namespace": NS,
+            "name": name,
             "labels": {"example.com/group": group},
             "annotations": {"example.com/ports": ports_annotation},
         },
-        "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "pause"}]},
+        "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "pause"}]},
     })
 }
 
 pub fn portmapping(name: &str, service: &str) -> Value {
     json!({
         "apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name},
         "spec": {
             "serviceRef": {"name": service},
             "pods": {"key": "example.com/group"},

@@ -14,8 +14,19 @@ use crate::harness::*;
 
 const T: Duration = Duration::from_secs(15);
 
+/// The UIDs of our slices among `slices` (once the Service has a selector, the native
+/// EndpointSlice controller publishes one of its own beside them).
 fn uids(slices: &[EndpointSlice]) -> Vec<String> {
-    let mut u: Vec<String> = slices.iter().filter_map(|s| s.uid()).collect();
+    let mut u: Vec<String> = slices
+        .iter()
+        .filter(|s| {
+            s.labels()
+                .get("endpointslice.kubernetes.io/managed-by")
+                .map(String::as_str)
+                == Some("portmapper.dev")
+        })
+        .filter_map(|s| s.uid())
+        .collect();
     u.sort();
     u
 }
@@ -30,7 +41,7 @@ async fn a_service_deleted_and_recreated_is_published_again_with_the_same_member
         (h.membership("web").await.get("web.http") == Some(&vec!["pod-a".to_owned()])).then_some(())
     })
     .await;
-    let services: Api<Service> = Api::namespaced(h.client.clone(), NS);
+    let services: Api<Service> = Api::namespaced(h.client.clone(), &h.ns);
     services
         .delete("web", &DeleteParams::default())
         .await
@@ -61,7 +72,8 @@ async fn a_service_gaining_a_selector_keeps_our_slices_and_reports_the_migration
     })
     .await;
     let before = uids(&h.slices("web").await);
-    let services: Api<Service> = Api::namespaced(h.client.clone(), NS);
+    assert_eq!(before.len(), 1, "our one slice");
+    let services: Api<Service> = Api::namespaced(h.client.clone(), &h.ns);
     services
         .patch(
             "web",

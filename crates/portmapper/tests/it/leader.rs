@@ -1,6 +1,8 @@
 //! Leader election: one writer at every moment, and takeovers as fast as the Lease allows.
-//! Replicas are told apart in the emulator's request log by their User-Agent,
-//! `portmapper/<version> (<identity>)`.
+//! Replicas are told apart in the request log by their User-Agent,
+//! `portmapper/<version> (<identity>)`. The election and its Lease run on the real control
+//! plane; the two tests that hang a replica's Lease requests (a fault rule) run on the
+//! emulator.
 
 use std::time::Duration;
 
@@ -19,6 +21,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::harness::*;
+use crate::requests::Request;
 
 struct Instance {
     identity: String,
@@ -29,11 +32,12 @@ struct Instance {
     task: Option<JoinHandle<()>>,
 }
 
-fn config(identity: Option<&str>, lease: u64, grace: u64) -> LeaderConfig {
+/// A Lease `portmapper` in the test's namespace.
+fn config(h: &Harness, identity: Option<&str>, lease: u64, grace: u64) -> LeaderConfig {
     let (lease_duration, grace) = (Duration::from_secs(lease), Duration::from_secs(grace));
     LeaderConfig {
         lease_name: "portmapper".into(),
-        lease_namespace: NS.into(),
+        lease_namespace: h.ns.clone(),
         identity: identity.map_or_else(default_identity, str::to_string),
         lease_duration,
         grace,
@@ -45,7 +49,7 @@ fn config(identity: Option<&str>, lease: u64, grace: u64) -> LeaderConfig {
 async fn instance(h: &Harness, config: LeaderConfig) -> Instance {
     let identity = config.identity.clone();
     let user_agent = client::user_agent(Some(&identity));
-    let kube_config = h.emu.kube_config().expect("kube config");
+    let kube_config = h.kube_config();
     let lease_client = client::plain(kube_config.clone(), &user_agent).expect("lease client");
     let election = Election::start(lease_client, config)
         .await
@@ -54,7 +58,7 @@ async fn instance(h: &Harness, config: LeaderConfig) -> Instance {
     let client = client::gated(kube_config, &user_agent, leadership.clone()).expect("gated client");
     let shutdown = CancellationToken::new();
     let settings = Settings {
-        namespace: None,
+        namespace: Some(h.ns.clone()),
         concurrency: 2,
         resync: Duration::from_secs(2),
         node_lookups: false,
@@ -106,13 +110,33 @@ impl Instance {
     }
 
     /// This replica's requests, in log order.
-    fn requests(&self, h: &Harness) -> Vec<LoggedRequest> {
-        h.emu.requests().filter(|r| r.user_agent == self.user_agent)
+    async fn requests(&self, h: &Harness) -> Vec<Request> {
+        h.requests()
+            .await
+            .into_iter()
+            .filter(|r| r.user_agent == self.user_agent)
+            .collect()
     }
 
     /// This replica's writes other than to its Lease.
-    fn object_writes(&self, h: &Harness) -> Vec<LoggedRequest> {
+    async fn object_writes(&self, h: &Harness) -> Vec<Request> {
         self.requests(h)
+            .await
+            .into_iter()
+            .filter(|r| r.is_write() && r.resource != "leases")
+            .collect()
+    }
+
+    /// This replica's requests in the emulator's log, with their times.
+    fn logged(&self, h: &Harness) -> Vec<LoggedRequest> {
+        h.emu()
+            .requests()
+            .filter(|r| r.user_agent == self.user_agent)
+    }
+
+    /// This replica's writes other than to its Lease in the emulator's log, with their times.
+    fn logged_object_writes(&self, h: &Harness) -> Vec<LoggedRequest> {
+        self.logged(h)
             .into_iter()
             .filter(|r| r.is_write() && r.resource != "leases")
             .collect()
@@ -151,12 +175,15 @@ async fn wait_members(h: &Harness, pods: &[&str]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_leader_writes_and_the_standby_takes_over() {
     let h = Harness::new().await;
-    let a = instance(&h, config(Some("replica-a"), 3, 1)).await;
-    let b = instance(&h, config(Some("replica-b"), 3, 1)).await;
+    let a = instance(&h, config(&h, Some("replica-a"), 3, 1)).await;
+    let b = instance(&h, config(&h, Some("replica-b"), 3, 1)).await;
     let (leader, standby) = one_leader(a, b).await;
     publish_web(&h).await;
-    assert!(!leader.object_writes(&h).is_empty());
-    assert!(standby.object_writes(&h).is_empty(), "the standby wrote");
+    assert!(!leader.object_writes(&h).await.is_empty());
+    assert!(
+        standby.object_writes(&h).await.is_empty(),
+        "the standby wrote"
+    );
 
     leader.stop().await;
     eventually(
@@ -176,8 +203,8 @@ async fn only_the_leader_writes_and_the_standby_takes_over() {
 async fn a_running_standby_writes_within_two_seconds_of_the_release() {
     let h = Harness::new().await;
     // A 15 s Lease: waiting for expiry instead of acting on the release would take > 10 s.
-    let a = instance(&h, config(Some("replica-a"), 15, 5)).await;
-    let b = instance(&h, config(Some("replica-b"), 15, 5)).await;
+    let a = instance(&h, config(&h, Some("replica-a"), 15, 5)).await;
+    let b = instance(&h, config(&h, Some("replica-b"), 15, 5)).await;
     let (mut leader, standby) = one_leader(a, b).await;
     publish_web(&h).await;
 
@@ -185,23 +212,28 @@ async fn a_running_standby_writes_within_two_seconds_of_the_release() {
     leader.stop_controller().await;
     ready_pods(&h, "web", &[("pod-b", "http", "10.244.0.2")]).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(standby.object_writes(&h).is_empty(), "the standby wrote");
+    assert!(
+        standby.object_writes(&h).await.is_empty(),
+        "the standby wrote"
+    );
     let leader_ua = leader.user_agent.clone();
     leader.stop().await;
     wait_members(&h, &["pod-a", "pod-b"]).await;
 
-    let log = h.emu.requests();
-    let release = log
-        .filter(|r| r.user_agent == leader_ua && r.resource == "leases" && r.verb == "update")
-        .last()
+    let release = h
+        .requests()
+        .await
+        .into_iter()
+        .rfind(|r| r.user_agent == leader_ua && r.resource == "leases" && r.verb == "update")
         .expect("the leader released its Lease")
-        .since_start;
+        .at;
     let first_write = standby
         .object_writes(&h)
+        .await
         .first()
         .expect("the standby wrote")
-        .since_start;
-    let takeover = first_write.saturating_sub(release);
+        .at;
+    let takeover = Duration::try_from(first_write.duration_since(release)).unwrap_or_default();
     println!("standby's first write {takeover:?} after the release");
     assert!(
         takeover <= Duration::from_secs(2),
@@ -215,9 +247,9 @@ async fn a_running_standby_writes_within_two_seconds_of_the_release() {
 /// being triggered; the standby takes over and publishes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_leader_writes_nothing_after_its_deadline() {
-    let h = Harness::new().await;
-    let a = instance(&h, config(Some("replica-a"), 3, 1)).await;
-    let b = instance(&h, config(Some("replica-b"), 3, 1)).await;
+    let h = Harness::emulator().await;
+    let a = instance(&h, config(&h, Some("replica-a"), 3, 1)).await;
+    let b = instance(&h, config(&h, Some("replica-b"), 3, 1)).await;
     let (leader, standby) = one_leader(a, b).await;
     publish_web(&h).await;
 
@@ -228,12 +260,12 @@ async fn a_stuck_leader_writes_nothing_after_its_deadline() {
         .resource("coordination.k8s.io", "leases")
         .delay_ms(8000);
     hang.matcher.user_agent = Some(leader.user_agent.clone());
-    let hang = h.emu.inject(hang);
+    let hang = h.emu().inject(hang);
     // Renewals run every 0.67 s: by now one hangs. The emulator logs a request when it
     // answers, so the hung ones are not in the log.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let last_renewal = leader
-        .requests(&h)
+        .logged(&h)
         .into_iter()
         .rfind(|r| r.resource == "leases" && r.is_write() && r.status < 300)
         .expect("the leader wrote its Lease")
@@ -251,12 +283,12 @@ async fn a_stuck_leader_writes_nothing_after_its_deadline() {
     .await;
     wait_members(&h, &["pod-a", "pod-b"]).await;
     // The leader's Lease requests go through again: it sees the standby holds the Lease.
-    assert!(h.emu.faults().remove(&hang));
+    assert!(h.emu().faults().remove(&hang));
     tokio::time::sleep(Duration::from_secs(9)).await;
 
     let deadline = last_renewal + Duration::from_secs(2);
     let late: Vec<_> = leader
-        .object_writes(&h)
+        .logged_object_writes(&h)
         .into_iter()
         .filter(|r| r.since_start > deadline)
         .collect();
@@ -265,7 +297,7 @@ async fn a_stuck_leader_writes_nothing_after_its_deadline() {
         0,
         "writes by the old leader after its deadline: {late:?}"
     );
-    assert!(!standby.object_writes(&h).is_empty());
+    assert!(!standby.logged_object_writes(&h).is_empty());
     assert!(!leader.is_leader());
     leader.stop().await;
     standby.stop().await;
@@ -275,10 +307,10 @@ async fn a_stuck_leader_writes_nothing_after_its_deadline() {
 /// but refuses writes before they leave (nothing reaches the API server).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gated_client_refuses_writes_after_the_deadline() {
-    let h = Harness::new().await;
-    let config = config(Some("replica-a"), 3, 1);
+    let h = Harness::emulator().await;
+    let config = config(&h, Some("replica-a"), 3, 1);
     let user_agent = client::user_agent(Some(&config.identity));
-    let kube_config = h.emu.kube_config().unwrap();
+    let kube_config = h.emu().kube_config().unwrap();
     let election = Election::start(
         client::plain(kube_config.clone(), &user_agent).unwrap(),
         config,
@@ -291,7 +323,7 @@ async fn the_gated_client_refuses_writes_after_the_deadline() {
     })
     .await;
     let gated = client::gated(kube_config, &user_agent, leadership.clone()).unwrap();
-    let cms: Api<ConfigMap> = Api::namespaced(gated, NS);
+    let cms: Api<ConfigMap> = Api::namespaced(gated, &h.ns);
     let cm = |name: &str| -> ConfigMap {
         serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap()
     };
@@ -299,7 +331,7 @@ async fn the_gated_client_refuses_writes_after_the_deadline() {
         .await
         .unwrap();
 
-    let hang = h.emu.inject(
+    let hang = h.emu().inject(
         Rule::new(FaultAction::Delay)
             .verbs(&["get", "update"])
             .resource("coordination.k8s.io", "leases")
@@ -316,12 +348,12 @@ async fn the_gated_client_refuses_writes_after_the_deadline() {
     assert!(is_refused(&err), "{err}");
     cms.get("while-leading").await.expect("reads still work");
     let creates = h
-        .emu
+        .emu()
         .requests()
         .filter(|r| r.resource == "configmaps" && r.verb == "create")
         .len();
     assert_eq!(creates, 1, "the refused create reached the API server");
-    h.emu.faults().remove(&hang);
+    h.emu().faults().remove(&hang);
     election.release(Duration::from_secs(10)).await;
 }
 
@@ -330,8 +362,8 @@ async fn the_gated_client_refuses_writes_after_the_deadline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_with_default_identities_never_both_lead() {
     let h = Harness::new().await;
-    let a = instance(&h, config(None, 3, 1)).await;
-    let b = instance(&h, config(None, 3, 1)).await;
+    let a = instance(&h, config(&h, None, 3, 1)).await;
+    let b = instance(&h, config(&h, None, 3, 1)).await;
     assert_ne!(a.identity, b.identity);
     let (mut leaders, mut both) = (0, 0);
     for _ in 0..100 {
@@ -352,7 +384,7 @@ async fn two_replicas_with_default_identities_never_both_lead() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_operator_request_carries_the_user_agent() {
     let h = Harness::new().await;
-    let a = instance(&h, config(Some("replica-a"), 3, 1)).await;
+    let a = instance(&h, config(&h, Some("replica-a"), 3, 1)).await;
     eventually("leading", Duration::from_secs(10), || async {
         a.is_leader().then_some(())
     })
@@ -361,7 +393,7 @@ async fn every_operator_request_carries_the_user_agent() {
     tokio::time::sleep(Duration::from_secs(2)).await; // a few Lease renewals
     let expected = format!("portmapper/{} (replica-a)", env!("CARGO_PKG_VERSION"));
     assert_eq!(a.user_agent, expected);
-    let ours = a.requests(&h);
+    let ours = a.requests(&h).await;
     for verb in ["get", "list", "watch", "create", "update", "patch"] {
         assert!(
             ours.iter().any(|r| r.verb == verb),
@@ -369,11 +401,16 @@ async fn every_operator_request_carries_the_user_agent() {
         );
     }
     // Every write by our field managers carries it.
-    let writes = h.emu.requests().filter(|r| {
-        r.is_write()
-            && (r.field_manager == portmapper_api::MANAGER
-                || r.field_manager == portmapper::leader::LEASE_MANAGER)
-    });
+    let writes: Vec<Request> = h
+        .requests()
+        .await
+        .into_iter()
+        .filter(|r| {
+            r.is_write()
+                && (r.field_manager == portmapper_api::MANAGER
+                    || r.field_manager == portmapper::leader::LEASE_MANAGER)
+        })
+        .collect();
     assert!(!writes.is_empty());
     assert!(
         writes.iter().all(|r| r.user_agent == expected),

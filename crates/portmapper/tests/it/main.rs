@@ -1,5 +1,23 @@
-//! Operator integration tests: the real controller against the in-process API server emulator,
-//! through a kube Client exactly as against a cluster.
+//! Operator integration tests: the real controller through a kube Client, exactly as against a
+//! cluster.
+//!
+//! Most run on the **real control plane** (kube-apiserver and kube-controller-manager 1.37,
+//! `realkube up`), started once for the binary and shared: each test in a namespace of its own,
+//! its controller watching only that namespace, the tests playing kubelet (Nodes, pod status,
+//! pod deletion with grace 0), and the API server's audit log as the request log
+//! ([`harness`], [`requests`]). That covers the scenarios, lifecycle, ownership, migration,
+//! the readiness gate, reporting, consumer caveats, the trigger time, hostile inputs, the
+//! status command, the observer's own check, leader election, failover and kill -9 restarts
+//! of the binary, and (in a network namespace, with a control plane of its own) the network
+//! checks.
+//!
+//! The rest run on the **in-process emulator** (`kube_emulator::Emulator`, one per test),
+//! because they need what only it offers:
+//! - fault rules: `faults`, `fault_matrix`, `watches`, the fault cases of `migration`, the
+//!   lagging cache of `reporting`, the hung Lease requests of `leader`;
+//! - its clock: the same-second tie of `scenarios`.
+//!
+//! `render` and `fuzz` exercise `portmapper render`, which needs no server.
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -23,6 +41,7 @@ mod probing;
 mod procs;
 mod render;
 mod reporting;
+mod requests;
 mod scenarios;
 mod status;
 mod trigger;

@@ -1,7 +1,11 @@
-//! Selector migration and legacy Endpoints against the emulator. There is no
-//! kube-controller-manager here, so each test plays the native controllers by writing what
-//! they leave behind: their EndpointSlice, the Endpoints object, and the mirroring
-//! controller's slice owned by that Endpoints object.
+//! Selector migration and legacy Endpoints. On the real control plane the native
+//! EndpointSlice controller publishes the selector Service's slice and, once the selector is
+//! gone, the mirroring controller mirrors an Endpoints object that is not marked
+//! `skip-mirror`; the legacy Endpoints controller does not run (v1 Endpoints is deprecated),
+//! so the tests write the Endpoints object it would have left behind. The tests that inject
+//! faults run on the emulator, where no controller-manager runs: there each test plays the
+//! native controllers by writing what they leave behind (their EndpointSlice, the Endpoints
+//! object, and the mirroring controller's slice owned by that Endpoints object).
 
 use std::time::Duration;
 
@@ -16,8 +20,13 @@ use serde_json::json;
 use crate::harness::*;
 
 const T: Duration = Duration::from_secs(20);
+const MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
+const NATIVE: &str = "endpointslice-controller.k8s.io";
+const MIRRORING: &str = "endpointslicemirroring-controller.k8s.io";
+const OURS: &str = "portmapper.dev";
 
-/// A Service with a selector, its native slice, Endpoints, and a mirror slice of that Endpoints.
+/// A Service with a selector, its native slice and the Endpoints object (on the emulator also
+/// a mirror slice of that Endpoints, as a leftover).
 async fn native_world(h: &Harness) {
     let mut svc = service("web", &[("http", 8080)]);
     svc["spec"]["selector"] = json!({"app": "web"});
@@ -28,18 +37,29 @@ async fn native_world(h: &Harness) {
         h.create(p).await;
         h.set_pod_status(name, &[ip], true).await;
     }
-    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), NS);
+    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), &h.ns);
     let ep: Endpoints = serde_json::from_value(json!({
         "metadata": {"name": "web", "annotations": {"endpoints.kubernetes.io/last-change-trigger-time": "2026-01-01T00:00:00Z"}},
         "subsets": [{"addresses": [{"ip": "10.244.0.1"}, {"ip": "10.244.0.9"}], "ports": [{"name": "http", "port": 8080}]}],
     }))
     .unwrap();
     let ep = eps.create(&PostParams::default(), &ep).await.unwrap();
-    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), NS);
+    if h.is_real() {
+        eventually("the native slice with both pods", T, || async {
+            let native = h
+                .slices("web")
+                .await
+                .into_iter()
+                .find(|s| s.labels().get(MANAGED_BY).map(String::as_str) == Some(NATIVE))?;
+            (native.endpoints.len() == 2).then_some(())
+        })
+        .await;
+        return;
+    }
+    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), &h.ns);
     let native: EndpointSlice = serde_json::from_value(json!({
         "metadata": {"name": "web-abcde", "labels": {
-            "kubernetes.io/service-name": "web",
-            "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
+            "kubernetes.io/service-name": "web", MANAGED_BY: NATIVE}},
         "addressType": "IPv4",
         "endpoints": [{"addresses": ["10.244.0.1"]}, {"addresses": ["10.244.0.9"]}],
         "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
@@ -51,8 +71,7 @@ async fn native_world(h: &Harness) {
         .unwrap();
     let mirror: EndpointSlice = serde_json::from_value(json!({
         "metadata": {"name": "web-mirror", "labels": {
-            "kubernetes.io/service-name": "web",
-            "endpointslice.kubernetes.io/managed-by": "endpointslicemirroring-controller.k8s.io"},
+            "kubernetes.io/service-name": "web", MANAGED_BY: MIRRORING},
             "ownerReferences": [{"apiVersion": "v1", "kind": "Endpoints", "name": "web", "uid": ep.uid().unwrap(), "controller": true}]},
         "addressType": "IPv4",
         "endpoints": [{"addresses": ["10.244.0.1"]}],
@@ -65,6 +84,29 @@ async fn native_world(h: &Harness) {
         .unwrap();
 }
 
+/// The managers of the Service's slices, sorted (the native controllers name theirs at
+/// random).
+async fn slice_managers(h: &Harness) -> Vec<String> {
+    let mut managers: Vec<String> = h
+        .slices("web")
+        .await
+        .iter()
+        .map(|s| s.labels().get(MANAGED_BY).cloned().unwrap_or_default())
+        .collect();
+    managers.sort();
+    managers
+}
+
+/// Names of the slices the operator deleted (the audit log, or the emulator's).
+async fn slices_deleted_by_the_operator(h: &Harness) -> Vec<String> {
+    h.operator_requests()
+        .await
+        .into_iter()
+        .filter(|r| r.verb == "delete" && r.resource == "endpointslices" && r.succeeded())
+        .map(|r| r.name)
+        .collect()
+}
+
 async fn slice_names(h: &Harness) -> Vec<String> {
     h.slices("web")
         .await
@@ -74,7 +116,7 @@ async fn slice_names(h: &Harness) -> Vec<String> {
 }
 
 async fn drop_selector(h: &Harness) {
-    let services: Api<Service> = Api::namespaced(h.client.clone(), NS);
+    let services: Api<Service> = Api::namespaced(h.client.clone(), &h.ns);
     services
         .patch(
             "web",
@@ -100,10 +142,7 @@ async fn selector_migration_publishes_alongside_then_cleans_native_leftovers() {
             .then_some(())
     })
     .await;
-    assert_eq!(
-        slice_names(&h).await,
-        ["web-abcde", "web-mirror", "web.http"]
-    );
+    assert_eq!(slice_managers(&h).await, [NATIVE, OURS]);
     assert_eq!(
         h.membership("web").await["web.http"],
         ["pod-a"],
@@ -115,7 +154,7 @@ async fn selector_migration_publishes_alongside_then_cleans_native_leftovers() {
         (slice_names(&h).await == ["web.http"]).then_some(())
     })
     .await;
-    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), NS);
+    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), &h.ns);
     assert!(
         eps.get_opt("web").await.unwrap().is_none(),
         "the abandoned Endpoints object is deleted"
@@ -145,7 +184,7 @@ async fn selector_migration_with_legacy_endpoints_adopts_the_abandoned_object() 
         h.membership("web").await.get("web.http").cloned()
     })
     .await;
-    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), NS);
+    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), &h.ns);
     let before = eps.get("web").await.unwrap();
     assert!(
         before
@@ -202,10 +241,26 @@ async fn selector_migration_with_legacy_endpoints_adopts_the_abandoned_object() 
         assert_eq!(events.len(), 1, "{reason}");
         assert_eq!(events[0].type_.as_deref(), Some("Normal"), "{reason}");
     }
+    // The native slice is the operator's to delete. A mirror slice of the abandoned
+    // Endpoints exists only if the mirroring controller saw the selector gone before the
+    // operator marked the object skip-mirror; then whichever of the two comes first deletes it.
+    let deleted = slices_deleted_by_the_operator(&h).await;
+    assert_eq!(
+        deleted
+            .iter()
+            .filter(|n| n.starts_with("web-") && *n != "web.http")
+            .count(),
+        deleted.len(),
+        "only native and mirror slices: {deleted:?}"
+    );
     assert!(
-        h.metrics_text()
-            .contains(r#"portmapper_native_cleanup_deletions_total{resource="endpointslice"} 2"#),
-        "native and mirror slice deleted:\n{}",
+        !deleted.is_empty(),
+        "the native slice was deleted by the operator"
+    );
+    assert_eq!(
+        h.metric(r#"portmapper_native_cleanup_deletions_total{resource="endpointslice"}"#),
+        Some(deleted.len() as f64),
+        "the metric counts each deletion:\n{}",
         h.metrics_text()
     );
 }
@@ -229,7 +284,7 @@ async fn legacy_endpoints_follow_the_flag() {
     let mut pm = portmapping("web", "web");
     pm["spec"]["legacyEndpoints"] = json!(true);
     h.create(pm).await;
-    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), NS);
+    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), &h.ns);
     let ep = eventually("Endpoints published with every pod", T, || async {
         let e = eps.get_opt("web").await.ok().flatten()?;
         let n: usize = e
@@ -282,15 +337,15 @@ async fn legacy_endpoints_follow_the_flag() {
     assert_eq!(ep.owner_references()[0].kind, "PortMapping");
     // Converged: no further writes.
     h.passes(1).await;
-    let before = h.operator_writes();
+    let before = h.operator_writes().await;
     h.passes(2).await;
     assert_eq!(
-        h.operator_writes(),
+        h.operator_writes().await,
         before,
         "legacy Endpoints must be write-quiet"
     );
     // Turning the option off removes it.
-    let pms: Api<PortMapping> = Api::namespaced(h.client.clone(), NS);
+    let pms: Api<PortMapping> = Api::namespaced(h.client.clone(), &h.ns);
     pms.patch(
         "web",
         &PatchParams::default(),
@@ -310,7 +365,7 @@ async fn legacy_world(h: &Harness) -> Api<Endpoints> {
     let mut pm = portmapping("web", "web");
     pm["spec"]["legacyEndpoints"] = json!(true);
     h.create(pm).await;
-    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), NS);
+    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), &h.ns);
     eventually("Endpoints published", T, || async {
         eps.get_opt("web").await.ok().flatten()
     })
@@ -340,12 +395,15 @@ async fn an_external_name_service_takes_back_slices_and_the_legacy_mirror() {
 async fn deleting_the_service_takes_back_the_legacy_mirror_and_its_metric_series() {
     let h = Harness::start().await;
     let eps = legacy_world(&h).await;
-    let series = r#"portmapper_endpoints_published{namespace="default",service="web",port="http",address_type="IPv4"} 1"#;
+    let series = format!(
+        r#"portmapper_endpoints_published{{namespace="{}",service="web",port="http",address_type="IPv4"}} 1"#,
+        h.ns
+    );
     eventually("endpoints_published series", T, || async {
-        h.metrics_text().contains(series).then_some(())
+        h.metrics_text().contains(&series).then_some(())
     })
     .await;
-    let services: Api<Service> = Api::namespaced(h.client.clone(), NS);
+    let services: Api<Service> = Api::namespaced(h.client.clone(), &h.ns);
     services
         .delete("web", &kube::api::DeleteParams::default())
         .await
@@ -364,7 +422,7 @@ async fn deleting_the_service_takes_back_the_legacy_mirror_and_its_metric_series
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_endpoints_delete_keeps_the_native_slice_as_evidence_across_a_restart() {
-    let mut h = Harness::start().await;
+    let mut h = Harness::start_on_emulator().await;
     native_world(&h).await;
     h.create(portmapping("web", "web")).await;
     eventually("our slice beside the native ones", T, || async {
@@ -372,7 +430,7 @@ async fn a_failed_endpoints_delete_keeps_the_native_slice_as_evidence_across_a_r
     })
     .await;
     // Deleting the abandoned Endpoints object fails until the rule is removed.
-    let rule = h.emu.inject(
+    let rule = h.emu().inject(
         Rule::new(FaultAction::Status {
             code: 500,
             reason: None,
@@ -383,7 +441,7 @@ async fn a_failed_endpoints_delete_keeps_the_native_slice_as_evidence_across_a_r
         .resource("", "endpoints"),
     );
     let failed_deletes = || {
-        h.emu
+        h.emu()
             .requests()
             .filter(|r| r.verb == "delete" && r.resource == "endpoints" && r.status == 500)
             .len()
@@ -400,11 +458,11 @@ async fn a_failed_endpoints_delete_keeps_the_native_slice_as_evidence_across_a_r
         "native slice kept after the failed Endpoints delete: {:?}",
         slice_names(&h).await
     );
-    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), NS);
+    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), &h.ns);
     assert!(eps.get_opt("web").await.unwrap().is_some());
 
     // A fresh controller finishes the migration from that evidence alone.
-    assert!(h.emu.faults().remove(&rule));
+    assert!(h.emu().faults().remove(&rule));
     h.run_controller();
     eventually("migration finished after the restart", T, || async {
         (slice_names(&h).await == ["web.http"] && eps.get_opt("web").await.unwrap().is_none())
@@ -431,7 +489,7 @@ async fn a_failed_endpoints_delete_keeps_the_native_slice_as_evidence_across_a_r
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forbidden_mirror_write_does_not_hold_back_the_native_cleanup_but_is_reported() {
-    let h = Harness::start().await;
+    let h = Harness::start_on_emulator().await;
     native_world(&h).await;
     let mut pm = portmapping("web", "web");
     pm["spec"]["legacyEndpoints"] = json!(true);
@@ -441,7 +499,7 @@ async fn a_forbidden_mirror_write_does_not_hold_back_the_native_cleanup_but_is_r
     })
     .await;
     // RBAC without patch on endpoints: every write of our mirror is forbidden.
-    let rule = h.emu.inject(
+    let rule = h.emu().inject(
         Rule::new(FaultAction::Status {
             code: 403,
             reason: None,
@@ -469,8 +527,8 @@ async fn a_forbidden_mirror_write_does_not_hold_back_the_native_cleanup_but_is_r
     assert_eq!((status.as_str(), reason.as_str()), ("False", "ApplyFailed"));
     assert!(message.contains("Endpoints default/web"), "{message}");
     // Once allowed, the mirror is adopted and the PortMapping is Ready again.
-    assert!(h.emu.faults().remove(&rule));
-    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), NS);
+    assert!(h.emu().faults().remove(&rule));
+    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), &h.ns);
     eventually("adopted and Ready", T, || async {
         let e = eps.get("web").await.ok()?;
         (e.labels().get("endpointslice.kubernetes.io/managed-by")? == "portmapper.dev"
@@ -485,7 +543,7 @@ async fn a_foreign_endpoints_object_is_left_alone_while_the_native_cleanup_goes_
     let h = Harness::start().await;
     native_world(&h).await;
     // Someone else's controller took the Endpoints object.
-    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), NS);
+    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), &h.ns);
     eps.patch(
         "web",
         &PatchParams::default(),
@@ -503,7 +561,7 @@ async fn a_foreign_endpoints_object_is_left_alone_while_the_native_cleanup_goes_
     .await;
     drop_selector(&h).await;
     eventually("the native slice is deleted", T, || async {
-        (!slice_names(&h).await.contains(&"web-abcde".to_string())).then_some(())
+        (!slice_managers(&h).await.iter().any(|m| m == NATIVE)).then_some(())
     })
     .await;
     eventually("Ready", T, || async {

@@ -29,7 +29,7 @@ use portmapper_api::PortMapping;
 use portmapper_core::{GatePeers, NetworkDecisions, PlanInput, planner};
 use tokio::task::JoinHandle;
 
-use crate::harness::{NS, eventually};
+use crate::harness::{Harness, eventually};
 
 /// How long after a test's own convergence check (which follows the last change of the
 /// inputs) the live slices may still differ from the plan of the final inputs. The issue's
@@ -61,6 +61,7 @@ struct State {
 /// A running observer; dropping it stops the watch.
 pub struct Observer {
     client: Client,
+    ns: String,
     state: Arc<Mutex<State>>,
     task: JoinHandle<()>,
 }
@@ -84,13 +85,14 @@ pub struct Report {
 impl Observer {
     /// Starts watching our slices in the test namespace; returns once the initial list is in.
     /// `must_serve` names the (Service, port) pairs whose pool keeps a healthy pod throughout.
-    pub async fn start(client: Client, must_serve: &[(&str, &str)]) -> Self {
+    pub async fn start(h: &Harness, must_serve: &[(&str, &str)]) -> Self {
+        let (client, ns) = (h.client.clone(), h.ns.clone());
         let must_serve: BTreeSet<(String, String)> = must_serve
             .iter()
             .map(|(s, p)| (s.to_string(), p.to_string()))
             .collect();
         let state = Arc::new(Mutex::new(State::default()));
-        let api: Api<EndpointSlice> = Api::namespaced(client.clone(), NS);
+        let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
         let stream = watcher::watcher(api, watcher::Config::default().labels(MANAGED_BY_SELECTOR));
         let task = {
             let state = state.clone();
@@ -126,6 +128,7 @@ impl Observer {
         };
         let observer = Self {
             client,
+            ns,
             state,
             task,
         };
@@ -166,7 +169,7 @@ impl Observer {
         let started = tokio::time::Instant::now();
         let mut pending = Vec::new();
         while started.elapsed() < FINAL_STATE_BOUND {
-            pending = pending_writes(&self.client, name).await;
+            pending = pending_writes(&self.client, &self.ns, name).await;
             if pending.is_empty() {
                 let took = started.elapsed();
                 println!("{name}: final state = the plan of the final inputs after {took:?}");
@@ -184,17 +187,17 @@ impl Observer {
 /// What the planner, given the final inputs of PortMapping `name` as the API server holds them,
 /// would still write: one line per slice to create, update or delete, Endpoints to write or
 /// delete, and name collision. Empty: the live state is the plan.
-pub async fn pending_writes(client: &Client, name: &str) -> Vec<String> {
-    let pm = Api::<PortMapping>::namespaced(client.clone(), NS)
+pub async fn pending_writes(client: &Client, ns: &str, name: &str) -> Vec<String> {
+    let pm = Api::<PortMapping>::namespaced(client.clone(), ns)
         .get(name)
         .await
         .expect("the PortMapping");
     let svc_name = pm.spec.service_ref.name.clone();
-    let service = Api::<Service>::namespaced(client.clone(), NS)
+    let service = Api::<Service>::namespaced(client.clone(), ns)
         .get(&svc_name)
         .await
         .expect("the Service");
-    let pods = Api::<Pod>::namespaced(client.clone(), NS)
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
         .list(&ListParams::default())
         .await
         .expect("the pods")
@@ -214,7 +217,7 @@ pub async fn pending_writes(client: &Client, name: &str) -> Vec<String> {
         .collect();
     // Every slice of the Service: ours are claimable, any other the planner treats as a name
     // held by someone else, as the operator does.
-    let live_slices: Vec<Arc<EndpointSlice>> = Api::<EndpointSlice>::namespaced(client.clone(), NS)
+    let live_slices: Vec<Arc<EndpointSlice>> = Api::<EndpointSlice>::namespaced(client.clone(), ns)
         .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={svc_name}")))
         .await
         .expect("the slices")
@@ -222,7 +225,7 @@ pub async fn pending_writes(client: &Client, name: &str) -> Vec<String> {
         .into_iter()
         .map(Arc::new)
         .collect();
-    let live_endpoints = Api::<Endpoints>::namespaced(client.clone(), NS)
+    let live_endpoints = Api::<Endpoints>::namespaced(client.clone(), ns)
         .get_opt(&svc_name)
         .await
         .expect("the Endpoints");
@@ -461,7 +464,7 @@ mod tests {
         .await;
         h.create(portmapping("plan", "plan")).await;
         h.run_controller();
-        let observer = Observer::start(h.client.clone(), &[("plan", "http")]).await;
+        let observer = Observer::start(&h, &[("plan", "http")]).await;
         eventually("plan.http published", Duration::from_secs(15), || async {
             (h.membership("plan").await.get("plan.http")?.len() == 2).then_some(())
         })
@@ -470,7 +473,7 @@ mod tests {
         h.stop_controller().await;
 
         // Behind its back: one endpoint marked not ready in our slice.
-        let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), NS);
+        let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), &h.ns);
         let mut slice = slices.get("plan.http").await.unwrap();
         slice.metadata.managed_fields = None;
         slice.endpoints[0].conditions = Some(EndpointConditions {
@@ -481,13 +484,13 @@ mod tests {
             .replace("plan.http", &Default::default(), &slice)
             .await
             .unwrap();
-        let pending = pending_writes(&h.client, "plan").await;
+        let pending = pending_writes(&h.client, &h.ns, "plan").await;
         assert_eq!(pending.len(), 1, "{pending:#?}");
         assert!(pending[0].starts_with("Update") && pending[0].contains("plan.http"));
 
         // A pod change nobody published: still one write, of the same slice.
         h.set_pod_status("plan-b", &["10.244.9.2"], false).await;
-        let pending = pending_writes(&h.client, "plan").await;
+        let pending = pending_writes(&h.client, &h.ns, "plan").await;
         assert_eq!(pending.len(), 1, "{pending:#?}");
 
         // A stray slice of ours (its labels and owner, a name the plan does not want).
@@ -496,7 +499,7 @@ mod tests {
         stray.metadata.resource_version = None;
         stray.metadata.uid = None;
         slices.create(&Default::default(), &stray).await.unwrap();
-        let pending = pending_writes(&h.client, "plan").await;
+        let pending = pending_writes(&h.client, &h.ns, "plan").await;
         assert!(
             pending.iter().any(|p| p == "delete slice plan.stray"),
             "{pending:#?}"

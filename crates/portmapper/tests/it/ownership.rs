@@ -25,7 +25,7 @@ fn controller_uid(obj: &impl ResourceExt) -> Option<String> {
 }
 
 async fn set_service_ref(h: &Harness, pm: &str, service: &str) {
-    let pms: Api<PortMapping> = Api::namespaced(h.client.clone(), NS);
+    let pms: Api<PortMapping> = Api::namespaced(h.client.clone(), &h.ns);
     pms.patch(
         pm,
         &PatchParams::default(),
@@ -45,7 +45,7 @@ async fn a_moved_service_ref_takes_slices_and_the_legacy_mirror_along_even_acros
     pm["spec"]["pods"]["value"] = json!("shared");
     pm["spec"]["legacyEndpoints"] = json!(true);
     h.create(pm).await;
-    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), NS);
+    let eps: Api<Endpoints> = Api::namespaced(h.client.clone(), &h.ns);
     eventually("web published", T, || async {
         (h.membership("web").await.get("web.http")? == &vec!["pod-a".to_string()]
             && eps.get_opt("web").await.unwrap().is_some())
@@ -92,7 +92,7 @@ async fn orphaned_slices_are_adopted_by_a_new_portmapping_for_their_service() {
     .await;
 
     // `kubectl delete pm web --cascade=orphan`: the slices stay, without an owner.
-    let pms: Api<PortMapping> = Api::namespaced(h.client.clone(), NS);
+    let pms: Api<PortMapping> = Api::namespaced(h.client.clone(), &h.ns);
     pms.delete("web", &DeleteParams::orphan()).await.unwrap();
     eventually("orphaned", T, || async {
         let slices = h.slices("web").await;
@@ -138,7 +138,7 @@ async fn a_portmapping_held_by_a_finalizer_keeps_its_slices_accurate_until_it_go
         (h.membership("web").await.get("web.http")?.len() == 2).then_some(())
     })
     .await;
-    let pms: Api<PortMapping> = Api::namespaced(h.client.clone(), NS);
+    let pms: Api<PortMapping> = Api::namespaced(h.client.clone(), &h.ns);
     pms.delete("web", &DeleteParams::default()).await.unwrap();
     assert!(
         pms.get("web")
@@ -185,7 +185,7 @@ async fn a_service_held_by_a_finalizer_keeps_its_slices_accurate() {
         (h.membership("web").await.get("web.http")?.len() == 2).then_some(())
     })
     .await;
-    let services: Api<Service> = Api::namespaced(h.client.clone(), NS);
+    let services: Api<Service> = Api::namespaced(h.client.clone(), &h.ns);
     services
         .delete("web", &DeleteParams::default())
         .await
@@ -207,7 +207,7 @@ async fn stripped_ownership_labels_are_restored_through_the_owner_reference() {
         (h.membership("web").await.get("web.http")?.len() == 1).then_some(())
     })
     .await;
-    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), NS);
+    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), &h.ns);
     slices
         .patch(
             "web.http",
@@ -227,7 +227,6 @@ async fn stripped_ownership_labels_are_restored_through_the_owner_reference() {
     // owner reference leads to the PortMapping, and the watch of slices not managed by us (or a
     // GET while that watch lags) shows the unlabelled slice still controlled by it: ours, so it
     // is applied again.
-    // Read by LIST, so that every GET in the log is the operator's.
     let by_name = ListParams::default().fields("metadata.name=web.http");
     let repaired = eventually("labels and endpoints restored", T, || async {
         let s = slices.list(&by_name).await.ok()?.items.pop()?;
@@ -241,10 +240,13 @@ async fn stripped_ownership_labels_are_restored_through_the_owner_reference() {
     // The slice left our watch without our deleting it: its name is read (GET) until the watch
     // of slices not ours shows it, and nothing else is. Whether a GET happens at all depends on
     // which watch event comes first (a clean-clone CI run saw none), so only its target is exact.
-    let gets = h
-        .emu
+    let agent = Harness::operator_user_agent();
+    let gets: Vec<_> = h
         .requests()
-        .filter(|r| r.verb == "get" && r.resource == "endpointslices");
+        .await
+        .into_iter()
+        .filter(|r| r.verb == "get" && r.resource == "endpointslices" && r.user_agent == agent)
+        .collect();
     assert!(gets.iter().all(|r| r.name == "web.http"), "{gets:?}");
 }
 
@@ -253,7 +255,7 @@ async fn a_name_collision_is_reported_and_clears_soon_after_the_squatter_goes() 
     let h = Harness::start_with(|s| s.resync = NO_RESYNC).await;
     h.create(service("web", &[("http", 8080)])).await;
     ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
-    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), NS);
+    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), &h.ns);
     let squatter: EndpointSlice = serde_json::from_value(json!({
         "metadata": {"name": "web.http", "labels": {"endpointslice.kubernetes.io/managed-by": "someone-else"}},
         "addressType": "IPv4", "endpoints": [{"addresses": ["10.244.9.9"]}],
@@ -271,8 +273,10 @@ async fn a_name_collision_is_reported_and_clears_soon_after_the_squatter_goes() 
     .await;
     assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
     assert!(
-        h.metrics_text()
-            .contains(r#"portmapper_name_collisions_total{namespace="default",service="web"} "#),
+        h.metrics_text().contains(&format!(
+            r#"portmapper_name_collisions_total{{namespace="{}",service="web"}} "#,
+            h.ns
+        )),
         "{}",
         h.metrics_text()
     );

@@ -1,11 +1,12 @@
-//! Network checks end to end through the operator: real servers on pod IPs, the emulator, the
-//! controller and its prober.
+//! Network checks end to end through the operator: real servers on pod IPs, the real control
+//! plane, the controller and its prober.
 //!
 //! EndpointSlice validation rejects loopback addresses, so pods need real-looking IPs. The outer
 //! test re-runs this test binary under `unshare -n`, brings up `lo` and routes 10.244.0.0/16
-//! locally; the inner tests then run there: the emulator listens on 127.0.0.1 and the pod
-//! servers on 10.244.x.y, all inside the namespace, which has no other interface, so no probe
-//! can leave it. Each inner test uses its own 10.244.N.0/24 so they can run side by side.
+//! locally; the inner tests then run there: the re-run binary starts a control plane of its own
+//! on 127.0.0.1 (the outer one is out of reach) and the pod servers listen on 10.244.x.y, all
+//! inside the namespace, which has no other interface, so no probe can leave it. Each inner
+//! test uses its own 10.244.N.0/24 so they can run side by side.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -181,7 +182,7 @@ async fn pool(h: &Harness, name: &str, ports: &[(&str, i32)], pods: &[(&str, IpA
 fn probed_portmapping(name: &str, ports: &[(&str, Value)]) -> Value {
     json!({
         "apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name},
         "spec": {
             "serviceRef": {"name": name},
             "pods": {"key": "example.com/group"},
@@ -337,15 +338,14 @@ async fn inner_restart_keeps_probed_memberships_without_writes() {
     .await;
     let slices_before = h.slices("api").await;
     h.stop_controller().await;
-    let before = h.operator_writes();
+    let before = h.operator_writes().await;
     let probed_before = probe_count(&h, "httpGet", "include", "healthy");
     h.run_controller();
     // Several probe periods and pending-result requeues.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let writes: Vec<String> = h
-        .emu
-        .requests()
-        .filter(|r| r.is_write() && r.field_manager == portmapper_api::MANAGER)
+        .operator_requests()
+        .await
         .iter()
         .skip(before)
         .map(|r| format!("{} {}/{} {}", r.verb, r.resource, r.name, r.subresource))
@@ -576,7 +576,7 @@ async fn inner_webhook_check() {
                 review.port_mapping.as_str(),
                 review.service.as_str()
             ),
-            (NS, "app", "app")
+            (h.ns.as_str(), "app", "app")
         );
         assert_eq!((review.port.name.as_str(), review.port.number), ("p", 8080));
         assert_eq!(review.address, bad);
@@ -781,7 +781,7 @@ fn watch_slices(h: &Harness, service: &str) -> (Arc<Mutex<Vec<SliceVersion>>>, J
     use kube::runtime::watcher;
 
     let seen: Arc<Mutex<Vec<SliceVersion>>> = Arc::default();
-    let api: kube::Api<EndpointSlice> = kube::Api::namespaced(h.client.clone(), NS);
+    let api: kube::Api<EndpointSlice> = kube::Api::namespaced(h.client.clone(), &h.ns);
     let config =
         watcher::Config::default().labels(&format!("kubernetes.io/service-name={service}"));
     let task = {
@@ -819,7 +819,7 @@ async fn kubelet_until_ready(h: &Harness, name: &str, ip: IpAddr) {
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::{Patch, PatchParams};
 
-    let api: kube::Api<Pod> = kube::Api::namespaced(h.client.clone(), NS);
+    let api: kube::Api<Pod> = kube::Api::namespaced(h.client.clone(), &h.ns);
     let status = json!({"status": {
         "phase": "Running",
         "podIP": ip.to_string(),
@@ -872,7 +872,6 @@ async fn kubelet_until_ready(h: &Harness, name: &str, ip: IpAddr) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "runs only inside the network namespace made by network_checks_through_the_operator_in_own_network_namespace"]
 async fn inner_rolling_restart_of_a_gated_pool_waits_for_a_slow_check() {
-    use kube::api::DeleteParams;
     use portmapper_core::PUBLISHED_GATE;
 
     if !in_netns() {
@@ -931,11 +930,9 @@ async fn inner_rolling_restart_of_a_gated_pool_waits_for_a_slow_check() {
     wait_members(&h, "roll", "http", &everyone).await;
     wait_members(&h, "roll", "https", &everyone).await;
 
-    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
-        kube::Api::namespaced(h.client.clone(), NS);
     let mut restarted = Vec::new();
     for (name, host) in &pool {
-        pods.delete(name, &DeleteParams::default()).await.unwrap();
+        h.delete_pod(name).await;
         h.create(gated(name)).await;
         // A new address per generation, as a rescheduled pod gets.
         let new_ip = ip(11, host + 10);
@@ -965,9 +962,12 @@ async fn inner_rolling_restart_of_a_gated_pool_waits_for_a_slow_check() {
 
     // Each slice write of ours is one version: the k-th version of a slice is the k-th
     // successful write to it in the request log.
-    let writes = h.emu.requests().filter(|r| {
-        r.is_write() && r.field_manager == portmapper_api::MANAGER && (200..300).contains(&r.status)
-    });
+    let writes: Vec<_> = h
+        .operator_requests()
+        .await
+        .into_iter()
+        .filter(|r| r.succeeded())
+        .collect();
     let nth_write = |slice: &str, k: usize| {
         writes
             .iter()

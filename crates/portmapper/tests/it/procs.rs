@@ -1,6 +1,7 @@
-//! The real `portmapper` binary as a separate process against the in-process emulator, for the
-//! crash-restart and failover suites: signals (kill -9, SIGTERM, SIGSTOP/SIGCONT) reach a real
-//! process, so nothing of the operator's in-memory state survives a crash, exactly as in a pod.
+//! The real `portmapper` binary as a separate process against the test's API server (watching
+//! the test's namespace, its Lease there too), for the crash-restart and failover suites:
+//! signals (kill -9, SIGTERM, SIGSTOP/SIGCONT) reach a real process, so nothing of the
+//! operator's in-memory state survives a crash, exactly as in a pod.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -9,7 +10,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::harness::{Harness, NS};
+use crate::harness::Harness;
 
 /// A seeded generator (SplitMix64): the crash points and churn of a run are reproducible from
 /// the printed seed, without a dev-dependency.
@@ -70,24 +71,33 @@ fn free_port() -> u16 {
 }
 
 impl Operator {
-    /// Starts `portmapper run` against the harness's emulator with `identity` (its User-Agent
-    /// is `portmapper/<version> (<identity>)`), a 1 s resync and `extra` arguments.
+    /// Starts `portmapper run` against the harness's API server, watching the test's
+    /// namespace, with `identity` (its User-Agent is `portmapper/<version> (<identity>)`), a
+    /// 1 s resync and `extra` arguments.
     pub fn start(h: &Harness, identity: &str, extra: &[&str]) -> Self {
         let metrics_addr = format!("127.0.0.1:{}", free_port());
-        let dir = h.emu.kubeconfig_path().parent().unwrap().to_path_buf();
+        let dir = std::env::temp_dir().join(format!(
+            "portmapper-it-{}-{}-{identity}",
+            std::process::id(),
+            h.ns
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kubeconfig = h.kubeconfig_path();
         let log = dir.join(format!("{identity}.log"));
         let stderr = File::create(&log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_portmapper"))
             .arg("run")
             .arg("--kubeconfig")
-            .arg(h.emu.kubeconfig_path())
+            .arg(kubeconfig)
             .args(["--http-addr", &metrics_addr])
             .args(["--identity", identity])
-            .args(["--watch-namespace", NS, "--resync-seconds", "1"])
+            .args(["--watch-namespace", &h.ns, "--resync-seconds", "1"])
             .args(extra)
             // Nothing else on this machine may be read as a kubeconfig.
             .env("HOME", &dir)
             .env_remove("KUBECONFIG")
+            // The Lease in the test's namespace too.
+            .env("POD_NAMESPACE", &h.ns)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(stderr)

@@ -315,14 +315,14 @@ fn render_reports_the_istio_ambient_caveat() {
     for file in ["00-service.yaml", "10-pods.yaml", "20-portmapping.yaml"] {
         let mut text = std::fs::read_to_string(src.join(file)).unwrap();
         if file == "10-pods.yaml" {
-            let plain = "  name: broker-0\n  namespace: default\n  labels: {example.com/pool: broker}\n  annotations: {example.com/ports: \"client,admin\"}";
+            let plain = "  name: broker-0\n  labels: {example.com/pool: broker}\n  annotations: {example.com/ports: \"client,admin\"}";
             assert!(
                 text.contains(plain),
                 "the example still has broker-0 as written here"
             );
             text = text.replace(
                 plain,
-                "  name: broker-0\n  namespace: default\n  labels: {example.com/pool: broker}\n  annotations: {example.com/ports: \"client,admin\", ambient.istio.io/redirection: enabled}",
+                "  name: broker-0\n  labels: {example.com/pool: broker}\n  annotations: {example.com/ports: \"client,admin\", ambient.istio.io/redirection: enabled}",
             );
         }
         std::fs::write(dir.join(file), text).unwrap();

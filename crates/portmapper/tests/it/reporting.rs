@@ -1,4 +1,4 @@
-//! What a PortMapping tells its user, counted in the emulator's request log: unknown port
+//! What a PortMapping tells its user, counted in the request log: unknown port
 //! names (issue 11 item 6), one collision Event per squatter and no status PATCH that changes
 //! nothing (issue 11 item 12).
 
@@ -49,7 +49,7 @@ async fn publications(h: &Harness, reason: &str) -> i32 {
 }
 
 fn status_patches(h: &Harness, pm: &str) -> usize {
-    h.emu
+    h.emu()
         .requests()
         .filter(|r| {
             r.resource == "portmappings"
@@ -70,7 +70,7 @@ fn condition(pm: &PortMapping, type_: &str) -> Option<(String, String, String)> 
 }
 
 async fn rename_service_port(h: &Harness, from_to: (&str, &str)) {
-    let api: Api<Service> = Api::namespaced(h.client.clone(), NS);
+    let api: Api<Service> = Api::namespaced(h.client.clone(), &h.ns);
     let svc = api.get("web").await.unwrap();
     let mut ports = svc.spec.unwrap().ports.unwrap();
     for p in &mut ports {
@@ -158,7 +158,7 @@ async fn a_name_collision_is_warned_once_per_squatter_not_at_every_retry() {
     h.create(service("web", &[("http", 8080), ("https", 8443)]))
         .await;
     ready_pods(&h, "web", &[("pod-a", "http,https", "10.244.0.1")]).await;
-    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), NS);
+    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), &h.ns);
     let squatter = |name: &str| -> EndpointSlice {
         serde_json::from_value(json!({
             "metadata": {"name": name, "labels": {"endpointslice.kubernetes.io/managed-by": "someone-else"}},
@@ -176,11 +176,13 @@ async fn a_name_collision_is_warned_once_per_squatter_not_at_every_retry() {
     })
     .await;
     // Names held by others come from a watch: no GET before a create.
-    let gets = || {
-        h.emu
-            .requests()
-            .filter(|r| r.verb == "get" && r.resource == "endpointslices")
-            .len()
+    let gets = || async {
+        let agent = Harness::operator_user_agent();
+        h.requests()
+            .await
+            .iter()
+            .filter(|r| r.verb == "get" && r.resource == "endpointslices" && r.user_agent == agent)
+            .count()
     };
     passes(&h, 3.0).await;
     assert_eq!(publications(&h, "EndpointSliceNameCollision").await, 1);
@@ -191,7 +193,7 @@ async fn a_name_collision_is_warned_once_per_squatter_not_at_every_retry() {
         .create(&PostParams::default(), &squatter("web.admin"))
         .await
         .unwrap();
-    let api: Api<Service> = Api::namespaced(h.client.clone(), NS);
+    let api: Api<Service> = Api::namespaced(h.client.clone(), &h.ns);
     api.patch(
         "web",
         &PatchParams::default(),
@@ -222,12 +224,12 @@ async fn a_name_collision_is_warned_once_per_squatter_not_at_every_retry() {
     );
     passes(&h, 3.0).await;
     assert_eq!(publications(&h, "EndpointSliceNameCollision").await, 2);
-    assert_eq!(gets(), 0);
+    assert_eq!(gets().await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_status_change_is_patched_once_while_the_portmapping_cache_lags() {
-    let h = Harness::start_with(|s| s.resync = Duration::from_secs(1)).await;
+    let h = Harness::start_on_emulator_with(|s| s.resync = Duration::from_secs(1)).await;
     h.create(service("web", &[("http", 8080)])).await;
     ready_pods(
         &h,
@@ -247,13 +249,13 @@ async fn a_status_change_is_patched_once_while_the_portmapping_cache_lags() {
     .await;
     // Our own status writes reach the operator's PortMapping cache 3 s late, as under a slow
     // watch: every pass in between sees the old status.
-    let lag = h.emu.faults().add(
+    let lag = h.emu().faults().add(
         Rule::new(FaultAction::EventDelay { ms: 3000 })
             .resource("portmapper.dev", "portmappings")
             .watch(true),
     );
     // The delay applies to watches opened from now on: make the operator re-open its watch.
-    let drop = h.emu.faults().add(
+    let drop = h.emu().faults().add(
         Rule::new(FaultAction::WatchGone { after_events: 0 })
             .resource("portmapper.dev", "portmappings")
             .watch(true)
@@ -273,8 +275,8 @@ async fn a_status_change_is_patched_once_while_the_portmapping_cache_lags() {
         1,
         "one status change, one PATCH"
     );
-    h.emu.faults().remove(&lag);
-    h.emu.faults().remove(&drop);
+    h.emu().faults().remove(&lag);
+    h.emu().faults().remove(&drop);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -289,7 +291,7 @@ async fn a_portmapping_deleted_and_created_again_is_warned_again() {
         (publications(&h, "UnknownPort").await == 1).then_some(())
     })
     .await;
-    let api: Api<PortMapping> = Api::namespaced(h.client.clone(), NS);
+    let api: Api<PortMapping> = Api::namespaced(h.client.clone(), &h.ns);
     api.delete("web", &Default::default()).await.unwrap();
     // The operator forgets a deleted PortMapping in one step: its metric series go with it.
     eventually("the PortMapping forgotten", T, || async {

@@ -47,7 +47,7 @@ async fn missing_service_reports_stalled_and_publishes_nothing() {
         ("True", "ServiceNotFound")
     );
     assert!(
-        message.contains("default/ghost does not exist"),
+        message.contains(&format!("{}/ghost does not exist", h.ns)),
         "{message}"
     );
     assert_eq!(condition(&h, "ghost", "Ready").await.unwrap().0, "False");
@@ -69,7 +69,7 @@ async fn deleting_the_service_withdraws_the_slices() {
         (h.slices("web").await.len() == 1).then_some(())
     })
     .await;
-    let services: Api<Service> = Api::namespaced(h.client.clone(), NS);
+    let services: Api<Service> = Api::namespaced(h.client.clone(), &h.ns);
     services
         .delete("web", &DeleteParams::default())
         .await
@@ -131,7 +131,7 @@ async fn deleting_the_publisher_hands_the_service_to_the_other_portmapping_at_on
     await_condition(&h, "first", "Ready", "True").await;
     h.create(portmapping("second", "web")).await;
     await_condition(&h, "second", "Conflict", "True").await;
-    let pms: Api<PortMapping> = Api::namespaced(h.client.clone(), NS);
+    let pms: Api<PortMapping> = Api::namespaced(h.client.clone(), &h.ns);
     pms.delete("first", &DeleteParams::default()).await.unwrap();
     let second_uid = h.portmapping("second").await.uid().unwrap();
     eventually(
@@ -152,10 +152,11 @@ async fn deleting_the_publisher_hands_the_service_to_the_other_portmapping_at_on
 
 /// Issue 11 item 4: two PortMappings created in the same second. The name loser published
 /// first (the winner did not exist yet); the name winner takes its slices over instead of
-/// stalling on a name collision, and keeps them accurate.
+/// stalling on a name collision, and keeps them accurate. On the emulator: its clock makes the
+/// tie certain.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_second_portmappings_hand_the_slices_to_the_name_winner() {
-    let h = Harness::start().await;
+    let h = Harness::start_on_emulator().await;
     h.create(service("web", &[("http", 8080)])).await;
     ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
     ready_pods(&h, "web", &[("pod-b", "http", "10.244.0.2")]).await;
@@ -164,7 +165,7 @@ async fn same_second_portmappings_hand_the_slices_to_the_name_winner() {
         k8s_openapi::jiff::Timestamp::now().as_second() + 10,
     )
     .unwrap();
-    h.emu.set_clock(second);
+    h.emu().set_clock(second);
     h.create(portmapping("zz", "web")).await;
     let zz_uid = h.portmapping("zz").await.uid().unwrap();
     eventually("zz publishes", T, || async {
@@ -173,7 +174,7 @@ async fn same_second_portmappings_hand_the_slices_to_the_name_winner() {
             .then_some(())
     })
     .await;
-    h.emu.set_clock(second);
+    h.emu().set_clock(second);
     h.create(portmapping("aa", "web")).await;
     let aa = h.portmapping("aa").await;
     assert_eq!(
@@ -347,7 +348,7 @@ async fn stray_and_tampered_slices_are_repaired_but_foreign_ones_are_left_alone(
         (h.membership("web").await.get("web.http").map(Vec::len) == Some(2)).then_some(())
     })
     .await;
-    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), NS);
+    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), &h.ns);
     // Someone truncates our slice's endpoints.
     slices
         .patch(
@@ -384,7 +385,7 @@ async fn name_collision_with_a_foreign_slice_is_refused_and_reported() {
     let h = Harness::start().await;
     h.create(service("web", &[("http", 8080)])).await;
     ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
-    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), NS);
+    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), &h.ns);
     let squatter: EndpointSlice = serde_json::from_value(json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": "web.http", "labels": {"endpointslice.kubernetes.io/managed-by": "someone-else"}},
@@ -431,7 +432,7 @@ async fn terminating_pods_drain_then_drop() {
         (h.membership("web").await.get("web.http")?.len() == 1).then_some(())
     })
     .await;
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(h.client.clone(), NS);
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(h.client.clone(), &h.ns);
     pods.delete("pod-a", &DeleteParams::default())
         .await
         .unwrap();
@@ -447,7 +448,7 @@ async fn terminating_pods_drain_then_drop() {
     );
 
     // With terminatingEndpoints: Drop the draining pod leaves at once.
-    let pms: Api<PortMapping> = Api::namespaced(h.client.clone(), NS);
+    let pms: Api<PortMapping> = Api::namespaced(h.client.clone(), &h.ns);
     pms.patch(
         "web",
         &PatchParams::default(),
@@ -475,16 +476,10 @@ async fn terminating_pods_drain_then_drop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zones_and_same_zone_hints_come_from_nodes() {
     let h = Harness::start().await;
-    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(h.client.clone());
-    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
-        "metadata": {"name": "node-1", "labels": {"topology.kubernetes.io/zone": "zone-a"}},
-    }))
-    .unwrap();
-    nodes.create(&PostParams::default(), &node).await.unwrap();
     let mut svc = service("web", &[("http", 8080)]);
     svc["spec"]["trafficDistribution"] = json!("PreferClose");
     h.create(svc).await;
-    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
+    zoned_pod(&h, "pod-a", "10.244.0.1").await;
     h.create(portmapping("web", "web")).await;
     let endpoint = eventually("zone and hints", T, || async {
         let s = h.slices("web").await.into_iter().next()?;
@@ -493,7 +488,7 @@ async fn zones_and_same_zone_hints_come_from_nodes() {
     })
     .await;
     assert_eq!(endpoint.zone.as_deref(), Some("zone-a"));
-    assert_eq!(endpoint.node_name.as_deref(), Some("node-1"));
+    assert_eq!(endpoint.node_name.as_deref(), Some(ZONED_NODE));
     let zones: Vec<String> = endpoint
         .hints
         .unwrap()
@@ -583,7 +578,7 @@ async fn topology_mode_auto_is_refused_with_one_warning_event() {
     h.create(svc).await;
     ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
     h.create(portmapping("web", "web")).await;
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(h.client.clone(), NS);
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(h.client.clone(), &h.ns);
     let warnings = eventually("TopologyAwareHintsDisabled event", T, || async {
         let list = events.list(&Default::default()).await.ok()?;
         let hits: Vec<_> = list
@@ -618,23 +613,29 @@ async fn topology_mode_auto_is_refused_with_one_warning_event() {
     assert_eq!(n, 1);
 }
 
-async fn zoned_node(h: &Harness) {
-    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(h.client.clone());
-    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
-        "metadata": {"name": "node-1", "labels": {"topology.kubernetes.io/zone": "zone-a"}},
-    }))
-    .unwrap();
-    nodes.create(&PostParams::default(), &node).await.unwrap();
+/// A node in zone `zone-a` (shared by the tests that need a zone; [`NODE`] has none).
+const ZONED_NODE: &str = "node-zone-a";
+
+/// Pool pod `name` of group `web` (port http) on [`ZONED_NODE`], Ready at `ip`.
+async fn zoned_pod(h: &Harness, name: &str, ip: &str) {
+    let zone = [(
+        "topology.kubernetes.io/zone".to_string(),
+        "zone-a".to_string(),
+    )];
+    ensure_node(&h.client, ZONED_NODE, &zone.into_iter().collect()).await;
+    let mut p = pod(name, "web", "http");
+    p["spec"]["nodeName"] = json!(ZONED_NODE);
+    h.create(p).await;
+    h.set_pod_status(name, &[ip], true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_node_lookups_there_are_no_zones_or_hints_but_node_names_stay() {
     let h = Harness::start_with(|s| s.node_lookups = false).await;
-    zoned_node(&h).await;
     let mut svc = service("web", &[("http", 8080)]);
     svc["spec"]["trafficDistribution"] = json!("PreferClose");
     h.create(svc).await;
-    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
+    zoned_pod(&h, "pod-a", "10.244.0.1").await;
     h.create(portmapping("web", "web")).await;
     let endpoint = eventually("published", T, || async {
         h.slices("web")
@@ -646,7 +647,7 @@ async fn without_node_lookups_there_are_no_zones_or_hints_but_node_names_stay() 
             .cloned()
     })
     .await;
-    assert_eq!(endpoint.node_name.as_deref(), Some("node-1"));
+    assert_eq!(endpoint.node_name.as_deref(), Some(ZONED_NODE));
     assert_eq!(endpoint.zone, None);
     assert_eq!(endpoint.hints, None);
 }
@@ -654,11 +655,10 @@ async fn without_node_lookups_there_are_no_zones_or_hints_but_node_names_stay() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prefer_same_node_hints_are_not_reapplied_when_the_server_strips_for_nodes() {
     let h = Harness::start().await;
-    zoned_node(&h).await;
     let mut svc = service("web", &[("http", 8080)]);
     svc["spec"]["trafficDistribution"] = json!("PreferSameNode");
     h.create(svc).await;
-    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
+    zoned_pod(&h, "pod-a", "10.244.0.1").await;
     h.create(portmapping("web", "web")).await;
     let hints = eventually("node and zone hints", T, || async {
         h.slices("web")
@@ -685,12 +685,12 @@ async fn prefer_same_node_hints_are_not_reapplied_when_the_server_strips_for_nod
         .collect();
     assert_eq!(
         (nodes, zones),
-        (vec!["node-1".into()], vec!["zone-a".into()])
+        (vec![ZONED_NODE.to_string()], vec!["zone-a".to_string()])
     );
 
     // An API server with the PreferSameTrafficDistribution gate off drops forNodes; played here
     // by removing it.
-    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), NS);
+    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), &h.ns);
     slices
         .patch(
             "web.http",
@@ -705,19 +705,19 @@ async fn prefer_same_node_hints_are_not_reapplied_when_the_server_strips_for_nod
         .await
         .unwrap();
     let stripped = slices.get("web.http").await.unwrap();
-    let writes = h.operator_writes();
+    let writes = h.operator_writes().await;
     // Passes later: no apply loop against the stripping server.
     h.passes(2).await;
     let after = slices.get("web.http").await.unwrap();
     assert_eq!(
-        h.operator_writes(),
+        h.operator_writes().await,
         writes,
         "no write against stripped forNodes"
     );
     assert_eq!(after.resource_version(), stripped.resource_version());
 
     // Switching to PreferClose is a real change: zone hints only.
-    let services: Api<Service> = Api::namespaced(h.client.clone(), NS);
+    let services: Api<Service> = Api::namespaced(h.client.clone(), &h.ns);
     services
         .patch(
             "web",
@@ -752,7 +752,7 @@ async fn another_manager_on_our_own_slice_is_a_collision_not_a_takeover() {
     })
     .await;
     // Someone relabels our slice for their controller (keeping our ownerReference).
-    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), NS);
+    let slices: Api<EndpointSlice> = Api::namespaced(h.client.clone(), &h.ns);
     slices
         .patch(
             "web.http",

@@ -1,24 +1,25 @@
 //! `portmapper status` / `kubectl portmapper status` through the real binaries, against the
-//! operator running on the emulator, reached through the emulator's kubeconfig as a user would.
+//! operator running on the real control plane, reached through a kubeconfig as a user would
+//! (its context names the test's namespace; a forbidden read acts as a user without a role
+//! binding).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use kube_emulator::faults::{FaultAction, Rule};
 use serde_json::{Value, json};
 
 use crate::harness::*;
 
-/// The status command's User-Agent (the emulator's request log tells it from the operator).
+/// The status command's User-Agent (the request log tells it from the operator).
 const STATUS_AGENT: &str = concat!("portmapper/", env!("CARGO_PKG_VERSION"), " (status)");
 
 fn portmapper_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_portmapper"))
 }
 
-/// Runs a command off the runtime's threads (the emulator and the operator run on them).
+/// Runs a command off the runtime's threads (the operator runs on them).
 pub async fn output(mut cmd: Command) -> Output {
     tokio::task::spawn_blocking(move || cmd.output().expect("command runs"))
         .await
@@ -29,9 +30,9 @@ pub fn status_cmd(h: &Harness, args: &[&str]) -> Command {
     let mut cmd = Command::new(portmapper_bin());
     cmd.arg("status")
         .args(args)
-        .env("KUBECONFIG", h.emu.kubeconfig_path())
+        .env("KUBECONFIG", h.kubeconfig_path())
         // Nothing else on this machine may be read as a kubeconfig.
-        .env("HOME", h.emu.kubeconfig_path().parent().unwrap());
+        .env("HOME", h.kubeconfig_path().parent().unwrap());
     cmd
 }
 
@@ -84,7 +85,10 @@ async fn status_prints_the_live_matrix_with_reasons_and_conditions() {
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(
         lines[0],
-        "PortMapping default/web  Service web  generation 1  observedGeneration 1"
+        format!(
+            "PortMapping {}/web  Service web  generation 1  observedGeneration 1",
+            h.ns
+        )
     );
     assert_eq!(
         lines[1],
@@ -146,19 +150,21 @@ async fn status_prints_the_live_matrix_with_reasons_and_conditions() {
     );
 }
 
-/// A kubeconfig with the emulator's server under two contexts: `emu` (namespace default, the
-/// current one) and `elsewhere` (namespace `nowhere`).
+/// The test's kubeconfig (cluster `realkube`, user `admin`, as `realkube up` writes them)
+/// with two contexts: `here` (the test's namespace, the current one) and `elsewhere`
+/// (namespace `nowhere`).
 fn two_context_kubeconfig(h: &Harness, dir: &Path) -> PathBuf {
     let path = dir.join("two-contexts.kubeconfig");
+    let base = std::fs::read_to_string(h.kubeconfig_path()).unwrap();
+    let (head, _) = base.split_once("contexts:").expect("a contexts section");
     std::fs::write(
         &path,
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: emu\n  cluster:\n    server: \"{}\"\n\
-             users:\n- name: emu\n  user: {{}}\ncontexts:\n\
-             - name: emu\n  context: {{cluster: emu, user: emu, namespace: default}}\n\
-             - name: elsewhere\n  context: {{cluster: emu, user: emu, namespace: nowhere}}\n\
-             current-context: emu\n",
-            h.emu.url()
+            "{head}contexts:\n\
+             - name: here\n  context: {{cluster: realkube, user: admin, namespace: {}}}\n\
+             - name: elsewhere\n  context: {{cluster: realkube, user: admin, namespace: nowhere}}\n\
+             current-context: here\n",
+            h.ns
         ),
     )
     .unwrap();
@@ -186,11 +192,11 @@ async fn kubeconfig_context_and_namespace_are_honoured_like_kubectl() {
         "portmapper: error: PortMapping nowhere/web not found (check the name and the namespace: -n)\n"
     );
     // ... and -n overrides it.
-    let mut cmd = status_cmd(&h, &["web", "--context", "elsewhere", "-n", "default"]);
+    let mut cmd = status_cmd(&h, &["web", "--context", "elsewhere", "-n", &h.ns]);
     cmd.env("KUBECONFIG", &kubeconfig);
     let out = output(cmd).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).starts_with("PortMapping default/web "));
+    assert!(text(&out.stdout).starts_with(&format!("PortMapping {}/web ", h.ns)));
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -200,23 +206,11 @@ fn tempdir() -> PathBuf {
     dir
 }
 
-fn kubectl_available() -> bool {
-    let ok = Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED: kubectl is not on PATH; the kubectl plugin test did not run");
-    }
-    ok
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_finds_the_plugin_on_path_and_prints_the_same_view() {
-    if !kubectl_available() {
-        return;
-    }
     let h = published_web().await;
+    // The server's own kubectl (1.37).
+    let kubectl_bin = test_support::realkube::kubectl();
     // Installed as a user would: the kubectl-portmapper binary linked into a directory on PATH.
     let dir = tempdir();
     std::os::unix::fs::symlink(
@@ -230,10 +224,10 @@ async fn kubectl_finds_the_plugin_on_path_and_prints_the_same_view() {
         std::env::var("PATH").unwrap_or_default()
     );
     let kubectl = |args: &[&str]| {
-        let mut cmd = Command::new("kubectl");
+        let mut cmd = Command::new(&kubectl_bin);
         cmd.args(args)
             .env("PATH", &path)
-            .env("KUBECONFIG", h.emu.kubeconfig_path());
+            .env("KUBECONFIG", h.kubeconfig_path());
         cmd
     };
     let list = output(kubectl(&["plugin", "list"])).await;
@@ -257,56 +251,65 @@ async fn kubectl_finds_the_plugin_on_path_and_prints_the_same_view() {
     assert_eq!(missing.status.code(), Some(1));
     assert_eq!(
         text(&missing.stderr),
-        "kubectl portmapper: error: PortMapping default/nope not found (check the name and the namespace: -n)\n"
+        format!(
+            "kubectl portmapper: error: PortMapping {}/nope not found (check the name and the \
+             namespace: -n)\n",
+            h.ns
+        )
     );
     let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_service_and_forbidden_reads_fail_with_a_clear_message() {
-    let h = Harness::start().await;
+    let h = Harness::new().await;
     h.create(portmapping("orphan", "gone")).await;
     let out = output(status_cmd(&h, &["orphan"])).await;
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         text(&out.stderr),
-        "portmapper: error: Service default/gone not found (PortMapping orphan names it in \
-         spec.serviceRef; nothing is published)\n"
+        format!(
+            "portmapper: error: Service {}/gone not found (PortMapping orphan names it in \
+             spec.serviceRef; nothing is published)\n",
+            h.ns
+        )
     );
     assert!(out.stdout.is_empty());
 
-    // The API server refuses the read, as RBAC would.
-    h.emu.inject(
-        Rule::new(FaultAction::Status {
-            code: 403,
-            reason: None,
-            message: Some(
-                "portmappings.portmapper.dev \"orphan\" is forbidden: User \"alice\" cannot get \
-                 resource \"portmappings\" in API group \"portmapper.dev\" in the namespace \
-                 \"default\""
-                    .into(),
-            ),
-            retry_after_seconds: None,
-        })
-        .verbs(&["get"])
-        .resource("portmapper.dev", "portmappings"),
-    );
-    let out = output(status_cmd(&h, &["orphan"])).await;
+    // RBAC refuses the read: the same credentials acting as a user with no role binding.
+    let dir = tempdir();
+    let kubeconfig = dir.join("alice.kubeconfig");
+    let admin = std::fs::read_to_string(h.kubeconfig_path()).unwrap();
+    let (head, tail) = admin.split_once("    token: ").expect("a token user");
+    std::fs::write(
+        &kubeconfig,
+        format!("{head}    as: alice\n    token: {tail}"),
+    )
+    .unwrap();
+    let mut cmd = status_cmd(&h, &["orphan"]);
+    cmd.env("KUBECONFIG", &kubeconfig);
+    let out = output(cmd).await;
+    let _ = std::fs::remove_dir_all(dir);
     assert_eq!(out.status.code(), Some(1));
+    let ns = &h.ns;
     assert_eq!(
         text(&out.stderr),
-        "portmapper: error: not allowed to get portmappings.portmapper.dev orphan in namespace \
-         default: portmappings.portmapper.dev \"orphan\" is forbidden: User \"alice\" cannot get \
-         resource \"portmappings\" in API group \"portmapper.dev\" in the namespace \"default\"\n"
+        format!(
+            "portmapper: error: not allowed to get portmappings.portmapper.dev orphan in \
+             namespace {ns}: portmappings.portmapper.dev \"orphan\" is forbidden: User \"alice\" \
+             cannot get resource \"portmappings\" in API group \"portmapper.dev\" in the \
+             namespace \"{ns}\"\n"
+        )
     );
 }
 
 /// Reads of the status client that are not watches.
-fn status_reads(h: &Harness) -> usize {
-    h.emu
-        .requests()
+async fn status_reads(h: &Harness) -> usize {
+    h.requests()
+        .await
+        .iter()
         .filter(|r| r.user_agent == STATUS_AGENT && r.verb != "watch")
-        .len()
+        .count()
 }
 
 async fn next(frames: &mut tokio::sync::mpsc::UnboundedReceiver<Value>) -> Value {
@@ -349,7 +352,7 @@ async fn watch_prints_a_new_frame_when_a_pod_changes_without_polling() {
     let first = next(&mut frames).await;
     assert_eq!(state(&first, "pod-a", "https").as_deref(), Some("excluded"));
     // Three reads to check the objects exist, one list per watch; then only watches.
-    assert_eq!(status_reads(&h), 6);
+    assert_eq!(status_reads(&h).await, 6);
 
     // pod-a starts serving https: the operator publishes it, the view follows.
     h.patch_pod(
@@ -369,7 +372,7 @@ async fn watch_prints_a_new_frame_when_a_pod_changes_without_polling() {
     }
     assert!(seen >= 2);
     assert_eq!(
-        status_reads(&h),
+        status_reads(&h).await,
         6,
         "frames come from the watches, not from polling"
     );

@@ -60,7 +60,7 @@ async fn a_ready_flip_is_stamped_with_the_pods_transition_time() {
         (Timestamp::now() > flipped + SignedDuration::from_millis(100)).then_some(())
     })
     .await;
-    let pods: Api<Pod> = Api::namespaced(h.client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), &h.ns);
     pods.patch_status(
         "pod-a",
         &PatchParams::default(),

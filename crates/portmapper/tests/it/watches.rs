@@ -27,14 +27,14 @@ async fn wait_members(h: &Harness, pods: &[&str], within: Duration) {
 /// (`watch_health::NO_PROGRESS_RELIST`), which the reset rule does not touch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_reset_storm_is_paced_and_membership_follows_during_it() {
-    let mut h = Harness::new().await;
+    let mut h = Harness::emulator().await;
     h.create(service("web", &[("http", 8080)])).await;
     ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
     h.create(pod("pod-b", "web", "http")).await;
     h.create(portmapping("web", "web")).await;
     // Fault rules apply to watches opened after them: every watch the operator opens is reset
     // abruptly after one event (a bookmark does not count).
-    let storm = h.emu.inject(
+    let storm = h.emu().inject(
         Rule::new(FaultAction::WatchDrop {
             after_events: Some(1),
             after_ms: None,
@@ -42,9 +42,9 @@ async fn a_watch_reset_storm_is_paced_and_membership_follows_during_it() {
         })
         .verbs(&["watch"]),
     );
-    h.emu.requests().clear();
+    h.emu().requests().clear();
     let started = tokio::time::Instant::now();
-    let from = h.emu.requests().elapsed();
+    let from = h.emu().requests().elapsed();
     h.run_controller();
     wait_members(&h, &["pod-a"], Duration::from_secs(15)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -57,7 +57,7 @@ async fn a_watch_reset_storm_is_paced_and_membership_follows_during_it() {
     let followed = changed.elapsed();
     // A second change during the storm, from the state the relist left.
     let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
-        kube::Api::namespaced(h.client.clone(), NS);
+        kube::Api::namespaced(h.client.clone(), &h.ns);
     api.delete("pod-a", &Default::default()).await.unwrap();
     let changed = tokio::time::Instant::now();
     wait_members(&h, &["pod-b"], Duration::from_secs(12)).await;
@@ -67,12 +67,12 @@ async fn a_watch_reset_storm_is_paced_and_membership_follows_during_it() {
     let storm_for = Duration::from_secs(20);
     tokio::time::sleep_until(started + storm_for).await;
     let during = h
-        .emu
+        .emu()
         .requests()
         .filter(|r| r.verb == "watch" && r.since_start < from + storm_for)
         .len();
     let pod_lists = h
-        .emu
+        .emu()
         .requests()
         .filter(|r| r.verb == "list" && r.resource == "pods")
         .len();
@@ -89,7 +89,7 @@ async fn a_watch_reset_storm_is_paced_and_membership_follows_during_it() {
         "the watches were not reset: {during} watch requests"
     );
     assert!(relists >= 1.0, "the pod watch never relisted");
-    assert!(h.emu.faults().remove(&storm));
+    assert!(h.emu().faults().remove(&storm));
     // And after it.
     ready_pods(&h, "web", &[("pod-c", "http", "10.244.0.3")]).await;
     wait_members(&h, &["pod-b", "pod-c"], Duration::from_secs(10)).await;
@@ -100,13 +100,13 @@ async fn a_watch_reset_storm_is_paced_and_membership_follows_during_it() {
 /// within 2 × bookmark interval + 5 s. `/readyz` said so meanwhile, and the metrics count it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_watch_is_restarted_and_the_operator_converges() {
-    let mut h = Harness::new().await;
+    let mut h = Harness::emulator().await;
     h.readiness = Readiness::new(WatchPolicy {
         stall_after: Duration::from_secs(2),
         ..WatchPolicy::default()
     });
     // The first pod watch (after its initial list) goes silent.
-    h.emu.inject(
+    h.emu().inject(
         Rule::new(FaultAction::WatchStall)
             .verbs(&["watch"])
             .resource("", "pods")
