@@ -1,6 +1,7 @@
 //! Ownership: the one answer to "is this object ours?", for EndpointSlices and Endpoints alike.
 //! Every caller (the planner, the index, the migration steps, the names held by others) asks
-//! [`ownership`], so they cannot disagree.
+//! [`ownership`]; an Endpoints object, named after its Service, is judged by one projection of
+//! it, [`endpoints_owner`], which the legacy Endpoints planner and the migration steps share.
 
 use std::fmt;
 
@@ -96,9 +97,38 @@ pub fn ownership<'a>(meta: &'a ObjectMeta, pm_uid: &str) -> Ownership<'a> {
     }
 }
 
+/// Who the Endpoints object named after a PortMapping's Service belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndpointsOwner {
+    /// Controlled by this PortMapping (labelled or not), or labelled managed-by us without any
+    /// controller (an orphan of ours: the name is the Service's, so it is this PortMapping's).
+    Ours,
+    /// No managed-by label and no controller owner: the native controller's leftover.
+    Abandoned,
+    /// Controlled by something else, or managed by someone else: left alone.
+    Foreign,
+}
+
+/// Classifies an Endpoints object for the PortMapping with `pm_uid`, through [`ownership`].
+/// Another PortMapping's object (say, of a deleted PortMapping of the same name the garbage
+/// collector has not reached yet) is foreign, as the planner sees it.
+pub fn endpoints_owner(meta: &ObjectMeta, pm_uid: &str) -> EndpointsOwner {
+    match ownership(meta, pm_uid) {
+        Ownership::Ours
+        | Ownership::Orphan {
+            controller: None, ..
+        } => EndpointsOwner::Ours,
+        Ownership::Foreign {
+            manager: None,
+            controller: None,
+        } => EndpointsOwner::Abandoned,
+        Ownership::Orphan { .. } | Ownership::Foreign { .. } => EndpointsOwner::Foreign,
+    }
+}
+
 /// Whether `meta` has a controller other than the PortMapping with `pm_uid` (whatever its
-/// labels): what the legacy Endpoints planner and the status view leave alone, as the native
-/// controllers leave alone an object someone else controls.
+/// labels): what the status view leaves alone, as the native controllers leave alone an object
+/// someone else controls.
 pub fn controlled_by_another(meta: &ObjectMeta, pm_uid: &str) -> bool {
     match ownership(meta, pm_uid) {
         Ownership::Ours => false,

@@ -14,11 +14,11 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, CustomResourceExt};
-use portmapper::context::Settings;
 use portmapper::controller;
 use portmapper::http::Readiness;
 use portmapper::leader::Leadership;
 use portmapper::metrics::Metrics;
+use portmapper::reconcile::context::Settings;
 use portmapper_api::PortMapping;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;

@@ -7,8 +7,8 @@ use std::time::Duration;
 use clap::builder::PossibleValue;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::context::Settings;
 use crate::leader::{LeaderConfig, default_identity};
+use crate::reconcile::context::Settings;
 use crate::render::{Assume, Format, RenderOptions};
 use crate::run::RunConfig;
 use crate::status_view::{Output, StatusOptions};

@@ -1,7 +1,6 @@
 //! Wiring: reflectors, the kube-runtime Controller, and the shared reconcile context.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -19,14 +18,15 @@ use portmapper_api::PortMapping;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::context::{Context, Settings};
 use crate::error::Error;
 use crate::http::Readiness;
 use crate::index::SharedIndex;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::pods::PodWatches;
-use crate::watches::{Change, Trigger, is_ready, reflect, strip_managed_fields};
+use crate::reconcile::context::{Context, Settings, Stores};
+use crate::reconcile::state::States;
+use crate::watches::{Change, Trigger, reflect, strip_managed_fields};
 
 /// Label every object we publish carries; our watches select on it.
 pub const MANAGED_BY_SELECTOR: &str = "endpointslice.kubernetes.io/managed-by=portmapper.dev";
@@ -75,13 +75,7 @@ pub async fn run_probing_with(
     let client = crate::watch_health::track(client, readiness.watches());
     let (trigger, triggers) = mpsc::unbounded();
     let index = SharedIndex::default();
-    let quiet = Arc::new(crate::quiet::QuietPasses::default());
-    let trigger = Trigger::new(
-        trigger,
-        readiness.watches().clone(),
-        metrics.clone(),
-        quiet.clone(),
-    );
+    let trigger = Trigger::new(trigger, readiness.watches().clone(), metrics.clone());
     let mut tasks = tokio::task::JoinSet::new();
 
     let pods = PodWatches::new(
@@ -172,7 +166,7 @@ pub async fn run_probing_with(
     tasks.spawn(task);
 
     let idx = index.clone();
-    let (native_slices, task) = reflect(
+    let (foreign_slices, task) = reflect(
         api::<PartialObjectMeta<EndpointSlice>>(&client, &settings.namespace),
         watcher::Config::default().labels(NOT_MANAGED_BY_SELECTOR),
         "native-endpointslices",
@@ -218,65 +212,45 @@ pub async fn run_probing_with(
         controller: "portmapper".into(),
         instance: settings.instance.clone(),
     };
+    let stores = Stores {
+        portmappings,
+        services,
+        slices,
+        nodes,
+        owned_endpoints,
+        foreign_slices,
+    };
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
         prober,
         client,
         settings: settings.clone(),
-        portmappings: portmappings.clone(),
-        services: services.clone(),
-        slices: slices.clone(),
-        nodes: nodes.clone(),
-        owned_endpoints,
-        native_slices,
+        stores: stores.clone(),
         index: index.clone(),
         pods: pods.clone(),
+        trigger: trigger.clone(),
         leadership: leadership.clone(),
         metrics: metrics.clone(),
-        warned: Mutex::new(HashMap::new()),
-        memos: Mutex::new(HashMap::new()),
-        status_written: Mutex::new(HashMap::new()),
-        backoff: crate::backoff::Backoffs::default(),
-        gates_written: crate::gates::GatesWritten::default(),
-        quiet,
+        states: States::default(),
     });
 
     // Readiness = every shared store has listed once; pod watches start lazily per pool.
     // Reconciles before that wrote nothing and wait `PENDING_RETRY` (2 s); the sync wakes
     // every PortMapping at once instead (that wait was 2 s of a 3–9 s first publication).
     let (synced_tx, synced_rx) = futures::channel::oneshot::channel::<()>();
-    {
-        let (pms, svcs, sls, nodes, eps, natives) = (
-            portmappings.clone(),
-            services.clone(),
-            slices.clone(),
-            nodes.clone(),
-            ctx.owned_endpoints.clone(),
-            ctx.native_slices.clone(),
-        );
-        tasks.spawn(async move {
-            // Polled, not awaited: a store's wait_until_ready() (kube-runtime 5.0) wakes only its
-            // latest waiter, and the Controller (PortMappings) and reconciles (is_ready on slices
-            // and Services) poll the same stores, so an await here was never woken.
-            let mut tick = tokio::time::interval(Duration::from_millis(100));
-            loop {
-                tick.tick().await;
-                if is_ready(&pms)
-                    && is_ready(&svcs)
-                    && is_ready(&sls)
-                    && is_ready(&eps)
-                    && is_ready(&natives)
-                    && nodes.as_ref().is_none_or(is_ready)
-                {
-                    break;
-                }
-            }
-            info!("caches synced");
-            readiness.set_ready();
-            // The Controller may be gone (shutdown): nobody to wake.
-            let _ = synced_tx.send(());
-        });
-    }
+    tasks.spawn(async move {
+        // Polled, not awaited: a store's wait_until_ready() (kube-runtime 5.0) wakes only its
+        // latest waiter, and the Controller (PortMappings) and reconciles (is_ready on slices
+        // and Services) poll the same stores, so an await here was never woken.
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        while !stores.synced() {
+            tick.tick().await;
+        }
+        info!("caches synced");
+        readiness.set_ready();
+        // The Controller may be gone (shutdown): nobody to wake.
+        let _ = synced_tx.send(());
+    });
     // Stop pod watches (and probes) that no PortMapping needs any more.
     {
         let (pods, ctx) = (pods.clone(), ctx.clone());
@@ -330,14 +304,6 @@ pub async fn run_probing_with(
                 Ok((obj, _)) => debug!(portmapping = %obj, "reconciled"),
                 Err(controller::Error::ObjectNotFound(obj)) => {
                     debug!(portmapping = %obj, "PortMapping is gone");
-                    let key = portmapper_probe::MappingKey::new(
-                        obj.namespace.clone().unwrap_or_default(),
-                        obj.name.clone(),
-                    );
-                    gone_ctx.prober.remove_mapping(&key);
-                    gone_ctx
-                        .metrics
-                        .forget((obj.namespace.as_deref().unwrap_or_default(), &obj.name));
                     let mut gone = ObjectRef::<PortMapping>::new(&obj.name);
                     if let Some(ns) = &obj.namespace {
                         gone = gone.within(ns);

@@ -25,7 +25,6 @@ use serde_json::{Value, json};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::Settings;
 use crate::controller::{self, MANAGED_BY_SELECTOR};
 use crate::demo_pods::PodNetwork;
 use crate::error::Error;
@@ -33,6 +32,7 @@ use crate::http::Readiness;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::probing::CustomExecutor;
+use crate::reconcile::context::Settings;
 
 /// What `portmapper demo` needs (built from its flags by the command line, `cli.rs`).
 #[derive(Debug, Clone)]

@@ -215,7 +215,7 @@ mod tests {
     #[tokio::test]
     async fn the_first_list_wakes_the_portmappings_that_waited_for_it() {
         use futures::StreamExt;
-        let api = crate::fake_api::FakeApi::default();
+        let api = crate::reconcile::fake_api::FakeApi::default();
         let list = serde_json::json!({
             "apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "7"},
             "items": [{"metadata": {"name": "a", "namespace": "default", "uid": "u-a",
@@ -224,7 +224,7 @@ mod tests {
         api.respond("GET", "/api/v1/pods", 200, list);
         let (tx, mut rx) = futures::channel::mpsc::unbounded();
         let metrics = crate::metrics::Metrics::new();
-        let trigger = crate::watches::Trigger::new(tx, Default::default(), metrics, Arc::default());
+        let trigger = crate::watches::Trigger::new(tx, Default::default(), metrics);
         let watches = PodWatches::new(api.client(), None, SharedIndex::default(), trigger);
         let source = PodSource::Label("app".into());
         let (one, two) = (

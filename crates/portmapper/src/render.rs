@@ -17,19 +17,21 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+pub use input::{InputError, Loaded, Object, Source};
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use portmapper_api::{PortMapping, PortMappingStatus};
+use portmapper_core::planner::migration::Step;
 use portmapper_core::planner::objects::ANNOTATION_TRIGGER_TIME;
+use portmapper_core::report::{PlanFacts, PlannedStatus, Report, Stall, status};
 use portmapper_core::target::{PodAddress, is_terminal, pod_address};
-use portmapper_core::{NetworkDecisions, PlanInput, PodRecord, Verdict, planner, pod_in_pool};
-
-use crate::conditions::{self, Desired};
-use crate::report;
-pub use input::{InputError, Loaded, Object, Source};
+use portmapper_core::writes::{Phases, Write as PlannedWrite};
+use portmapper_core::{
+    EventType, NetworkDecisions, PlanInput, PodRecord, Verdict, planner, pod_in_pool,
+};
 
 /// What `portmapper render` reads and prints (built from its flags by the command line, `cli.rs`).
 #[derive(Debug, Clone)]
@@ -291,7 +293,7 @@ pub fn render(
         let at = || source.clone();
         let name = pm.name_any();
         let field_errors = portmapper_api::validate::validate_spec(&pm.spec);
-        if let Some(message) = report::invalid_spec_message(&field_errors) {
+        if let Some(message) = status::invalid_spec_message(&field_errors) {
             errors.push(InputError::Invalid {
                 at: at(),
                 message: format!("PortMapping {ns}/{name} is invalid: {message}"),
@@ -320,6 +322,8 @@ pub fn render(
     Ok(Rendered { previews, assume })
 }
 
+/// What render reports for one PortMapping: the operator's report of the same plan (or stall),
+/// and the objects the plan's writes apply, as a first publication would write them.
 fn preview(
     inputs: &Inputs,
     all: &[&PortMapping],
@@ -337,37 +341,72 @@ fn preview(
         notes: Vec::new(),
         assumed: 0,
     };
-    let mut desired: Vec<Desired>;
-    let mut status = PortMappingStatus::default();
     let service_key = (ns.clone(), pm.spec.service_ref.name.clone());
-    let (Some(service), None) = (
+    let report = match (
         inputs.services.get(&service_key),
-        report::conflict_winner(pm, all.iter().copied()),
-    ) else {
+        status::conflict_winner(pm, all.iter().copied()),
+    ) {
+        (Some(service), None) => {
+            let pods = inputs.pods.get(&ns).map_or(&[][..], Vec::as_slice);
+            out.notes.extend(pods_without_ips(pm, &ns, pods));
+            plan_preview(inputs, pm, service, pods, assume, &mut out)
+        }
         // Checked by `render` before: the Service is there, so this is a conflict.
-        let winner = report::conflict_winner(pm, all.iter().copied()).unwrap_or_default();
-        desired = report::conflict(&winner, &pm.spec.service_ref.name);
-        status.conditions =
-            conditions::merge(&[], &desired, pm.metadata.generation, Timestamp::UNIX_EPOCH);
-        out.port_mapping.status = Some(status);
-        return out;
+        (_, winner) => Report::of_stall(&Stall::ServiceClaimed {
+            winner: winner.unwrap_or_default(),
+            service: pm.spec.service_ref.name.clone(),
+        }),
     };
-    let empty = Vec::new();
-    let pods = inputs.pods.get(&ns).unwrap_or(&empty);
-    for pod in pods {
-        let in_pool = pod_in_pool(&pm.spec, &ns, pod).unwrap_or(false);
-        let no_ip = [kube_validation::IpFamily::V4, kube_validation::IpFamily::V6]
+    for event in report
+        .events
+        .iter()
+        .filter(|e| e.type_ == EventType::Warning)
+    {
+        out.notes
+            .push(format!("Warning Event {}: {}", event.reason, event.note));
+    }
+    out.port_mapping.status = Some(first_status(&report.status, pm));
+    out
+}
+
+/// The status a first publication reports: nothing before it, every time at the epoch.
+fn first_status(planned: &PlannedStatus, pm: &PortMapping) -> PortMappingStatus {
+    planned.to_status(
+        &PortMappingStatus::default(),
+        pm.metadata.generation,
+        Timestamp::UNIX_EPOCH,
+    )
+}
+
+/// Notes on pool pods that carry no IP: render reads pod status as given.
+fn pods_without_ips(pm: &PortMapping, ns: &str, pods: &[Arc<PodRecord>]) -> Vec<String> {
+    let no_ip = |pod: &PodRecord| {
+        [kube_validation::IpFamily::V4, kube_validation::IpFamily::V6]
             .into_iter()
-            .all(|f| matches!(pod_address(pod, f), PodAddress::Missing));
-        if in_pool && !is_terminal(pod) && no_ip {
-            out.notes.push(format!(
+            .all(|f| matches!(pod_address(pod, f), PodAddress::Missing))
+    };
+    pods.iter()
+        .filter(|pod| pod_in_pool(&pm.spec, ns, pod).unwrap_or(false))
+        .filter(|pod| !is_terminal(pod) && no_ip(pod))
+        .map(|pod| {
+            format!(
                 "pod {} has no status.podIPs, so it is not a candidate: render reads pod status as `kubectl get pod -o yaml` prints it",
                 pod.name
-            ));
-        }
-    }
-    let records = pods;
-    let pods: Vec<&PodRecord> = records.iter().map(AsRef::as_ref).collect();
+            )
+        })
+        .collect()
+}
+
+/// Plans `pm` as for a first publication, with every network result assumed, and fills the
+/// preview with the objects its writes apply. Returns the plan's report.
+fn plan_preview(
+    inputs: &Inputs,
+    pm: &PortMapping,
+    service: &Service,
+    records: &[Arc<PodRecord>],
+    assume: Assume,
+    out: &mut Preview,
+) -> Report {
     let mut input = PlanInput {
         port_mapping: pm,
         service,
@@ -394,56 +433,45 @@ fn preview(
         .collect();
     out.assumed = network.len();
     input.network = &network;
-    let mut caveats = Vec::new();
-    match planner::plan(&input) {
-        Ok(plan) => {
-            desired = report::planned(&plan);
-            caveats = report::consumer_caveats(&plan, &pods, service, true);
-            desired.extend(report::port_not_found(&plan));
-            status.ports = plan.ports.clone();
-            status.summary = Some(plan.summary.clone()).filter(|s| !s.is_empty());
-            status.endpoint_slices = Some(i32::try_from(plan.slices.len()).unwrap_or(i32::MAX));
-            out.slices = plan
-                .slices
-                .into_iter()
-                .map(|p| {
-                    let mut slice = std::sync::Arc::unwrap_or_clone(p.slice);
-                    strip_trigger_time(&mut slice.metadata);
-                    slice
-                })
-                .collect();
-            out.endpoints = plan.endpoints.map(|p| {
-                let mut endpoints = p.endpoints;
-                strip_trigger_time(&mut endpoints.metadata);
-                endpoints
-            });
-            for warning in &plan.warnings {
-                out.notes.push(format!(
-                    "Warning Event {}: {warning}",
-                    report::warning_reason(warning)
-                ));
+    let plan = match planner::plan(&input) {
+        Ok(plan) => plan,
+        Err(err) => return Report::of_stall(&Stall::PlanFailed(err.to_string())),
+    };
+    let pods: Vec<&PodRecord> = records.iter().map(AsRef::as_ref).collect();
+    // What the operator would write: the applies of the plan's phases (an Endpoints object
+    // it plans but does not write, say while the Service keeps its selector, is not shown).
+    for write in Phases::of_plan(&plan, &pods)
+        .0
+        .into_iter()
+        .flat_map(|p| p.writes)
+    {
+        match write {
+            PlannedWrite::ApplySlice(slice) => {
+                let mut slice = Arc::unwrap_or_clone(slice);
+                strip_trigger_time(&mut slice.metadata);
+                out.slices.push(slice);
             }
+            PlannedWrite::Migration(step) => {
+                let (Step::ApplyEndpoints(mut endpoints)
+                | Step::AdoptEndpoints { mut endpoints, .. }) = *step
+                else {
+                    continue;
+                };
+                strip_trigger_time(&mut endpoints.metadata);
+                out.endpoints = Some(endpoints);
+            }
+            _ => {}
         }
-        Err(err) => desired = report::stalled("PlanFailed", err.to_string()),
     }
-    if let Some(migration) = report::selector_migration(service) {
-        out.notes.push(format!(
-            "Warning Event {}: {}",
-            portmapper_core::EventReason::SelectorStillPresent,
-            migration.message
-        ));
-        desired.push(migration);
-    }
-    // After SelectorMigration, in the order the live reconcile reports them.
-    for (reason, message) in &caveats {
-        out.notes.push(format!("Warning Event {reason}: {message}"));
-    }
-    desired.extend(report::consumer_caveat(&caveats));
-    status.conditions =
-        conditions::merge(&[], &desired, pm.metadata.generation, Timestamp::UNIX_EPOCH);
-    status.observed_generation = pm.metadata.generation;
-    out.port_mapping.status = Some(status);
-    out
+    let facts = PlanFacts {
+        plan: &plan,
+        service,
+        pods: &pods,
+        // Render looks for enrolled pods among all it was given.
+        ambient: true,
+        previous: &[],
+    };
+    Report::of_plan(&facts)
 }
 
 /// The trigger time is stamped when the operator writes; a preview has none.

@@ -8,12 +8,12 @@ use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use crate::context::Settings;
 use crate::controller;
 use crate::error::Error;
 use crate::http::{self, Readiness};
 use crate::leader::{Election, LeaderConfig, Leadership};
 use crate::metrics::Metrics;
+use crate::reconcile::context::Settings;
 use crate::watch_health::WatchPolicy;
 
 /// What `portmapper run` needs (built from its flags by the command line, `cli.rs`).

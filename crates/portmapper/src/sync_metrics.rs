@@ -15,7 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::metrics::ResultLabels;
+use prometheus_client::encoding::EncodeLabelSet;
 
 /// How a sync ended, as the native controller labels it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +38,12 @@ impl SyncResult {
     }
 }
 
+/// The label of the syncs counter (how a sync ended).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SyncLabels {
+    result: &'static str,
+}
+
 /// The per-sync histograms, the totals over every PortMapping, and what each contributes.
 #[derive(Debug)]
 pub struct SyncMetrics {
@@ -47,7 +53,7 @@ pub struct SyncMetrics {
     endpoints_desired: Gauge,
     slices: Gauge,
     slices_desired: Gauge,
-    syncs: Family<ResultLabels, Counter>,
+    syncs: Family<SyncLabels, Counter>,
     /// (endpoints desired, slices, slices desired) of each PortMapping (namespace, name).
     totals: Mutex<HashMap<(String, String), [i64; 3]>>,
 }
@@ -123,7 +129,7 @@ impl SyncMetrics {
     /// Counts how one sync ended.
     pub fn ended(&self, result: SyncResult) {
         self.syncs
-            .get_or_create(&ResultLabels {
+            .get_or_create(&SyncLabels {
                 result: result.label(),
             })
             .inc();

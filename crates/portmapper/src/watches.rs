@@ -3,11 +3,10 @@
 //! affects; those are queued for reconcile. Reconciles read the stores and the index only; they
 //! never LIST. Every watch backs off and restarts when silent ([`crate::watch_health`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::hash::Hash;
-
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc::{TrySendError, UnboundedSender};
 use futures::{Stream, StreamExt};
@@ -21,17 +20,19 @@ use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
 
 use crate::metrics::Metrics;
-use crate::quiet::QuietPasses;
 use crate::watch_health::WatchHealth;
 
-/// Where reconcile requests go (consumed by the Controller's `reconcile_on`), and what every
-/// reflector reports its health and restarts to.
+/// Where reconcile requests go (consumed by the Controller's `reconcile_on`), how many were
+/// queued per PortMapping, and what every reflector reports its health and restarts to.
 #[derive(Clone)]
 pub struct Trigger {
     tx: UnboundedSender<ObjectRef<PortMapping>>,
+    /// Reconciles queued per PortMapping since this process started (or since it was
+    /// forgotten): with its resourceVersion, what a quiet pass compares
+    /// ([`crate::reconcile::state`]).
+    queued: Arc<Mutex<HashMap<ObjectRef<PortMapping>, u64>>>,
     health: WatchHealth,
     metrics: Arc<Metrics>,
-    quiet: Arc<QuietPasses>,
 }
 
 impl Trigger {
@@ -40,24 +41,37 @@ impl Trigger {
         tx: UnboundedSender<ObjectRef<PortMapping>>,
         health: WatchHealth,
         metrics: Arc<Metrics>,
-        quiet: Arc<QuietPasses>,
     ) -> Self {
         Self {
             tx,
+            queued: Arc::default(),
             health,
             metrics,
-            quiet,
         }
     }
 
+    fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<PortMapping>, u64>> {
+        self.queued.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Queues a reconcile; fails once the controller has stopped. Counted first, so the next
-    /// pass of `target` plans even if it was settled ([`crate::quiet`]).
+    /// pass of `target` plans even if it was settled.
     pub fn unbounded_send(
         &self,
         target: ObjectRef<PortMapping>,
     ) -> Result<(), TrySendError<ObjectRef<PortMapping>>> {
-        self.quiet.queued(&target);
+        *self.counts().entry(target.clone()).or_default() += 1;
         self.tx.unbounded_send(target)
+    }
+
+    /// Reconciles queued for `pm` so far.
+    pub fn queued(&self, pm: &ObjectRef<PortMapping>) -> u64 {
+        self.counts().get(pm).copied().unwrap_or(0)
+    }
+
+    /// Forgets `pm`'s count.
+    pub fn forget(&self, pm: &ObjectRef<PortMapping>) {
+        self.counts().remove(pm);
     }
 }
 

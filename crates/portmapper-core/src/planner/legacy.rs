@@ -18,7 +18,7 @@ use super::objects::{
 };
 use super::types::{Deletion, PlanError, PlannedEndpoints, WriteAction};
 use super::{Member, PortView};
-use crate::ownership::{Ownership, controlled_by_another, ownership};
+use crate::ownership::{EndpointsOwner, endpoints_owner};
 use crate::pod_record::PodRecord;
 
 /// The most addresses the native endpoints controller puts in one Endpoints object.
@@ -47,14 +47,7 @@ type PortKey = (String, i32, String, Option<String>);
 /// Ours to delete: our own, or labelled ours without any controller (an orphan: the name is
 /// the Service's, so it is this PortMapping's to take back).
 fn is_ours(live: &Endpoints, pm_uid: &str) -> bool {
-    matches!(
-        ownership(&live.metadata, pm_uid),
-        Ownership::Ours
-            | Ownership::Orphan {
-                controller: None,
-                ..
-            }
-    )
+    endpoints_owner(&live.metadata, pm_uid) == EndpointsOwner::Ours
 }
 
 /// The deletion of a live Endpoints object we own, if any (legacyEndpoints off, or teardown).
@@ -70,7 +63,9 @@ pub(crate) fn plan_endpoints(
     members: &[Member],
     live: Option<&Endpoints>,
 ) -> Result<LegacyOutcome, PlanError> {
-    if live.is_some_and(|l| controlled_by_another(&l.metadata, ctx.pm_uid)) {
+    // The migration steps judge the object the same way, so what is planned here is what they
+    // write (an object another manager labelled, without a controller, is not ours either).
+    if live.is_some_and(|l| endpoints_owner(&l.metadata, ctx.pm_uid) == EndpointsOwner::Foreign) {
         return Ok(LegacyOutcome::Foreign);
     }
     // One entry per pod: its address and every port it serves. Draining (not ready) members

@@ -16,6 +16,7 @@ use kube_validation::IpFamily;
 
 use super::types::{Deletion, Plan, PlanInput, PlannedEndpoints, PlannedSlice};
 use crate::EventReason;
+use crate::ownership::{EndpointsOwner, endpoints_owner};
 
 /// `endpointslice.kubernetes.io/managed-by` of the native EndpointSlice controller.
 pub const NATIVE_MANAGER: &str = "endpointslice-controller.k8s.io";
@@ -80,38 +81,6 @@ pub enum Step {
     Normal { reason: EventReason, note: String },
 }
 
-/// Who an Endpoints object belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ownership {
-    /// Controlled by this PortMapping (labelled or not), or labelled managed-by us without any
-    /// controller (an orphan of ours).
-    Ours,
-    /// No managed-by of ours and no controller owner: the native controller's leftover.
-    Abandoned,
-    /// Controlled by something else, or managed by someone else.
-    Foreign,
-}
-
-/// Classifies the live Endpoints object for the PortMapping with `pm_uid`, through the one
-/// classifier ([`crate::ownership`]). Another PortMapping's object (say, of a deleted
-/// PortMapping of the same name the garbage collector has not reached yet) is foreign, as the
-/// planner sees it.
-pub fn ownership(endpoints: &Endpoints, pm_uid: &str) -> Ownership {
-    use crate::Ownership as O;
-    match crate::ownership(&endpoints.metadata, pm_uid) {
-        // The name is the Service's: an orphan without a controller is this PortMapping's.
-        O::Ours
-        | O::Orphan {
-            controller: None, ..
-        } => Ownership::Ours,
-        O::Foreign {
-            manager: None,
-            controller: None,
-        } => Ownership::Abandoned,
-        O::Orphan { .. } | O::Foreign { .. } => Ownership::Foreign,
-    }
-}
-
 fn has_ready_addresses(endpoints: &Endpoints) -> bool {
     endpoints
         .subsets
@@ -124,11 +93,11 @@ fn has_ready_addresses(endpoints: &Endpoints) -> bool {
 pub fn steps(input: &Input<'_>) -> Vec<Step> {
     let mut out = Vec::new();
     let live = input.live_endpoints;
-    let live_owner = live.map(|e| ownership(e, input.pm_uid));
+    let live_owner = live.map(|e| endpoints_owner(&e.metadata, input.pm_uid));
 
     if input.selector_present {
         // The native endpoints controller writes this object while a selector exists.
-        if let (Some(e), Some(Ownership::Ours)) = (live, live_owner)
+        if let (Some(e), Some(EndpointsOwner::Ours)) = (live, live_owner)
             && let Some(uid) = e.metadata.uid.clone()
         {
             out.push(Step::DeleteEndpoints {
@@ -156,13 +125,13 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
         });
     } else if input.legacy_endpoints {
         match (live_owner, input.planned_endpoints) {
-            (Some(Ownership::Foreign), _) => out.push(Step::Warn {
+            (Some(EndpointsOwner::Foreign), _) => out.push(Step::Warn {
                 reason: EventReason::EndpointsCollision,
                 note:
                     "the Service's Endpoints object belongs to another controller; it is left alone"
                         .into(),
             }),
-            (Some(Ownership::Abandoned), Some(planned)) => {
+            (Some(EndpointsOwner::Abandoned), Some(planned)) => {
                 let Some(e) = live else { return out };
                 if !input.native_cleanup {
                     out.push(Step::Warn {
@@ -220,7 +189,7 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
     }
     if !endpoints_cleared
         && !input.legacy_endpoints
-        && let (Some(e), Some(Ownership::Abandoned)) = (live, live_owner)
+        && let (Some(e), Some(EndpointsOwner::Abandoned)) = (live, live_owner)
         && let Some(uid) = e.metadata.uid.clone()
     {
         out.push(Step::DeleteEndpoints {
@@ -230,7 +199,8 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
         });
         endpoints_cleared = true;
     }
-    let endpoints_gone = endpoints_cleared || live.is_none() || live_owner == Some(Ownership::Ours);
+    let endpoints_gone =
+        endpoints_cleared || live.is_none() || live_owner == Some(EndpointsOwner::Ours);
     for s in input.native_slices {
         // Mirror slices are owned by the Endpoints object: when we deleted it, GC takes them;
         // after an adoption GC would not fire, so they are deleted here.
@@ -271,11 +241,7 @@ pub(crate) fn plan_steps(
 ) -> Vec<Step> {
     let service = input.service;
     let (publishing, publishing_primary) = publishing(&plan.slices, primary);
-    let selector_present = service
-        .spec
-        .as_ref()
-        .and_then(|s| s.selector.as_ref())
-        .is_some_and(|s| !s.is_empty());
+    let selector_present = has_selector(service);
     let mut out = steps(&Input {
         pm_uid,
         selector_present,
@@ -294,6 +260,16 @@ pub(crate) fn plan_steps(
         service.metadata.name.as_deref(),
     ));
     out
+}
+
+/// Whether the Service still has a (non-empty) selector: the native controllers publish it too
+/// and own its Endpoints object, and the selector migration waits.
+pub fn has_selector(service: &k8s_openapi::api::core::v1::Service) -> bool {
+    service
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .is_some_and(|s| !s.is_empty())
 }
 
 /// Whether the slices publish a ready endpoint, in any family and in `primary`.
@@ -734,7 +710,10 @@ mod tests {
     fn a_stripped_label_on_our_mirror_is_repaired_even_with_native_cleanup_off() {
         // No managed-by label any more, but still controlled by a PortMapping: ours.
         let stripped = endpoints(&[], Some("PortMapping"), true);
-        assert_eq!(ownership(&stripped, "o"), Ownership::Ours);
+        assert_eq!(
+            endpoints_owner(&stripped.metadata, "o"),
+            EndpointsOwner::Ours
+        );
         let plan = PlannedEndpoints {
             endpoints: Endpoints::default(),
             action: WriteAction::Update {
@@ -758,7 +737,7 @@ mod tests {
             true,
         );
         old.metadata.owner_references.as_mut().unwrap()[0].uid = "older-uid".into();
-        assert_eq!(ownership(&old, "o"), Ownership::Foreign);
+        assert_eq!(endpoints_owner(&old.metadata, "o"), EndpointsOwner::Foreign);
         let slices = [native(NATIVE_MANAGER, "web-abc")];
         let mut input = base(&slices);
         input.live_endpoints = Some(&old);

@@ -13,10 +13,7 @@ use portmapper_api::MANAGER;
 
 use crate::pod_record::PodRecord;
 
-/// `kubernetes.io/service-name`.
-pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
-/// `endpointslice.kubernetes.io/managed-by`.
-pub const LABEL_MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
+pub use crate::ownership::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
 /// `service.kubernetes.io/headless`.
 pub const LABEL_HEADLESS: &str = "service.kubernetes.io/headless";
 /// `endpointslice.kubernetes.io/skip-mirror` (on legacy Endpoints).

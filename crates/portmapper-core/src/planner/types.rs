@@ -305,7 +305,10 @@ pub struct DecisionCounts {
 }
 
 impl Plan {
-    /// Number of API writes the plan needs (creates, updates, deletes).
+    /// Number of slice, Endpoints and gate writes in the plan's own lists (creates, updates,
+    /// deletes), whether or not the executor sends them: a deletion without a UID is not sent,
+    /// and the Endpoints writes sent are the migration steps'. What a pass sends is
+    /// [`Phases::count`](crate::writes::Phases::count).
     pub fn writes(&self) -> usize {
         self.slices.iter().filter(|s| s.action.is_write()).count()
             + self.deletions.len()

@@ -11,12 +11,12 @@ use kube::api::{Api, PostParams};
 use kube_emulator::faults::{FaultAction, Rule};
 use kube_emulator::reqlog::LoggedRequest;
 use portmapper::client;
-use portmapper::context::Settings;
 use portmapper::controller;
 use portmapper::error::is_refused;
 use portmapper::http::Readiness;
 use portmapper::leader::{Election, LeaderConfig, Leadership, default_identity};
 use portmapper::metrics::Metrics;
+use portmapper::reconcile::context::Settings;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 

@@ -1,17 +1,17 @@
-//! What a PortMapping reports for each outcome: its conditions, conflict resolution and the
-//! Event reason of each planner warning. Pure, so the live reconcile and the offline
-//! `portmapper render` preview report exactly the same status.
+//! The conditions a PortMapping reports for each outcome, and the messages they carry: one
+//! function per outcome, so every caller (the live reconcile, `portmapper render`) reports the
+//! same triplet with the same words.
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::{Resource, ResourceExt};
 use kube_validation::field::FieldError;
 use portmapper_api::PortMapping;
 use portmapper_api::status::condition_types as ct;
-use portmapper_core::planner::PlanWarning;
-use portmapper_core::{ClaimRank, EventReason};
 
-use crate::conditions::Desired;
+use super::conditions::Desired;
+use crate::planner::migration::has_selector;
+use crate::planner::{Plan, PlanWarning};
+use crate::{ClaimRank, EventReason};
 
 /// Ready=False, Reconciling=False, Stalled=True: a user must change something.
 pub fn stalled(reason: &str, message: String) -> Vec<Desired> {
@@ -33,43 +33,50 @@ pub fn invalid_spec_message(errors: &[FieldError]) -> Option<String> {
     })
 }
 
+/// The message of a PortMapping that lost its Service to an older one (`winner`).
+pub fn conflict_message(winner: &str, service: &str) -> String {
+    format!(
+        "PortMapping {winner} already publishes Service {service}; this one writes nothing until it is removed"
+    )
+}
+
 /// The conditions of a PortMapping that lost its Service to an older one.
 pub fn conflict(winner: &str, service: &str) -> Vec<Desired> {
-    let message = format!(
-        "PortMapping {winner} already publishes Service {service}; this one writes nothing until it is removed"
-    );
+    let message = conflict_message(winner, service);
     let mut conditions = stalled("ServiceClaimed", message.clone());
     conditions.push(Desired::new(ct::CONFLICT, true, "ServiceClaimed", message));
     conditions
 }
 
 /// Among the PortMappings of `pm`'s namespace naming the same Service, the one
-/// [`portmapper_core::publisher`] names (the oldest by creation time, then name; being deleted
-/// ones never win), as the running operator's index decides it. `Some(winner)` when that is
-/// not `pm`.
+/// [`crate::publisher`] names (the oldest by creation time, then name; being deleted ones
+/// never win), as the running operator's index decides it. `Some(winner)` when that is not
+/// `pm`.
 pub fn conflict_winner<'a>(
     pm: &PortMapping,
     all: impl IntoIterator<Item = &'a PortMapping>,
 ) -> Option<String> {
-    let ns = pm.namespace();
+    let ns = &pm.metadata.namespace;
     let claims: Vec<(&PortMapping, ClaimRank, bool)> = all
         .into_iter()
-        .filter(|p| p.namespace() == ns && p.spec.service_ref == pm.spec.service_ref)
+        .filter(|p| &p.metadata.namespace == ns && p.spec.service_ref == pm.spec.service_ref)
         .map(|p| {
             (
                 p,
-                ClaimRank::of(p.meta()),
-                p.meta().deletion_timestamp.is_some(),
+                ClaimRank::of(&p.metadata),
+                p.metadata.deletion_timestamp.is_some(),
             )
         })
         .collect();
-    portmapper_core::publisher(
+    crate::publisher(
         claims
             .iter()
             .map(|(p, rank, deleting)| (*p, rank, *deleting)),
     )
-    .filter(|winner| winner.uid() != pm.uid() || winner.name_any() != pm.name_any())
-    .map(|winner| winner.name_any())
+    .filter(|winner| {
+        winner.metadata.uid != pm.metadata.uid || winner.metadata.name != pm.metadata.name
+    })
+    .map(|winner| winner.metadata.name.clone().unwrap_or_default())
 }
 
 /// The `ServiceNotFound` message.
@@ -94,20 +101,57 @@ pub fn published(summary: &str) -> Vec<Desired> {
     ]
 }
 
-/// The conditions of a plan whose writes all succeeded: published, or — for an ExternalName
-/// Service, which has no endpoints — stalled until the Service changes type (a PortMapping
+/// The conditions of a plan: a slice it wants at a name someone else holds makes it stalled
+/// (`NameCollision`, every collision named); otherwise published, or, for an ExternalName
+/// Service, which has no endpoints, stalled until the Service changes type (a PortMapping
 /// that can publish nothing is not Ready).
-pub fn planned(plan: &portmapper_core::Plan) -> Vec<Desired> {
+pub fn planned(plan: &Plan) -> Vec<Desired> {
+    if !plan.collisions.is_empty() {
+        return name_collision(plan);
+    }
     if plan.warnings.contains(&PlanWarning::ExternalName) {
         return stalled("ExternalName", PlanWarning::ExternalName.to_string());
     }
     published(&plan.summary)
 }
 
+/// Ready=False, Reconciling=False, Stalled=True (`NameCollision`): names the plan wants are
+/// held by others, and only their holders can free them.
+fn name_collision(plan: &Plan) -> Vec<Desired> {
+    let message = plan
+        .collisions
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    const REASON: &str = "NameCollision";
+    vec![
+        Desired::new(ct::READY, false, REASON, message.clone()),
+        Desired::new(
+            ct::RECONCILING,
+            false,
+            REASON,
+            "waiting for the name to be freed",
+        ),
+        Desired::new(ct::STALLED, true, REASON, message),
+    ]
+}
+
+/// Ready=False, Reconciling=True, Stalled=False (`ApplyFailed`): writes failed (`failure`
+/// names each) and are retried.
+pub fn apply_failed(failure: &str) -> Vec<Desired> {
+    const REASON: &str = "ApplyFailed";
+    vec![
+        Desired::new(ct::READY, false, REASON, failure),
+        Desired::new(ct::RECONCILING, true, REASON, "retrying the failed writes"),
+        Desired::new(ct::STALLED, false, REASON, "retrying"),
+    ]
+}
+
 /// `PortNotFound=True` (reason `UnknownPort`) while `spec.ports` names ports the Service lacks.
 /// Ready is left to the outcome: the other ports still publish, and a condition that is only
 /// there while something is wrong (as `Conflict`) is what `kubectl wait` and dashboards read.
-pub fn port_not_found(plan: &portmapper_core::Plan) -> Option<Desired> {
+pub fn port_not_found(plan: &Plan) -> Option<Desired> {
     plan.warnings.iter().find_map(|w| {
         matches!(w, PlanWarning::UnknownPort { .. }).then(|| {
             Desired::new(
@@ -120,22 +164,13 @@ pub fn port_not_found(plan: &portmapper_core::Plan) -> Option<Desired> {
     })
 }
 
-/// Whether the Service still has a (non-empty) selector.
-pub fn has_selector(service: &Service) -> bool {
-    service
-        .spec
-        .as_ref()
-        .and_then(|s| s.selector.as_ref())
-        .is_some_and(|s| !s.is_empty())
-}
-
 /// The `SelectorMigration` condition while the Service still has a selector (its message is
 /// also the `SelectorStillPresent` Warning Event's note).
 pub fn selector_migration(service: &Service) -> Option<Desired> {
     has_selector(service).then(|| {
         let message = format!(
             "Service {} still has a selector: the native controller publishes its own EndpointSlices beside ours; remove the selector to finish the migration",
-            service.name_any()
+            service.metadata.name.as_deref().unwrap_or_default()
         );
         Desired::new(
             ct::SELECTOR_MIGRATION,
@@ -144,32 +179,6 @@ pub fn selector_migration(service: &Service) -> Option<Desired> {
             message,
         )
     })
-}
-
-/// The condition reason (and Warning Event reason) of the Istio ambient caveat.
-pub const ISTIO_AMBIENT: &str = EventReason::IstioAmbient.as_str();
-
-/// The Warning Event reasons of the consumer caveats.
-pub const CAVEATS: [EventReason; 2] = [EventReason::IstioAmbient, EventReason::LocalTrafficPolicy];
-
-/// The consumers known to ignore this plan's per-port membership, each with its Warning Event
-/// reason and message: published pods enrolled in Istio ambient (looked for only when `ambient`:
-/// the pool has enrolled pods), and a Service that routes external traffic to local endpoints
-/// only, with nodes that lack members of some ports.
-pub fn consumer_caveats(
-    plan: &portmapper_core::Plan,
-    pods: &[&portmapper_core::PodRecord],
-    service: &Service,
-    ambient: bool,
-) -> Vec<(EventReason, String)> {
-    use portmapper_core::consumers::{istio_ambient, local_traffic_policy};
-    let ambient = ambient
-        .then(|| istio_ambient(plan, pods))
-        .flatten()
-        .map(|c| (EventReason::IstioAmbient, c.to_string()));
-    let local = local_traffic_policy(plan, service)
-        .map(|c| (EventReason::LocalTrafficPolicy, c.to_string()));
-    ambient.into_iter().chain(local).collect()
 }
 
 /// `ConsumerCaveat=True` while a consumer is known to ignore this plan's per-port membership,
@@ -192,21 +201,17 @@ pub fn consumer_caveat(caveats: &[(EventReason, String)]) -> Option<Desired> {
 
 /// Whether `previous` already reports `desired` as True with the same reason: the Event of a
 /// caveat goes out on the transition only, also across restarts and leader changes (the
-/// in-memory warn-once set starts empty there).
+/// in-memory warn-once ledger starts empty there).
 pub fn already_reported(previous: &[Condition], desired: &Desired) -> bool {
     previous
         .iter()
         .any(|c| c.type_ == desired.type_ && c.status == "True" && c.reason == desired.reason)
 }
 
-/// The Warning Event reason of a planner warning.
-pub fn warning_reason(warning: &PlanWarning) -> EventReason {
-    warning.event_reason()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::conditions::merge;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
 
@@ -234,8 +239,9 @@ mod tests {
 
     #[test]
     fn a_caveat_already_true_with_its_reason_is_not_announced_again() {
-        let caveat = Desired::new(ct::CONSUMER_CAVEAT, true, ISTIO_AMBIENT, "now");
-        let previous = crate::conditions::merge(
+        let ambient = EventReason::IstioAmbient.as_str();
+        let caveat = Desired::new(ct::CONSUMER_CAVEAT, true, ambient, "now");
+        let previous = merge(
             &[],
             std::slice::from_ref(&caveat),
             Some(1),
@@ -244,9 +250,9 @@ mod tests {
         assert!(already_reported(&previous, &caveat));
         let other_reason = Desired::new(ct::CONSUMER_CAVEAT, true, "Other", "x");
         assert!(!already_reported(&previous, &other_reason));
-        let was_false = crate::conditions::merge(
+        let was_false = merge(
             &[],
-            &[Desired::new(ct::CONSUMER_CAVEAT, false, ISTIO_AMBIENT, "")],
+            &[Desired::new(ct::CONSUMER_CAVEAT, false, ambient, "")],
             Some(1),
             Timestamp::UNIX_EPOCH,
         );
@@ -260,5 +266,18 @@ mod tests {
         assert_eq!(c[0].message, "published http 1/2");
         assert!(c[0].status);
         assert_eq!(published("")[0].message, "published no ports");
+    }
+
+    #[test]
+    fn every_triplet_sets_ready_reconciling_and_stalled_in_that_order() {
+        for triplet in [
+            stalled("X", "m".into()),
+            published("s"),
+            apply_failed("f"),
+            conflict("w", "s")[..3].to_vec(),
+        ] {
+            let types: Vec<&str> = triplet.iter().map(|d| d.type_).collect();
+            assert_eq!(types, [ct::READY, ct::RECONCILING, ct::STALLED]);
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! Reconcile-level tests: `reconcile` against the recording fake API ([`crate::fake_api`]),
+//! Reconcile-level tests: `reconcile` against the recording fake API ([`super::fake_api`]),
 //! with caches filled by hand, asserting the ordered writes and the status synchronously.
 //! Emulator tests (`tests/it`) stay for wiring, faults and failover.
 
@@ -7,40 +7,21 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::Resource;
 use kube::api::PartialObjectMeta;
-use kube::runtime::events::Recorder;
-use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::reflector;
 use kube::runtime::watcher;
 use portmapper_api::PortMapping;
 use portmapper_core::PodRecord;
 use serde_json::{Value, json};
 
-use crate::context::{Context, Settings};
-use crate::fake_api::FakeApi;
-use crate::index::{PodSource, SharedIndex};
-use crate::leader::Leadership;
-use crate::metrics::Metrics;
+use crate::index::PodSource;
+use crate::reconcile::context::{Context, TestFeeds};
+use crate::reconcile::fake_api::FakeApi;
 
 const NS: &str = "default";
 const SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices";
 const STATUS: &str = "/apis/portmapper.dev/v1alpha1/namespaces/default/portmappings/web/status";
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
-
-/// A ready reflector store and its writer.
-fn ready_store<K>(objects: Vec<K>) -> (reflector::Store<K>, Writer<K>)
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
-{
-    let (store, mut writer) = reflector::store();
-    writer.apply_watcher_event(&watcher::Event::Init);
-    for o in objects {
-        writer.apply_watcher_event(&watcher::Event::InitApply(o));
-    }
-    writer.apply_watcher_event(&watcher::Event::InitDone);
-    (store, writer)
-}
 
 fn pm() -> PortMapping {
     let mut pm = PortMapping::new(
@@ -91,13 +72,7 @@ fn stored(body: &Value) -> EndpointSlice {
 struct World {
     api: FakeApi,
     ctx: Arc<Context>,
-    slices: Writer<EndpointSlice>,
-    foreign: Writer<PartialObjectMeta<EndpointSlice>>,
-    endpoints: Writer<Endpoints>,
-    /// Where the watches queue reconciles (the channel's far end is closed: tests call
-    /// `reconcile` themselves); what they queue is counted for quiet passes.
-    trigger: crate::watches::Trigger,
-    _probe_events: portmapper_probe::ProbeEvents,
+    feeds: TestFeeds,
 }
 
 impl World {
@@ -105,65 +80,28 @@ impl World {
         let api = FakeApi::default();
         // The status subresource answers with the whole object, as the API server does.
         api.respond("PATCH", STATUS, 200, serde_json::to_value(pm()).unwrap());
-        let client = api.client();
-        let index = SharedIndex::default();
-        let metrics = Metrics::new();
-        let (tx, _rx) = futures::channel::mpsc::unbounded();
-        let quiet = Arc::new(crate::quiet::QuietPasses::default());
-        let trigger =
-            crate::watches::Trigger::new(tx, Default::default(), metrics.clone(), quiet.clone());
-        let pod_watches =
-            crate::pods::PodWatches::new(client.clone(), None, index.clone(), trigger.clone());
+        let (ctx, mut feeds) = Context::test(api.client());
+        feeds
+            .portmappings
+            .apply_watcher_event(&watcher::Event::Apply(pm()));
+        if let Some(service) = service {
+            feeds
+                .services
+                .apply_watcher_event(&watcher::Event::Apply(service));
+        }
         let source = PodSource::Label("app".into());
         {
-            let mut idx = index.lock();
+            let mut idx = ctx.index.lock();
             idx.apply_portmapping(&pm());
             for p in &pods {
                 idx.apply_pod(&source, Arc::new(PodRecord::from(p.clone())));
             }
         }
-        pod_watches.insert_ready(source);
-        let (prober, probe_events) = crate::probing::start(1, None, &metrics).unwrap();
-        let (slices, slice_writer) = ready_store(Vec::new());
-        let (foreign, foreign_writer) = ready_store(Vec::new());
-        let (owned_endpoints, endpoints_writer) = ready_store::<Endpoints>(Vec::new());
-        let ctx = Context {
-            recorder: Recorder::new(client.clone(), "portmapper".into()),
-            prober,
-            client,
-            settings: Settings {
-                namespace: None,
-                concurrency: 1,
-                resync: Duration::from_secs(300),
-                node_lookups: false,
-                instance: None,
-                probe_concurrency: 1,
-            },
-            portmappings: ready_store(vec![pm()]).0,
-            services: ready_store(service.into_iter().collect()).0,
-            slices,
-            nodes: None,
-            owned_endpoints,
-            native_slices: foreign,
-            index,
-            pods: pod_watches,
-            leadership: Leadership::always(),
-            metrics,
-            warned: Default::default(),
-            memos: Default::default(),
-            status_written: Default::default(),
-            backoff: Default::default(),
-            gates_written: Default::default(),
-            quiet,
-        };
+        ctx.pods.insert_ready(source);
         Self {
             api,
             ctx: Arc::new(ctx),
-            slices: slice_writer,
-            foreign: foreign_writer,
-            endpoints: endpoints_writer,
-            trigger,
-            _probe_events: probe_events,
+            feeds,
         }
     }
 
@@ -171,7 +109,8 @@ impl World {
     /// reconciles it queues.
     fn slice_seen(&mut self, slice: EndpointSlice) {
         let affected = self.ctx.index.lock().apply_slice(&slice);
-        self.slices
+        self.feeds
+            .slices
             .apply_watcher_event(&watcher::Event::Apply(slice));
         self.queue(affected);
     }
@@ -187,7 +126,7 @@ impl World {
 
     fn queue(&self, affected: Vec<reflector::ObjectRef<PortMapping>>) {
         for pm in affected {
-            let _ = self.trigger.unbounded_send(pm);
+            let _ = self.ctx.trigger.unbounded_send(pm);
         }
     }
 
@@ -196,20 +135,23 @@ impl World {
             .index
             .lock()
             .delete_slice(&reflector::ObjectRef::from_obj(&slice));
-        self.slices
+        self.feeds
+            .slices
             .apply_watcher_event(&watcher::Event::Delete(slice));
     }
 
     fn foreign_seen(&mut self, slice: PartialObjectMeta<EndpointSlice>) {
         self.ctx.index.lock().apply_native_slice(&slice);
-        self.foreign
+        self.feeds
+            .foreign_slices
             .apply_watcher_event(&watcher::Event::Apply(slice));
     }
 
     /// An event of the watch of our Endpoints objects: the index, then the store.
     fn endpoints_seen(&mut self, endpoints: Endpoints) {
         self.ctx.index.lock().apply_endpoints(&endpoints);
-        self.endpoints
+        self.feeds
+            .owned_endpoints
             .apply_watcher_event(&watcher::Event::Apply(endpoints));
     }
 
@@ -449,6 +391,7 @@ async fn a_forbidden_write_is_kept_reported_and_backed_off_as_permanent() {
     let wait = format!("{action:?}");
     let failure = w
         .ctx
+        .states
         .backoff
         .remaining(
             &kube::runtime::reflector::ObjectRef::from_obj(&pm()),
@@ -632,4 +575,96 @@ async fn a_withdrawal_attempts_every_deletion_and_keeps_every_failure() {
         crate::backoff::Class::of(&err),
         Some(crate::backoff::Class::Permanent)
     );
+}
+
+/// A pool pod that lists the PortMapping's publication gate.
+fn gated_pod(name: &str, ip: &str) -> Pod {
+    let mut pod = pod(name, ip);
+    pod.spec.as_mut().unwrap().readiness_gates = Some(
+        serde_json::from_value(json!([{"conditionType": "portmapper.dev/published"}])).unwrap(),
+    );
+    // A gated pod's podReady reads ContainersReady (its Ready waits for the gate).
+    let conditions = pod.status.as_mut().unwrap().conditions.as_mut().unwrap();
+    conditions[0].status = "False".into();
+    conditions.push(
+        serde_json::from_value(json!({"type": "ContainersReady", "status": "True"})).unwrap(),
+    );
+    pod
+}
+
+const POD_STATUS: &str = "/api/v1/namespaces/default/pods/pod-a/status";
+
+/// Until the pod cache shows our patch, a plan made from the stale pod asks for the same gate
+/// again; the executor does not resend it. A plan from a newer pod writes it again.
+#[tokio::test]
+async fn a_gate_already_sent_is_not_resent_while_the_cache_lags() {
+    let mut w = World::new(Some(service()), vec![gated_pod("pod-a", "10.244.0.1")]);
+    w.reconcile().await.unwrap();
+    let gate = w.body(&format!("PATCH {POD_STATUS}"));
+    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    assert_eq!(
+        w.api.take_lines(),
+        [
+            format!("PATCH {SLICES}/web.http"),
+            format!("PATCH {POD_STATUS}"),
+            format!("PATCH {STATUS}")
+        ],
+        "the gate after the slice, the status last"
+    );
+    assert_eq!(gate["status"]["conditions"][0]["status"], "True");
+    assert_eq!(gate["metadata"]["uid"], "uid-pod-a");
+    w.slice_seen(stored(&apply));
+    // The pod cache still shows the pod without the condition: the same gate is planned.
+    w.reconcile().await.unwrap();
+    assert_eq!(w.api.take_lines(), Vec::<String>::new());
+    // A newer pod (still without it, say kubelet wrote first): planned from it, written.
+    let mut newer = gated_pod("pod-a", "10.244.0.1");
+    newer.metadata.resource_version = Some("6".into());
+    w.pod_seen(newer);
+    w.reconcile().await.unwrap();
+    assert_eq!(w.api.take_lines(), [format!("PATCH {POD_STATUS}")]);
+}
+
+/// A pod is marked published only once the slices naming it are stored: with a slice write
+/// failed, its True gate waits for the next pass.
+#[tokio::test]
+async fn a_true_gate_waits_for_the_slice_writes() {
+    let w = World::new(Some(service()), vec![gated_pod("pod-a", "10.244.0.1")]);
+    w.api
+        .fail("PATCH", &format!("{SLICES}/web.http"), 500, "InternalError");
+    w.reconcile().await.unwrap_err();
+    assert_eq!(
+        w.api.take_lines(),
+        [
+            format!("PATCH {SLICES}/web.http"),
+            format!("PATCH {STATUS}")
+        ],
+        "no gate written"
+    );
+}
+
+#[test]
+fn resyncs_are_jittered_by_up_to_a_tenth_and_end_on_a_slot() {
+    let resync = Duration::from_secs(5);
+    for (fraction, since) in [(0, 0), (512, 1234), (1023, 99_999), (7, 250)] {
+        let since = Duration::from_millis(since);
+        let delay = super::resync_delay(resync, fraction, since);
+        assert!(
+            delay <= resync && delay >= resync * 9 / 10 - super::RESYNC_SLOT,
+            "{delay:?}"
+        );
+        assert_eq!(
+            (since + delay).as_millis() % super::RESYNC_SLOT.as_millis(),
+            0
+        );
+    }
+    // Two PortMappings due within one slot wake together.
+    let a = Duration::from_millis(1_010);
+    let b = Duration::from_millis(1_060);
+    assert_eq!(
+        a + super::resync_delay(resync, 0, a),
+        b + super::resync_delay(resync, 0, b)
+    );
+    // A resync shorter than a slot still waits.
+    assert!(super::resync_delay(Duration::from_millis(50), 0, a) >= Duration::from_millis(25));
 }

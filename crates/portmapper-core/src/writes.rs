@@ -1,0 +1,361 @@
+//! The writes of one pass, as data: ordered phases, each a list of independent writes and the
+//! earlier phases it waits for. The operator's one executor runs them as they are (a phase
+//! whose guard failed is skipped), so the write order and its two conditions live here, next
+//! to the planner, not in the code that sends the requests.
+//!
+//! - Slices: every apply, then every deletion (endpoints moving between slices are never
+//!   missing from all of them).
+//! - Publication gates: False ones, then True ones, and a True gate only once every slice
+//!   write succeeded (a pod is marked published only once the slices naming it are stored; a
+//!   slice at a name someone else holds is never stored, so then no True gate is written).
+//! - Our Endpoints objects (apply, adopt, delete), then the native Endpoints object, then the
+//!   native controllers' slices, which wait for that object's deletion: they are the evidence
+//!   that brings the next pass back to it.
+//! - Teardown (the Service is gone): slices, Endpoints, then the gates, once both succeeded.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use crate::planner::migration::Step;
+use crate::planner::{Plan, PodGate};
+use crate::pod_record::PodRecord;
+
+/// One write.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Write {
+    /// Server-side apply of one of our slices.
+    ApplySlice(Arc<EndpointSlice>),
+    /// Delete one of our slices (UID precondition).
+    DeleteSlice {
+        /// Name.
+        name: String,
+        /// UID the planner saw.
+        uid: String,
+    },
+    /// Set one pod's publication gate condition.
+    SetGate {
+        /// The condition.
+        gate: PodGate,
+        /// resourceVersion of the pod it was planned from (what a lagging cache still shows).
+        pod_version: String,
+    },
+    /// A write of the migration steps ([`Step::ApplyEndpoints`], [`Step::AdoptEndpoints`],
+    /// [`Step::DeleteEndpoints`], [`Step::DeleteNativeSlice`]; their Warn and Normal steps are
+    /// the report's Events, never a write).
+    Migration(Box<Step>),
+}
+
+/// The phases, in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PhaseKind {
+    /// Applies of our slices.
+    SliceApplies,
+    /// Deletions of our slices.
+    SliceDeletions,
+    /// False publication gates.
+    Gates,
+    /// True publication gates.
+    PublishedGates,
+    /// Our Endpoints objects.
+    Endpoints,
+    /// The native Endpoints object.
+    NativeEndpoints,
+    /// The native controllers' slices.
+    NativeSlices,
+}
+
+impl PhaseKind {
+    /// Writes of the phase in flight at once: slices and gates are independent objects (one at
+    /// a time made a first publication of hundreds of slices wait a round trip per slice), kept
+    /// few so one PortMapping cannot flood the API server; the Endpoints steps go one by one.
+    pub fn in_flight(self) -> usize {
+        match self {
+            Self::SliceApplies | Self::SliceDeletions => 8,
+            Self::Gates | Self::PublishedGates => 4,
+            Self::Endpoints | Self::NativeEndpoints | Self::NativeSlices => 1,
+        }
+    }
+}
+
+/// One phase: its writes, and the earlier phases that must have had no failure for it to run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Phase {
+    /// Which.
+    pub kind: PhaseKind,
+    /// Independent writes.
+    pub writes: Vec<Write>,
+    /// It runs only if none of these phases had a failed write.
+    pub only_if: Vec<PhaseKind>,
+}
+
+/// Every phase of a pass, in order. Empty phases are left out.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Phases(pub Vec<Phase>);
+
+impl Phases {
+    /// The writes of every phase.
+    pub fn count(&self) -> usize {
+        self.0.iter().map(|p| p.writes.len()).sum()
+    }
+
+    fn push(&mut self, kind: PhaseKind, writes: Vec<Write>, only_if: &[PhaseKind]) {
+        if !writes.is_empty() {
+            self.0.push(Phase {
+                kind,
+                writes,
+                only_if: only_if.to_vec(),
+            });
+        }
+    }
+
+    /// The writes of a plan: its slices, its gates (`pods`: those it planned from, for their
+    /// versions), then its Endpoints and migration steps.
+    pub fn of_plan(plan: &Plan, pods: &[&PodRecord]) -> Self {
+        use PhaseKind as K;
+        let mut phases = Self::default();
+        let applies = plan
+            .slices
+            .iter()
+            .filter(|s| s.action.is_write())
+            .map(|s| Write::ApplySlice(s.slice.clone()))
+            .collect();
+        phases.push(K::SliceApplies, applies, &[]);
+        phases.push(K::SliceDeletions, slice_deletions(plan), &[]);
+        let (published, unpublished): (Vec<&PodGate>, Vec<&PodGate>) =
+            plan.pod_gates.iter().partition(|g| g.status);
+        let versions = versions(pods);
+        phases.push(K::Gates, set_gates(unpublished, &versions), &[]);
+        if plan.collisions.is_empty() {
+            let published = set_gates(published, &versions);
+            phases.push(
+                K::PublishedGates,
+                published,
+                &[K::SliceApplies, K::SliceDeletions],
+            );
+        }
+        phases.migration(&plan.migration);
+        phases
+    }
+
+    /// The writes of a teardown plan ([`crate::planner::teardown`]): its slice deletions and
+    /// its Endpoints deletions, then `gates` once both succeeded (a pod is told it is not
+    /// published only once it is not).
+    pub fn of_teardown(plan: &Plan, gates: &[PodGate], pods: &[&PodRecord]) -> Self {
+        use PhaseKind as K;
+        let mut phases = Self::default();
+        phases.push(K::SliceDeletions, slice_deletions(plan), &[]);
+        phases.migration(&plan.migration);
+        let gates = set_gates(gates.iter(), &versions(pods));
+        phases.push(K::Gates, gates, &[K::SliceDeletions, K::Endpoints]);
+        phases
+    }
+
+    /// The writes of a pass that publishes nothing new: the gates it sets False.
+    pub fn of_gates(gates: &[PodGate], pods: &[&PodRecord]) -> Self {
+        let mut phases = Self::default();
+        let gates = set_gates(gates.iter(), &versions(pods));
+        phases.push(PhaseKind::Gates, gates, &[]);
+        phases
+    }
+
+    /// The migration steps' writes, by phase (their Events are the report's).
+    fn migration(&mut self, steps: &[Step]) {
+        use PhaseKind as K;
+        let (mut ours, mut native, mut native_slices) = (Vec::new(), Vec::new(), Vec::new());
+        for step in steps {
+            let phase = match step {
+                Step::ApplyEndpoints(_) | Step::AdoptEndpoints { .. } => &mut ours,
+                Step::DeleteEndpoints { native: false, .. } => &mut ours,
+                Step::DeleteEndpoints { native: true, .. } => &mut native,
+                Step::DeleteNativeSlice { .. } => &mut native_slices,
+                Step::Warn { .. } | Step::Normal { .. } => continue,
+            };
+            phase.push(Write::Migration(Box::new(step.clone())));
+        }
+        self.push(K::Endpoints, ours, &[]);
+        self.push(K::NativeEndpoints, native, &[]);
+        self.push(K::NativeSlices, native_slices, &[K::NativeEndpoints]);
+    }
+}
+
+/// The plan's slice deletions that carry a UID (every delete has a UID precondition, so a
+/// newer object of the same name is never touched; one the planner saw without a UID is left).
+fn slice_deletions(plan: &Plan) -> Vec<Write> {
+    plan.deletions
+        .iter()
+        .filter_map(|d| {
+            Some(Write::DeleteSlice {
+                name: d.name.clone(),
+                uid: d.uid.clone()?,
+            })
+        })
+        .collect()
+}
+
+fn versions<'p>(pods: &[&'p PodRecord]) -> HashMap<&'p str, &'p str> {
+    pods.iter()
+        .map(|p| (p.uid.as_str(), p.resource_version.as_str()))
+        .collect()
+}
+
+fn set_gates<'g>(
+    gates: impl IntoIterator<Item = &'g PodGate>,
+    versions: &HashMap<&str, &str>,
+) -> Vec<Write> {
+    gates
+        .into_iter()
+        .map(|gate| Write::SetGate {
+            pod_version: versions
+                .get(gate.uid.as_str())
+                .map(|v| (*v).to_owned())
+                .unwrap_or_default(),
+            gate: gate.clone(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::HeldName;
+    use crate::planner::{Deletion, NameCollision, PlannedSlice, WriteAction};
+
+    fn gate(pod: &str, status: bool) -> PodGate {
+        PodGate {
+            pod: pod.into(),
+            condition_type: "portmapper.dev/published".into(),
+            uid: format!("uid-{pod}"),
+            status,
+            reason: if status { "Published" } else { "NotPublished" },
+            message: String::new(),
+            last_transition_time: None,
+        }
+    }
+
+    fn shape(phases: &Phases) -> Vec<(PhaseKind, usize, Vec<PhaseKind>)> {
+        phases
+            .0
+            .iter()
+            .map(|p| (p.kind, p.writes.len(), p.only_if.clone()))
+            .collect()
+    }
+
+    fn plan() -> Plan {
+        Plan {
+            slices: vec![
+                PlannedSlice {
+                    slice: Arc::default(),
+                    action: WriteAction::Create,
+                },
+                PlannedSlice {
+                    slice: Arc::default(),
+                    action: WriteAction::Unchanged,
+                },
+            ],
+            deletions: vec![
+                Deletion {
+                    name: "a".into(),
+                    uid: Some("u".into()),
+                },
+                Deletion {
+                    name: "no-uid".into(),
+                    uid: None,
+                },
+            ],
+            pod_gates: vec![gate("p1", true), gate("p2", false)],
+            migration: vec![
+                Step::DeleteEndpoints {
+                    name: "web".into(),
+                    uid: "e".into(),
+                    native: true,
+                },
+                Step::DeleteNativeSlice {
+                    name: "web-abc".into(),
+                    uid: "n".into(),
+                },
+                Step::Normal {
+                    reason: crate::EventReason::NativeEndpointsCleanedUp,
+                    note: String::new(),
+                },
+                Step::DeleteEndpoints {
+                    name: "old".into(),
+                    uid: "o".into(),
+                    native: false,
+                },
+            ],
+            ..Plan::default()
+        }
+    }
+
+    #[test]
+    fn a_plan_writes_slices_then_gates_then_endpoints_with_its_two_conditions_as_data() {
+        use PhaseKind as K;
+        let pod = PodRecord {
+            uid: "uid-p1".into(),
+            resource_version: "7".into(),
+            ..PodRecord::default()
+        };
+        let phases = Phases::of_plan(&plan(), &[&pod]);
+        assert_eq!(
+            shape(&phases),
+            [
+                (K::SliceApplies, 1, vec![]),
+                (K::SliceDeletions, 1, vec![]),
+                (K::Gates, 1, vec![]),
+                (
+                    K::PublishedGates,
+                    1,
+                    vec![K::SliceApplies, K::SliceDeletions]
+                ),
+                (K::Endpoints, 1, vec![]),
+                (K::NativeEndpoints, 1, vec![]),
+                (K::NativeSlices, 1, vec![K::NativeEndpoints]),
+            ]
+        );
+        assert_eq!(phases.count(), 7);
+        let Write::SetGate { pod_version, .. } = &phases.0[3].writes[0] else {
+            panic!("a gate")
+        };
+        assert_eq!(pod_version, "7");
+    }
+
+    #[test]
+    fn a_name_held_by_others_holds_every_true_gate() {
+        let mut plan = plan();
+        plan.collisions.push(NameCollision {
+            name: "web.http".into(),
+            held: HeldName {
+                uid: None,
+                holder: "someone".into(),
+            },
+        });
+        let phases = Phases::of_plan(&plan, &[]);
+        assert!(phases.0.iter().all(|p| p.kind != PhaseKind::PublishedGates));
+    }
+
+    #[test]
+    fn a_teardown_sets_its_gates_only_once_everything_is_deleted() {
+        use PhaseKind as K;
+        let teardown = Plan {
+            deletions: plan().deletions,
+            migration: vec![Step::DeleteEndpoints {
+                name: "web".into(),
+                uid: "e".into(),
+                native: false,
+            }],
+            ..Plan::default()
+        };
+        let phases = Phases::of_teardown(&teardown, &[gate("p", false)], &[]);
+        assert_eq!(
+            shape(&phases),
+            [
+                (K::SliceDeletions, 1, vec![]),
+                (K::Endpoints, 1, vec![]),
+                (K::Gates, 1, vec![K::SliceDeletions, K::Endpoints]),
+            ]
+        );
+        assert_eq!(shape(&Phases::of_gates(&[], &[])), []);
+    }
+}

@@ -1,0 +1,185 @@
+//! What every reconcile reads and writes through: the caches, the index, the prober, the one
+//! state per PortMapping, and what it records (metrics and Events). The controller builds it;
+//! tests build one with [`Context::test`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Client;
+use kube::api::PartialObjectMeta;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::{ObjectRef, Store};
+use portmapper_api::PortMapping;
+
+use crate::index::SharedIndex;
+use crate::leader::Leadership;
+use crate::metrics::Metrics;
+use crate::pods::PodWatches;
+use crate::reconcile::state::States;
+use crate::watches::{Trigger, is_ready};
+
+/// Settings of one controller instance.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Namespace scope (None = all namespaces).
+    pub namespace: Option<String>,
+    /// Concurrent reconciles.
+    pub concurrency: u16,
+    /// Requeue period of a converged PortMapping.
+    pub resync: Duration,
+    /// Read Nodes for zones.
+    pub node_lookups: bool,
+    /// Identity for Events.
+    pub instance: Option<String>,
+    /// Network probes in flight at once, across all PortMappings.
+    pub probe_concurrency: usize,
+}
+
+/// The reflector stores a reconcile reads.
+#[derive(Clone)]
+pub struct Stores {
+    pub portmappings: Store<PortMapping>,
+    pub services: Store<Service>,
+    /// Our slices (label-selected).
+    pub slices: Store<EndpointSlice>,
+    /// Node metadata, when zones are looked up.
+    pub nodes: Option<Store<PartialObjectMeta<Node>>>,
+    /// The legacy Endpoints objects we publish, found by our managed-by label.
+    pub owned_endpoints: Store<Endpoints>,
+    /// Every slice not managed by us (metadata only): the native controllers' ones are
+    /// evidence for the selector migration; all of them hold names our plans may not create.
+    pub foreign_slices: Store<PartialObjectMeta<EndpointSlice>>,
+}
+
+impl Stores {
+    /// Whether every store has listed once: before that they read as "nothing published" /
+    /// "no Service".
+    pub fn synced(&self) -> bool {
+        is_ready(&self.portmappings)
+            && is_ready(&self.services)
+            && is_ready(&self.slices)
+            && is_ready(&self.owned_endpoints)
+            && is_ready(&self.foreign_slices)
+            && self.nodes.as_ref().is_none_or(is_ready)
+    }
+}
+
+/// What every reconcile reads and writes through.
+pub struct Context {
+    pub client: Client,
+    pub settings: Settings,
+    pub stores: Stores,
+    /// What every cached object touches: the way from an object to its PortMappings and back.
+    pub index: SharedIndex,
+    /// The pod watches: whether a pool's watch has listed.
+    pub pods: Arc<PodWatches>,
+    /// Where reconciles are queued, and how many were queued per PortMapping.
+    pub trigger: Trigger,
+    pub leadership: Leadership,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    /// Probes network checks outside reconciles; reconciles read its cached results.
+    pub prober: portmapper_probe::Prober,
+    /// What the operator remembers per PortMapping.
+    pub states: States,
+}
+
+impl Context {
+    /// Drops everything this operator remembers about `pm`, wherever it is kept: its state,
+    /// its failure backoff, its queued-reconcile count, its prober targets and its metric
+    /// series. Called when it is deleted, when it withdraws (its Service is gone), and on every
+    /// pass while this replica does not lead (a new leader re-reconciles everything).
+    pub fn forget(&self, pm: &ObjectRef<PortMapping>) {
+        self.states.forget(pm);
+        self.trigger.forget(pm);
+        let namespace = pm.namespace.as_deref().unwrap_or_default();
+        self.prober
+            .remove_mapping(&portmapper_probe::MappingKey::new(namespace, &pm.name));
+        self.metrics.forget((namespace, &pm.name));
+    }
+}
+
+/// A [`Context`] over a test's client, with empty, listed caches the test fills through
+/// [`TestFeeds`].
+#[cfg(test)]
+pub struct TestFeeds {
+    pub portmappings: kube::runtime::reflector::store::Writer<PortMapping>,
+    pub services: kube::runtime::reflector::store::Writer<Service>,
+    pub slices: kube::runtime::reflector::store::Writer<EndpointSlice>,
+    pub owned_endpoints: kube::runtime::reflector::store::Writer<Endpoints>,
+    pub foreign_slices: kube::runtime::reflector::store::Writer<PartialObjectMeta<EndpointSlice>>,
+    /// The far end of the trigger (tests call `reconcile` themselves).
+    pub queued: futures::channel::mpsc::UnboundedReceiver<ObjectRef<PortMapping>>,
+    pub probe_events: portmapper_probe::ProbeEvents,
+}
+
+#[cfg(test)]
+impl Context {
+    /// A context over `client` (a [`crate::reconcile::fake_api::FakeApi`]'s, say): every
+    /// store listed and empty, one reconcile at a time, a resync of 300 s, no node lookups, and
+    /// this replica leading.
+    pub fn test(client: Client) -> (Self, TestFeeds) {
+        use kube::runtime::watcher::Event;
+        fn listed<K>() -> (Store<K>, kube::runtime::reflector::store::Writer<K>)
+        where
+            K: kube::Resource + Clone + 'static,
+            K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+        {
+            let (store, mut writer) = kube::runtime::reflector::store();
+            writer.apply_watcher_event(&Event::Init);
+            writer.apply_watcher_event(&Event::InitDone);
+            (store, writer)
+        }
+        let metrics = Metrics::new();
+        let (tx, queued) = futures::channel::mpsc::unbounded();
+        let trigger = Trigger::new(tx, Default::default(), metrics.clone());
+        let index = SharedIndex::default();
+        let pods = PodWatches::new(client.clone(), None, index.clone(), trigger.clone());
+        let (prober, probe_events) =
+            crate::probing::start(1, None, &metrics).expect("a prober starts");
+        let (portmappings, pm_writer) = listed();
+        let (services, svc_writer) = listed();
+        let (slices, slice_writer) = listed();
+        let (owned_endpoints, endpoints_writer) = listed();
+        let (foreign_slices, foreign_writer) = listed();
+        let ctx = Self {
+            recorder: Recorder::new(client.clone(), "portmapper".into()),
+            client,
+            settings: Settings {
+                namespace: None,
+                concurrency: 1,
+                resync: Duration::from_secs(300),
+                node_lookups: false,
+                instance: None,
+                probe_concurrency: 1,
+            },
+            stores: Stores {
+                portmappings,
+                services,
+                slices,
+                nodes: None,
+                owned_endpoints,
+                foreign_slices,
+            },
+            index,
+            pods,
+            trigger,
+            leadership: Leadership::always(),
+            metrics,
+            prober,
+            states: States::default(),
+        };
+        let feeds = TestFeeds {
+            portmappings: pm_writer,
+            services: svc_writer,
+            slices: slice_writer,
+            owned_endpoints: endpoints_writer,
+            foreign_slices: foreign_writer,
+            queued,
+            probe_events,
+        };
+        (ctx, feeds)
+    }
+}

@@ -1,0 +1,304 @@
+//! The one executor: it runs a pass as the core computed it ([`Phases`] and a [`Report`]) and
+//! decides nothing. Phases run in order, each with a few writes in flight, a phase whose
+//! guard phases failed is skipped; every error is kept; our slice writes are recorded in the
+//! index as they are sent and answered; the Events go through the PortMapping's warn-once
+//! ledger; the status is written when it changed (the "after writes failed" variant when a
+//! write failed); and the API server's warnings on these writes are announced once.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use futures::StreamExt;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::events::{Event, EventType as KubeEventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use portmapper_api::PortMapping;
+use portmapper_core::planner::migration::Step;
+use portmapper_core::report::{PlannedStatus, Report, after_writes, api_warning};
+use portmapper_core::writes::{Phase, PhaseKind, Phases, Write};
+use portmapper_core::{EventType, PlannedEvent};
+use tracing::{debug, info, warn};
+
+use crate::apply::Writer;
+use crate::error::Error;
+use crate::metrics::ResourceLabels;
+use crate::own_writes::Answered;
+use crate::reconcile::context::Context;
+
+/// What a pass executes: its writes and what it reports.
+pub struct Pass {
+    pub phases: Phases,
+    pub report: Report,
+}
+
+/// What executing a pass came to.
+pub struct Executed {
+    /// Every failed write (the status write included), combined.
+    pub failed: Option<Error>,
+    /// The watch showed a change of a slice that was not ours while we wrote it: plan again
+    /// (the event that would have woken the PortMapping was held as a possible echo).
+    pub wake: bool,
+}
+
+/// Runs `pass` for `pm` through `writer`.
+pub async fn execute(
+    ctx: &Context,
+    writer: &Writer<'_>,
+    pm: &PortMapping,
+    pass: &Pass,
+) -> Executed {
+    let key = ObjectRef::from_obj(pm);
+    let run = Run {
+        ctx,
+        writer,
+        key: &key,
+        owner: pm.uid().unwrap_or_default(),
+    };
+    let (mut errors, wake) = run.phases(&pass.phases).await;
+    let written = pass.phases.count();
+    if written > 0 {
+        info!(writes = written, failed = errors.len(), "published changes");
+    }
+    run.announce(pm, &pass.report.events, &pass.report.covers)
+        .await;
+    let failed = Error::combine(std::mem::take(&mut errors));
+    let status = match &failed {
+        None => Some(pass.report.status.clone()),
+        Some(err) => after_writes(&pass.report.status, &err.to_string()),
+    };
+    let status_error = match status {
+        Some(status) => run.status(pm, &status).await.err(),
+        None => None,
+    };
+    // The API server's warnings, once per PortMapping (not once per write).
+    let warned: Vec<PlannedEvent> = writer.warnings().iter().map(|t| api_warning(t)).collect();
+    run.announce(pm, &warned, &[]).await;
+    Executed {
+        failed: Error::combine(failed.into_iter().chain(status_error).collect()),
+        wake,
+    }
+}
+
+/// One execution.
+struct Run<'a> {
+    ctx: &'a Context,
+    writer: &'a Writer<'a>,
+    key: &'a ObjectRef<PortMapping>,
+    /// The PortMapping's UID: the owner of the slice writes the index records.
+    owner: String,
+}
+
+impl Run<'_> {
+    /// Runs every phase in order; a phase whose guard phases failed is skipped. Returns every
+    /// failure, in order, and whether a write asked for another pass.
+    async fn phases(&self, phases: &Phases) -> (Vec<Error>, bool) {
+        let mut failed: HashSet<PhaseKind> = HashSet::new();
+        let (mut errors, mut wake) = (Vec::new(), false);
+        for phase in &phases.0 {
+            if let Some(guard) = phase.only_if.iter().find(|k| failed.contains(k)) {
+                info!(portmapping = %self.key, phase = ?phase.kind, after = ?guard, "an earlier phase failed; this one waits for the next pass");
+                continue;
+            }
+            let (phase_errors, phase_wake) = self.phase(phase).await;
+            if !phase_errors.is_empty() {
+                failed.insert(phase.kind);
+            }
+            errors.extend(phase_errors);
+            wake |= phase_wake;
+        }
+        (errors, wake)
+    }
+
+    /// One phase's writes, up to its in-flight bound at once; results in write order
+    /// (`buffered`), so conditions and logs are deterministic.
+    async fn phase(&self, phase: &Phase) -> (Vec<Error>, bool) {
+        // Collected first: a lazily mapped stream of borrowing futures is not `Send`.
+        let writes: Vec<_> = phase.writes.iter().map(|w| self.write(w)).collect();
+        let results: Vec<(Result<(), Error>, bool)> = futures::stream::iter(writes)
+            .buffered(phase.kind.in_flight())
+            .collect()
+            .await;
+        let wake = results.iter().any(|(_, wake)| *wake);
+        let errors = results.into_iter().filter_map(|(r, _)| r.err()).collect();
+        (errors, wake)
+    }
+
+    /// One write; true when its answer asks for another pass.
+    async fn write(&self, write: &Write) -> (Result<(), Error>, bool) {
+        match write {
+            Write::ApplySlice(slice) => self.apply_slice(slice).await,
+            Write::DeleteSlice { name, uid } => (self.delete_slice(name, uid).await, false),
+            Write::SetGate { gate, pod_version } => {
+                if self.ctx.states.gate_sent(self.key, gate, pod_version) {
+                    debug!(pod = %gate.pod, "publication gate already written; the cache lags");
+                    return (Ok(()), false);
+                }
+                let result = self.writer.patch_pod_gate(gate).await;
+                let written = matches!(result, Ok(true));
+                let states = &self.ctx.states;
+                states.gate_answered(self.key, gate, pod_version, written);
+                (result.map(drop), false)
+            }
+            Write::Migration(step) => (self.migrate(step).await, false),
+        }
+    }
+
+    /// One write of the migration steps.
+    async fn migrate(&self, step: &Step) -> Result<(), Error> {
+        match step {
+            Step::ApplyEndpoints(endpoints) => self.writer.apply_endpoints(endpoints).await,
+            Step::AdoptEndpoints {
+                endpoints,
+                strip_annotations,
+                resource_version,
+            } => {
+                let name = endpoints.name_any();
+                let version = resource_version.as_deref();
+                self.writer
+                    .strip_endpoints_annotations(&name, strip_annotations, version)
+                    .await?;
+                self.writer.apply_endpoints(endpoints).await
+            }
+            Step::DeleteEndpoints { name, uid, native } => {
+                let deleted = self.writer.delete_endpoints(name, uid).await;
+                if *native {
+                    self.native_cleaned("endpoints", &deleted);
+                }
+                deleted.map(drop)
+            }
+            Step::DeleteNativeSlice { name, uid } => {
+                let deleted = self.writer.delete_slice(name, uid).await;
+                self.native_cleaned("endpointslice", &deleted);
+                deleted.map(drop)
+            }
+            // The report's Events, never a write.
+            Step::Warn { .. } | Step::Normal { .. } => Ok(()),
+        }
+    }
+
+    /// Applies one of our slices. It is announced to the index as it is sent and its answer
+    /// recorded as it arrives: its watch event, often handled before the answer, is then known
+    /// as ours instead of waking the PortMapping for a pass that finds nothing to do.
+    async fn apply_slice(&self, slice: &EndpointSlice) -> (Result<(), Error>, bool) {
+        let slice_ref = self.slice_ref(&slice.name_any());
+        let index = &self.ctx.index;
+        index
+            .lock()
+            .applying_slice(&self.owner, slice_ref.clone(), Instant::now());
+        let result = self.writer.apply_slice(slice).await;
+        let answered = match &result {
+            Ok(Some(version)) => {
+                index
+                    .lock()
+                    .wrote_slice(&self.owner, slice_ref, version.clone(), Instant::now())
+            }
+            Ok(None) | Err(_) => index.lock().apply_failed(&self.owner, &slice_ref),
+        };
+        (result.map(drop), answered == Answered::Wake)
+    }
+
+    /// Deletes one of our slices, recording the deletion in the index.
+    async fn delete_slice(&self, name: &str, uid: &str) -> Result<(), Error> {
+        let slice_ref = self.slice_ref(name);
+        let result = self.writer.delete_slice(name, uid).await;
+        let mut index = self.ctx.index.lock();
+        match &result {
+            Ok(true) => index.deleted_slice(&self.owner, slice_ref, Instant::now()),
+            // Already gone: nothing to wait for.
+            Ok(false) => {}
+            Err(_) => {
+                index.apply_failed(&self.owner, &slice_ref);
+            }
+        }
+        result.map(drop)
+    }
+
+    fn slice_ref(&self, name: &str) -> ObjectRef<EndpointSlice> {
+        ObjectRef::new(name).within(self.writer.namespace)
+    }
+
+    fn native_cleaned(&self, resource: &'static str, deleted: &Result<bool, Error>) {
+        if matches!(deleted, Ok(true)) {
+            self.ctx
+                .metrics
+                .native_cleanup_deletions
+                .get_or_create(&ResourceLabels { resource })
+                .inc();
+        }
+    }
+
+    /// Publishes the events that are news for the PortMapping's ledger ([`Ledger::news`]).
+    ///
+    /// [`Ledger::news`]: portmapper_core::Ledger::news
+    async fn announce(
+        &self,
+        pm: &PortMapping,
+        events: &[PlannedEvent],
+        covers: &[portmapper_core::EventReason],
+    ) {
+        for event in self.ctx.states.news(self.key, events, covers) {
+            self.publish(pm, event).await;
+        }
+    }
+
+    async fn publish(&self, pm: &PortMapping, planned: &PlannedEvent) {
+        let (type_, note) = match planned.type_ {
+            EventType::Warning => (KubeEventType::Warning, truncate_note(&planned.note)),
+            EventType::Normal => {
+                info!(portmapping = %self.key, reason = planned.reason.as_str(), "{}", planned.note);
+                (KubeEventType::Normal, planned.note.clone())
+            }
+        };
+        if planned.reason == portmapper_core::EventReason::ApiWarning {
+            info!(portmapping = %self.key, warning = %planned.occurrence, "the API server warns about our writes");
+        }
+        let event = Event {
+            type_,
+            reason: planned.reason.to_string(),
+            note: Some(note),
+            action: "Reconcile".to_string(),
+            secondary: planned.related.clone(),
+        };
+        if !self.ctx.leadership.is_leader() {
+            return;
+        }
+        match self.ctx.recorder.publish(&event, &pm.object_ref(&())).await {
+            Ok(()) => self.ctx.metrics.write("create", "events"),
+            Err(err) => {
+                warn!(portmapping = %self.key, reason = planned.reason.as_str(), error = %err, "publishing an Event failed");
+            }
+        }
+    }
+
+    /// Writes `planned` when it differs from what the server holds, as far as this operator
+    /// knows (including a write of ours the cache has not delivered yet: a pass in that window
+    /// would otherwise re-send the status it just wrote).
+    async fn status(&self, pm: &PortMapping, planned: &PlannedStatus) -> Result<(), Error> {
+        let previous = self.ctx.states.known_status(pm);
+        let status = planned.to_status(&previous, pm.metadata.generation, Timestamp::now());
+        if status == previous {
+            return Ok(());
+        }
+        debug!(portmapping = %self.key, "status changed; applying");
+        if self.writer.apply_status(pm, &status).await? {
+            self.ctx.states.status_written(pm, &status);
+        } else {
+            debug!(portmapping = %self.key, "PortMapping gone; status not written");
+        }
+        Ok(())
+    }
+}
+
+/// Event notes are capped (1 KiB); cut at a character boundary.
+fn truncate_note(note: &str) -> String {
+    if note.len() <= 1000 {
+        return note.to_string();
+    }
+    let mut end = 997;
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &note[..end])
+}
