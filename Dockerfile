@@ -7,12 +7,12 @@ ARG RUST_VERSION=1.95
 
 FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS builder
 WORKDIR /src
-# The whole workspace: Cargo needs every member's manifest to resolve the lockfile. No default
-# features: the `demo` subcommand and its embedded API server stay out of the image.
+# The whole workspace: Cargo needs every member's manifest to resolve the lockfile. Without the
+# opt-in `demo` feature: the `demo` subcommand and its embedded API server stay out of the image.
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p portmapper --bin portmapper --no-default-features \
+    cargo build --release --locked -p portmapper --bin portmapper \
  && install -D -m 0755 target/release/portmapper /out/portmapper
 
 FROM gcr.io/distroless/cc-debian12:nonroot

@@ -45,11 +45,11 @@ tools:
 fmt-check:
 	$(CARGO) fmt --all -- --check
 
-# The workspace with default features (portmapper's `demo` included), then the production build
-# (the Dockerfile's `--no-default-features`), so both stay warning-free.
+# The workspace with portmapper's opt-in `demo`, then the production build (no features, as the
+# Dockerfile builds it), so both stay warning-free.
 clippy:
 	$(CARGO) clippy --workspace --all-targets --locked --features portmapper/demo -- -D warnings
-	$(CARGO) clippy -p portmapper --bins --locked --no-default-features -- -D warnings
+	$(CARGO) clippy -p portmapper --bins --locked -- -D warnings
 
 unit:
 	$(CARGO) build --workspace --bins --locked --features portmapper/demo
@@ -67,11 +67,11 @@ CRASH_ROUNDS ?= 30
 MATRIX_ROUNDS ?= 3
 FAILOVER_ROUNDS ?= 10
 soak:
-	PORTMAPPER_FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test --workspace --locked -- fuzz_
-	PORTMAPPER_STORM_SECONDS=60 $(CARGO) test -p portmapper --locked --test it -- faults::a_throttling_storm_is_reported
-	PORTMAPPER_CRASH_ROUNDS=$(CRASH_ROUNDS) $(CARGO) test -p portmapper --locked --test it -- crashes::
-	PORTMAPPER_MATRIX_ROUNDS=$(MATRIX_ROUNDS) $(CARGO) test -p portmapper --locked --test it -- fault_matrix:: --test-threads 2
-	PORTMAPPER_FAILOVER_ROUNDS=$(FAILOVER_ROUNDS) $(CARGO) test -p portmapper --locked --test it -- failover::
+	PORTMAPPER_FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test --workspace --locked --features portmapper/demo -- fuzz_
+	PORTMAPPER_STORM_SECONDS=60 $(CARGO) test -p portmapper --locked --features demo --test it -- faults::a_throttling_storm_is_reported
+	PORTMAPPER_CRASH_ROUNDS=$(CRASH_ROUNDS) $(CARGO) test -p portmapper --locked --features demo --test it -- crashes::
+	PORTMAPPER_MATRIX_ROUNDS=$(MATRIX_ROUNDS) $(CARGO) test -p portmapper --locked --features demo --test it -- fault_matrix:: --test-threads 2
+	PORTMAPPER_FAILOVER_ROUNDS=$(FAILOVER_ROUNDS) $(CARGO) test -p portmapper --locked --features demo --test it -- failover::
 
 ## realkube: the real control plane (etcd, kube-apiserver, kube-controller-manager, kube-proxy from
 ## the Kubernetes Go modules; tools/realkube), one multi-call binary. Rebuilt only when its

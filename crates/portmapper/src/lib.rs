@@ -1,32 +1,14 @@
-//! The portmapper operator: decide (membership) → plan (pure, in `portmapper-core`) → apply.
+//! The portmapper operator, in layers (each uses only those below it):
+//! - [`cli`]: the command line (clap) and the binary's entry point;
+//! - [`commands`]: `run`, `render`, `status` and `demo`;
+//! - [`controller`]: the wiring: reflectors, pod watches, the kube-runtime Controller;
+//! - [`reconcile`]: one pass per PortMapping: gather → plan (`portmapper-core`) → execute;
+//! - [`index`]: what every watched object touches, and where reconciles are queued;
+//! - [`runtime`]: API clients, the writer, leader election, HTTP, metrics, telemetry, errors.
 
-pub mod api_warnings;
-pub mod apply;
-pub mod backoff;
 pub mod cli;
-pub mod client;
+pub mod commands;
 pub mod controller;
-#[cfg(feature = "demo")]
-pub mod demo;
-#[cfg(feature = "demo")]
-pub mod demo_pods;
-pub mod entry;
-pub mod error;
-pub mod http;
 pub mod index;
-pub mod leader;
-pub mod metrics;
-pub mod own_writes;
-pub mod pod_wire;
-pub mod pods;
-pub mod pool_pods;
-pub mod probing;
 pub mod reconcile;
-pub mod render;
-pub mod run;
-pub mod status_view;
-pub mod sync_metrics;
-pub mod telemetry;
-pub mod text_table;
-pub mod watch_health;
-pub mod watches;
+pub mod runtime;

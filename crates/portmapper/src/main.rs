@@ -3,5 +3,5 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    portmapper::entry::main("portmapper")
+    portmapper::cli::entry::main("portmapper")
 }

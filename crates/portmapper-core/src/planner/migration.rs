@@ -1,6 +1,7 @@
-//! Selector migration and legacy Endpoints, as the seed does them: decide (pure, here) which
-//! steps are due from evidence in the API, so the logic is stateless and restart-safe; they are
-//! part of the plan ([`Plan::migration`]), which the reconcile's executor runs after the slices.
+//! Selector migration and legacy Endpoints, as the Go original (redpanda's `portmapper`, see
+//! docs/seed-parity.md) does them: decide (pure, here) which steps are due from evidence in the
+//! API, so the logic is stateless and restart-safe; they are part of the plan
+//! ([`Plan::migration`]), whose writes the operator's executor runs after the slices.
 //!
 //! - While the Service still has a selector, the native controllers own its Endpoints: we never
 //!   write it, and hand back one we own (selector re-added).

@@ -1,5 +1,5 @@
 //! Teardown: the plan of a PortMapping whose Service is gone. Every slice it controls goes, as
-//! the seed does (the native controller's slices go with their Service by garbage collection;
+//! the Go original does (the native controller's slices go with their Service by garbage collection;
 //! ours are owned by the PortMapping, which stays, so they are deleted), and so does every
 //! Endpoints object it controls.
 

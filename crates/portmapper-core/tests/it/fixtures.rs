@@ -78,7 +78,7 @@ pub fn service(ports: Vec<ServicePort>) -> Service {
     }
 }
 
-/// The seed's Service: http 8080 and https 8443.
+/// The Go original's Service: http 8080 and https 8443.
 pub fn web_service() -> Service {
     service(vec![sport("http", 8080, None), sport("https", 8443, None)])
 }
@@ -189,7 +189,7 @@ impl PodBuilder {
     }
 }
 
-/// The seed's pods: a→http, b,c→http+https, d→https, all ready.
+/// The Go original's pods: a→http, b,c→http+https, d→https, all ready.
 pub fn seed_pods() -> Vec<Pod> {
     vec![
         PodBuilder::new("pod-a", &["10.0.0.1"])

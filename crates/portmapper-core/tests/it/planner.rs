@@ -1772,7 +1772,7 @@ fn legacy_endpoints_tampering_is_repaired() {
         );
         assert_eq!(p.writes(), 1, "{what}: only the Endpoints object");
     }
-    // The seed's case: truncated subsets and skip-mirror flipped together; repaired in one
+    // The Go original's case: truncated subsets and skip-mirror flipped together; repaired in one
     // pass, then quiet.
     let mut live = converged;
     (tamperings[0].1)(&mut live);
@@ -2181,7 +2181,7 @@ fn named_target_group_emptied_is_deleted_and_one_placeholder_stays() {
 fn named_target_placeholder_stays_at_the_published_group_rather_than_the_lowest() {
     // Only the 9443 group was ever published. When its members leave, the placeholder stays
     // there (one write) instead of moving to the lowest resolved number, 8443 (a create and a
-    // delete), as the seed would: planner/mod.rs "at an already published group, else the
+    // delete), as the Go original would: planner/mod.rs "at an already published group, else the
     // lowest number a candidate resolves".
     let mut w = named_target_world(true, false);
     let p = w.step();

@@ -4,5 +4,5 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    portmapper::entry::main("kubectl portmapper")
+    portmapper::cli::entry::main("kubectl portmapper")
 }

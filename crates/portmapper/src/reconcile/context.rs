@@ -14,11 +14,10 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use portmapper_api::PortMapping;
 
 use crate::index::SharedIndex;
-use crate::leader::Leadership;
-use crate::metrics::Metrics;
-use crate::pods::PodWatches;
+use crate::index::trigger::Trigger;
 use crate::reconcile::state::States;
-use crate::watches::{Trigger, is_ready};
+use crate::runtime::leader::Leadership;
+use crate::runtime::metrics::Metrics;
 
 /// Settings of one controller instance.
 #[derive(Clone, Debug)]
@@ -66,6 +65,16 @@ impl Stores {
     }
 }
 
+/// Whether a store has finished its first list (never blocks).
+fn is_ready<K>(store: &Store<K>) -> bool
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    use futures::FutureExt;
+    matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
+}
+
 /// What every reconcile reads and writes through.
 pub struct Context {
     pub client: Client,
@@ -73,8 +82,6 @@ pub struct Context {
     pub stores: Stores,
     /// What every cached object touches: the way from an object to its PortMappings and back.
     pub index: SharedIndex,
-    /// The pod watches: whether a pool's watch has listed.
-    pub pods: Arc<PodWatches>,
     /// Where reconciles are queued, and how many were queued per PortMapping.
     pub trigger: Trigger,
     pub leadership: Leadership,
@@ -134,11 +141,10 @@ impl Context {
         }
         let metrics = Metrics::new();
         let (tx, queued) = futures::channel::mpsc::unbounded();
-        let trigger = Trigger::new(tx, Default::default(), metrics.clone());
+        let trigger = Trigger::new(tx);
         let index = SharedIndex::default();
-        let pods = PodWatches::new(client.clone(), None, index.clone(), trigger.clone());
         let (prober, probe_events) =
-            crate::probing::start(1, None, &metrics).expect("a prober starts");
+            crate::reconcile::probing::start(1, None, &metrics).expect("a prober starts");
         let (portmappings, pm_writer) = listed();
         let (services, svc_writer) = listed();
         let (slices, slice_writer) = listed();
@@ -164,7 +170,6 @@ impl Context {
                 foreign_slices,
             },
             index,
-            pods,
             trigger,
             leadership: Leadership::always(),
             metrics,

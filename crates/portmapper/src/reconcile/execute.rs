@@ -21,11 +21,11 @@ use portmapper_core::writes::{Phase, PhaseKind, Phases, Write};
 use portmapper_core::{EventType, PlannedEvent};
 use tracing::{debug, info, warn};
 
-use crate::apply::Writer;
-use crate::error::Error;
-use crate::metrics::ResourceLabels;
-use crate::own_writes::Answered;
+use crate::index::own_writes::Answered;
 use crate::reconcile::context::Context;
+use crate::runtime::apply::Writer;
+use crate::runtime::error::Error;
+use crate::runtime::metrics::ResourceLabels;
 
 /// What a pass executes: its writes and what it reports.
 pub struct Pass {

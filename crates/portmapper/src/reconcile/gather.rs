@@ -20,9 +20,9 @@ use portmapper_core::report::{Stall, status};
 use portmapper_core::{HeldName, NetworkDecisions, PodGate, PodRecord};
 use tracing::debug;
 
-use crate::error::Error;
 use crate::index::PodSource;
 use crate::reconcile::context::Context;
+use crate::runtime::error::Error;
 
 /// How soon to look again while a cache or the pool's first list is pending.
 pub const PENDING_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
@@ -170,9 +170,10 @@ pub async fn gather(
     let errors = portmapper_api::validate::validate_spec(&pm.spec);
     if let Some(message) = status::invalid_spec_message(&errors) {
         // An invalid gate type or pool says neither which condition nor which pods.
-        let pool_invalid = errors
-            .iter()
-            .any(|e| e.field.starts_with("spec.readinessGate") || e.field.starts_with("spec.pods"));
+        let pool_invalid = crate::index::invalid_pool(&errors)
+            || errors
+                .iter()
+                .any(|e| e.field.starts_with("spec.readinessGate"));
         let gates = if pool_invalid {
             Gates::None
         } else {
@@ -206,7 +207,7 @@ pub async fn gather(
     };
     // The watch's first list first, then the pool: the index takes each pod of the first list
     // as it arrives, so a pool read before the list is done can miss its last pods.
-    if !ctx.pods.is_listed(&PodSource::of(pm), key) {
+    if !ctx.index.lock().pods_listed(&PodSource::of(pm), key) {
         // Not even status: a restart must not flap a Ready PortMapping while caches sync.
         debug!(portmapping = %key, "pod cache not synced yet; writing nothing");
         return Ok(Gathered::Wait(PENDING_RETRY));
@@ -228,7 +229,7 @@ fn stalled(ctx: &Context, uid: &str, stall: Stall, gates: Gates) -> Gathered {
 
 /// What the gates of a stalled `pm` are set from.
 fn gates(ctx: &Context, pm: &PortMapping, key: &ObjectRef<PortMapping>) -> Gates {
-    if !ctx.pods.is_listed(&PodSource::of(pm), key) {
+    if !ctx.index.lock().pods_listed(&PodSource::of(pm), key) {
         return Gates::Wait;
     }
     let ns = key.namespace.as_deref().unwrap_or_default();
@@ -304,7 +305,7 @@ async fn plan_inputs(
     };
     Ok(Inputs {
         peers: gate_peers(ctx, pm, key, &refs),
-        network: crate::probing::results(&ctx.prober, pm),
+        network: crate::reconcile::probing::results(&ctx.prober, pm),
         owned_endpoints: owned_endpoints(ctx, uid),
         read_server: read_server || endpoints_read,
         service,

@@ -4,12 +4,14 @@
 //! stores and the index; the API server is read only for slice names in doubt and an Endpoints
 //! object our cache does not hold.
 
+pub mod backoff;
 pub mod context;
 mod execute;
 #[cfg(test)]
 pub(crate) mod fake_api;
 mod gather;
 mod plan;
+pub mod probing;
 pub mod state;
 #[cfg(test)]
 mod tests;
@@ -23,10 +25,10 @@ use kube::runtime::reflector::ObjectRef;
 use portmapper_api::PortMapping;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::apply::Writer;
-use crate::error::Error;
-use crate::metrics::{CategoryLabels, Metrics, ResultLabels};
-use crate::sync_metrics::SyncResult;
+use crate::runtime::apply::Writer;
+use crate::runtime::error::Error;
+use crate::runtime::metrics::{CategoryLabels, Metrics, ResultLabels};
+use crate::runtime::sync_metrics::SyncResult;
 use context::Context;
 use state::Fingerprint;
 

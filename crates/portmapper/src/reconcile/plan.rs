@@ -17,10 +17,10 @@ use portmapper_core::report::{PlanFacts, Report, Stall};
 use portmapper_core::sync_stats::sync_stats;
 use portmapper_core::writes::Phases;
 
-use crate::metrics::{DecisionLabels, EvaluationLabels, ServiceLabels};
 use crate::reconcile::context::Context;
 use crate::reconcile::execute::Pass;
 use crate::reconcile::gather::{Gates, Gathered, Inputs, PENDING_RETRY};
+use crate::runtime::metrics::{DecisionLabels, EvaluationLabels, ServiceLabels};
 
 /// A pass to execute, or a wait.
 pub enum Next {
@@ -90,7 +90,7 @@ fn stalled(
         Phases::of_teardown(&teardown, &gates.stalled(pm, stall, &[]), &pods)
     } else {
         // Its slices stay: gated pods they publish keep their condition.
-        crate::probing::forget(&ctx.prober, pm);
+        crate::reconcile::probing::forget(&ctx.prober, pm);
         Phases::of_gates(&gates.stalled(pm, stall, live), &pods)
     };
     Planned {
@@ -140,7 +140,7 @@ fn planned(
     };
     let pods: Vec<&PodRecord> = inputs.pods.iter().map(AsRef::as_ref).collect();
     // The prober watches exactly what this plan looked up.
-    let probed = crate::probing::watch(
+    let probed = crate::reconcile::probing::set_targets(
         &ctx.prober,
         pm,
         &inputs.service,

@@ -17,7 +17,7 @@
 //!   not changed since a pass that wrote nothing would plan the same nothing again (at 1,000
 //!   PortMappings, about 0.3 s of CPU every resync). "Its inputs have not changed" is read from
 //!   the PortMapping's resourceVersion and how many reconciles were queued for it
-//!   ([`crate::watches::Trigger`] counts them: every watch event that touches it and every probe
+//!   ([`crate::controller::watches::Trigger`] counts them: every watch event that touches it and every probe
 //!   membership flip). Only a pass that read nothing but the caches may be taken as settled.
 
 use std::collections::HashMap;
@@ -27,7 +27,7 @@ use kube::runtime::reflector::ObjectRef;
 use portmapper_api::{PortMapping, PortMappingStatus};
 use portmapper_core::{EvalMemo, Ledger, PlannedEvent, PodGate};
 
-use crate::backoff::Backoffs;
+use crate::reconcile::backoff::Backoffs;
 
 type Key = ObjectRef<PortMapping>;
 

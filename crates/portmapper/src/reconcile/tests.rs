@@ -93,11 +93,14 @@ impl World {
         {
             let mut idx = ctx.index.lock();
             idx.apply_portmapping(&pm());
+            let mut listed = std::collections::HashSet::new();
             for p in &pods {
                 idx.apply_pod(&source, Arc::new(PodRecord::from(p.clone())));
+                listed.insert(reflector::ObjectRef::from_obj(p));
             }
+            // The pool's watch has listed.
+            idx.retain_pods(&source, &listed);
         }
-        ctx.pods.insert_ready(source);
         Self {
             api,
             ctx: Arc::new(ctx),
@@ -141,7 +144,7 @@ impl World {
     }
 
     fn foreign_seen(&mut self, slice: PartialObjectMeta<EndpointSlice>) {
-        self.ctx.index.lock().apply_native_slice(&slice);
+        self.ctx.index.lock().apply_foreign_slice(&slice);
         self.feeds
             .foreign_slices
             .apply_watcher_event(&watcher::Event::Apply(slice));
@@ -155,7 +158,9 @@ impl World {
             .apply_watcher_event(&watcher::Event::Apply(endpoints));
     }
 
-    async fn reconcile(&self) -> Result<kube::runtime::controller::Action, crate::error::Error> {
+    async fn reconcile(
+        &self,
+    ) -> Result<kube::runtime::controller::Action, crate::runtime::error::Error> {
         crate::reconcile::reconcile(Arc::new(pm()), self.ctx.clone()).await
     }
 
@@ -233,7 +238,7 @@ async fn a_pass_with_nothing_new_to_read_is_skipped_until_an_event_touches_it() 
         w.ctx
             .metrics
             .reconciles
-            .get_or_create(&crate::metrics::ResultLabels { result: "quiet" })
+            .get_or_create(&crate::runtime::metrics::ResultLabels { result: "quiet" })
             .get()
     };
     let planned = |w: &World| {
@@ -242,7 +247,7 @@ async fn a_pass_with_nothing_new_to_read_is_skipped_until_an_event_touches_it() 
                 w.ctx
                     .metrics
                     .plan_pods
-                    .get_or_create(&crate::metrics::EvaluationLabels { evaluation })
+                    .get_or_create(&crate::runtime::metrics::EvaluationLabels { evaluation })
                     .get()
             })
             .iter()
@@ -461,7 +466,7 @@ fn two_port_pod(name: &str, ip: &str) -> Pod {
 }
 
 /// Asserts that `err` counts the `failures` and names each one; returns its message.
-fn names_every_failure(err: &crate::error::Error, failures: &[&str]) -> String {
+fn names_every_failure(err: &crate::runtime::error::Error, failures: &[&str]) -> String {
     let message = err.to_string();
     let count = format!("{} writes failed: ", failures.len());
     assert!(message.starts_with(&count), "{message}");
@@ -514,8 +519,8 @@ async fn every_failed_write_is_reported_and_the_most_severe_sets_the_backoff() {
         .unwrap_or_default();
     assert_eq!(ready["message"], message.as_str(), "{ready}");
     assert_eq!(
-        crate::backoff::Class::of(&err),
-        Some(crate::backoff::Class::Permanent)
+        crate::reconcile::backoff::Class::of(&err),
+        Some(crate::reconcile::backoff::Class::Permanent)
     );
     assert_eq!(err.category(), "forbidden");
 }
@@ -572,8 +577,8 @@ async fn a_withdrawal_attempts_every_deletion_and_keeps_every_failure() {
         ],
     );
     assert_eq!(
-        crate::backoff::Class::of(&err),
-        Some(crate::backoff::Class::Permanent)
+        crate::reconcile::backoff::Class::of(&err),
+        Some(crate::reconcile::backoff::Class::Permanent)
     );
 }
 

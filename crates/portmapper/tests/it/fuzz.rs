@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use portmapper::render::{self, Assume, Format, RenderError, RenderOptions};
+use portmapper::commands::render::{self, Assume, Format, RenderError, RenderOptions};
 use proptest::prelude::*;
 
 use crate::render::repo;

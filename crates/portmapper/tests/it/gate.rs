@@ -234,8 +234,8 @@ async fn the_gate_turns_true_after_publication_and_false_when_a_port_drops_the_p
 /// the slice writes, is the executor's, tested at the reconcile level.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gate_for_a_replaced_pod_is_refused_by_the_server() {
-    use portmapper::apply::Writer;
-    use portmapper::leader::Leadership;
+    use portmapper::runtime::apply::Writer;
+    use portmapper::runtime::leader::Leadership;
     use portmapper_core::PodGate;
 
     let h = Harness::new().await;

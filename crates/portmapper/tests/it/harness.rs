@@ -32,10 +32,10 @@ use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, Config, CustomResourceExt, ResourceExt};
 use kube_emulator::Emulator;
 use portmapper::controller;
-use portmapper::http::Readiness;
-use portmapper::leader::Leadership;
-use portmapper::metrics::Metrics;
 use portmapper::reconcile::context::Settings;
+use portmapper::runtime::http::Readiness;
+use portmapper::runtime::leader::Leadership;
+use portmapper::runtime::metrics::Metrics;
 use portmapper_api::PortMapping;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -206,7 +206,7 @@ impl Harness {
     /// The operator's User-Agent under [`Harness::run_controller`] and
     /// [`Harness::run_operator_with`].
     pub fn operator_user_agent() -> String {
-        portmapper::client::user_agent(Some(OPERATOR_IDENTITY))
+        portmapper::runtime::client::user_agent(Some(OPERATOR_IDENTITY))
     }
 
     pub fn run_controller(&mut self) {
@@ -216,8 +216,9 @@ impl Harness {
     /// Runs the controller through a plain client that sends the operator's User-Agent, so
     /// the request log tells its requests from the test's own.
     pub fn run_controller_with(&mut self, adjust: impl FnOnce(&mut Settings)) {
-        let client = portmapper::client::plain(self.config.clone(), &Self::operator_user_agent())
-            .expect("operator client");
+        let client =
+            portmapper::runtime::client::plain(self.config.clone(), &Self::operator_user_agent())
+                .expect("operator client");
         self.spawn_controller(client, adjust);
     }
 
@@ -226,7 +227,7 @@ impl Harness {
     /// retry behaviour is the production one and fault rules can single out its requests by
     /// User-Agent ([`OPERATOR_USER_AGENT`]) while the test's own client is left alone.
     pub fn run_operator_with(&mut self, adjust: impl FnOnce(&mut Settings)) {
-        let client = portmapper::client::gated(
+        let client = portmapper::runtime::client::gated(
             self.config.clone(),
             &Self::operator_user_agent(),
             Leadership::always(),

@@ -10,13 +10,13 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use kube_emulator::faults::{FaultAction, Rule};
 use kube_emulator::reqlog::LoggedRequest;
-use portmapper::client;
 use portmapper::controller;
-use portmapper::error::is_refused;
-use portmapper::http::Readiness;
-use portmapper::leader::{Election, LeaderConfig, Leadership, default_identity};
-use portmapper::metrics::Metrics;
 use portmapper::reconcile::context::Settings;
+use portmapper::runtime::client;
+use portmapper::runtime::error::is_refused;
+use portmapper::runtime::http::Readiness;
+use portmapper::runtime::leader::{Election, LeaderConfig, Leadership, default_identity};
+use portmapper::runtime::metrics::Metrics;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -408,7 +408,7 @@ async fn every_operator_request_carries_the_user_agent() {
         .filter(|r| {
             r.is_write()
                 && (r.field_manager == portmapper_api::MANAGER
-                    || r.field_manager == portmapper::leader::LEASE_MANAGER)
+                    || r.field_manager == portmapper::runtime::leader::LEASE_MANAGER)
         })
         .collect();
     assert!(!writes.is_empty());

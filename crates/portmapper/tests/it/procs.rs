@@ -105,7 +105,7 @@ impl Operator {
             .expect("portmapper starts");
         Self {
             identity: identity.into(),
-            user_agent: portmapper::client::user_agent(Some(identity)),
+            user_agent: portmapper::runtime::client::user_agent(Some(identity)),
             metrics_addr,
             log,
             child: Some(child),

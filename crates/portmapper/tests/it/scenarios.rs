@@ -1,4 +1,4 @@
-//! The seed's reconciler scenarios, adapted to the CRD, plus ours (conflicts, missing Services,
+//! The Go original's reconciler scenarios, adapted to the CRD, plus ours (conflicts, missing Services,
 //! collisions, GC, leader handover).
 
 use std::time::Duration;
@@ -747,8 +747,11 @@ async fn another_manager_on_our_own_slice_is_a_collision_not_a_takeover() {
     h.create(service("web", &[("http", 8080)])).await;
     ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
     h.create(portmapping("web", "web")).await;
-    eventually("published", T, || async {
-        (h.membership("web").await.get("web.http")?.len() == 1).then_some(())
+    // Published and reported so: a pass that ran before the Service reached the cache reported
+    // it missing, and that status must not pass for the collision's.
+    eventually("published and Ready", T, || async {
+        (h.membership("web").await.get("web.http")?.len() == 1 && is_ready(&h, "web").await)
+            .then_some(())
     })
     .await;
     // Someone relabels our slice for their controller (keeping our ownerReference).

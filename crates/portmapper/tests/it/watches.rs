@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use kube_emulator::faults::{DropMode, FaultAction, Rule};
-use portmapper::http::Readiness;
-use portmapper::watch_health::WatchPolicy;
+use portmapper::runtime::http::Readiness;
+use portmapper::runtime::watch_health::WatchPolicy;
 
 use crate::harness::*;
 

@@ -1,0 +1,208 @@
+//! Reflectors for everything a reconcile reads. Every watch event updates the reflector's store
+//! and then the [`Index`](crate::index::Index), which answers with the PortMappings the event
+//! affects; those are queued for reconcile. Reconciles read the stores and the index only; they
+//! never LIST. Every watch backs off and restarts when silent ([`crate::runtime::watch_health`]).
+
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{self, Event};
+use portmapper_api::PortMapping;
+use serde::de::DeserializeOwned;
+use tracing::{debug, warn};
+
+use crate::index::trigger::Trigger;
+use crate::runtime::metrics::Metrics;
+use crate::runtime::watch_health::WatchHealth;
+
+/// What every watch feeds: the reconcile queue ([`Trigger`]), and the health registry and
+/// metrics its restarts are reported to.
+#[derive(Clone)]
+pub struct Feeds {
+    pub trigger: Trigger,
+    pub health: WatchHealth,
+    pub metrics: Arc<Metrics>,
+}
+
+/// One watch event as the index sees it: after the store has applied it.
+pub enum Change<'a, K: Resource> {
+    /// Added or modified (also every object of a relist).
+    Apply(&'a K),
+    /// Deleted.
+    Delete(&'a K),
+    /// A relist finished: these are all the objects there are now.
+    Relisted(&'a HashSet<ObjectRef<K>>),
+}
+
+/// Starts a reflector for `api` and returns its store and the task driving it. `strip` trims
+/// cached objects to what reconciles read (bounding memory); `on_change` updates the index and
+/// returns the PortMappings to reconcile.
+pub fn reflect<K, S, M>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: &'static str,
+    strip: S,
+    on_change: M,
+    feeds: Feeds,
+) -> (Store<K>, impl Future<Output = ()> + Send + 'static)
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    S: FnMut(&mut K) + Send + 'static,
+    M: FnMut(Change<'_, K>) -> Vec<ObjectRef<PortMapping>> + Send + 'static,
+{
+    let (reader, writer) = reflector::store::<K>();
+    let stream = indexed(api, config, what, strip, writer, on_change, feeds);
+    let task = async move {
+        let mut stream = std::pin::pin!(stream);
+        while stream.next().await.is_some() {}
+    };
+    (reader, task)
+}
+
+/// The watch → store → index pipeline as a stream of the events (for a consumer such as the
+/// Controller, which also wants them).
+pub fn indexed<K, S, M>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: &'static str,
+    strip: S,
+    writer: reflector::store::Writer<K>,
+    mut on_change: M,
+    feeds: Feeds,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    S: FnMut(&mut K) + Send + 'static,
+    M: FnMut(Change<'_, K>) -> Vec<ObjectRef<PortMapping>> + Send + 'static,
+{
+    let mut relist = Relist::default();
+    crate::runtime::watch_health::resilient(api, config, what, &feeds.health, &feeds.metrics)
+        .modify(strip)
+        .reflect(writer)
+        .inspect(move |item| {
+            let targets = match item {
+                Ok(Event::Apply(obj)) => on_change(Change::Apply(obj)),
+                Ok(Event::Delete(obj)) => on_change(Change::Delete(obj)),
+                Ok(Event::Init) => relist.start(),
+                Ok(Event::InitApply(obj)) => {
+                    relist.saw(obj);
+                    on_change(Change::Apply(obj))
+                }
+                Ok(Event::InitDone) => on_change(Change::Relisted(&relist.finish())),
+                // The backoff retries; the store keeps serving its last state meanwhile.
+                Err(err) => failed(what, err),
+            };
+            queue(&feeds.trigger, what, targets);
+        })
+}
+
+/// The objects of a relist in progress (kube-runtime's `Init` … `InitDone`).
+struct Relist<K: Resource>(Option<HashSet<ObjectRef<K>>>);
+
+impl<K: Resource> Default for Relist<K> {
+    fn default() -> Self {
+        Self(None)
+    }
+}
+
+impl<K> Relist<K>
+where
+    K: Resource,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    /// A relist starts; nothing to reconcile yet.
+    fn start(&mut self) -> Vec<ObjectRef<PortMapping>> {
+        self.0 = Some(HashSet::new());
+        Vec::new()
+    }
+
+    fn saw(&mut self, obj: &K) {
+        self.0
+            .get_or_insert_with(HashSet::new)
+            .insert(ObjectRef::from_obj(obj));
+    }
+
+    /// Every object the relist listed.
+    fn finish(&mut self) -> HashSet<ObjectRef<K>> {
+        self.0.take().unwrap_or_default()
+    }
+}
+
+fn failed(what: &str, err: &watcher::Error) -> Vec<ObjectRef<PortMapping>> {
+    warn!(watch = what, error = %err, "watch failed; retrying with backoff");
+    Vec::new()
+}
+
+fn queue(trigger: &Trigger, what: &str, targets: Vec<ObjectRef<PortMapping>>) {
+    for target in targets {
+        debug!(watch = what, portmapping = %target, "queueing reconcile");
+        // A closed channel means the controller has stopped: nothing left to trigger.
+        let _ = trigger.unbounded_send(target);
+    }
+}
+
+/// One watch event, owned, for an index that keeps the objects itself.
+pub enum Owned<K: Resource> {
+    /// Added or modified (also every object of a relist).
+    Apply(K),
+    /// Deleted.
+    Delete(K),
+    /// A relist finished: these are all the objects there are now.
+    Relisted(HashSet<ObjectRef<K>>),
+}
+
+/// Runs a watch whose objects the index keeps itself, without a reflector store: the index
+/// takes each event's object as it is (no copy), so the objects are held once. Pods go this
+/// way: a reflector would hold a second map of every pod, and reading a pool through it cost a
+/// hash lookup per pod on every reconcile. `on_change` returns the PortMappings to reconcile.
+pub fn consume<K, S, M>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: &'static str,
+    strip: S,
+    mut on_change: M,
+    feeds: Feeds,
+) -> impl Future<Output = ()> + Send + 'static
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    S: FnMut(&mut K) + Send + 'static,
+    M: FnMut(Owned<K>) -> Vec<ObjectRef<PortMapping>> + Send + 'static,
+{
+    let stream =
+        crate::runtime::watch_health::resilient(api, config, what, &feeds.health, &feeds.metrics)
+            .modify(strip);
+    async move {
+        let mut stream = std::pin::pin!(stream);
+        let mut relist = Relist::default();
+        while let Some(item) = stream.next().await {
+            let targets = match item {
+                Ok(Event::Apply(obj)) => on_change(Owned::Apply(obj)),
+                Ok(Event::Delete(obj)) => on_change(Owned::Delete(obj)),
+                Ok(Event::Init) => relist.start(),
+                Ok(Event::InitApply(obj)) => {
+                    relist.saw(&obj);
+                    on_change(Owned::Apply(obj))
+                }
+                Ok(Event::InitDone) => on_change(Owned::Relisted(relist.finish())),
+                // The backoff retries; the index keeps its last state meanwhile.
+                Err(err) => failed(what, &err),
+            };
+            queue(&feeds.trigger, what, targets);
+        }
+    }
+}
+
+/// Drops server bookkeeping that reconciles never read.
+pub fn strip_managed_fields<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}

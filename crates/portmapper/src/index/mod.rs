@@ -1,0 +1,366 @@
+//! The index: what every watched object touches, kept up to date from watch events, so that an
+//! event maps to the PortMappings it affects, and a reconcile finds its inputs, in time
+//! proportional to what the object touches — never a scan of all PortMappings, slices or pods.
+//!
+//! It holds keys and small footprints only (the objects stay in the reflector stores). Each kind
+//! has `apply_*` (added or modified), `delete_*` (by key: the footprint remembers what the object
+//! touched) and, after a relist, `retain_*` (drops what the new list no longer has). Every one of
+//! them returns the PortMappings to reconcile. Pure and synchronous, so it is tested without an
+//! API server (the pattern of linkerd2's `policy-controller/k8s/index`).
+
+mod endpoints;
+mod foreign;
+mod nodes;
+pub mod own_writes;
+mod pods;
+pub mod pool_pods;
+pub mod portmappings;
+mod services;
+mod slices;
+pub mod trigger;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::hash::Hash;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use k8s_openapi::api::core::v1::{Endpoints, Pod};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::PartialObjectMeta;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use portmapper_api::{KeySource, PortMapping};
+
+use portmapper_core::ownership::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
+use portmapper_core::{ClaimRank, PodRecord};
+
+use crate::index::own_writes::OwnWrites;
+use crate::index::pool_pods::PoolPods;
+
+/// A PortMapping, by namespace and name.
+pub type PmKey = ObjectRef<PortMapping>;
+
+/// What one pod watch covers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PodSource {
+    /// Pods carrying the label key (in the watch scope).
+    Label(String),
+    /// Every pod of a namespace (annotation keys).
+    Namespace(String),
+}
+
+impl PodSource {
+    /// The watch a PortMapping's pool needs.
+    pub fn of(pm: &PortMapping) -> Self {
+        match pm.spec.pods.from {
+            KeySource::Label => Self::Label(pm.spec.pods.key.clone()),
+            KeySource::Annotation => Self::Namespace(pm.namespace().unwrap_or_default()),
+        }
+    }
+}
+
+/// Whether these validation errors include the pool's (`spec.pods`): such a pool is never
+/// watched, and names no pods.
+pub fn invalid_pool(errors: &[kube_validation::field::FieldError]) -> bool {
+    errors.iter().any(|e| e.field.starts_with("spec.pods"))
+}
+
+/// Whether `pm`'s pool passes validation (see [`invalid_pool`]).
+pub fn pool_is_valid(pm: &PortMapping) -> bool {
+    !invalid_pool(&portmapper_api::validate::validate_spec(&pm.spec))
+}
+
+/// The index, shared by the watch drivers (writers) and the reconciles (readers).
+#[derive(Clone, Debug, Default)]
+pub struct SharedIndex(Arc<Mutex<Index>>);
+
+impl SharedIndex {
+    /// Locks the index; never held across an await.
+    pub fn lock(&self) -> MutexGuard<'_, Index> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A slice not managed by us (metadata only): a native controller's, or anyone else's.
+pub type ForeignKey = ObjectRef<PartialObjectMeta<EndpointSlice>>;
+
+/// A pod pool: the pods of `namespace` whose label (or annotation) `key` equals `value`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolKey {
+    pub namespace: String,
+    pub annotation: bool,
+    pub key: String,
+    pub value: String,
+}
+
+impl PoolKey {
+    /// The pool a PortMapping draws from.
+    pub fn of(pm: &PortMapping) -> Self {
+        Self {
+            namespace: pm.namespace().unwrap_or_default(),
+            annotation: pm.spec.pods.from == KeySource::Annotation,
+            key: pm.spec.pods.key.clone(),
+            value: pm.spec.pool_value().to_owned(),
+        }
+    }
+}
+
+/// A pod as one pod watch sees it (the same pod may be seen by a label watch and a namespace
+/// watch; each copy is indexed on its own).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PodKey {
+    pub source: PodSource,
+    pub pod: ObjectRef<Pod>,
+}
+
+/// What a PortMapping touches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PmFootprint {
+    uid: Option<String>,
+    service: (String, String),
+    pool: PoolKey,
+    /// Creation time and name decide which PortMapping of a Service publishes it; a PortMapping
+    /// being deleted never does.
+    rank: ClaimRank,
+    deleting: bool,
+    /// `spec.readinessGate.conditionType`.
+    gate: String,
+    /// [`semantic_version`](portmappings::semantic_version): what a change other than the status changes.
+    version: Option<u64>,
+}
+
+/// What a pod touches, and the pod itself: the index is the operator's only copy of the pods
+/// (no reflector store), shared with the pools through the `Arc`.
+#[derive(Clone, Debug, Default)]
+struct PodFootprint {
+    /// Its UID and node are read from the record, not copied.
+    pod: Arc<PodRecord>,
+    pools: Vec<PoolKey>,
+}
+
+impl PodFootprint {
+    fn uid(&self) -> Option<&str> {
+        Some(self.pod.uid.as_str()).filter(|u| !u.is_empty())
+    }
+
+    fn node(&self) -> Option<&str> {
+        self.pod.node_name.as_deref().filter(|n| !n.is_empty())
+    }
+}
+
+/// What one of our slices (or Endpoints objects) touches.
+#[derive(Clone, Debug, Default)]
+struct OwnedFootprint {
+    /// The controlling PortMapping (by name) and its UID.
+    owner: Option<(PmKey, String)>,
+    /// `kubernetes.io/service-name`, when the object has no controller at all (an orphan).
+    orphan_of: Option<String>,
+    /// Pod UIDs of its endpoints (slices only).
+    pods: Vec<String>,
+    /// `kubernetes.io/service-name`.
+    service: Option<String>,
+    /// The version the cache holds (slices only), to tell whether our own write is in yet.
+    resource_version: Option<String>,
+}
+
+/// The index of one operator instance. Not thread-safe by itself: the operator keeps it behind
+/// a mutex and never holds the lock across an await.
+#[derive(Debug, Default)]
+pub struct Index {
+    pms: HashMap<PmKey, PmFootprint>,
+    pms_by_service: HashMap<(String, String), HashSet<PmKey>>,
+    pms_by_pool: HashMap<PoolKey, HashSet<PmKey>>,
+    /// Annotation keys PortMappings of a namespace use, with how many use each: the keys a
+    /// namespace-wide pod watch must index.
+    annotation_keys: HashMap<String, HashMap<String, usize>>,
+    /// PortMappings by namespace and publication gate type: who else sets which gate.
+    pms_by_gate: HashMap<String, BTreeMap<String, HashSet<PmKey>>>,
+
+    /// Pods by the watch that sees them: a relist, a re-index or a stopped watch reads only
+    /// that watch's pods, never every pod of every watch.
+    pods: HashMap<PodSource, HashMap<ObjectRef<Pod>, PodFootprint>>,
+    /// Pool pods by name (one namespace per pool), so a pool reads out in a stable order
+    /// without sorting or a lookup per pod on every reconcile.
+    pods_by_pool: HashMap<PoolKey, PoolPods>,
+    pods_by_node: HashMap<String, HashSet<PodKey>>,
+    /// Pods enrolled in Istio ambient mode, counted per pool: without one (the common case) a
+    /// reconcile does not look for them among every pool pod.
+    ambient_by_pool: HashMap<PoolKey, usize>,
+
+    slices: HashMap<ObjectRef<EndpointSlice>, OwnedFootprint>,
+    /// Our slices by controlling PortMapping UID.
+    slices_by_owner: HashMap<String, HashSet<ObjectRef<EndpointSlice>>>,
+    /// Slices labelled ours without a controller, by (namespace, Service).
+    orphans_by_service: HashMap<(String, String), HashSet<ObjectRef<EndpointSlice>>>,
+    /// Pod UID → PortMappings whose slices publish it (with how many endpoints).
+    /// A list, not a map: a pod is nearly always published by one PortMapping, and a map per
+    /// published pod cost about 0.5 KiB.
+    published: HashMap<String, Vec<(PmKey, usize)>>,
+
+    /// Slices not managed by us: the (namespace, Service) of the native and mirroring
+    /// controllers' ones (migration evidence), `None` for anyone else's.
+    foreign: HashMap<ForeignKey, Option<(String, String)>>,
+    native_by_service: HashMap<(String, String), HashSet<ForeignKey>>,
+    /// Per namespace, every slice name we know with what ownership needs (labels, owner
+    /// references, UID): those not managed by us, and our labelled ones (separately: the two
+    /// watches deliver a relabelled slice in either order). The names held by others that a
+    /// plan may want are found here by prefix, instead of a GET before each create.
+    foreign_names: HashMap<String, BTreeMap<String, ObjectMeta>>,
+    our_names: HashMap<String, BTreeMap<String, ObjectMeta>>,
+    /// Per namespace, names of our slices that left our label-selected watch without our
+    /// deleting them, not (yet) seen by the other watch: deleted, or relabelled (the watch
+    /// cannot tell: both arrive as DELETED with the old object). Until the other watch shows
+    /// them, a reconcile reads them with one GET each, so a relabelled slice is never forced back.
+    in_doubt: HashMap<String, BTreeSet<String>>,
+
+    endpoints: HashMap<ObjectRef<Endpoints>, OwnedFootprint>,
+    endpoints_by_owner: HashMap<String, HashSet<ObjectRef<Endpoints>>>,
+
+    zones: HashMap<String, Option<String>>,
+
+    /// Whether each pod watch has listed, and who waits for its first list.
+    lists: HashMap<PodSource, Listing>,
+
+    /// Our slice writes the slice cache has not shown yet.
+    own_writes: OwnWrites,
+}
+
+/// Whether a pod watch has listed.
+#[derive(Debug)]
+enum Listing {
+    /// Not yet: these PortMappings asked, and are woken by the first list.
+    Waiting(HashSet<PmKey>),
+    /// Its first list is in the index.
+    Listed,
+}
+
+fn ns_of<K: Resource>(obj: &K) -> String {
+    obj.meta().namespace.clone().unwrap_or_default()
+}
+
+fn insert<K: Eq + Hash, V: Eq + Hash>(map: &mut HashMap<K, HashSet<V>>, k: K, v: V) {
+    map.entry(k).or_default().insert(v);
+}
+
+fn remove<K: Eq + Hash, V: Eq + Hash>(map: &mut HashMap<K, HashSet<V>>, k: &K, v: &V) {
+    if let Some(set) = map.get_mut(k) {
+        set.remove(v);
+        if set.is_empty() {
+            map.remove(k);
+        }
+    }
+}
+
+fn dedup(keys: Vec<PmKey>) -> Vec<PmKey> {
+    keys.into_iter()
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+/// The keys a relist no longer lists.
+fn missing<'a, K: Clone + Eq + Hash + 'a>(
+    known: impl Iterator<Item = &'a K>,
+    present: &HashSet<K>,
+) -> Vec<K> {
+    known.filter(|k| !present.contains(*k)).cloned().collect()
+}
+
+/// The PortMapping that controls `obj` (by ownerReference), with its UID.
+fn portmapping_controller<K: Resource>(obj: &K) -> Option<(PmKey, String)> {
+    let ns = obj.meta().namespace.clone()?;
+    portmapper_core::ownership::controller_of(obj.meta())
+        .filter(|o| portmapper_core::ownership::is_portmapping(o))
+        .map(|o| (ObjectRef::new(&o.name).within(&ns), o.uid.clone()))
+}
+
+/// Ours for the Service it names, with no controller (left by `--cascade=orphan`).
+fn orphan_service<K: Resource>(obj: &K) -> Option<String> {
+    // For no PortMapping in particular: an orphan without a controller is adoptable.
+    match portmapper_core::ownership(obj.meta(), "") {
+        portmapper_core::Ownership::Orphan {
+            controller: None,
+            service,
+        } => service.map(str::to_owned),
+        _ => None,
+    }
+}
+
+/// What ownership reads of an object's metadata, and nothing else.
+fn ownership_meta(meta: &ObjectMeta) -> ObjectMeta {
+    let labels = meta.labels.as_ref().map(|l| {
+        l.iter()
+            .filter(|(k, _)| *k == LABEL_MANAGED_BY || *k == LABEL_SERVICE_NAME)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    });
+    ObjectMeta {
+        name: meta.name.clone(),
+        uid: meta.uid.clone(),
+        labels,
+        owner_references: meta.owner_references.clone(),
+        ..ObjectMeta::default()
+    }
+}
+
+fn put_name(map: &mut HashMap<String, BTreeMap<String, ObjectMeta>>, ns: &str, meta: &ObjectMeta) {
+    if let Some(name) = &meta.name {
+        map.entry(ns.to_owned())
+            .or_default()
+            .insert(name.clone(), ownership_meta(meta));
+    }
+}
+
+fn drop_name(map: &mut HashMap<String, BTreeMap<String, ObjectMeta>>, ns: &str, name: &str) {
+    if let Some(names) = map.get_mut(ns) {
+        names.remove(name);
+        if names.is_empty() {
+            map.remove(ns);
+        }
+    }
+}
+
+/// The entries of `names` a plan for `service` may want: `<service>` (a headless Service
+/// without ports) and `<service>.*` (Service names cannot contain `.`, so no other Service's
+/// names share the prefix).
+fn service_names<'a>(
+    names: Option<&'a BTreeMap<String, ObjectMeta>>,
+    service: &'a str,
+) -> impl Iterator<Item = (&'a String, &'a ObjectMeta)> {
+    let dotted = format!("{service}.");
+    names.into_iter().flat_map(move |n| {
+        n.get_key_value(service)
+            .into_iter()
+            .chain(n.range(dotted.clone()..).take_while({
+                let dotted = dotted.clone();
+                move |(k, _)| k.starts_with(&dotted)
+            }))
+    })
+}
+
+/// The Service whose plans may want slice `name` (`<service>[.…]`).
+fn service_of_name(name: &str) -> &str {
+    name.split_once('.').map_or(name, |(svc, _)| svc)
+}
+impl Index {
+    /// An empty index.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Deletes each key with `delete`; the PortMappings any of them affects, once each.
+    fn delete_each<K>(
+        &mut self,
+        keys: Vec<K>,
+        mut delete: impl FnMut(&mut Self, &K) -> Vec<PmKey>,
+    ) -> Vec<PmKey> {
+        let mut out = HashSet::new();
+        for key in &keys {
+            out.extend(delete(self, key));
+        }
+        out.into_iter().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

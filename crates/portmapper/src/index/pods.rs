@@ -1,0 +1,254 @@
+//! Pods, by the watch that sees them, their pools and nodes; whether each pod watch has listed.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::ObjectRef;
+
+use portmapper_api::PortMapping;
+
+use portmapper_core::PodRecord;
+use portmapper_core::consumers::is_ambient;
+
+use crate::index::pool_pods::PoolPods;
+
+use super::{Index, Listing, PmKey, PodFootprint, PodKey, PodSource, PoolKey};
+
+impl Index {
+    /// The pools a pod seen by `source` is in (by key and value; selectors are the planner's).
+    pub(super) fn pools_of(&self, source: &PodSource, pod: &PodRecord) -> Vec<PoolKey> {
+        let ns = pod.namespace.clone();
+        match source {
+            PodSource::Label(key) => pod
+                .labels
+                .get(key)
+                .map(|value| PoolKey {
+                    namespace: ns,
+                    annotation: false,
+                    key: key.clone(),
+                    value: value.to_owned(),
+                })
+                .into_iter()
+                .collect(),
+            PodSource::Namespace(_) => {
+                let Some(keys) = self.annotation_keys.get(&ns) else {
+                    return Vec::new();
+                };
+                let annotations = &pod.annotations;
+                let mut pools: Vec<PoolKey> = keys
+                    .keys()
+                    .filter_map(|key| {
+                        Some(PoolKey {
+                            namespace: ns.clone(),
+                            annotation: true,
+                            key: key.clone(),
+                            value: annotations.get(key)?.to_owned(),
+                        })
+                    })
+                    .collect();
+                pools.sort();
+                pools
+            }
+        }
+    }
+
+    /// A pod was added or changed. Affected: the PortMappings of the pools it is in now or was
+    /// in before, and those whose slices publish it (so a pod leaving the pool is withdrawn).
+    pub fn apply_pod(&mut self, source: &PodSource, pod: Arc<PodRecord>) -> Vec<PmKey> {
+        // Keys compare by name and namespace; the UID and version would be two more strings
+        // per pod in every key copy.
+        let key = PodKey {
+            source: source.clone(),
+            pod: ObjectRef::new(&pod.name).within(&pod.namespace),
+        };
+        let footprint = PodFootprint {
+            pools: self.pools_of(source, &pod),
+            pod,
+        };
+        let mut affected = HashSet::new();
+        if let Some(old) = self.remove_pod(&key) {
+            self.collect_pod(&old, &mut affected);
+            self.unregister_pod(&key, &old);
+        }
+        self.collect_pod(&footprint, &mut affected);
+        let ambient = is_ambient(&footprint.pod);
+        for pool in &footprint.pools {
+            self.pods_by_pool
+                .entry(pool.clone())
+                .or_default()
+                .insert(footprint.pod.clone());
+            if ambient {
+                *self.ambient_by_pool.entry(pool.clone()).or_default() += 1;
+            }
+        }
+        if let Some(node) = footprint.node() {
+            self.pods_by_node
+                .entry(node.to_owned())
+                .or_default()
+                .insert(key.clone());
+        }
+        self.pods
+            .entry(key.source)
+            .or_default()
+            .insert(key.pod, footprint);
+        affected.into_iter().collect()
+    }
+
+    /// Takes a pod's footprint out of its watch's map (dropping the map with its last pod).
+    pub(super) fn remove_pod(&mut self, key: &PodKey) -> Option<PodFootprint> {
+        let pods = self.pods.get_mut(&key.source)?;
+        let old = pods.remove(&key.pod);
+        if pods.is_empty() {
+            self.pods.remove(&key.source);
+        }
+        old
+    }
+
+    /// The pods `source`'s watch holds, by key.
+    pub(super) fn pods_of(
+        &self,
+        source: &PodSource,
+    ) -> impl Iterator<Item = (&ObjectRef<Pod>, &PodFootprint)> {
+        self.pods.get(source).into_iter().flatten()
+    }
+
+    /// A pod is gone from `source`'s watch.
+    pub fn delete_pod(&mut self, source: &PodSource, pod: &ObjectRef<Pod>) -> Vec<PmKey> {
+        let key = PodKey {
+            source: source.clone(),
+            pod: pod.clone(),
+        };
+        let mut affected = HashSet::new();
+        if let Some(old) = self.remove_pod(&key) {
+            self.collect_pod(&old, &mut affected);
+            self.unregister_pod(&key, &old);
+        }
+        affected.into_iter().collect()
+    }
+
+    /// After a relist of `source`'s watch: forgets its pods not in `present`.
+    pub fn retain_pods(
+        &mut self,
+        source: &PodSource,
+        present: &HashSet<ObjectRef<Pod>>,
+    ) -> Vec<PmKey> {
+        let gone: Vec<ObjectRef<Pod>> = self
+            .pods_of(source)
+            .map(|(pod, _)| pod)
+            .filter(|pod| !present.contains(*pod))
+            .cloned()
+            .collect();
+        let mut out = HashSet::new();
+        for pod in gone {
+            out.extend(self.delete_pod(source, &pod));
+        }
+        // The index holds the whole list now: a reconcile that sees it listed reads a
+        // complete pool, and those that asked before are woken.
+        if let Some(Listing::Waiting(waiting)) = self.lists.insert(source.clone(), Listing::Listed)
+        {
+            out.extend(waiting);
+        }
+        out.into_iter().collect()
+    }
+
+    /// Whether `source`'s watch has listed (so the index holds all its pods). While it has
+    /// not, `waiter` is woken once it has ([`Index::retain_pods`] returns it).
+    pub fn pods_listed(&mut self, source: &PodSource, waiter: &PmKey) -> bool {
+        match self
+            .lists
+            .entry(source.clone())
+            .or_insert_with(|| Listing::Waiting(HashSet::new()))
+        {
+            Listing::Listed => true,
+            Listing::Waiting(waiting) => {
+                waiting.insert(waiter.clone());
+                false
+            }
+        }
+    }
+
+    /// A pod watch stopped: forgets everything it indexed (no reconcile: nobody needs it).
+    pub fn forget_source(&mut self, source: &PodSource) {
+        self.lists.remove(source);
+        let Some(gone) = self.pods.remove(source) else {
+            return;
+        };
+        for (pod, old) in gone {
+            let key = PodKey {
+                source: source.clone(),
+                pod,
+            };
+            self.unregister_pod(&key, &old);
+        }
+    }
+
+    pub(super) fn collect_pod(&self, footprint: &PodFootprint, out: &mut HashSet<PmKey>) {
+        for pool in &footprint.pools {
+            out.extend(self.pms_by_pool.get(pool).into_iter().flatten().cloned());
+        }
+        if let Some(uid) = footprint.uid() {
+            out.extend(
+                self.published
+                    .get(uid)
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, _)| k.clone()),
+            );
+        }
+    }
+
+    pub(super) fn unregister_pod(&mut self, key: &PodKey, old: &PodFootprint) {
+        let ambient = is_ambient(&old.pod);
+        for pool in &old.pools {
+            if ambient && let Some(n) = self.ambient_by_pool.get_mut(pool) {
+                *n -= 1;
+                if *n == 0 {
+                    self.ambient_by_pool.remove(pool);
+                }
+            }
+            if let Some(set) = self.pods_by_pool.get_mut(pool) {
+                set.remove(&key.pod.name);
+                if set.is_empty() {
+                    self.pods_by_pool.remove(pool);
+                }
+            }
+        }
+        if let Some(node) = old.node()
+            && let Some(set) = self.pods_by_node.get_mut(node)
+        {
+            set.remove(key);
+            if set.is_empty() {
+                self.pods_by_node.remove(node);
+            }
+        }
+    }
+
+    /// Applies every pod `source`'s watch holds again (a PortMapping started reading a new
+    /// annotation key of its namespace, so their pools may differ); returns the PortMappings
+    /// affected.
+    pub fn reindex_pods(&mut self, source: &PodSource) -> Vec<PmKey> {
+        let pods: Vec<Arc<PodRecord>> = self.pods_of(source).map(|(_, f)| f.pod.clone()).collect();
+        let mut affected = HashSet::new();
+        for pod in pods {
+            affected.extend(self.apply_pod(source, pod));
+        }
+        affected.into_iter().collect()
+    }
+
+    /// Whether a pod of the PortMapping's pool (by key and value) is enrolled in Istio ambient
+    /// mode.
+    pub fn pool_has_ambient(&self, pm: &PortMapping) -> bool {
+        self.ambient_by_pool.contains_key(&PoolKey::of(pm))
+    }
+
+    /// The pods of a PortMapping's pool (by key and value), as the pool's watch has them, by
+    /// name: a stable input order, so plans do not depend on hash order. Shared, not copied
+    /// (see [`PoolPods`]).
+    pub fn pool_pods(&mut self, pm: &PortMapping) -> Arc<Vec<Arc<PodRecord>>> {
+        self.pods_by_pool
+            .get_mut(&PoolKey::of(pm))
+            .map(PoolPods::list)
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,248 @@
+//! Our EndpointSlices: by owner, orphans by Service, the pods they publish, our own writes.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+
+use portmapper_core::ownership::LABEL_SERVICE_NAME;
+
+use crate::index::own_writes::{Answered, Observed};
+
+use super::{
+    Index, OwnedFootprint, PmKey, drop_name, insert, missing, ns_of, orphan_service,
+    portmapping_controller, put_name, remove,
+};
+
+impl Index {
+    /// One of our slices was added or changed. Affected: its controller; for an orphan, the
+    /// PortMappings of its Service (which adopt it); and PortMappings whose publication of its
+    /// pods changed are found through the owner.
+    pub fn apply_slice(&mut self, slice: &EndpointSlice) -> Vec<PmKey> {
+        let key = ObjectRef::from_obj(slice);
+        let footprint = OwnedFootprint {
+            owner: portmapping_controller(slice),
+            orphan_of: orphan_service(slice),
+            pods: slice
+                .endpoints
+                .iter()
+                .filter_map(|e| e.target_ref.as_ref()?.uid.clone())
+                .collect(),
+            service: slice.labels().get(LABEL_SERVICE_NAME).cloned(),
+            resource_version: slice.metadata.resource_version.clone(),
+        };
+        let observed = self
+            .own_writes
+            .observed(&key, footprint.resource_version.as_deref());
+        put_name(&mut self.our_names, &ns_of(slice), &slice.metadata);
+        self.doubt_resolved(&ns_of(slice), &key.name);
+        let mut affected = HashSet::new();
+        let written_by = |f: &OwnedFootprint, uid: &str| {
+            f.owner.as_ref().is_some_and(|(_, u)| u == uid) && f.orphan_of.is_none()
+        };
+        // The echo of a write, to the PortMapping that made it, is what its plan already
+        // decided: waking it would only plan again to find nothing to do (at 10,000 pods, two
+        // of every three reconciles after a pod flip). Unless a reconcile of it was put off
+        // until this write showed, or the slice changed hands.
+        let mut echo_of = match &observed {
+            Observed::Echo { owner, wake: false } | Observed::InFlight { owner } => {
+                Some(owner.as_str())
+            }
+            _ => None,
+        }
+        .filter(|uid| written_by(&footprint, uid));
+        if let Some(old) = self.slices.remove(&key) {
+            if echo_of.is_some_and(|uid| !written_by(&old, uid)) {
+                echo_of = None;
+            }
+            self.collect_owned(&ns_of(slice), &old, &mut affected);
+            self.unregister_slice(&key, &old);
+        }
+        self.collect_owned(&ns_of(slice), &footprint, &mut affected);
+        if echo_of.is_some()
+            && let Some((pm, _)) = &footprint.owner
+        {
+            affected.remove(pm);
+        }
+        if let Some((pm, uid)) = &footprint.owner {
+            insert(&mut self.slices_by_owner, uid.clone(), key.clone());
+            for pod in &footprint.pods {
+                let by_pm = self.published.entry(pod.clone()).or_default();
+                match by_pm.iter_mut().find(|(k, _)| k == pm) {
+                    Some((_, n)) => *n += 1,
+                    None => by_pm.push((pm.clone(), 1)),
+                }
+            }
+        }
+        if let Some(svc) = &footprint.orphan_of {
+            insert(
+                &mut self.orphans_by_service,
+                (ns_of(slice), svc.clone()),
+                key.clone(),
+            );
+        }
+        self.slices.insert(key, footprint);
+        affected.into_iter().collect()
+    }
+
+    /// One of our slices is gone: its owner, and every PortMapping of its Service (its name is
+    /// free now, e.g. for the PortMapping that takes over a deleted publisher's Service).
+    pub fn delete_slice(&mut self, key: &ObjectRef<EndpointSlice>) -> Vec<PmKey> {
+        let ours = self.own_writes.awaits_gone(key);
+        self.own_writes.observed_gone(key);
+        let mut affected = HashSet::new();
+        let ns = key.namespace.as_deref().unwrap_or_default();
+        let known_elsewhere = self
+            .foreign_names
+            .get(ns)
+            .is_some_and(|n| n.contains_key(&key.name));
+        if !ours && !known_elsewhere && self.slices.contains_key(key) {
+            self.in_doubt
+                .entry(ns.to_owned())
+                .or_default()
+                .insert(key.name.clone());
+        }
+        drop_name(&mut self.our_names, ns, &key.name);
+        if let Some(old) = self.slices.remove(key) {
+            let ns = key.namespace.clone().unwrap_or_default();
+            if let Some(svc) = &old.service {
+                affected.extend(
+                    self.pms_by_service
+                        .get(&(ns.clone(), svc.clone()))
+                        .into_iter()
+                        .flatten()
+                        .cloned(),
+                );
+            }
+            self.collect_owned(&ns, &old, &mut affected);
+            self.unregister_slice(key, &old);
+        }
+        affected.into_iter().collect()
+    }
+
+    /// After a relist of our slices: forgets those not in `present`.
+    pub fn retain_slices(&mut self, present: &HashSet<ObjectRef<EndpointSlice>>) -> Vec<PmKey> {
+        let gone = missing(self.slices.keys(), present);
+        self.delete_each(gone, Self::delete_slice)
+    }
+
+    /// The PortMapping with UID `owner` is about to apply `slice`: the slice's events are not
+    /// taken for someone else's change until the answer says whose they were.
+    pub fn applying_slice(&mut self, owner: &str, slice: ObjectRef<EndpointSlice>, now: Instant) {
+        self.own_writes.applying(owner, slice, now);
+    }
+
+    /// The PortMapping with UID `owner` applied `slice` and the API server answered with
+    /// `resource_version`. Nothing to await when the watch already brought that version;
+    /// [`Answered::Wake`] when it brought something else meanwhile.
+    pub fn wrote_slice(
+        &mut self,
+        owner: &str,
+        slice: ObjectRef<EndpointSlice>,
+        resource_version: String,
+        now: Instant,
+    ) -> Answered {
+        let cached = self
+            .slices
+            .get(&slice)
+            .is_some_and(|f| f.resource_version.as_deref() == Some(resource_version.as_str()));
+        self.own_writes
+            .answered(owner, slice, resource_version, cached, now)
+    }
+
+    /// The apply of `slice` by the PortMapping with UID `owner` failed, or its answer named no
+    /// version.
+    pub fn apply_failed(&mut self, owner: &str, slice: &ObjectRef<EndpointSlice>) -> Answered {
+        self.own_writes.apply_failed(owner, slice)
+    }
+
+    /// The PortMapping with UID `owner` deleted `slice`. Nothing to await when the watch
+    /// already removed it.
+    pub fn deleted_slice(&mut self, owner: &str, slice: ObjectRef<EndpointSlice>, now: Instant) {
+        if self.slices.contains_key(&slice) {
+            self.own_writes.deleted(owner, slice, now);
+        }
+    }
+
+    /// Whether a slice write of the PortMapping with UID `owner` has not reached the cache.
+    pub fn own_writes_pending(&mut self, owner: &str, now: Instant) -> bool {
+        self.own_writes.pending(owner, now)
+    }
+
+    pub(super) fn collect_owned(
+        &self,
+        ns: &str,
+        footprint: &OwnedFootprint,
+        out: &mut HashSet<PmKey>,
+    ) {
+        if let Some((pm, _)) = &footprint.owner {
+            out.insert(pm.clone());
+        }
+        if let Some(svc) = &footprint.orphan_of {
+            out.extend(
+                self.pms_by_service
+                    .get(&(ns.to_owned(), svc.clone()))
+                    .into_iter()
+                    .flatten()
+                    .cloned(),
+            );
+        }
+    }
+
+    pub(super) fn unregister_slice(
+        &mut self,
+        key: &ObjectRef<EndpointSlice>,
+        old: &OwnedFootprint,
+    ) {
+        if let Some((pm, uid)) = &old.owner {
+            remove(&mut self.slices_by_owner, uid, key);
+            for pod in &old.pods {
+                if let Some(by_pm) = self.published.get_mut(pod) {
+                    if let Some(at) = by_pm.iter().position(|(k, _)| k == pm) {
+                        by_pm[at].1 -= 1;
+                        if by_pm[at].1 == 0 {
+                            by_pm.swap_remove(at);
+                        }
+                    }
+                    if by_pm.is_empty() {
+                        self.published.remove(pod);
+                    }
+                }
+            }
+        }
+        if let Some(svc) = &old.orphan_of {
+            let ns = key.namespace.clone().unwrap_or_default();
+            remove(&mut self.orphans_by_service, &(ns, svc.clone()), key);
+        }
+    }
+
+    /// Our slices controlled by the PortMapping with `uid` or by one of `also` (PortMappings it
+    /// takes over from), plus orphans of `adopt_for` (a Service in `namespace`), which the
+    /// planner adopts.
+    pub fn owned_slices(
+        &self,
+        uid: &str,
+        also: &[String],
+        namespace: &str,
+        adopt_for: Option<&str>,
+    ) -> Vec<ObjectRef<EndpointSlice>> {
+        let mut out: Vec<_> = std::iter::once(uid)
+            .chain(also.iter().map(String::as_str))
+            .filter_map(|u| self.slices_by_owner.get(u))
+            .flatten()
+            .cloned()
+            .collect();
+        if let Some(svc) = adopt_for {
+            out.extend(
+                self.orphans_by_service
+                    .get(&(namespace.to_owned(), svc.to_owned()))
+                    .into_iter()
+                    .flatten()
+                    .cloned(),
+            );
+        }
+        out
+    }
+}

@@ -1,0 +1,335 @@
+//! Prometheus metrics (OpenMetrics text on `/metrics`).
+//!
+//! Labels are bounded: per-object series carry only namespace, service and port (as many as the
+//! PortMappings we manage: a port's series goes when the port does, a Service's series go when
+//! its PortMapping withdraws or is deleted); error series carry a fixed category, never an error
+//! string.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+/// Labels of per-Service series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct ServiceLabels {
+    pub namespace: String,
+    pub service: String,
+}
+
+/// Labels of per-port series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct PortLabels {
+    pub namespace: String,
+    pub service: String,
+    pub port: String,
+    pub address_type: String,
+}
+
+/// Labels of membership decisions.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    pub namespace: String,
+    pub service: String,
+    pub decision: &'static str,
+}
+
+/// Labels of [`Metrics::plan_pods`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvaluationLabels {
+    pub evaluation: &'static str,
+}
+
+/// Labels with one fixed-vocabulary value.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+/// Labels of error counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CategoryLabels {
+    pub category: &'static str,
+}
+
+/// Labels of API write counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    pub verb: &'static str,
+    pub resource: &'static str,
+}
+
+/// Labels of watch restarts: the watch (a fixed name per reflector) and why it restarted.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchRestartLabels {
+    pub watch: &'static str,
+    pub reason: &'static str,
+}
+
+/// Labels of per-watch series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchLabels {
+    pub watch: &'static str,
+}
+
+/// Labels of native-cleanup deletions.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    pub resource: &'static str,
+}
+
+/// Every metric the operator exports.
+pub struct Metrics {
+    pub registry: Registry,
+    pub endpoints_published: Family<PortLabels, Gauge>,
+    pub endpointslices_managed: Family<ServiceLabels, Gauge>,
+    pub membership_checks: Family<DecisionLabels, Counter>,
+    /// Pool pods per plan by whether the last plan's outcomes were reused (`reused`) or the pod
+    /// was evaluated (`evaluated`: new, changed, or after a spec or Service change).
+    pub plan_pods: Family<EvaluationLabels, Counter>,
+    pub native_cleanup_deletions: Family<ResourceLabels, Counter>,
+    pub name_collisions: Family<ServiceLabels, Counter>,
+    pub reconciles: Family<ResultLabels, Counter>,
+    pub reconcile_errors: Family<CategoryLabels, Counter>,
+    pub reconcile_duration: Histogram,
+    /// Time of the pure plan alone within a reconcile: the operator's own share, apart from
+    /// the API requests a reconcile waits on.
+    pub plan_duration: Histogram,
+    pub api_writes: Family<WriteLabels, Counter>,
+    pub leader: Gauge,
+    /// Watch restarts by watch and reason (`error`: the stream failed, `stalled`: silent for
+    /// longer than the stall threshold, `no_progress`: re-watched from one resourceVersion
+    /// after early ends, relisted).
+    pub watch_restarts: Family<WatchRestartLabels, Counter>,
+    /// Watches silent for longer than the stall threshold right now, by watch.
+    pub watches_stalled: Family<WatchLabels, Gauge>,
+    /// Network-check probes (`portmapper_probe_*`), fed by the prober.
+    pub probe: portmapper_probe::PrometheusProbeMetrics,
+    /// The native EndpointSlice controller's metrics, with the same meaning.
+    pub sync: crate::runtime::sync_metrics::SyncMetrics,
+    /// The per-Service series each PortMapping (namespace, name) feeds, so they can be removed:
+    /// prometheus-client families cannot be searched by a partial label set.
+    fed: Mutex<HashMap<(String, String), FedSeries>>,
+}
+
+/// Series one PortMapping has set.
+#[derive(Default)]
+struct FedSeries {
+    service: Option<ServiceLabels>,
+    ports: BTreeSet<PortLabels>,
+}
+
+const DECISIONS: [&str; 3] = ["include", "exclude", "abstain"];
+
+impl Metrics {
+    /// Registers every metric under the `portmapper_` prefix.
+    pub fn new() -> Arc<Self> {
+        let mut registry = Registry::with_prefix("portmapper");
+        let endpoints_published = Family::<PortLabels, Gauge>::default();
+        let endpointslices_managed = Family::<ServiceLabels, Gauge>::default();
+        let membership_checks = Family::<DecisionLabels, Counter>::default();
+        let plan_pods = Family::<EvaluationLabels, Counter>::default();
+        let native_cleanup_deletions = Family::<ResourceLabels, Counter>::default();
+        let name_collisions = Family::<ServiceLabels, Counter>::default();
+        let reconciles = Family::<ResultLabels, Counter>::default();
+        let reconcile_errors = Family::<CategoryLabels, Counter>::default();
+        let reconcile_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 15));
+        let plan_duration = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
+        let api_writes = Family::<WriteLabels, Counter>::default();
+        let leader = Gauge::default();
+        let watch_restarts = Family::<WatchRestartLabels, Counter>::default();
+        let watches_stalled = Family::<WatchLabels, Gauge>::default();
+        let probe = portmapper_probe::PrometheusProbeMetrics::default();
+        probe.register(&mut registry);
+        let sync = crate::runtime::sync_metrics::SyncMetrics::new(&mut registry);
+
+        registry.register(
+            "endpoints_published",
+            "Endpoints published per Service port and address type (ready or not)",
+            endpoints_published.clone(),
+        );
+        registry.register(
+            "endpointslices_managed",
+            "EndpointSlices published per Service",
+            endpointslices_managed.clone(),
+        );
+        registry.register(
+            "membership_checks",
+            "Membership decisions per Service by outcome (include, exclude, abstain)",
+            membership_checks.clone(),
+        );
+        registry.register(
+            "plan_pods",
+            "Pool pods per plan: outcomes reused from the previous plan, or evaluated",
+            plan_pods.clone(),
+        );
+        registry.register(
+            "native_cleanup_deletions",
+            "Native leftovers deleted after a selector migration, by resource",
+            native_cleanup_deletions.clone(),
+        );
+        registry.register(
+            "name_collisions",
+            "Refused writes because an object we do not own already has the name",
+            name_collisions.clone(),
+        );
+        registry.register(
+            "reconcile",
+            "Reconciles by result (success, error; backoff: put off, inside the retry window of an earlier failure; quiet: nothing it reads changed since a pass that wrote nothing)",
+            reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Failed reconciles by error category",
+            reconcile_errors.clone(),
+        );
+        registry.register_with_unit(
+            "reconcile_duration",
+            "Time of one reconcile",
+            Unit::Seconds,
+            reconcile_duration.clone(),
+        );
+        registry.register_with_unit(
+            "plan_duration",
+            "Time of one plan (the pure planner's share of a reconcile)",
+            Unit::Seconds,
+            plan_duration.clone(),
+        );
+        registry.register(
+            "api_writes",
+            "API writes issued by the operator, by verb and resource",
+            api_writes.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader Lease (or leader election is off)",
+            leader.clone(),
+        );
+        registry.register(
+            "watch_restarts",
+            "Watch restarts by watch and reason (error, stalled, no_progress)",
+            watch_restarts.clone(),
+        );
+        registry.register(
+            "watches_stalled",
+            "Watches of each kind that are open but silent (no event, no bookmark) past the stall threshold",
+            watches_stalled.clone(),
+        );
+
+        Arc::new(Self {
+            registry,
+            endpoints_published,
+            endpointslices_managed,
+            membership_checks,
+            plan_pods,
+            native_cleanup_deletions,
+            name_collisions,
+            reconciles,
+            reconcile_errors,
+            reconcile_duration,
+            plan_duration,
+            api_writes,
+            leader,
+            watch_restarts,
+            watches_stalled,
+            probe,
+            sync,
+            fed: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Sets the published gauges of one PortMapping's Service: endpoints per (port, address
+    /// type) and the slice count. Series of ports (or a Service) it no longer publishes go.
+    pub fn set_published(
+        &self,
+        portmapping: (&str, &str),
+        service: ServiceLabels,
+        per_port: &BTreeMap<(String, String), i64>,
+        slices: i64,
+    ) {
+        let mut fed = self.fed.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (portmapping.0.to_string(), portmapping.1.to_string());
+        let entry = fed.entry(key).or_default();
+        if entry.service.as_ref().is_some_and(|s| *s != service) {
+            // serviceRef moved: the old Service's series are not ours any more.
+            self.remove_series(entry);
+        }
+        let mut ports = BTreeSet::new();
+        for ((port, address_type), n) in per_port {
+            let labels = PortLabels {
+                namespace: service.namespace.clone(),
+                service: service.service.clone(),
+                port: port.clone(),
+                address_type: address_type.clone(),
+            };
+            self.endpoints_published.get_or_create(&labels).set(*n);
+            ports.insert(labels);
+        }
+        for gone in entry.ports.difference(&ports) {
+            self.endpoints_published.remove(gone);
+        }
+        self.endpointslices_managed
+            .get_or_create(&service)
+            .set(slices);
+        entry.ports = ports;
+        entry.service = Some(service);
+    }
+
+    /// Removes every per-Service series a PortMapping fed (it withdrew or was deleted).
+    pub fn forget(&self, portmapping: (&str, &str)) {
+        self.sync.forget(portmapping);
+        let mut fed = self.fed.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(mut entry) = fed.remove(&(portmapping.0.to_string(), portmapping.1.to_string()))
+        {
+            self.remove_series(&mut entry);
+        }
+    }
+
+    /// Records that a PortMapping feeds counters of `service` (before any gauge is set).
+    pub fn feeds(&self, portmapping: (&str, &str), service: &ServiceLabels) {
+        let mut fed = self.fed.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = fed
+            .entry((portmapping.0.to_string(), portmapping.1.to_string()))
+            .or_default();
+        if entry.service.as_ref().is_some_and(|s| s != service) {
+            self.remove_series(entry);
+        }
+        entry.service = Some(service.clone());
+    }
+
+    fn remove_series(&self, entry: &mut FedSeries) {
+        for labels in std::mem::take(&mut entry.ports) {
+            self.endpoints_published.remove(&labels);
+        }
+        if let Some(service) = entry.service.take() {
+            self.endpointslices_managed.remove(&service);
+            self.name_collisions.remove(&service);
+            for decision in DECISIONS {
+                self.membership_checks.remove(&DecisionLabels {
+                    namespace: service.namespace.clone(),
+                    service: service.service.clone(),
+                    decision,
+                });
+            }
+        }
+    }
+
+    /// Encodes every metric as OpenMetrics text.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+
+    /// Counts one write.
+    pub fn write(&self, verb: &'static str, resource: &'static str) {
+        self.api_writes
+            .get_or_create(&WriteLabels { verb, resource })
+            .inc();
+    }
+}
