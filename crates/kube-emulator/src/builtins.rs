@@ -8,14 +8,7 @@ use crate::error::Cause;
 use crate::meta;
 use crate::registry::ResourceType;
 
-/// Sets `key` of the object `obj` to `v` unless it holds a non-null value.
-pub(crate) fn set_default(obj: &mut Value, key: &str, v: Value) {
-    if let Value::Object(m) = obj
-        && m.get(key).is_none_or(Value::is_null)
-    {
-        m.insert(key.to_string(), v);
-    }
-}
+use crate::defaults::set_default;
 
 /// Apply the type's defaulting functions (`SetDefaults_*` of k8s.io/kubernetes/pkg/apis/*/v1):
 /// what they set belongs to the writer's managedFields entry, unlike what [`crate::strategy`]

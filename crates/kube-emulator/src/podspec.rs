@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::builtins::set_default;
+use crate::defaults::set_default;
 
 /// Defaults a Pod's spec and status.
 pub fn default_pod(obj: &mut Value) {

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use kube_validation::IpFamily;
 
-use crate::builtins::set_default;
+use crate::defaults::set_default;
 use crate::error::ApiError;
 use crate::meta;
 use crate::registry::GroupResource;

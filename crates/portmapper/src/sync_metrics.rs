@@ -9,13 +9,18 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use portmapper_core::sync_stats::SyncStats;
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::metrics::ResultLabels;
+/// The label of `portmapper_syncs_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SyncLabels {
+    result: &'static str,
+}
 
 /// How a sync ended, as the native controller labels it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,7 +52,7 @@ pub struct SyncMetrics {
     endpoints_desired: Gauge,
     slices: Gauge,
     slices_desired: Gauge,
-    syncs: Family<ResultLabels, Counter>,
+    syncs: Family<SyncLabels, Counter>,
     /// (endpoints desired, slices, slices desired) of each PortMapping (namespace, name).
     totals: Mutex<HashMap<(String, String), [i64; 3]>>,
 }
@@ -123,7 +128,7 @@ impl SyncMetrics {
     /// Counts how one sync ended.
     pub fn ended(&self, result: SyncResult) {
         self.syncs
-            .get_or_create(&ResultLabels {
+            .get_or_create(&SyncLabels {
                 result: result.label(),
             })
             .inc();
