@@ -239,6 +239,12 @@ impl View {
                 .all(|(k, n)| self.present.get(k).copied().unwrap_or(0) == *n)
     }
 
+    /// How the slices of (`service`, `port`) publish `pod`.
+    pub fn state(&self, service: &str, port: &str, pod: &str) -> Published {
+        let key = (service.to_owned(), port.to_owned(), pod.to_owned());
+        self.counts.get(&key).copied().map_or(Published::Absent, state)
+    }
+
     /// Ready endpoints published, summed over every (service, port).
     pub fn ready_total(&self) -> usize {
         self.ready.values().sum()

@@ -130,10 +130,10 @@ pub async fn run_on(
     .await?;
     let load_before = procs::load_average();
     let mut ctx = phases::Ctx::new(bins, cfg, plane, obs, g, logs.to_path_buf());
-    let mut sides = Vec::new();
-    for side in Side::BOTH {
-        sides.push(ctx.publication(side).await?);
-    }
+    let mut sides = [
+        ctx.publication(Side::Operator).await?,
+        ctx.publication(Side::Native).await?,
+    ];
     let floors = if cfg.floors {
         Some(ctx.floors().await?)
     } else {
@@ -142,8 +142,7 @@ pub async fn run_on(
     ctx.flips(&mut sides).await?;
     ctx.replacements(&mut sides).await?;
     let (apiserver_mem, etcd_mem) = ctx.plane_memory()?;
-    let native = sides.pop().ok_or(Error::Exited("the native side"))?;
-    let operator = sides.pop().ok_or(Error::Exited("the operator side"))?;
+    let [operator, native] = sides;
     Ok(RealReport {
         shape: cfg.shape,
         pods: ctx.g.pods.len(),

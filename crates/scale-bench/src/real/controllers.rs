@@ -50,6 +50,14 @@ impl Side {
         }
     }
 
+    /// The Service of `pod` that this controller publishes.
+    pub fn service(self, pod: &PodSpec) -> String {
+        match self {
+            Side::Operator => pod.service.clone(),
+            Side::Native => crate::shape::native_service(&pod.service),
+        }
+    }
+
     /// The ports (as the bench's view names them) that publish `pod`.
     pub fn ports(self, pod: &PodSpec) -> Vec<&'static str> {
         match self {

@@ -13,9 +13,9 @@ use super::apimetrics::{self, ApiWrites};
 use super::controllers::{self, RealBinaries, Side};
 use super::plane::Plane;
 use crate::floor::{self, Floor};
-use crate::observe::Observer;
+use crate::observe::{Observer, Published, View};
 use crate::procs::{self, Memory, Proc};
-use crate::shape::{self, Generated};
+use crate::shape::{self, Generated, PodSpec};
 use crate::{Error, bench_patch, bench_post};
 
 /// A controller is idle (done with what its start found) once it and the API server used at
@@ -151,6 +151,9 @@ pub(super) struct Ctx<'a> {
     pods: Api<Pod>,
     logs: PathBuf,
     starts: usize,
+    /// The pods replaced so far, (old, new): the counts of a publication do not tell a
+    /// replaced pod from its replacement, so the bench checks these by name.
+    replaced: Vec<(PodSpec, PodSpec)>,
 }
 
 impl<'a> Ctx<'a> {
@@ -172,6 +175,7 @@ impl<'a> Ctx<'a> {
             pods,
             logs,
             starts: 0,
+            replaced: Vec::new(),
         }
     }
 
@@ -216,12 +220,23 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
+    /// Whether `side`'s slices show every pod as it should be, and nothing else.
+    fn shows_all(&self, v: &View, side: Side) -> bool {
+        v.exactly_published(side.expected(&self.g))
+            && self.replaced.iter().all(|(old, new)| {
+                let service = side.service(new);
+                side.ports(new).iter().all(|port| {
+                    v.state(&service, port, &old.name) == Published::Absent
+                        && v.state(&service, port, &new.name) == Published::Ready
+                })
+            })
+    }
+
     /// Waits until `side`'s slices show every pod as it should be (and nothing else).
     async fn published(&self, side: Side, timeout: Duration) -> Result<Instant, Error> {
-        let expected = side.expected(&self.g);
         self.obs
             .wait(&format!("{} to publish", side.label()), timeout, |v| {
-                v.exactly_published(expected)
+                self.shows_all(v, side)
                     .then(|| v.last_slice_event.unwrap_or_else(Instant::now))
             })
             .await
@@ -390,7 +405,6 @@ impl<'a> Ctx<'a> {
             self.replace_one(i).await?;
         }
         let last = Instant::now();
-        let expected = side.expected(&self.g);
         let quiet = self.cfg.quiet;
         let converged = self
             .obs
@@ -399,7 +413,7 @@ impl<'a> Ctx<'a> {
                 self.cfg.phase_timeout + quiet,
                 |v| {
                     let last_event = v.last_slice_event.unwrap_or(first).max(last);
-                    (v.exactly_published(expected) && last_event.elapsed() >= quiet)
+                    (self.shows_all(v, side) && last_event.elapsed() >= quiet)
                         .then_some(last_event)
                 },
             )
@@ -433,7 +447,8 @@ impl<'a> Ctx<'a> {
             ..DeleteParams::default()
         };
         self.pods.delete(&old.name, &now).await?;
-        self.g.pods[i] = new;
+        self.g.pods[i] = new.clone();
+        self.replaced.push((old, new));
         Ok(())
     }
 
