@@ -1,12 +1,13 @@
 //! The plain-client floor: a client that does nothing else server-side-applies a controller's
 //! published slices (read back, stripped of what the server set, renamed and relabelled so no
-//! controller takes them for its own), one at a time and four in flight, then deletes them.
+//! controller takes them for its own), one at a time and four in flight, then deletes them; and
+//! creates them with a plain POST, as kube-controller-manager writes its slices.
 
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -24,6 +25,9 @@ pub struct Floor {
     pub max_endpoints: usize,
     /// One apply at a time, the median apply.
     pub p50: Duration,
+    /// The same slices created with a plain POST (as kube-controller-manager writes them), one
+    /// at a time, the median create.
+    pub create_p50: Duration,
     /// One at a time, all of them.
     pub sequential: Duration,
     /// Four in flight (the operator's default `--concurrency`).
@@ -50,23 +54,53 @@ fn renamed(ns: &str, s: &EndpointSlice) -> (String, Value) {
     (name, obj)
 }
 
-/// Applies `objects` with `inflight` requests at once; returns each apply's time and the total,
+/// How the floor writes each slice.
+#[derive(Clone, Copy)]
+enum Write {
+    /// Server-side apply, as the operator does.
+    Apply,
+    /// POST, as kube-controller-manager creates its slices.
+    Create,
+}
+
+async fn write_one(
+    api: &Api<EndpointSlice>,
+    how: Write,
+    name: &str,
+    obj: &Value,
+) -> Result<Duration, Error> {
+    let t = Instant::now();
+    match how {
+        Write::Apply => {
+            let pp = PatchParams::apply(MANAGER).force();
+            api.patch(name, &pp, &Patch::Apply(obj)).await?;
+        }
+        Write::Create => {
+            let pp = PostParams {
+                field_manager: Some(MANAGER.into()),
+                ..PostParams::default()
+            };
+            api.create(&pp, &serde_json::from_value(obj.clone())?)
+                .await?;
+        }
+    }
+    Ok(t.elapsed())
+}
+
+/// Writes `objects` with `inflight` requests at once; returns each write's time and the total,
 /// then deletes them.
-async fn apply_all(
+async fn write_all(
     api: &Api<EndpointSlice>,
     objects: &[(String, Value)],
+    how: Write,
     inflight: usize,
 ) -> Result<(Vec<Duration>, Duration), Error> {
-    let pp = PatchParams::apply(MANAGER).force();
     let t = Instant::now();
-    let each = futures::stream::iter(objects.iter().map(|(name, obj)| {
-        let (api, pp) = (api.clone(), pp.clone());
-        async move {
-            let t = Instant::now();
-            api.patch(name, &pp, &Patch::Apply(obj)).await?;
-            Ok::<Duration, Error>(t.elapsed())
-        }
-    }))
+    let each = futures::stream::iter(
+        objects
+            .iter()
+            .map(|(name, obj)| write_one(api, how, name, obj)),
+    )
     .buffer_unordered(inflight)
     .try_collect::<Vec<_>>()
     .await?;
@@ -82,8 +116,9 @@ pub async fn measure(client: &Client, ns: &str, selector: &str) -> Result<Floor,
     let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
     let published = api.list(&ListParams::default().labels(selector)).await?;
     let objects: Vec<(String, Value)> = published.items.iter().map(|s| renamed(ns, s)).collect();
-    let (each, sequential) = apply_all(&api, &objects, 1).await?;
-    let (_, parallel4) = apply_all(&api, &objects, 4).await?;
+    let (each, sequential) = write_all(&api, &objects, Write::Apply, 1).await?;
+    let (_, parallel4) = write_all(&api, &objects, Write::Apply, 4).await?;
+    let (created, _) = write_all(&api, &objects, Write::Create, 1).await?;
     Ok(Floor {
         slices: objects.len(),
         max_endpoints: published
@@ -93,6 +128,7 @@ pub async fn measure(client: &Client, ns: &str, selector: &str) -> Result<Floor,
             .max()
             .unwrap_or(0),
         p50: crate::percentile(&each, 0.5),
+        create_p50: crate::percentile(&created, 0.5),
         sequential,
         parallel4,
     })

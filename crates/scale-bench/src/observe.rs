@@ -242,7 +242,10 @@ impl View {
     /// How the slices of (`service`, `port`) publish `pod`.
     pub fn state(&self, service: &str, port: &str, pod: &str) -> Published {
         let key = (service.to_owned(), port.to_owned(), pod.to_owned());
-        self.counts.get(&key).copied().map_or(Published::Absent, state)
+        self.counts
+            .get(&key)
+            .copied()
+            .map_or(Published::Absent, state)
     }
 
     /// Ready endpoints published, summed over every (service, port).

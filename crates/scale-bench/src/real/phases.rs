@@ -413,8 +413,7 @@ impl<'a> Ctx<'a> {
                 self.cfg.phase_timeout + quiet,
                 |v| {
                     let last_event = v.last_slice_event.unwrap_or(first).max(last);
-                    (self.shows_all(v, side) && last_event.elapsed() >= quiet)
-                        .then_some(last_event)
+                    (self.shows_all(v, side) && last_event.elapsed() >= quiet).then_some(last_event)
                 },
             )
             .await?;
