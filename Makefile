@@ -129,22 +129,39 @@ bench:
 ##   make bench-scale                         # shape A 10,000 pods, then shape B 1,000 × 10
 ##   make bench-scale SHAPE=A PODS=50000 ROLLING=0
 ##   make bench-scale SHAPE=B MAPPINGS=200 PODS_PER_MAPPING=10 FLIPS=60
+## CONTROL_PLANE=real runs it on etcd and kube-apiserver (realkube), the operator side by side
+## with kube-controller-manager's EndpointSlice controller on the same pods: one table per shape
+## with the ratio operator ÷ native of every figure. It builds realkube unless REALKUBE_BIN
+## names one.
+##   make bench-scale CONTROL_PLANE=real
+##   make bench-scale CONTROL_PLANE=real SHAPE=A PODS=50000 REPLACE=200 ROUNDS=2
+CONTROL_PLANE ?= emulator
 SHAPE ?=
 PODS ?=
 MAPPINGS ?=
 PODS_PER_MAPPING ?=
 FLIPS ?=
 ROLLING ?=
+ROUNDS ?=
+REPLACE ?=
 BENCH_ARGS ?=
 BENCH_TARGET := $(or $(CARGO_TARGET_DIR),target)/release
-bench-scale:
+BENCH_REALKUBE = $(or $(REALKUBE_BIN),$(REALKUBE))
+BENCH_SHAPE_ARGS = $(if $(SHAPE),--shape $(SHAPE)) $(if $(PODS),--pods $(PODS)) $(if $(MAPPINGS),--mappings $(MAPPINGS)) \
+  $(if $(PODS_PER_MAPPING),--pods-per-mapping $(PODS_PER_MAPPING)) $(if $(FLIPS),--flips $(FLIPS)) \
+  $(if $(filter 0,$(ROLLING)),--no-rolling)
+bench-scale: $(if $(filter real,$(CONTROL_PLANE)),$(if $(REALKUBE_BIN),,realkube))
 	@# One build of all three: the same feature set, so no dependency is compiled twice.
 	$(CARGO) build --release --locked -p kube-emulator -p portmapper -p scale-bench --bins
+ifeq ($(CONTROL_PLANE),real)
+	$(BENCH_TARGET)/bench-scale --control-plane real \
+	  --realkube $(BENCH_REALKUBE) --operator $(BENCH_TARGET)/portmapper \
+	  $(BENCH_SHAPE_ARGS) $(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(REPLACE),--replace $(REPLACE)) $(BENCH_ARGS)
+else
 	$(BENCH_TARGET)/bench-scale \
 	  --emulator $(BENCH_TARGET)/kube-emulator --operator $(BENCH_TARGET)/portmapper \
-	  $(if $(SHAPE),--shape $(SHAPE)) $(if $(PODS),--pods $(PODS)) $(if $(MAPPINGS),--mappings $(MAPPINGS)) \
-	  $(if $(PODS_PER_MAPPING),--pods-per-mapping $(PODS_PER_MAPPING)) $(if $(FLIPS),--flips $(FLIPS)) \
-	  $(if $(filter 0,$(ROLLING)),--no-rolling) $(BENCH_ARGS)
+	  $(BENCH_SHAPE_ARGS) $(BENCH_ARGS)
+endif
 
 ## helm-venv: the real Helm engine (PyPI helm-python-sdk, Helm's Go SDK) and Lua (lupa, for the
 ## documented Argo CD health check) in a virtualenv (idempotent).
