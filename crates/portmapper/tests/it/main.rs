@@ -22,6 +22,8 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod backoff;
+mod churn;
 mod consumers;
 mod crashes;
 mod failover;
