@@ -62,16 +62,25 @@ unit:
 ## matrix (tests/it/fault_matrix.rs) MATRIX_ROUNDS times instead of once (every timed case in a
 ## fresh world each round; about 40 s per round with two test threads), and FAILOVER_ROUNDS
 ## rounds of kill -9, SIGTERM and SIGSTOP/SIGCONT of the leader instead of one (about 15 s each).
+## Then the backoff under churn (tests/it/backoff.rs) with BACKOFF_SECONDS of persistent errors
+## instead of 10, and the real control plane's own faults (tests/it/real_faults.rs: kill -9 of
+## kube-apiserver and of etcd, priority-and-fairness 429s for BACKOFF_SECONDS, etcd compaction,
+## a restart under a leader and its standby) REAL_FAULT_ROUNDS times instead of once (about
+## 1 min per round, plus 50 s per 60 s of throttling).
 FUZZ_CASES ?= 10000
 CRASH_ROUNDS ?= 30
 MATRIX_ROUNDS ?= 3
 FAILOVER_ROUNDS ?= 10
+BACKOFF_SECONDS ?= 60
+REAL_FAULT_ROUNDS ?= 3
 soak:
 	PORTMAPPER_FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test --workspace --locked -- fuzz_
 	PORTMAPPER_STORM_SECONDS=60 $(CARGO) test -p portmapper --locked --test it -- faults::a_throttling_storm_is_reported
 	PORTMAPPER_CRASH_ROUNDS=$(CRASH_ROUNDS) $(CARGO) test -p portmapper --locked --test it -- crashes::
 	PORTMAPPER_MATRIX_ROUNDS=$(MATRIX_ROUNDS) $(CARGO) test -p portmapper --locked --test it -- fault_matrix:: --test-threads 2
 	PORTMAPPER_FAILOVER_ROUNDS=$(FAILOVER_ROUNDS) $(CARGO) test -p portmapper --locked --test it -- failover::
+	PORTMAPPER_BACKOFF_SECONDS=$(BACKOFF_SECONDS) PORTMAPPER_REAL_FAULT_ROUNDS=$(REAL_FAULT_ROUNDS) \
+	  $(CARGO) test -p portmapper --locked --test it -- backoff:: real_faults::
 
 ## realkube: the real control plane (etcd, kube-apiserver, kube-controller-manager, kube-proxy from
 ## the Kubernetes Go modules; tools/realkube), one multi-call binary, and CoreDNS. Rebuilt only when their

@@ -73,14 +73,17 @@ pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action
         return Ok(Action::requeue(wait));
     }
     let started = Instant::now();
-    let result = reconcile_inner(&pm, &ctx, fingerprint)
+    let (result, wrote) = reconcile_inner(&pm, &ctx, fingerprint)
         .instrument(span)
         .await;
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
     context::record(&ctx.metrics, &result);
+    // Only writes that went through show the server takes them again; a pass with nothing to
+    // write (the churn came back to what is published) keeps the ladder where it is.
     if result.is_ok()
+        && wrote
         && let Some(failures) = ctx.backoff.succeeded(&pm_ref)
     {
         info!(portmapping = %pm_ref, failures, "reconciled again after failures");
@@ -172,12 +175,15 @@ fn resync_delay(resync: Duration, fraction: u32, since_epoch: Duration) -> Durat
 /// Resyncs come due on multiples of this since the process started.
 const RESYNC_SLOT: Duration = Duration::from_millis(100);
 
+/// The pass's result, and whether it sent any write.
 async fn reconcile_inner(
     pm: &PortMapping,
     ctx: &Context,
     fingerprint: crate::quiet::Fingerprint,
-) -> Result<Action, Error> {
-    let ns = pm.namespace().ok_or(Error::MissingMetadata("namespace"))?;
+) -> (Result<Action, Error>, bool) {
+    let Some(ns) = pm.namespace() else {
+        return (Err(Error::MissingMetadata("namespace")), false);
+    };
     // A PortMapping held by a finalizer or a foreground deletion is still reconciled, like the
     // native controller's terminating Services: its slices stay accurate until they are
     // collected, and the planner creates nothing new that would race the garbage collector.
@@ -187,7 +193,7 @@ async fn reconcile_inner(
         // and seeds its probes from the live slices.
         crate::probing::forget(&ctx.prober, pm);
         ctx.quiet.unsettle(&pm_ref);
-        return Ok(Action::await_change());
+        return (Ok(Action::await_change()), false);
     }
     let writer = Writer::new(&ctx.client, &ns, &ctx.leadership, &ctx.metrics);
     let result = reconcile_as_leader(pm, ctx, fingerprint, &writer, &pm_ref).await;
@@ -196,7 +202,7 @@ async fn reconcile_inner(
         Err(_) => SyncResult::Error,
     });
     report_api_warnings(ctx, pm, &pm_ref, &writer).await;
-    result.map(|(action, _)| action)
+    (result.map(|(action, _)| action), !writer.wrote_nothing())
 }
 
 /// Each distinct warning the API server sent on this PortMapping's writes, once per

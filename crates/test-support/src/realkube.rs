@@ -7,22 +7,29 @@
 //! before the controllers start (so the garbage collector knows PortMappings at once). There is no
 //! kubelet: tests create Nodes and write pod status themselves.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
+pub use crate::components::{Component, State};
+
 /// The controllers every shared control plane runs.
 pub const CONTROLLERS: &str = "endpointslice,endpointslicemirroring,garbagecollector,namespace";
 
-/// A running `realkube up`, stopped when the test binary exits (`up` watches its parent).
+/// A running `realkube up`, stopped when the test binary exits (`up` watches its parent) or
+/// when it is dropped.
 pub struct ControlPlane {
-    dir: PathBuf,
-    _up: Child,
+    pub(crate) dir: PathBuf,
+    pub(crate) up: Child,
+    /// Components this plane restarted itself ([`ControlPlane::restart`]): children of the
+    /// test process, no longer of `up`.
+    pub(crate) restarted: Mutex<BTreeMap<String, Child>>,
 }
 
 static SHARED: OnceLock<ControlPlane> = OnceLock::new();
@@ -107,7 +114,11 @@ impl ControlPlane {
             .stderr(log)
             .spawn()
             .expect("realkube up starts");
-        let plane = Self { dir, _up: up };
+        let plane = Self {
+            dir,
+            up,
+            restarted: Mutex::new(BTreeMap::new()),
+        };
         plane.wait_ready(Duration::from_secs(120));
         plane
     }
