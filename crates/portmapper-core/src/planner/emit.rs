@@ -9,7 +9,7 @@ use k8s_openapi::api::discovery::v1::{EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::compare::{metadata_eq, ports_eq};
-use super::evaluate::Group;
+use super::evaluate::{Group, SlicePort};
 use super::memo::EvalMemo;
 use super::naming::{chunk_name, parse_chunk};
 use super::objects::{ANNOTATION_TRIGGER_TIME, slice_labels};
@@ -60,6 +60,22 @@ pub(crate) fn assign_live<'a>(
     a
 }
 
+/// The ports a group's slices list, in Service port order (none for the portless pseudo-port).
+fn slice_ports(ctx: &PlanContext<'_>, ports: &[SlicePort]) -> Vec<EndpointPort> {
+    ports
+        .iter()
+        .filter_map(|sp| {
+            let port = &ctx.ports[sp.port];
+            Some(EndpointPort {
+                name: Some(port.name.to_owned()),
+                port: Some(sp.target?),
+                protocol: Some(port.protocol.to_owned()),
+                app_protocol: port.service_port?.app_protocol.clone(),
+            })
+        })
+        .collect()
+}
+
 /// Packs and renders every group into `out.slices` (and `out.deletions`); every slice to write
 /// is validated.
 pub(crate) fn emit_slices(
@@ -83,16 +99,7 @@ pub(crate) fn emit_slices(
         memo.settle_template(&template);
     }
     for (g, group) in groups.into_iter().enumerate() {
-        let port = &ctx.ports[group.port];
-        let slice_ports: Vec<EndpointPort> = match (port.service_port, group.target) {
-            (Some(sp), Some(target)) => vec![EndpointPort {
-                name: Some(port.name.to_owned()),
-                port: Some(target),
-                protocol: Some(port.protocol.to_owned()),
-                app_protocol: sp.app_protocol.clone(),
-            }],
-            _ => Vec::new(),
-        };
+        let slice_ports = slice_ports(ctx, &group.ports);
         let live = &assignment.live[g];
         // Only read when a chunk of this group is written.
         let mut conditions: Option<Vec<&str>> = None;
@@ -196,7 +203,16 @@ pub(crate) fn emit_slices(
                     drift: chunk.live.is_some_and(|i| live_chunks[i].drift),
                 },
                 ctx.pods,
-                conditions.get_or_insert_with(|| read_conditions(port.rules)),
+                conditions.get_or_insert_with(|| {
+                    let mut read: Vec<&str> = group
+                        .ports
+                        .iter()
+                        .flat_map(|p| read_conditions(ctx.ports[p.port].rules))
+                        .collect();
+                    read.sort_unstable();
+                    read.dedup();
+                    read
+                }),
                 ctx.now,
             );
             let mut metadata = template.clone();

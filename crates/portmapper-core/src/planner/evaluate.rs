@@ -1,5 +1,7 @@
 //! Phase 1 of a plan: evaluate every (pool pod, Service port, IP family) and group the members
-//! by slice set (port × family × target port), recording each pod's per-port state for status.
+//! by slice set, recording each pod's per-port state for status. Members are gathered per port
+//! × family × target port (the `PerPort` groups); `PerPortSet` regroups them by the set of ports
+//! each pod is a member of ([`port_sets`](super::port_sets)).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
@@ -7,11 +9,11 @@ use std::sync::Arc;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_validation::IpFamily;
-use portmapper_api::TerminatingEndpoints;
 use portmapper_api::check::CheckKind;
+use portmapper_api::{SliceGrouping, TerminatingEndpoints};
 
 use super::memo::{DecisionCode, EvalMemo, KeptMember, KeptParts, KeptPort, Outcome, Outcomes};
-use super::naming::{group_base_name, parse_chunk};
+use super::naming::group_base_name;
 use super::objects::{DesiredEndpoint, EndpointFacts};
 use super::status::{Listed, PodPortState};
 use super::types::{DecisionCounts, PlanWarning};
@@ -28,12 +30,20 @@ use crate::target::{
     resolve_target_port,
 };
 
-/// One slice set: a Service port × IP family × target port, with its desired endpoints sorted
-/// by (address, pod UID), not rendered yet.
-pub(crate) struct Group<'a> {
+/// One port a slice lists: a Service port (index into `PlanContext::ports`) and the number it
+/// resolves to (`None` for the portless pseudo-port, whose slices list no port).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct SlicePort {
     pub port: usize,
-    pub family: IpFamily,
     pub target: Option<i32>,
+}
+
+/// One slice set: the ports its slices list (one for `PerPort`, the members' port set for
+/// `PerPortSet`, in Service port order) × IP family, with its desired endpoints sorted by
+/// (address, pod UID), not rendered yet.
+pub(crate) struct Group<'a> {
+    pub ports: Vec<SlicePort>,
+    pub family: IpFamily,
     pub base: String,
     pub placeholder: bool,
     pub endpoints: Vec<DesiredEndpoint<'a>>,
@@ -167,11 +177,31 @@ pub(crate) fn evaluate<'a>(
         };
         e.out.kept.push(parts);
     }
+    if ctx.spec.slice_grouping == SliceGrouping::PerPortSet {
+        let per_port = std::mem::take(&mut e.out.groups);
+        e.out.groups = super::port_sets::regroup(ctx, per_port);
+    }
+    if e.memos.is_some() {
+        for group in &mut e.out.groups {
+            group.at = positions(&group.endpoints, ctx.pods.len());
+        }
+    }
     if let (Some((memo, pool)), Some(memos)) = (memo, e.memos.take()) {
         memo.check_in(pool, memos);
         memo.count_ports_kept(ports_kept);
     }
     e.out
+}
+
+/// Pool position → index in `endpoints` (`u32::MAX`: not there).
+fn positions(endpoints: &[DesiredEndpoint<'_>], pods: usize) -> Vec<u32> {
+    let mut at = vec![u32::MAX; pods];
+    for (i, e) in endpoints.iter().enumerate() {
+        if let Some(slot) = at.get_mut(e.pool_position as usize) {
+            *slot = u32::try_from(i).unwrap_or(u32::MAX);
+        }
+    }
+    at
 }
 
 /// Where the prober evaluates a check of this port: its network checks (`anyOf` entries
@@ -736,25 +766,15 @@ impl<'a> Evaluator<'_, 'a> {
         } else {
             vec![static_key]
         };
-        let base = |t: Option<i32>| {
-            group_base_name(
-                ctx.svc_name,
-                port.key.as_deref(),
-                family,
-                t.filter(|_| port.named_target),
-            )
-        };
         let placeholder = if by_target.values().any(|v| !v.is_empty()) {
             None
         } else if port.named_target {
-            // Prefer a group that is already published so an emptied port rewrites one slice.
-            let live_first = targets.iter().copied().find(|t| {
-                let b = base(*t);
-                self.ours.iter().any(|s| {
-                    parse_chunk(s.metadata.name.as_deref().unwrap_or_default(), |x| x == b)
-                        .is_some()
-                })
-            });
+            // Prefer a number already published so an emptied port rewrites one slice.
+            let published = published_targets(self.ours, port.name, family);
+            let live_first = targets
+                .iter()
+                .copied()
+                .find(|t| t.is_some_and(|t| published.contains(&t)));
             live_first.or_else(|| targets.first().copied())
         } else {
             Some(static_key)
@@ -762,26 +782,34 @@ impl<'a> Evaluator<'_, 'a> {
         for target in targets {
             let mut endpoints = by_target.remove(&target).unwrap_or_default();
             endpoints.sort_unstable_by(cmp_endpoints);
-            let mut at = Vec::new();
-            if self.memos.is_some() {
-                at = vec![u32::MAX; ctx.pods.len()];
-                for (i, e) in endpoints.iter().enumerate() {
-                    if let Some(slot) = at.get_mut(e.pool_position as usize) {
-                        *slot = u32::try_from(i).unwrap_or(u32::MAX);
-                    }
-                }
-            }
             self.out.groups.push(Group {
-                port: port_idx,
+                ports: vec![SlicePort {
+                    port: port_idx,
+                    target,
+                }],
                 family,
-                target,
-                base: base(target),
+                base: group_base_name(
+                    ctx.svc_name,
+                    port.key.as_deref(),
+                    family,
+                    target.filter(|_| port.named_target),
+                ),
                 placeholder: placeholder == Some(target),
                 endpoints,
-                at,
+                at: Vec::new(),
             });
         }
     }
+}
+
+/// The numbers our live slices of `family` publish port `name` at (any shape).
+fn published_targets(ours: &[&EndpointSlice], name: &str, family: IpFamily) -> BTreeSet<i32> {
+    ours.iter()
+        .filter(|s| s.address_type == family.as_str())
+        .flat_map(|s| s.ports.iter().flatten())
+        .filter(|p| p.name.as_deref().unwrap_or_default() == name)
+        .filter_map(|p| p.port)
+        .collect()
 }
 
 /// (port name, family, pod UID) of every endpoint in the given slices: what Abstain keeps, and
@@ -794,16 +822,22 @@ pub fn published_memberships<'s>(
         let Some(family) = IpFamily::parse(&s.address_type) else {
             continue;
         };
-        let port_name = s
+        // Every port of the slice counts (a port-set slice lists several); a portless slice
+        // stands for the pseudo-port, whose name is "".
+        let mut names: Vec<&str> = s
             .ports
             .iter()
             .flatten()
-            .next()
-            .and_then(|p| p.name.as_deref())
-            .unwrap_or_default();
+            .map(|p| p.name.as_deref().unwrap_or_default())
+            .collect();
+        if names.is_empty() {
+            names.push("");
+        }
         for e in &s.endpoints {
             if let Some(uid) = e.target_ref.as_ref().and_then(|r| r.uid.as_deref()) {
-                set.insert((port_name, family, uid));
+                for &name in &names {
+                    set.insert((name, family, uid));
+                }
             }
         }
     }
@@ -832,7 +866,10 @@ fn kept_member(e: &DesiredEndpoint<'_>) -> KeptMember {
 
 /// The order of a group's endpoints: by address (as integers), then by pod UID, which is read
 /// only when two addresses tie.
-fn cmp_endpoints(a: &DesiredEndpoint<'_>, b: &DesiredEndpoint<'_>) -> std::cmp::Ordering {
+pub(crate) fn cmp_endpoints(
+    a: &DesiredEndpoint<'_>,
+    b: &DesiredEndpoint<'_>,
+) -> std::cmp::Ordering {
     a.address_key()
         .cmp(&b.address_key())
         .then_with(|| a.uid().cmp(b.uid()))

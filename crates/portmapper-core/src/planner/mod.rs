@@ -45,6 +45,7 @@ pub mod migration;
 pub mod naming;
 pub mod objects;
 pub mod pack;
+mod port_sets;
 mod status;
 mod teardown;
 mod trigger;
