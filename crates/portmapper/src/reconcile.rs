@@ -831,7 +831,10 @@ struct SliceWrites {
 
 /// Performs the plan's slice applies, then its deletions (after the applies, so endpoints that
 /// move between slices are never missing from all of them), each phase with a few writes in
-/// flight. Decides nothing: names held by others were left out by the planner.
+/// flight. When an apply failed, no slice is deleted in this pass: the slice a deletion retires
+/// may hold the only copy of endpoints the failed apply was to publish elsewhere (a switch of
+/// `sliceGrouping`, the upgrade from per-port slices), and the next pass plans the deletions
+/// again. Decides nothing: names held by others were left out by the planner.
 async fn execute_slice_writes(
     writer: &Writer<'_>,
     index: &crate::index::SharedIndex,
@@ -883,9 +886,13 @@ async fn execute_slice_writes(
         .buffered(SLICE_WRITES_IN_FLIGHT)
         .collect()
         .await;
+    let applied = results
+        .iter()
+        .all(|(w, _)| !matches!(w, Written::Failed(_)));
     let deletions: Vec<_> = plan
         .deletions
         .iter()
+        .filter(|_| applied)
         .filter_map(|d| {
             let uid = d.uid.as_deref()?;
             Some(async move {

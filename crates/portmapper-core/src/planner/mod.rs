@@ -39,6 +39,7 @@ mod compare;
 mod emit;
 mod evaluate;
 mod gate;
+mod kept_sets;
 mod legacy;
 mod memo;
 pub mod migration;
@@ -398,13 +399,18 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
     out.network_lookups = std::mem::take(&mut evaluated.lookups);
     to_input_indices(&mut out.network_lookups, &pods, input.pods);
     let assignment = emit::assign_live(&evaluated.groups, &ours, &mut out.deletions);
+    let mut sets = evaluated.sets.take();
     emit::emit_slices(
         &ctx,
-        evaluated.groups,
+        std::mem::take(&mut evaluated.groups),
         &assignment,
         &mut out,
         memo.as_deref_mut(),
+        sets.as_ref(),
     )?;
+    if let Some(sets) = sets.as_mut() {
+        sets.settle();
+    }
     out.slices
         .sort_by(|a, b| a.slice.metadata.name.cmp(&b.slice.metadata.name));
     out.deletions.sort();
@@ -471,6 +477,7 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
     out.summary = status::summary(&out.ports);
     if let Some(memo) = memo {
         memo.keep(evaluated.kept, evaluated.states, listings);
+        memo.keep_sets(sets.filter(|_| evaluated.keep_sets));
     }
     out.warnings.sort();
     out.warnings.dedup();

@@ -120,6 +120,7 @@ fn family_groups<'a>(
             placeholder,
             endpoints,
             at: Vec::new(),
+            lazy: None,
         })
         .collect()
 }
@@ -144,7 +145,7 @@ fn merged<'g, 'a>(groups: &'g [Group<'a>]) -> impl Iterator<Item = DesiredEndpoi
 }
 
 /// The set's base name, salted past any base an earlier set of the family took.
-fn unique_base(
+pub(crate) fn unique_base(
     ctx: &PlanContext<'_>,
     ports: &[SlicePort],
     family: IpFamily,

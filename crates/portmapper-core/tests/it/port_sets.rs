@@ -96,7 +96,7 @@ fn shape_a(pods: usize) -> World {
             sport("p3", 1003, None),
             sport("p4", 1004, None),
         ]);
-        s.spec.as_mut().unwrap().ip_families = Some(vec!["IPv4".into(), "IPv6".into()]);
+        s.spec.as_mut().expect("spec").ip_families = Some(vec!["IPv4".into(), "IPv6".into()]);
         s
     };
     let pods: Vec<Pod> = (0..pods)
@@ -111,8 +111,9 @@ fn shape_a(pods: usize) -> World {
 }
 
 fn set_ready(w: &mut World, pod: &str, ready: bool) {
-    let conditions = w.pod_mut(pod).status.as_mut().unwrap().conditions.as_mut();
-    conditions.unwrap()[0].status = if ready { "True" } else { "False" }.into();
+    let status = w.pod_mut(pod).status.as_mut().expect("status");
+    let conditions = status.conditions.as_mut().expect("conditions");
+    conditions[0].status = if ready { "True" } else { "False" }.into();
 }
 
 #[test]
@@ -294,7 +295,8 @@ fn named_targets_resolving_differently_are_different_sets() {
         ],
     );
     let p = w.plan();
-    let sets: Vec<(Vec<(String, i32)>, Vec<String>)> = p
+    type Set = (Vec<(String, i32)>, Vec<String>);
+    let sets: Vec<Set> = p
         .slices
         .iter()
         .map(|s| (ports(&s.slice), pod_names(&s.slice)))
@@ -404,4 +406,53 @@ fn per_port_stays_available_and_switching_back_and_forth_converges() {
     assert_eq!(p.slices.len(), 3);
     assert_eq!(p.deletions.len(), 2);
     assert_eq!(w.plan().writes(), 0);
+}
+
+/// With the memo, a flip builds the desired endpoints of the sets the pod leaves and joins
+/// only (one per family here); the other sets, whose slices are as the last pass left them
+/// (settled, or written by it and found as written), are not built at all.
+#[test]
+fn with_the_memo_a_flip_builds_only_the_sets_it_touches() {
+    let mut w = shape_a(10);
+    for (i, pod) in w.pods.iter_mut().enumerate() {
+        pod.metadata.resource_version = Some(format!("{}", i + 1));
+    }
+    let mut memo = portmapper_core::EvalMemo::default();
+    let step = |w: &mut World, memo: &mut portmapper_core::EvalMemo| {
+        let p = w.try_plan_with(Some(memo)).expect("plan");
+        assert_eq!(p, w.plan(), "the memo changes nothing");
+        w.apply(&p);
+        (p.writes(), memo.last_pass())
+    };
+    let (_, first) = step(&mut w, &mut memo);
+    assert_eq!((first.sets_kept, first.groups_built), (false, 4));
+    let flip = |w: &mut World, pod: &str, ready: bool, version: &str| {
+        set_ready(w, pod, ready);
+        w.pod_mut(pod).metadata.resource_version = Some(version.into());
+    };
+    flip(&mut w, "pod-04", false, "101");
+    let (writes, pass) = step(&mut w, &mut memo);
+    assert_eq!(writes, 2);
+    assert_eq!((pass.sets_kept, pass.groups_built), (true, 2));
+    // The set of pod-05 (p1, p2) now: the set written above is checked, not built.
+    flip(&mut w, "pod-05", false, "102");
+    let (writes, pass) = step(&mut w, &mut memo);
+    assert_eq!(writes, 2);
+    assert_eq!((pass.sets_kept, pass.groups_built), (true, 2));
+    // Nothing changed: nothing built, nothing written.
+    let (writes, pass) = step(&mut w, &mut memo);
+    assert_eq!((writes, pass.groups_built), (0, 0));
+    // A slice changed behind the memo's back (its version moves): that set is built again
+    // and repaired, the other is not built.
+    let all = [("p1", 1001), ("p2", 1002), ("p3", 1003), ("p4", 1004)];
+    let name = set_name(&all, IpFamily::V4);
+    let tampered = w
+        .slices
+        .iter_mut()
+        .find(|s| s.metadata.name.as_deref() == Some(name.as_str()))
+        .expect("slice");
+    tampered.endpoints.pop();
+    tampered.metadata.resource_version = Some("999".into());
+    let (writes, pass) = step(&mut w, &mut memo);
+    assert_eq!((writes, pass.groups_built), (1, 1));
 }
