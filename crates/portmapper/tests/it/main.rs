@@ -24,6 +24,7 @@ mod procs;
 mod render;
 mod reporting;
 mod scenarios;
+mod slice_shapes;
 mod status;
 mod trigger;
 mod watches;
