@@ -57,13 +57,14 @@ pub struct PodEvent {
 
 type PodKey = (String, String, String);
 
-/// One slice as the view keeps it: service, port, [(pod, ready)].
-type SliceEntry = (String, String, Vec<(String, bool)>);
+/// One slice as the view keeps it: service, ports, [(pod, ready)]. Every port a slice lists
+/// publishes its endpoints (a port-set slice lists several).
+type SliceEntry = (String, Vec<String>, Vec<(String, bool)>);
 
 /// Everything the two watches have shown so far.
 #[derive(Debug, Default)]
 pub struct View {
-    /// slice name → (service, port, [(pod, ready)]).
+    /// slice name → (service, ports, [(pod, ready)]).
     slices: HashMap<String, SliceEntry>,
     /// (service, port, pod) → (slices publishing it ready, slices publishing it not ready).
     counts: HashMap<PodKey, (u32, u32)>,
@@ -101,12 +102,12 @@ impl View {
                 .get("kubernetes.io/service-name")
                 .cloned()
                 .unwrap_or_default();
-            let port = s
+            let ports = s
                 .ports
                 .iter()
                 .flatten()
-                .find_map(|p| p.name.clone())
-                .unwrap_or_default();
+                .map(|p| p.name.clone().unwrap_or_default())
+                .collect::<Vec<_>>();
             let eps = s
                 .endpoints
                 .iter()
@@ -117,7 +118,7 @@ impl View {
                     Some((pod, ready))
                 })
                 .collect::<Vec<_>>();
-            (service, port, eps)
+            (service, ports, eps)
         });
         let old = match &new {
             Some(n) => self.slices.insert(name, n.clone()),
@@ -126,18 +127,20 @@ impl View {
         let mut touched: Vec<PodKey> = Vec::new();
         let mut before: HashMap<PodKey, Published> = HashMap::new();
         for (entry, sign) in [(old.as_ref(), -1i32), (new.as_ref(), 1)] {
-            let Some((svc, port, eps)) = entry else {
+            let Some((svc, ports, eps)) = entry else {
                 continue;
             };
-            for (pod, ready) in eps {
-                let key = (svc.clone(), port.clone(), pod.clone());
-                let c = self.counts.entry(key.clone()).or_default();
-                before.entry(key.clone()).or_insert_with(|| {
-                    touched.push(key.clone());
-                    state(*c)
-                });
-                let slot = if *ready { &mut c.0 } else { &mut c.1 };
-                *slot = slot.saturating_add_signed(sign);
+            for port in ports {
+                for (pod, ready) in eps {
+                    let key = (svc.clone(), port.clone(), pod.clone());
+                    let c = self.counts.entry(key.clone()).or_default();
+                    before.entry(key.clone()).or_insert_with(|| {
+                        touched.push(key.clone());
+                        state(*c)
+                    });
+                    let slot = if *ready { &mut c.0 } else { &mut c.1 };
+                    *slot = slot.saturating_add_signed(sign);
+                }
             }
         }
         for key in touched {
