@@ -172,6 +172,16 @@ async fn the_default_shape_shares_slices_by_port_set_and_a_live_switch_has_no_bl
             (strings(&["https"]), strings(&["pod-d"])),
         ])
     );
+    // The per-port gauge counts a slice's endpoints on every port it lists.
+    for (port, n) in [("http", 3.0), ("https", 3.0)] {
+        let series = format!(
+            "portmapper_endpoints_published{{namespace=\"{NS}\",service=\"{SVC}\",port=\"{port}\",address_type=\"IPv4\"}}"
+        );
+        eventually(&series, Duration::from_secs(15), || async {
+            (h.metric(&series) == Some(n)).then_some(())
+        })
+        .await;
+    }
     let port_set_names: BTreeSet<String> =
         h.slices(SVC).await.iter().map(|s| s.name_any()).collect();
     assert!(
