@@ -172,6 +172,9 @@ struct OwnedFootprint {
 pub struct Index {
     pms: HashMap<PmKey, PmFootprint>,
     pms_by_service: HashMap<(String, String), HashSet<PmKey>>,
+    /// PortMappings of Services whose port-set slice names start with a cut of their name
+    /// (`naming::name_prefix`), by that cut: who may want a name starting with it.
+    pms_by_name_prefix: HashMap<(String, String), HashSet<PmKey>>,
     pms_by_pool: HashMap<PoolKey, HashSet<PmKey>>,
     /// Annotation keys PortMappings of a namespace use, with how many use each: the keys a
     /// namespace-wide pod watch must index.
@@ -321,21 +324,29 @@ fn drop_name(map: &mut HashMap<String, BTreeMap<String, ObjectMeta>>, ns: &str, 
 }
 
 /// The entries of `names` a plan for `service` may want: `<service>` (a headless Service
-/// without ports) and `<service>.*` (Service names cannot contain `.`, so no other Service's
-/// names share the prefix).
+/// without ports), `<service>.*` (Service names cannot contain `.`, so no other Service's
+/// names share the prefix), and `<cut>.*` when port-set names cut a long Service name
+/// ([`cut_prefix`]; other Services' names there are never wanted, only looked at).
 fn service_names<'a>(
     names: Option<&'a BTreeMap<String, ObjectMeta>>,
     service: &'a str,
 ) -> impl Iterator<Item = (&'a String, &'a ObjectMeta)> {
-    let dotted = format!("{service}.");
+    let prefixes: Vec<String> = std::iter::once(service)
+        .chain(cut_prefix(service))
+        .map(|p| format!("{p}."))
+        .collect();
     names.into_iter().flat_map(move |n| {
-        n.get_key_value(service)
-            .into_iter()
-            .chain(n.range(dotted.clone()..).take_while({
-                let dotted = dotted.clone();
-                move |(k, _)| k.starts_with(&dotted)
-            }))
+        let dotted = prefixes.clone().into_iter().flat_map(move |dotted| {
+            n.range(dotted.clone()..)
+                .take_while(move |(k, _)| k.starts_with(&dotted))
+        });
+        n.get_key_value(service).into_iter().chain(dotted)
     })
+}
+
+/// The cut of `service` port-set slice names start with, when it is not the whole name.
+fn cut_prefix(service: &str) -> Option<&str> {
+    Some(portmapper_core::planner::naming::name_prefix(service)).filter(|p| *p != service)
 }
 
 /// The Service whose plans may want slice `name` (`<service>[.…]`).
@@ -430,6 +441,10 @@ impl Index {
             footprint.service.clone(),
             key.clone(),
         );
+        if let Some(cut) = cut_prefix(&footprint.service.1) {
+            let cut = (footprint.service.0.clone(), cut.to_owned());
+            insert(&mut self.pms_by_name_prefix, cut, key.clone());
+        }
         insert(&mut self.pms_by_pool, footprint.pool.clone(), key.clone());
         self.pms_by_gate
             .entry(ns.clone())
@@ -479,6 +494,10 @@ impl Index {
 
     fn unregister(&mut self, key: &PmKey, old: &PmFootprint) {
         remove(&mut self.pms_by_service, &old.service, key);
+        if let Some(cut) = cut_prefix(&old.service.1) {
+            let cut = (old.service.0.clone(), cut.to_owned());
+            remove(&mut self.pms_by_name_prefix, &cut, key);
+        }
         remove(&mut self.pms_by_pool, &old.pool, key);
         let ns = &old.service.0;
         if let Some(by_type) = self.pms_by_gate.get_mut(ns) {
@@ -1088,7 +1107,7 @@ impl Index {
             insert(&mut self.native_by_service, service.clone(), key.clone());
             affected.extend(self.pms_of(service));
         }
-        affected.extend(self.pms_of(&(ns, service_of_name(&key.name).to_owned())));
+        affected.extend(self.pms_wanting(ns, &key.name));
         self.native.insert(key, native);
         dedup(affected)
     }
@@ -1107,18 +1126,21 @@ impl Index {
             remove(&mut self.native_by_service, service, key);
             affected.extend(self.pms_of(service));
         }
-        affected.extend(self.pms_of(&(ns, service_of_name(&key.name).to_owned())));
+        affected.extend(self.pms_wanting(ns, &key.name));
         dedup(affected)
     }
 
     /// Names of `service` in `namespace` in doubt (see `in_doubt`): the caller reads each.
     pub fn names_in_doubt(&self, namespace: &str, service: &str) -> Vec<String> {
-        let dotted = format!("{service}.");
+        let dotted: Vec<String> = std::iter::once(service)
+            .chain(cut_prefix(service))
+            .map(|p| format!("{p}."))
+            .collect();
         self.in_doubt
             .get(namespace)
             .into_iter()
             .flatten()
-            .filter(|n| *n == service || n.starts_with(&dotted))
+            .filter(|n| *n == service || dotted.iter().any(|d| n.starts_with(d)))
             .cloned()
             .collect()
     }
@@ -1131,6 +1153,22 @@ impl Index {
                 self.in_doubt.remove(namespace);
             }
         }
+    }
+
+    /// The PortMappings whose plans may want slice `name`: those of the Service it starts
+    /// with, and those of the Services whose port-set names start with a cut that it starts
+    /// with.
+    fn pms_wanting(&self, ns: String, name: &str) -> Vec<PmKey> {
+        let key = (ns, service_of_name(name).to_owned());
+        let mut out = self.pms_of(&key);
+        out.extend(
+            self.pms_by_name_prefix
+                .get(&key)
+                .into_iter()
+                .flatten()
+                .cloned(),
+        );
+        out
     }
 
     fn pms_of(&self, service: &(String, String)) -> Vec<PmKey> {
@@ -1950,6 +1988,35 @@ mod tests {
         assert_eq!(index.native_slices("a", "web-abcde").len(), 0);
         // (Five slices without a Service label in namespace a; one of them is native.)
         assert_eq!(index.native_slices("a", "").len(), 1);
+    }
+
+    #[test]
+    fn names_of_a_long_service_are_found_by_the_cut_its_port_set_names_start_with() {
+        let mut index = index();
+        let service = format!("{}-tail", "l".repeat(40));
+        let cut = portmapper_core::planner::naming::name_prefix(&service).to_owned();
+        assert_ne!(cut, service);
+        let long = pm("a", "long", &service, KeySource::Label, 10);
+        index.apply_portmapping(&long);
+        let squatter = foreign("a", &format!("{cut}.http.bcdfghjklm"), Some("someone-else"));
+        assert_eq!(names(index.apply_native_slice(&squatter)), ["a/long"]);
+        let held = index.held_by_others("a", &service, "uid-long", true, &[]);
+        assert_eq!(
+            held.keys().cloned().collect::<Vec<_>>(),
+            [squatter.metadata.name.clone().unwrap_or_default()]
+        );
+        assert_eq!(
+            names(index.delete_native_slice(&ObjectRef::from_obj(&squatter))),
+            ["a/long"]
+        );
+        assert!(
+            index
+                .held_by_others("a", &service, "uid-long", true, &[])
+                .is_empty()
+        );
+        // Gone with its PortMapping.
+        index.delete_portmapping(&ObjectRef::from_obj(&long));
+        assert!(names(index.apply_native_slice(&squatter)).is_empty());
     }
 
     #[test]

@@ -881,7 +881,10 @@ struct SliceWrites {
 
 /// Performs the plan's slice applies, then its deletions (after the applies, so endpoints that
 /// move between slices are never missing from all of them), each phase with a few writes in
-/// flight. Decides nothing: names held by others were left out by the planner.
+/// flight. When an apply failed, no slice is deleted in this pass: the slice a deletion retires
+/// may hold the only copy of endpoints the failed apply was to publish elsewhere (a switch of
+/// `sliceGrouping`, the upgrade from per-port slices), and the next pass plans the deletions
+/// again. Decides nothing: names held by others were left out by the planner.
 async fn execute_slice_writes(
     writer: &Writer<'_>,
     index: &crate::index::SharedIndex,
@@ -933,9 +936,13 @@ async fn execute_slice_writes(
         .buffered(SLICE_WRITES_IN_FLIGHT)
         .collect()
         .await;
+    let applied = results
+        .iter()
+        .all(|(w, _)| !matches!(w, Written::Failed(_)));
     let deletions: Vec<_> = plan
         .deletions
         .iter()
+        .filter(|_| applied)
         .filter_map(|d| {
             let uid = d.uid.as_deref()?;
             Some(async move {
@@ -1001,20 +1008,28 @@ fn record_gauges(
 ) {
     let mut per_port: BTreeMap<(String, String), i64> = BTreeMap::new();
     for planned in &plan.slices {
-        let port = planned
+        // Every port a slice lists publishes its endpoints (a port-set slice lists several);
+        // a portless slice counts under "".
+        let mut ports: Vec<String> = planned
             .slice
             .ports
-            .as_ref()
-            .and_then(|p| p.first())
+            .iter()
+            .flatten()
             .map(|p| {
                 p.name
                     .clone()
                     .unwrap_or_else(|| p.port.unwrap_or_default().to_string())
             })
-            .unwrap_or_default();
-        *per_port
-            .entry((port, planned.slice.address_type.clone()))
-            .or_default() += i64::try_from(planned.slice.endpoints.len()).unwrap_or(i64::MAX);
+            .collect();
+        if ports.is_empty() {
+            ports.push(String::new());
+        }
+        let n = i64::try_from(planned.slice.endpoints.len()).unwrap_or(i64::MAX);
+        for port in ports {
+            *per_port
+                .entry((port, planned.slice.address_type.clone()))
+                .or_default() += n;
+        }
     }
     ctx.metrics.set_published(
         (ns, &pm_ref.name),

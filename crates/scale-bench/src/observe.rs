@@ -69,8 +69,9 @@ type PodKey = (String, String, String);
 struct SliceEntry {
     /// `kubernetes.io/service-name`.
     service: String,
-    /// Its port's name, or [`NATIVE_PORT`] for a native slice (which holds every port).
-    port: String,
+    /// Its ports' names (a port-set slice lists several), or [`NATIVE_PORT`] alone for a native
+    /// slice (which holds every port).
+    ports: Vec<String>,
     /// The `managed-by` label.
     manager: String,
     /// (pod, ready) of each endpoint.
@@ -80,7 +81,7 @@ struct SliceEntry {
 /// Everything the two watches have shown so far.
 #[derive(Debug, Default)]
 pub struct View {
-    /// slice name → (service, port, [(pod, ready)]).
+    /// slice name → (service, ports, [(pod, ready)]).
     slices: HashMap<String, SliceEntry>,
     /// (service, port, pod) → (slices publishing it ready, slices publishing it not ready).
     counts: HashMap<PodKey, (u32, u32)>,
@@ -117,14 +118,14 @@ impl View {
         let new = new.map(|s| {
             let label = |key: &str| s.labels().get(key).cloned().unwrap_or_default();
             let manager = label(MANAGED_BY_KEY);
-            let port = if manager == NATIVE_MANAGER {
-                NATIVE_PORT.to_owned()
+            let ports = if manager == NATIVE_MANAGER {
+                vec![NATIVE_PORT.to_owned()]
             } else {
                 s.ports
                     .iter()
                     .flatten()
-                    .find_map(|p| p.name.clone())
-                    .unwrap_or_default()
+                    .map(|p| p.name.clone().unwrap_or_default())
+                    .collect()
             };
             let endpoints = s
                 .endpoints
@@ -138,7 +139,7 @@ impl View {
                 .collect::<Vec<_>>();
             SliceEntry {
                 service: label("kubernetes.io/service-name"),
-                port,
+                ports,
                 manager,
                 endpoints,
             }
@@ -153,15 +154,17 @@ impl View {
             let Some(e) = entry else {
                 continue;
             };
-            for (pod, ready) in &e.endpoints {
-                let key = (e.service.clone(), e.port.clone(), pod.clone());
-                let c = self.counts.entry(key.clone()).or_default();
-                before.entry(key.clone()).or_insert_with(|| {
-                    touched.push(key.clone());
-                    state(*c)
-                });
-                let slot = if *ready { &mut c.0 } else { &mut c.1 };
-                *slot = slot.saturating_add_signed(sign);
+            for port in &e.ports {
+                for (pod, ready) in &e.endpoints {
+                    let key = (e.service.clone(), port.clone(), pod.clone());
+                    let c = self.counts.entry(key.clone()).or_default();
+                    before.entry(key.clone()).or_insert_with(|| {
+                        touched.push(key.clone());
+                        state(*c)
+                    });
+                    let slot = if *ready { &mut c.0 } else { &mut c.1 };
+                    *slot = slot.saturating_add_signed(sign);
+                }
             }
         }
         for key in touched {

@@ -608,6 +608,8 @@ pub fn pod(name: &str, group: &str, ports_annotation: &str) -> Value {
     })
 }
 
+/// A PortMapping publishing one slice set per port (`sliceGrouping: PerPort`): the tests read
+/// a port's members by slice name (`web.http`). `slice_shapes.rs` covers the default shape.
 pub fn portmapping(name: &str, service: &str) -> Value {
     json!({
         "apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping",
@@ -615,6 +617,7 @@ pub fn portmapping(name: &str, service: &str) -> Value {
         "spec": {
             "serviceRef": {"name": service},
             "pods": {"key": "example.com/group"},
+            "sliceGrouping": "PerPort",
             "defaultChecks": [{"podReady": {}}, {"portNames": {"key": "example.com/ports"}}],
         },
     })

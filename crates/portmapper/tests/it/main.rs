@@ -48,6 +48,7 @@ mod render;
 mod reporting;
 mod requests;
 mod scenarios;
+mod slice_shapes;
 mod status;
 mod trigger;
 mod watches;
