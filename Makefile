@@ -33,14 +33,14 @@ test: tools realkube realkube-check kubectl fmt-check clippy crd-check helm-venv
 # With this set, the chart tests in tests/e2e (apply to the emulator, RBAC usage) must run.
 test: export PORTMAPPER_CHART_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-## tools: toolchain components the checks need (idempotent), and Debian's nftables and conntrack
-## for kube-proxy in the data-plane tests (tests/e2e/dataplane.rs).
+## tools: toolchain components the checks need (idempotent), Debian's nftables and conntrack for
+## kube-proxy in the data-plane tests (tests/e2e/dataplane.rs), and dig for the DNS tests.
 tools:
 	@rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 	@rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
-	@command -v nft >/dev/null && command -v conntrack >/dev/null || \
-	  apt-get install -y -q nftables conntrack >/dev/null || \
-	  { apt-get update -q >/dev/null && apt-get install -y -q nftables conntrack >/dev/null; }
+	@command -v nft >/dev/null && command -v conntrack >/dev/null && command -v dig >/dev/null || \
+	  apt-get install -y -q nftables conntrack dnsutils >/dev/null || \
+	  { apt-get update -q >/dev/null && apt-get install -y -q nftables conntrack dnsutils >/dev/null; }
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -62,19 +62,28 @@ unit:
 ## matrix (tests/it/fault_matrix.rs) MATRIX_ROUNDS times instead of once (every timed case in a
 ## fresh world each round; about 40 s per round with two test threads), and FAILOVER_ROUNDS
 ## rounds of kill -9, SIGTERM and SIGSTOP/SIGCONT of the leader instead of one (about 15 s each).
+## Then the backoff under churn (tests/it/backoff.rs) with BACKOFF_SECONDS of persistent errors
+## instead of 10, and the real control plane's own faults (tests/it/real_faults.rs: kill -9 of
+## kube-apiserver and of etcd, priority-and-fairness 429s for BACKOFF_SECONDS, etcd compaction,
+## a restart under a leader and its standby) REAL_FAULT_ROUNDS times instead of once (about
+## 1 min per round, plus 50 s per 60 s of throttling).
 FUZZ_CASES ?= 10000
 CRASH_ROUNDS ?= 30
 MATRIX_ROUNDS ?= 3
 FAILOVER_ROUNDS ?= 10
+BACKOFF_SECONDS ?= 60
+REAL_FAULT_ROUNDS ?= 3
 soak:
 	PORTMAPPER_FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test --workspace --locked --features portmapper/demo -- fuzz_
 	PORTMAPPER_STORM_SECONDS=60 $(CARGO) test -p portmapper --locked --features demo --test it -- faults::a_throttling_storm_is_reported
 	PORTMAPPER_CRASH_ROUNDS=$(CRASH_ROUNDS) $(CARGO) test -p portmapper --locked --features demo --test it -- crashes::
 	PORTMAPPER_MATRIX_ROUNDS=$(MATRIX_ROUNDS) $(CARGO) test -p portmapper --locked --features demo --test it -- fault_matrix:: --test-threads 2
 	PORTMAPPER_FAILOVER_ROUNDS=$(FAILOVER_ROUNDS) $(CARGO) test -p portmapper --locked --features demo --test it -- failover::
+	PORTMAPPER_BACKOFF_SECONDS=$(BACKOFF_SECONDS) PORTMAPPER_REAL_FAULT_ROUNDS=$(REAL_FAULT_ROUNDS) \
+	  $(CARGO) test -p portmapper --locked --features demo --test it -- backoff:: real_faults::
 
 ## realkube: the real control plane (etcd, kube-apiserver, kube-controller-manager, kube-proxy from
-## the Kubernetes Go modules; tools/realkube), one multi-call binary. Rebuilt only when its
+## the Kubernetes Go modules; tools/realkube), one multi-call binary, and CoreDNS. Rebuilt only when their
 ## sources change: the cold build takes about 6 minutes on 2 cores, a relink about 15 s.
 REALKUBE := $(CURDIR)/target/realkube/realkube
 REALKUBE_SRC := $(wildcard tools/realkube/*.go) tools/realkube/go.mod tools/realkube/go.sum
@@ -83,16 +92,25 @@ K8S_VERSION = $(shell sed -n 's|^[[:space:]]*k8s.io/kubernetes \(v[0-9.]*\)$$|\1
 K8S_MINOR = $(word 2,$(subst ., ,$(K8S_VERSION)))
 REALKUBE_LDFLAGS = -s -w $(foreach pkg,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
   -X $(pkg).gitVersion=$(K8S_VERSION) -X $(pkg).gitMajor=1 -X $(pkg).gitMinor=$(K8S_MINOR))
-realkube: $(REALKUBE)
+# CoreDNS with the kubernetes plugin (tools/coredns, a module of its own so its dependency
+# versions never move the control plane's): the DNS consumer the tests query.
+COREDNS := $(CURDIR)/target/realkube/coredns
+COREDNS_SRC := $(wildcard tools/coredns/*.go) tools/coredns/go.mod tools/coredns/go.sum
+realkube: $(REALKUBE) $(COREDNS)
 $(REALKUBE): $(REALKUBE_SRC)
 	@test -n "$(K8S_VERSION)" || { echo "make realkube: no k8s.io/kubernetes version in tools/realkube/go.mod" >&2; exit 1; }
 	cd tools/realkube && CGO_ENABLED=0 go build -p 2 -buildvcs=false -ldflags "$(REALKUBE_LDFLAGS)" -o $(REALKUBE).tmp .
 	mv $(REALKUBE).tmp $(REALKUBE)
 
-## realkube-check: gofmt and go vet of tools/realkube.
+$(COREDNS): $(COREDNS_SRC)
+	cd tools/coredns && CGO_ENABLED=0 go build -p 2 -buildvcs=false -ldflags "-s -w" -o $(COREDNS).tmp .
+	mv $(COREDNS).tmp $(COREDNS)
+
+## realkube-check: gofmt and go vet of the Go modules under tools/.
 realkube-check:
-	@out=$$(cd tools/realkube && gofmt -l .); test -z "$$out" || { echo "gofmt needed: $$out" >&2; exit 1; }
+	@out=$$(gofmt -l tools/realkube tools/coredns); test -z "$$out" || { echo "gofmt needed: $$out" >&2; exit 1; }
 	cd tools/realkube && go vet ./...
+	cd tools/coredns && go vet ./...
 
 ## crds: regenerate the CRD YAML from the Rust types (and the Helm chart's copy).
 crds:
@@ -120,22 +138,39 @@ bench:
 ##   make bench-scale                         # shape A 10,000 pods, then shape B 1,000 × 10
 ##   make bench-scale SHAPE=A PODS=50000 ROLLING=0
 ##   make bench-scale SHAPE=B MAPPINGS=200 PODS_PER_MAPPING=10 FLIPS=60
+## CONTROL_PLANE=real runs it on etcd and kube-apiserver (realkube), the operator side by side
+## with kube-controller-manager's EndpointSlice controller on the same pods: one table per shape
+## with the ratio operator ÷ native of every figure. It builds realkube unless REALKUBE_BIN
+## names one.
+##   make bench-scale CONTROL_PLANE=real
+##   make bench-scale CONTROL_PLANE=real SHAPE=A PODS=50000 REPLACE=200 ROUNDS=2
+CONTROL_PLANE ?= emulator
 SHAPE ?=
 PODS ?=
 MAPPINGS ?=
 PODS_PER_MAPPING ?=
 FLIPS ?=
 ROLLING ?=
+ROUNDS ?=
+REPLACE ?=
 BENCH_ARGS ?=
 BENCH_TARGET := $(or $(CARGO_TARGET_DIR),target)/release
-bench-scale:
+BENCH_REALKUBE = $(or $(REALKUBE_BIN),$(REALKUBE))
+BENCH_SHAPE_ARGS = $(if $(SHAPE),--shape $(SHAPE)) $(if $(PODS),--pods $(PODS)) $(if $(MAPPINGS),--mappings $(MAPPINGS)) \
+  $(if $(PODS_PER_MAPPING),--pods-per-mapping $(PODS_PER_MAPPING)) $(if $(FLIPS),--flips $(FLIPS)) \
+  $(if $(filter 0,$(ROLLING)),--no-rolling)
+bench-scale: $(if $(filter real,$(CONTROL_PLANE)),$(if $(REALKUBE_BIN),,realkube))
 	@# One build of all three: the same feature set, so no dependency is compiled twice.
 	$(CARGO) build --release --locked -p kube-emulator -p portmapper -p scale-bench --bins
+ifeq ($(CONTROL_PLANE),real)
+	$(BENCH_TARGET)/bench-scale --control-plane real \
+	  --realkube $(BENCH_REALKUBE) --operator $(BENCH_TARGET)/portmapper \
+	  $(BENCH_SHAPE_ARGS) $(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(REPLACE),--replace $(REPLACE)) $(BENCH_ARGS)
+else
 	$(BENCH_TARGET)/bench-scale \
 	  --emulator $(BENCH_TARGET)/kube-emulator --operator $(BENCH_TARGET)/portmapper \
-	  $(if $(SHAPE),--shape $(SHAPE)) $(if $(PODS),--pods $(PODS)) $(if $(MAPPINGS),--mappings $(MAPPINGS)) \
-	  $(if $(PODS_PER_MAPPING),--pods-per-mapping $(PODS_PER_MAPPING)) $(if $(FLIPS),--flips $(FLIPS)) \
-	  $(if $(filter 0,$(ROLLING)),--no-rolling) $(BENCH_ARGS)
+	  $(BENCH_SHAPE_ARGS) $(BENCH_ARGS)
+endif
 
 ## helm-venv: the real Helm engine (PyPI helm-python-sdk, Helm's Go SDK) and Lua (lupa, for the
 ## documented Argo CD health check) in a virtualenv (idempotent).

@@ -423,6 +423,30 @@ mod inner {
         servers[3].stop(8443);
         report.push(("probe failure", follows(https, &["a"], FOLLOW_PROBE)));
         follows(http, &["a"], FOLLOW);
+        // The same routing from per-port slices, after a live switch of the shape.
+        cluster.ok(&[
+            "patch",
+            "pm",
+            "web",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"sliceGrouping":"PerPort"}}"#,
+        ]);
+        let per_port = cluster.eventually(
+            &[
+                "get",
+                "endpointslices",
+                "-l",
+                "kubernetes.io/service-name=web",
+                "-o",
+                "name",
+            ],
+            FOLLOW,
+            |o| o.lines().count() == 2 && o.contains("/web.http\n"),
+        );
+        assert!(per_port.contains("/web.https"), "{per_port}");
+        follows(http, &["a"], FOLLOW);
+        follows(https, &["a"], FOLLOW);
         for (change, took) in &report {
             eprintln!("routing followed the {change} in {} ms", took.as_millis());
         }
@@ -511,8 +535,8 @@ mod inner {
         // during its grace period, and is published serving but not ready.
         cluster.ok(&["delete", "pod", "e1", "--wait=false"]);
         let conditions = cluster.eventually(
-            &["get", "endpointslice", "drain.http", "-o",
-              "jsonpath={range .endpoints[*]}{.targetRef.name}={.conditions.ready},{.conditions.serving},{.conditions.terminating} {end}"],
+            &["get", "endpointslices", "-l", "kubernetes.io/service-name=drain", "-o",
+              "jsonpath={range .items[*].endpoints[*]}{.targetRef.name}={.conditions.ready},{.conditions.serving},{.conditions.terminating} {end}"],
             Duration::from_secs(30),
             |out| out.contains("e1=false,true,true"),
         );
@@ -551,8 +575,11 @@ mod inner {
             &[("p2", "node-a", "portname1"), ("p3", "node-a", "portname2")],
             &[8080, 8081],
         );
-        apply(&cluster, &portmapping("same-ips", json!({})));
-        apply(&cluster, &portmapping("different-ips", json!({})));
+        // One slice per port, as the conformance cases have them (the other tests here route
+        // the default, port-set slices).
+        let per_port = json!({"sliceGrouping": "PerPort"});
+        apply(&cluster, &portmapping("same-ips", per_port.clone()));
+        apply(&cluster, &portmapping("different-ips", per_port));
         let _operator = cluster.operator();
         for (service, first, second) in [("same-ips", "p1", "p1"), ("different-ips", "p2", "p3")] {
             let slices = cluster.eventually(
@@ -612,6 +639,9 @@ mod inner {
             &["l2"],
             Duration::from_secs(30),
         );
+        // Both ports programmed: l1 and l2 are in different slices (port sets), each written
+        // on its own.
+        follows(address(&cluster, "lb", 0, false), &["l1", "l2"], FOLLOW);
         // From outside, node A's NodePorts reach its local endpoints only: l1 for http, and
         // nobody for https (node A has no https member).
         let http = sample_from_outside(address(&cluster, "lb", 0, true), 12);

@@ -12,6 +12,7 @@ mod admission;
 mod chart;
 mod dataplane;
 mod demo;
+mod dns;
 mod env;
 mod examples;
 mod quickstart;

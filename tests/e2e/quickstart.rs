@@ -51,7 +51,7 @@ fn install_and_apply(cluster: &Cluster) {
 }
 
 #[test]
-fn kubectl_quickstart_publishes_per_port_slices() {
+fn kubectl_quickstart_publishes_per_port_memberships() {
     if !kubectl_available() {
         return;
     }
@@ -89,6 +89,7 @@ fn kubectl_quickstart_publishes_per_port_slices() {
         "{table}"
     );
 
+    // One slice per port set (the default shape): kubectl lists each with all its ports.
     let slices = cluster.ok(&[
         "get",
         "endpointslices",
@@ -100,29 +101,24 @@ fn kubectl_quickstart_publishes_per_port_slices() {
         .skip(1)
         .map(|l| l.split_whitespace().collect())
         .collect();
-    assert_eq!(rows.len(), 2, "{slices}");
+    let sets: Vec<(&str, &str, &str)> = rows.iter().map(|r| (r[0], r[2], r[3])).collect();
+    assert_eq!(sets.len(), 3, "{slices}");
+    let by_ports = |ports: &str| sets.iter().find(|s| s.1 == ports).copied();
+    let (both, _, addresses) = by_ports("8080,8443").expect(&slices);
+    assert!(both.starts_with("my-service.http-https."), "{slices}");
+    assert_eq!(addresses, "10.244.0.2,10.244.0.3", "{slices}");
     assert_eq!(
-        &rows[0][..4],
-        [
-            "my-service.http",
-            "IPv4",
-            "8080",
-            "10.244.0.1,10.244.0.2,10.244.0.3"
-        ],
+        by_ports("8080").map(|s| s.2),
+        Some("10.244.0.1"),
         "{slices}"
     );
     assert_eq!(
-        &rows[1][..4],
-        [
-            "my-service.https",
-            "IPv4",
-            "8443",
-            "10.244.0.2,10.244.0.3,10.244.0.4"
-        ],
+        by_ports("8443").map(|s| s.2),
+        Some("10.244.0.4"),
         "{slices}"
     );
 
-    // A user moves pod-a onto https with kubectl; only the https slice changes.
+    // A user moves pod-a onto https with kubectl: it joins b and c's slice, and its own goes.
     cluster.ok(&[
         "annotate",
         "pod",
@@ -133,13 +129,18 @@ fn kubectl_quickstart_publishes_per_port_slices() {
     cluster.eventually(
         &[
             "get",
-            "endpointslice",
-            "my-service.https",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=my-service",
             "-o",
-            "jsonpath={.endpoints[*].targetRef.name}",
+            "jsonpath={range .items[*]}{range .ports[*]}{.name} {end}:{range .endpoints[*]}{.targetRef.name} {end}{\"\\n\"}{end}",
         ],
         WAIT,
-        |out| out.split_whitespace().collect::<Vec<_>>() == ["pod-a", "pod-b", "pod-c", "pod-d"],
+        |out| {
+            let mut lines: Vec<&str> = out.lines().map(str::trim).collect();
+            lines.sort_unstable();
+            lines == ["http https :pod-a pod-b pod-c", "https :pod-d"]
+        },
     );
     cluster.eventually(
         &[
@@ -172,7 +173,7 @@ fn deleting_the_portmapping_garbage_collects_its_slices() {
             "name",
         ],
         WAIT,
-        |out| out.lines().count() == 2,
+        |out| out.lines().count() == 3,
     );
     // With the legacy mirror on, the Endpoints object is the PortMapping's too.
     cluster.ok(&[
@@ -294,7 +295,7 @@ fn kubectl_apply_of_a_changed_portmapping_updates_it() {
 }
 
 /// KEP-5311: since 1.36 a Service name is any DNS-1123 label. A PortMapping names `1st-api`,
-/// which a 1.37 server accepts, and its slices (`1st-api.http`) are valid names too.
+/// which a 1.37 server accepts, and its slices (`1st-api.http.<hash>`) are valid names too.
 #[test]
 fn a_service_named_with_a_leading_digit_is_published() {
     if !kubectl_available() {
@@ -324,15 +325,16 @@ fn a_service_named_with_a_leading_digit_is_published() {
     let members = cluster.eventually(
         &[
             "get",
-            "endpointslice",
-            "1st-api.http",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=1st-api",
             "-o",
-            "jsonpath={.endpoints[*].targetRef.name}",
+            "jsonpath={range .items[*]}{.metadata.name}={.endpoints[*].targetRef.name}{end}",
         ],
         WAIT,
-        |out| out == "api-0",
+        |out| out.ends_with("=api-0"),
     );
-    assert_eq!(members, "api-0");
+    assert!(members.starts_with("1st-api.http."), "{members}");
 }
 
 /// The CRD's selectableFields: the API server filters PortMappings by Service and by pool key.

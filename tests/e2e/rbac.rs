@@ -524,7 +524,14 @@ fn chart_rbac_grants_exactly_what_the_operator_uses() {
     cluster.eventually(&holder, WAIT, |out| out == "rbac-test");
     wait_condition(&cluster, "SelectorMigration", "True", &log);
     cluster.eventually(
-        &["get", "endpointslice", "web.http", "-o", "name"],
+        &[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=web,endpointslice.kubernetes.io/managed-by=portmapper.dev",
+            "-o",
+            "name",
+        ],
         WAIT,
         |o| !o.is_empty(),
     );

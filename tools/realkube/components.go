@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -121,9 +123,13 @@ func (p *controlPlane) writeKubeconfigs(context.Context) error {
 	return nil
 }
 
-// freePorts reserves one loopback port per name. Each is free when we ask, so a clash needs
-// another process to take it in the seconds before our component binds it.
+// freePorts reserves one loopback port per name, below the kernel's ephemeral range: a port the
+// kernel may hand to an outgoing connection can be taken while its component is down (a client
+// retrying against the stopped API server can even connect to itself on it), and then the
+// restarted component cannot bind it. Each port is free when we ask, so a clash needs another
+// process to listen on it in the seconds before our component binds it.
 func freePorts(names ...string) (map[string]int, error) {
+	low, high := listenRange()
 	ports := map[string]int{}
 	var listeners []net.Listener
 	defer func() {
@@ -132,7 +138,7 @@ func freePorts(names ...string) (map[string]int, error) {
 		}
 	}()
 	for _, name := range names {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := listenBetween(low, high)
 		if err != nil {
 			return nil, fmt.Errorf("reserving a port for %s: %w", name, err)
 		}
@@ -140,4 +146,32 @@ func freePorts(names ...string) (map[string]int, error) {
 		ports[name] = l.Addr().(*net.TCPAddr).Port
 	}
 	return ports, nil
+}
+
+// listenRange is the range of ports `up` listens on: the 12,000 ports below the start of the
+// ephemeral range (net.ipv4.ip_local_port_range; 32768 when unreadable).
+func listenRange() (int, int) {
+	ephemeral := 32768
+	if raw, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if fields := strings.Fields(string(raw)); len(fields) == 2 {
+			if n, err := strconv.Atoi(fields[0]); err == nil && n > 13000 {
+				ephemeral = n
+			}
+		}
+	}
+	return ephemeral - 12000, ephemeral
+}
+
+// listenBetween listens on a random free loopback port in [low, high).
+func listenBetween(low, high int) (net.Listener, error) {
+	var last error
+	for range 200 {
+		port := low + rand.IntN(high-low)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			return l, nil
+		}
+		last = err
+	}
+	return nil, fmt.Errorf("no free port in %d-%d: %w", low, high-1, last)
 }

@@ -18,7 +18,8 @@ const upUsage = `usage: realkube up --dir D [--controllers LIST] [flags]
 
 Starts etcd, kube-apiserver and, with --controllers, kube-controller-manager as separate
 processes on 127.0.0.1, then writes D/kubeconfig (admin, system:masters) and D/ready.
-Stops everything on SIGTERM or SIGINT, and when its parent process dies.
+Stops everything on SIGTERM or SIGINT, and when its parent process dies. Ports are picked below
+the kernel's ephemeral range, so a component killed and started again finds its port free.
 
 Files under D: pki/, etcd/ (data), <component>.log, audit.log (every request: verb, URI, user,
 User-Agent, code), kubeconfig, state.json (ports, pids and the arguments of each component, to kill

@@ -6,8 +6,9 @@ use serde_json::{Value, json};
 
 use crate::error::Cause;
 use crate::meta;
-use crate::podspec::set_default;
 use crate::registry::ResourceType;
+
+use crate::defaults::set_default;
 
 /// Apply the type's defaulting functions (`SetDefaults_*` of k8s.io/kubernetes/pkg/apis/*/v1):
 /// what they set belongs to the writer's managedFields entry, unlike what [`crate::strategy`]

@@ -49,6 +49,7 @@ pub mod admin;
 pub mod builtins;
 pub mod clock;
 pub mod controllers;
+mod defaults;
 pub mod discovery;
 pub mod emulator;
 pub mod error;

@@ -4,14 +4,7 @@
 
 use serde_json::{Value, json};
 
-/// Sets `key` of the object `obj` to `v` unless it holds a non-null value.
-pub(crate) fn set_default(obj: &mut Value, key: &str, v: Value) {
-    if let Value::Object(m) = obj
-        && m.get(key).is_none_or(Value::is_null)
-    {
-        m.insert(key.to_string(), v);
-    }
-}
+use crate::defaults::set_default;
 
 /// Defaults a Pod's spec and status.
 pub fn default_pod(obj: &mut Value) {

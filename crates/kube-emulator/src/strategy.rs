@@ -10,9 +10,9 @@ use serde_json::{Value, json};
 
 use kube_validation::IpFamily;
 
+use crate::defaults::set_default;
 use crate::error::ApiError;
 use crate::meta;
-use crate::podspec::set_default;
 use crate::registry::GroupResource;
 use crate::registry::ResourceType;
 use crate::store::State;

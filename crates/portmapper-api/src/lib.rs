@@ -18,7 +18,7 @@ pub use fields::KeySource;
 pub use network_key::{CheckPosition, IpFamily, NetworkKey};
 pub use spec::{
     DEFAULT_GATE_CONDITION_TYPE, PodPool, PortMapping, PortMappingSpec, PortRule, ProbeSettings,
-    ReadinessGate, ServiceRef, TerminatingEndpoints, UnlistedPorts,
+    ReadinessGate, ServiceRef, SliceGrouping, TerminatingEndpoints, UnlistedPorts,
 };
 pub use status::{ExcludedPod, PortMappingStatus, PortStatus};
 

@@ -102,6 +102,15 @@ pub struct PortMappingSpec {
     #[schemars(range(min = 1, max = 1000))]
     pub max_endpoints_per_slice: i32,
 
+    /// How endpoints are grouped into EndpointSlices. `PerPortSet` (default), as the native
+    /// controller does: pods that are members of the same set of ports share slices listing
+    /// all those ports, so a pod's Ready flip rewrites one slice per IP family. `PerPort`: one
+    /// slice set per Service port, each slice listing one port (named `<service>.<port>`), for
+    /// readers that look a port's slices up by name; a flip rewrites one slice per port.
+    /// Switching is live: the new slices are written before the old ones are deleted.
+    #[serde(default)]
+    pub slice_grouping: SliceGrouping,
+
     /// Also publish a core/v1 Endpoints object named after the Service (deprecated API; for
     /// consumers that still read it). Off by default.
     #[serde(default)]
@@ -216,6 +225,20 @@ pub enum UnlistedPorts {
     UseDefaultChecks,
     /// Publish an empty slice: no pod backs the port.
     PublishNothing,
+}
+
+/// `spec.sliceGrouping`: the shape of the published EndpointSlices.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum SliceGrouping {
+    /// One slice set per set of ports: a pod's key is the set of (port, resolved number,
+    /// protocol) it is a member of, and pods with the same key share slices that list those
+    /// ports (the native controller's shape).
+    #[default]
+    PerPortSet,
+    /// One slice set per Service port: every slice lists exactly one port.
+    PerPort,
 }
 
 /// What happens to terminating pods that still pass the checks.

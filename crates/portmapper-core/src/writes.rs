@@ -1,10 +1,13 @@
 //! The writes of one pass, as data: ordered phases, each a list of independent writes and the
 //! earlier phases it waits for. The operator's one executor runs them as they are (a phase
-//! whose guard failed is skipped), so the write order and its two conditions live here, next
+//! whose guard failed is skipped), so the write order and its conditions live here, next
 //! to the planner, not in the code that sends the requests.
 //!
 //! - Slices: every apply, then every deletion (endpoints moving between slices are never
-//!   missing from all of them).
+//!   missing from all of them), and no deletion once an apply failed: the slice a deletion
+//!   retires may hold the only copy of endpoints the failed apply was to publish elsewhere (a
+//!   switch of `sliceGrouping`, the upgrade from per-port slices); the next pass plans the
+//!   deletions again.
 //! - Publication gates: False ones, then True ones, and a True gate only once every slice
 //!   write succeeded (a pod is marked published only once the slices naming it are stored; a
 //!   slice at a name someone else holds is never stored, so then no True gate is written).
@@ -122,7 +125,7 @@ impl Phases {
             .map(|s| Write::ApplySlice(s.slice.clone()))
             .collect();
         phases.push(K::SliceApplies, applies, &[]);
-        phases.push(K::SliceDeletions, slice_deletions(plan), &[]);
+        phases.push(K::SliceDeletions, slice_deletions(plan), &[K::SliceApplies]);
         let (published, unpublished): (Vec<&PodGate>, Vec<&PodGate>) =
             plan.pod_gates.iter().partition(|g| g.status);
         let versions = versions(pods);
@@ -290,7 +293,7 @@ mod tests {
     }
 
     #[test]
-    fn a_plan_writes_slices_then_gates_then_endpoints_with_its_two_conditions_as_data() {
+    fn a_plan_writes_slices_then_gates_then_endpoints_with_its_conditions_as_data() {
         use PhaseKind as K;
         let pod = PodRecord {
             uid: "uid-p1".into(),
@@ -302,7 +305,7 @@ mod tests {
             shape(&phases),
             [
                 (K::SliceApplies, 1, vec![]),
-                (K::SliceDeletions, 1, vec![]),
+                (K::SliceDeletions, 1, vec![K::SliceApplies]),
                 (K::Gates, 1, vec![]),
                 (
                     K::PublishedGates,

@@ -66,6 +66,7 @@ pub mod metrics;
 mod outcome;
 mod prober;
 mod target;
+mod verdict;
 
 pub use exec::webhook::{MembershipDecision, MembershipReview, WebhookDecision};
 pub use exec::{ExecutorConfig, NetworkExecutor, ProbeExecutor, ProbeFuture, TlsConfigError};

@@ -8,9 +8,11 @@
 //! Nothing here builds anything: the binaries are given as paths.
 
 pub mod admin;
+pub mod floor;
 pub mod observe;
 pub mod op_metrics;
 pub mod procs;
+pub mod real;
 pub mod shape;
 
 use std::collections::{BTreeMap, HashMap};
@@ -20,16 +22,13 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Pod, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-    PostParams,
-};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
+pub use floor::Floor;
 pub use observe::Published;
 pub use procs::Binaries;
 pub use shape::Shape;
@@ -44,6 +43,9 @@ pub enum Error {
     /// A binary under test is not where it was looked for.
     #[error("{0} does not exist: build it first (`make bench-scale` builds the release binaries)")]
     MissingBinary(PathBuf),
+    /// The real control plane's binary is not where it was looked for.
+    #[error("{0} does not exist: build it with `make realkube` (needs Go), or set REALKUBE_BIN")]
+    MissingRealkube(PathBuf),
     /// A binary could not be started.
     #[error("cannot start {0}: {1}")]
     Spawn(PathBuf, #[source] std::io::Error),
@@ -173,18 +175,6 @@ pub struct Rolling {
     pub operator_writes: usize,
 }
 
-/// The plain-client floor: server-side apply of the operator's slices (renamed) by a client
-/// that does nothing else.
-#[derive(Debug, Clone)]
-pub struct Floor {
-    /// Slices applied.
-    pub slices: usize,
-    /// One at a time.
-    pub sequential: Duration,
-    /// Four in flight (the operator's default `--concurrency`).
-    pub parallel4: Duration,
-}
-
 /// Everything one run measured.
 #[derive(Debug, Clone)]
 pub struct Report {
@@ -255,22 +245,26 @@ fn bench_post() -> PostParams {
     }
 }
 
-/// Installs the CRD the operator binary prints (`portmapper crd`), so the two always match.
-async fn install_crd(bins: &Binaries, client: &Client) -> Result<(), Error> {
+/// Installs the CRD the operator binary prints (`portmapper crd`), so the two always match; one
+/// already installed (an earlier run on the same control plane) is kept.
+async fn install_crd(operator: &std::path::Path, client: &Client) -> Result<(), Error> {
     let out = tokio::time::timeout(
         Duration::from_secs(30),
-        tokio::process::Command::new(&bins.operator)
+        tokio::process::Command::new(operator)
             .arg("crd")
             .kill_on_drop(true)
             .output(),
     )
     .await
     .map_err(|_| Error::Timeout("`portmapper crd`".into()))?
-    .map_err(|e| Error::Spawn(bins.operator.clone(), e))?;
+    .map_err(|e| Error::Spawn(operator.to_path_buf(), e))?;
     let crd: CustomResourceDefinition = serde_yaml::from_slice(&out.stdout)?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let name = crd.name_any();
-    crds.create(&bench_post(), &crd).await?;
+    match crds.create(&bench_post(), &crd).await {
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        other => drop(other?),
+    }
     tokio::time::timeout(
         Duration::from_secs(30),
         await_condition(crds, &name, conditions::is_crd_established()),
@@ -281,18 +275,29 @@ async fn install_crd(bins: &Binaries, client: &Client) -> Result<(), Error> {
     Ok(())
 }
 
+/// Creates the Services (the shape's, then `extra_services`), the pods with their status and
+/// the PortMappings in namespace `ns`.
 async fn create_objects(
     client: &Client,
+    ns: &str,
     g: &shape::Generated,
+    extra_services: &[Value],
     concurrency: usize,
 ) -> Result<(), Error> {
-    let services: Api<Service> = Api::namespaced(client.clone(), NS);
-    for s in &g.services {
-        services
-            .create(&bench_post(), &serde_json::from_value(s.clone())?)
-            .await?;
-    }
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    futures::stream::iter(g.services.iter().chain(extra_services).map(|s| {
+        let services = services.clone();
+        async move {
+            services
+                .create(&bench_post(), &serde_json::from_value(s.clone())?)
+                .await?;
+            Ok::<(), Error>(())
+        }
+    }))
+    .buffer_unordered(concurrency.max(1))
+    .try_collect::<()>()
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     futures::stream::iter(g.pods.iter().map(|p| {
         let pods = pods.clone();
         async move {
@@ -308,7 +313,7 @@ async fn create_objects(
     .await?;
     let gvk = GroupVersionKind::gvk("portmapper.dev", "v1alpha1", "PortMapping");
     let ar = ApiResource::from_gvk_with_plural(&gvk, "portmappings");
-    let pms: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ar);
+    let pms: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
     futures::stream::iter(g.mappings.iter().map(|m| {
         let pms = pms.clone();
         async move {
@@ -357,10 +362,10 @@ pub async fn run(bins: &Binaries, cfg: &RunConfig) -> Result<Report, Error> {
 
 async fn run_in(bins: &Binaries, cfg: &RunConfig, dir: &TempDir) -> Result<Report, Error> {
     let (mut emu, kubeconfig, client) = procs::start_emulator(bins, &dir.path).await?;
-    install_crd(bins, &client).await?;
+    install_crd(&bins.operator, &client).await?;
     let g = shape::generate(cfg.shape, cfg.seed);
     let setup_start = Instant::now();
-    create_objects(&client, &g, cfg.setup_concurrency).await?;
+    create_objects(&client, NS, &g, &[], cfg.setup_concurrency).await?;
     let setup = setup_start.elapsed();
     let obs = Observer::start(&client, cfg.phase_timeout).await?;
     let want_total: usize = g.expected.values().sum();
@@ -452,7 +457,7 @@ async fn run_in(bins: &Binaries, cfg: &RunConfig, dir: &TempDir) -> Result<Repor
     report.emulator_mem_kib = procs::memory_kib(emu.pid)?;
 
     if cfg.floors {
-        report.floor = Some(plain_client_floor(&client).await?);
+        report.floor = Some(floor::measure(&client, NS, MANAGED_BY).await?);
     }
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
@@ -487,6 +492,81 @@ fn reflects(state: Published, ready: bool) -> bool {
     (state == Published::Ready) == ready
 }
 
+/// When the bench saw one flip: its PATCH sent, the pod's watch event, the first and the last
+/// of the ports' slice events that show it.
+#[derive(Debug, Clone, Copy)]
+pub struct FlipSeen {
+    sent: Instant,
+    pod_event: Instant,
+    first: Instant,
+    all: Instant,
+}
+
+impl FlipSeen {
+    /// PATCH sent → the pod's watch event (the API's floor).
+    pub fn floor(&self) -> Duration {
+        self.pod_event.saturating_duration_since(self.sent)
+    }
+
+    /// The pod's watch event → the first slice event that shows the flip.
+    pub fn first(&self) -> Duration {
+        self.first.saturating_duration_since(self.pod_event)
+    }
+
+    /// The pod's watch event → every port's slice shows it.
+    pub fn all(&self) -> Duration {
+        self.all.saturating_duration_since(self.pod_event)
+    }
+}
+
+/// Patches pod `p` to `ready` and waits until the slices of every one of `ports` show it.
+pub async fn flip_seen(
+    pods: &Api<Pod>,
+    obs: &Observer,
+    p: &shape::PodSpec,
+    ready: bool,
+    ports: &[&str],
+    timeout: Duration,
+) -> Result<FlipSeen, Error> {
+    let (pe0, tr0) = {
+        let v = obs.view();
+        (v.pod_events.len(), v.transitions.len())
+    };
+    let sent = Instant::now();
+    pods.patch_status(&p.name, &bench_patch(), &Patch::Merge(&ready_patch(ready)))
+        .await?;
+    let pod_event = obs
+        .wait("the flipped pod's watch event", timeout, |v| {
+            v.pod_events[pe0..]
+                .iter()
+                .find(|e| e.pod == p.name && e.ready == ready)
+                .map(|e| e.at)
+        })
+        .await?;
+    let (first, all) = obs
+        .wait("the slices to reflect a flip", timeout, |v| {
+            let mut seen: HashMap<&str, Instant> = HashMap::new();
+            for t in &v.transitions[tr0..] {
+                if t.pod == p.name && reflects(t.state, ready) {
+                    seen.entry(t.port.as_str()).or_insert(t.at);
+                }
+            }
+            ports.iter().all(|port| seen.contains_key(port)).then(|| {
+                let times = ports.iter().filter_map(|port| seen.get(port).copied());
+                let first = times.clone().min().unwrap_or(pod_event);
+                let all = times.max().unwrap_or(pod_event);
+                (first, all)
+            })
+        })
+        .await?;
+    Ok(FlipSeen {
+        sent,
+        pod_event,
+        first,
+        all,
+    })
+}
+
 async fn flip(
     client: &Client,
     pods: &Api<Pod>,
@@ -498,37 +578,7 @@ async fn flip(
 ) -> Result<Flip, Error> {
     admin::clear(client).await?;
     let reconciles_before = op_metrics::reconciles(op_http).await?;
-    let (pe0, tr0) = {
-        let v = obs.view();
-        (v.pod_events.len(), v.transitions.len())
-    };
-    let sent = Instant::now();
-    pods.patch_status(&p.name, &bench_patch(), &Patch::Merge(&ready_patch(ready)))
-        .await?;
-    let pod_event = obs
-        .wait("the flipped pod's watch event", cfg.phase_timeout, |v| {
-            v.pod_events[pe0..]
-                .iter()
-                .find(|e| e.pod == p.name && e.ready == ready)
-                .map(|e| e.at)
-        })
-        .await?;
-    let (first, all) = obs
-        .wait("the slices to reflect a flip", cfg.phase_timeout, |v| {
-            let mut seen: HashMap<&str, Instant> = HashMap::new();
-            for t in &v.transitions[tr0..] {
-                if t.pod == p.name && reflects(t.state, ready) {
-                    seen.entry(t.port.as_str()).or_insert(t.at);
-                }
-            }
-            p.ports.iter().all(|port| seen.contains_key(port)).then(|| {
-                let times = p.ports.iter().filter_map(|port| seen.get(port).copied());
-                let first = times.clone().min().unwrap_or(pod_event);
-                let all = times.max().unwrap_or(pod_event);
-                (first, all)
-            })
-        })
-        .await?;
+    let seen = flip_seen(pods, obs, p, ready, &p.ports, cfg.phase_timeout).await?;
     tokio::time::sleep(cfg.settle).await;
     let w = admin::writes(client).await?;
     let reconciles = op_metrics::reconciles(op_http)
@@ -538,9 +588,9 @@ async fn flip(
         pod: p.name.clone(),
         ready,
         ports: p.ports.len(),
-        floor: pod_event.saturating_duration_since(sent),
-        first: first.saturating_duration_since(pod_event),
-        all: all.saturating_duration_since(pod_event),
+        floor: seen.floor(),
+        first: seen.first(),
+        all: seen.all(),
         slice_writes: w.count(admin::OPERATOR, Some("endpointslices")),
         operator_writes: w.count(admin::OPERATOR, None),
         reconciles,
@@ -593,64 +643,6 @@ async fn rolling_restart(
         visible_transitions: obs.view().transitions.len() - tr0,
         slice_writes: w.count(admin::OPERATOR, Some("endpointslices")),
         operator_writes: w.count(admin::OPERATOR, None),
-    })
-}
-
-/// Reads the operator's slices back, strips what the server set, renames them (and labels them
-/// so no controller takes them for its own), and times a plain client applying them.
-async fn plain_client_floor(client: &Client) -> Result<Floor, Error> {
-    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), NS);
-    let published = api.list(&ListParams::default().labels(MANAGED_BY)).await?;
-    let manager = "scale-bench-floor";
-    let objects: Vec<(String, Value)> = published
-        .items
-        .iter()
-        .map(|s| {
-            let name = format!("floor-{}", s.name_any());
-            let service = s
-                .labels()
-                .get("kubernetes.io/service-name")
-                .cloned()
-                .unwrap_or_default();
-            let obj = json!({
-                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                "metadata": {"name": name, "namespace": NS, "labels": {
-                    "kubernetes.io/service-name": format!("floor-{service}"),
-                    "endpointslice.kubernetes.io/managed-by": manager,
-                }},
-                "addressType": s.address_type,
-                "endpoints": s.endpoints,
-                "ports": s.ports,
-            });
-            (name, obj)
-        })
-        .collect();
-    let pp = PatchParams::apply(manager).force();
-    let apply_all = |inflight: usize| {
-        let (api, pp) = (api.clone(), pp.clone());
-        let objects = &objects;
-        async move {
-            let t = Instant::now();
-            futures::stream::iter(objects.iter().map(|(name, obj)| {
-                let (api, pp) = (api.clone(), pp.clone());
-                async move { api.patch(name, &pp, &Patch::Apply(obj)).await.map(drop) }
-            }))
-            .buffer_unordered(inflight)
-            .try_collect::<()>()
-            .await?;
-            let took = t.elapsed();
-            let lp = ListParams::default()
-                .labels(&format!("endpointslice.kubernetes.io/managed-by={manager}"));
-            api.delete_collection(&DeleteParams::default(), &lp).await?;
-            Ok::<Duration, Error>(took)
-        }
-    };
-    let sequential = apply_all(1).await?;
-    let parallel4 = apply_all(4).await?;
-    Ok(Floor {
-        slices: objects.len(),
-        sequential,
-        parallel4,
     })
 }
 
@@ -743,11 +735,11 @@ impl Report {
             r.push((
                 "floor: plain client applies the same slices (1 / 4 in flight)",
                 format!(
-                    "{} / {} ({} slices, {} ms each)",
+                    "{} / {} ({} slices, p50 {} ms per apply)",
                     secs(f.sequential),
                     secs(f.parallel4),
                     f.slices,
-                    ms(f.sequential / f.slices.max(1) as u32)
+                    ms(f.p50)
                 ),
             ));
             if let Some(p) = self.published {

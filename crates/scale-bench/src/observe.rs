@@ -15,10 +15,17 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::Error;
-use crate::shape::NS;
+use crate::shape::{NATIVE_PORT, NS};
 
+/// The label naming a slice's controller.
+pub const MANAGED_BY_KEY: &str = "endpointslice.kubernetes.io/managed-by";
 /// Label the operator puts on its slices.
 pub const MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by=portmapper.dev";
+/// The native EndpointSlice controller's `managed-by` value.
+pub const NATIVE_MANAGER: &str = "endpointslice-controller.k8s.io";
+/// The operator's slices and the native controller's.
+pub const BOTH_MANAGERS: &str =
+    "endpointslice.kubernetes.io/managed-by in (portmapper.dev,endpointslice-controller.k8s.io)";
 
 /// How a (service, port) publishes one pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,18 +64,31 @@ pub struct PodEvent {
 
 type PodKey = (String, String, String);
 
-/// One slice as the view keeps it: service, port, [(pod, ready)].
-type SliceEntry = (String, String, Vec<(String, bool)>);
+/// One slice as the view keeps it.
+#[derive(Debug, Clone)]
+struct SliceEntry {
+    /// `kubernetes.io/service-name`.
+    service: String,
+    /// Its ports' names (a port-set slice lists several), or [`NATIVE_PORT`] alone for a native
+    /// slice (which holds every port).
+    ports: Vec<String>,
+    /// The `managed-by` label.
+    manager: String,
+    /// (pod, ready) of each endpoint.
+    endpoints: Vec<(String, bool)>,
+}
 
 /// Everything the two watches have shown so far.
 #[derive(Debug, Default)]
 pub struct View {
-    /// slice name → (service, port, [(pod, ready)]).
+    /// slice name → (service, ports, [(pod, ready)]).
     slices: HashMap<String, SliceEntry>,
     /// (service, port, pod) → (slices publishing it ready, slices publishing it not ready).
     counts: HashMap<PodKey, (u32, u32)>,
     /// (service, port) → pods published ready.
     pub ready: BTreeMap<(String, String), usize>,
+    /// (service, port) → pods published at all (ready or not).
+    pub present: BTreeMap<(String, String), usize>,
     /// pod → last seen Ready condition.
     pod_ready: HashMap<String, bool>,
     /// Slice transitions, in arrival order.
@@ -96,18 +116,18 @@ fn state((ready, not_ready): (u32, u32)) -> Published {
 impl View {
     fn apply_slice(&mut self, now: Instant, name: String, new: Option<&EndpointSlice>) {
         let new = new.map(|s| {
-            let service = s
-                .labels()
-                .get("kubernetes.io/service-name")
-                .cloned()
-                .unwrap_or_default();
-            let port = s
-                .ports
-                .iter()
-                .flatten()
-                .find_map(|p| p.name.clone())
-                .unwrap_or_default();
-            let eps = s
+            let label = |key: &str| s.labels().get(key).cloned().unwrap_or_default();
+            let manager = label(MANAGED_BY_KEY);
+            let ports = if manager == NATIVE_MANAGER {
+                vec![NATIVE_PORT.to_owned()]
+            } else {
+                s.ports
+                    .iter()
+                    .flatten()
+                    .map(|p| p.name.clone().unwrap_or_default())
+                    .collect()
+            };
+            let endpoints = s
                 .endpoints
                 .iter()
                 .filter_map(|e| {
@@ -117,7 +137,12 @@ impl View {
                     Some((pod, ready))
                 })
                 .collect::<Vec<_>>();
-            (service, port, eps)
+            SliceEntry {
+                service: label("kubernetes.io/service-name"),
+                ports,
+                manager,
+                endpoints,
+            }
         });
         let old = match &new {
             Some(n) => self.slices.insert(name, n.clone()),
@@ -126,18 +151,20 @@ impl View {
         let mut touched: Vec<PodKey> = Vec::new();
         let mut before: HashMap<PodKey, Published> = HashMap::new();
         for (entry, sign) in [(old.as_ref(), -1i32), (new.as_ref(), 1)] {
-            let Some((svc, port, eps)) = entry else {
+            let Some(e) = entry else {
                 continue;
             };
-            for (pod, ready) in eps {
-                let key = (svc.clone(), port.clone(), pod.clone());
-                let c = self.counts.entry(key.clone()).or_default();
-                before.entry(key.clone()).or_insert_with(|| {
-                    touched.push(key.clone());
-                    state(*c)
-                });
-                let slot = if *ready { &mut c.0 } else { &mut c.1 };
-                *slot = slot.saturating_add_signed(sign);
+            for port in &e.ports {
+                for (pod, ready) in &e.endpoints {
+                    let key = (e.service.clone(), port.clone(), pod.clone());
+                    let c = self.counts.entry(key.clone()).or_default();
+                    before.entry(key.clone()).or_insert_with(|| {
+                        touched.push(key.clone());
+                        state(*c)
+                    });
+                    let slot = if *ready { &mut c.0 } else { &mut c.1 };
+                    *slot = slot.saturating_add_signed(sign);
+                }
             }
         }
         for key in touched {
@@ -151,12 +178,19 @@ impl View {
                 continue;
             }
             let (svc, port, pod) = key;
-            let r = self.ready.entry((svc, port.clone())).or_insert(0);
+            let r = self.ready.entry((svc.clone(), port.clone())).or_insert(0);
             if was == Published::Ready {
                 *r = r.saturating_sub(1);
             }
             if now_state == Published::Ready {
                 *r += 1;
+            }
+            let present = self.present.entry((svc, port.clone())).or_insert(0);
+            if was == Published::Absent {
+                *present += 1;
+            }
+            if now_state == Published::Absent {
+                *present = present.saturating_sub(1);
             }
             self.transitions.push(Transition {
                 at: now,
@@ -173,6 +207,7 @@ impl View {
         self.slices.clear();
         self.counts.clear();
         self.ready.clear();
+        self.present.clear();
     }
 
     fn apply_pod(&mut self, now: Instant, pod: &Pod) {
@@ -198,6 +233,24 @@ impl View {
             .all(|(k, n)| self.ready.get(k).copied().unwrap_or(0) == *n)
     }
 
+    /// Whether every (service, port) of `expected` publishes exactly that many pods, all ready:
+    /// [`Self::all_published`] with no pod left over that went away.
+    pub fn exactly_published(&self, expected: &BTreeMap<(String, String), usize>) -> bool {
+        self.all_published(expected)
+            && expected
+                .iter()
+                .all(|(k, n)| self.present.get(k).copied().unwrap_or(0) == *n)
+    }
+
+    /// How the slices of (`service`, `port`) publish `pod`.
+    pub fn state(&self, service: &str, port: &str, pod: &str) -> Published {
+        let key = (service.to_owned(), port.to_owned(), pod.to_owned());
+        self.counts
+            .get(&key)
+            .copied()
+            .map_or(Published::Absent, state)
+    }
+
     /// Ready endpoints published, summed over every (service, port).
     pub fn ready_total(&self) -> usize {
         self.ready.values().sum()
@@ -206,6 +259,14 @@ impl View {
     /// The slices seen, by name.
     pub fn slice_count(&self) -> usize {
         self.slices.len()
+    }
+
+    /// The slices seen whose `managed-by` label is `manager`.
+    pub fn slices_of(&self, manager: &str) -> usize {
+        self.slices
+            .values()
+            .filter(|s| s.manager == manager)
+            .count()
     }
 }
 
@@ -225,19 +286,31 @@ impl Drop for Observer {
 }
 
 impl Observer {
-    /// Starts both watches and waits until both have listed.
+    /// Starts both watches in [`NS`], of the operator's slices, and waits until both have listed.
     pub async fn start(client: &Client, timeout: Duration) -> Result<Self, Error> {
+        Self::start_in(client, NS, MANAGED_BY, timeout).await
+    }
+
+    /// Starts both watches in `ns`, of the slices `slice_selector` selects, and waits until
+    /// both have listed.
+    pub async fn start_in(
+        client: &Client,
+        ns: &str,
+        slice_selector: &str,
+        timeout: Duration,
+    ) -> Result<Self, Error> {
         let view = Arc::new(Mutex::new(View::default()));
         let (tx, changed) = watch::channel(0u64);
         let tx = Arc::new(tx);
         let mut tasks = Vec::new();
 
-        let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), NS);
+        let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
         let (v, t) = (view.clone(), tx.clone());
+        let selector = slice_selector.to_owned();
         tasks.push(tokio::spawn(async move {
             let mut s = std::pin::pin!(watcher::watcher(
                 slices,
-                watcher::Config::default().labels(MANAGED_BY)
+                watcher::Config::default().labels(&selector)
             ));
             while let Some(ev) = s.next().await {
                 let now = Instant::now();
@@ -257,7 +330,7 @@ impl Observer {
             }
         }));
 
-        let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
         let (v, t) = (view.clone(), tx.clone());
         tasks.push(tokio::spawn(async move {
             let mut s = std::pin::pin!(watcher::watcher(pods, watcher::Config::default()));

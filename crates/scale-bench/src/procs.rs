@@ -45,10 +45,21 @@ pub struct Proc {
 impl Proc {
     /// Spawns `bin args…` with output to `log`.
     pub fn spawn(bin: &Path, args: &[String], log: PathBuf) -> Result<Self, Error> {
+        Self::spawn_env(bin, args, log, &[])
+    }
+
+    /// Spawns `bin args…` with `env` added and output to `log`.
+    pub fn spawn_env(
+        bin: &Path,
+        args: &[String],
+        log: PathBuf,
+        env: &[(&str, &str)],
+    ) -> Result<Self, Error> {
         let out = std::fs::File::create(&log)?;
         let err = out.try_clone()?;
         let child = Command::new(bin)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

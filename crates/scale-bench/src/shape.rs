@@ -8,8 +8,13 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use serde_json::{Value, json};
 
-/// Namespace of every object.
+/// Namespace of every object (the emulator's bench; the real control plane's runs name theirs).
 pub const NS: &str = "default";
+/// The Node every pod runs on (the native EndpointSlice controller skips pods whose Node is missing).
+pub const NODE: &str = "node-1";
+/// How the bench's view names the port of a native slice: the native controller puts every
+/// Service port in each slice, so a pod is published for all of them at once.
+pub const NATIVE_PORT: &str = "*";
 /// Pool label key (one key for every PortMapping, as both shapes say).
 pub const POOL_KEY: &str = "example.com/group";
 /// Annotation listing the ports a pod serves.
@@ -61,6 +66,8 @@ pub struct PodSpec {
     pub ip: String,
     /// Service port names it lists in `example.com/ports`.
     pub ports: Vec<&'static str>,
+    /// Namespace.
+    pub namespace: String,
 }
 
 /// Every object of one shape.
@@ -74,6 +81,12 @@ pub struct Generated {
     pub mappings: Vec<Value>,
     /// (service, port) → ready endpoints once everything is published.
     pub expected: BTreeMap<(String, String), usize>,
+    /// The same pods behind Services *with* a selector, for the native EndpointSlice
+    /// controller (JSON; created on the real control plane only).
+    pub native_services: Vec<Value>,
+    /// (native service, [`NATIVE_PORT`]) → ready endpoints once the native controller has
+    /// published everything.
+    pub expected_native: BTreeMap<(String, String), usize>,
 }
 
 fn ip(i: usize) -> String {
@@ -81,20 +94,30 @@ fn ip(i: usize) -> String {
     format!("10.244.{}.{}", i / 250, i % 250 + 1)
 }
 
-fn service(name: &str, ports: &[(&str, i32)]) -> Value {
+/// A replacement pod's address: 10.245.x.y, apart from every pool pod's.
+fn replacement_ip(i: usize) -> String {
+    format!("10.245.{}.{}", i / 250, i % 250 + 1)
+}
+
+/// A Service with `ports`; with `selector` (the pool value) the native controller publishes it.
+fn service(ns: &str, name: &str, ports: &[(&str, i32)], selector: Option<&str>) -> Value {
+    let mut spec = json!({"ports": ports.iter()
+        .map(|(n, p)| json!({"name": n, "port": p, "targetPort": p, "protocol": "TCP"}))
+        .collect::<Vec<_>>()});
+    if let Some(pool) = selector {
+        spec["selector"] = json!({POOL_KEY: pool});
+    }
     json!({
         "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"ports": ports.iter()
-            .map(|(n, p)| json!({"name": n, "port": p, "targetPort": p, "protocol": "TCP"}))
-            .collect::<Vec<_>>()},
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
     })
 }
 
-fn mapping(name: &str) -> Value {
+fn mapping(ns: &str, name: &str) -> Value {
     json!({
         "apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name, "namespace": ns},
         "spec": {
             "serviceRef": {"name": name},
             "pods": {"key": POOL_KEY},
@@ -104,20 +127,29 @@ fn mapping(name: &str) -> Value {
     })
 }
 
-/// The objects of `shape`, the same for the same seed.
+/// The objects of `shape` in [`NS`], the same for the same seed.
 pub fn generate(shape: Shape, seed: u64) -> Generated {
+    generate_in(shape, seed, NS)
+}
+
+/// The objects of `shape` in namespace `ns`, the same for the same seed.
+pub fn generate_in(shape: Shape, seed: u64, ns: &str) -> Generated {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut g = Generated {
         services: Vec::new(),
         pods: Vec::new(),
         mappings: Vec::new(),
         expected: BTreeMap::new(),
+        native_services: Vec::new(),
+        expected_native: BTreeMap::new(),
     };
     match shape {
         Shape::A { pods } => {
             let name = "bench";
-            g.services.push(service(name, &PORTS_A));
-            g.mappings.push(mapping(name));
+            g.services.push(service(ns, name, &PORTS_A, None));
+            g.native_services
+                .push(service(ns, "native", &PORTS_A, Some(name)));
+            g.mappings.push(mapping(ns, name));
             // Exactly half list all four ports; which half is seeded.
             let mut all_four: Vec<bool> = (0..pods).map(|i| i < pods.div_ceil(2)).collect();
             all_four.shuffle(&mut rng);
@@ -132,20 +164,24 @@ pub fn generate(shape: Shape, seed: u64) -> Generated {
                     service: name.into(),
                     ip: ip(i),
                     ports,
+                    namespace: ns.into(),
                 });
             }
         }
         Shape::B { mappings, pods } => {
             for k in 0..mappings {
                 let name = format!("svc-{k}");
-                g.services.push(service(&name, &PORTS_B));
-                g.mappings.push(mapping(&name));
+                g.services.push(service(ns, &name, &PORTS_B, None));
+                g.native_services
+                    .push(service(ns, &format!("nat-{k}"), &PORTS_B, Some(&name)));
+                g.mappings.push(mapping(ns, &name));
                 for j in 0..pods {
                     g.pods.push(PodSpec {
                         name: format!("pod-{k}-{j}"),
                         service: name.clone(),
                         ip: ip(k * pods + j),
                         ports: vec!["http", "admin"],
+                        namespace: ns.into(),
                     });
                 }
             }
@@ -159,8 +195,24 @@ pub fn generate(shape: Shape, seed: u64) -> Generated {
                 .entry((p.service.clone(), (*port).to_owned()))
                 .or_insert(0) += 1;
         }
+        *g.expected_native
+            .entry((native_service(&p.service), NATIVE_PORT.to_owned()))
+            .or_insert(0) += 1;
     }
     g
+}
+
+/// The native Service over the pool of the operator's Service `service`.
+pub fn native_service(service: &str) -> String {
+    match service.strip_prefix("svc-") {
+        Some(k) => format!("nat-{k}"),
+        None => "native".to_owned(),
+    }
+}
+
+/// The Node the pods run on.
+pub fn node() -> Value {
+    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
 }
 
 impl PodSpec {
@@ -169,11 +221,11 @@ impl PodSpec {
         json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {
-                "name": self.name, "namespace": NS,
+                "name": self.name, "namespace": self.namespace,
                 "labels": {POOL_KEY: self.service},
                 "annotations": {PORTS_KEY: self.ports.join(",")},
             },
-            "spec": {"nodeName": "node-1", "containers": [{"name": "app", "image": "pause"}]},
+            "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "pause"}]},
         })
     }
 
@@ -183,6 +235,18 @@ impl PodSpec {
             "phase": "Running", "podIP": self.ip, "podIPs": [{"ip": self.ip}],
             "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
         }})
+    }
+}
+
+impl PodSpec {
+    /// The pod that replaces pool pod number `i` in a rolling restart: a new name and address,
+    /// the same pool and ports.
+    pub fn replacement(&self, i: usize) -> PodSpec {
+        PodSpec {
+            name: format!("{}-r", self.name),
+            ip: replacement_ip(i),
+            ..self.clone()
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! A dev-dependency of the crates whose tests use it; of the workspace it depends on `portmapper-api` alone, so
 //! that `portmapper-core`'s own unit tests can use it without a second copy of the core crate.
 
+mod components;
 pub mod realkube;
 pub mod sandbox;
 pub mod spec;

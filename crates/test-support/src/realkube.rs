@@ -7,11 +7,12 @@
 //! before the controllers start (so the garbage collector knows PortMappings at once). There is no
 //! kubelet: tests create Nodes and write pod status themselves.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -19,10 +20,14 @@ use serde::Deserialize;
 /// The controllers every shared control plane runs.
 pub const CONTROLLERS: &str = "endpointslice,endpointslicemirroring,garbagecollector,namespace";
 
-/// A running `realkube up`, stopped when the test binary exits (`up` watches its parent).
+/// A running `realkube up`, stopped when the test binary exits (`up` watches its parent) or
+/// when it is dropped.
 pub struct ControlPlane {
-    dir: PathBuf,
-    _up: Child,
+    pub(crate) dir: PathBuf,
+    pub(crate) up: Child,
+    /// Components this plane restarted itself ([`ControlPlane::restart`]): children of the
+    /// test process, no longer of `up`.
+    pub(crate) restarted: Mutex<BTreeMap<String, Child>>,
 }
 
 static SHARED: OnceLock<ControlPlane> = OnceLock::new();
@@ -42,6 +47,20 @@ pub fn binary() -> PathBuf {
     std::env::var_os("REALKUBE_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo().join("target/realkube/realkube"))
+}
+
+/// CoreDNS with the kubernetes plugin (`tools/coredns`): `COREDNS_BIN`, else
+/// `target/realkube/coredns` (`make realkube` builds both).
+pub fn coredns() -> PathBuf {
+    let bin = std::env::var_os("COREDNS_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/realkube/coredns"));
+    assert!(
+        bin.exists(),
+        "{} is not built: run `make realkube` (needs Go; make test does)",
+        bin.display()
+    );
+    bin
 }
 
 /// kubectl of the server's minor version: `PORTMAPPER_KUBECTL`, else the one `make test`
@@ -93,7 +112,11 @@ impl ControlPlane {
             .stderr(log)
             .spawn()
             .expect("realkube up starts");
-        let plane = Self { dir, _up: up };
+        let plane = Self {
+            dir,
+            up,
+            restarted: Mutex::new(BTreeMap::new()),
+        };
         plane.wait_ready(Duration::from_secs(120));
         plane
     }

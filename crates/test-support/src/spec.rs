@@ -22,6 +22,7 @@ pub fn spec(service: &str, pool_key: &str) -> PortMappingSpec {
         publish_not_ready_addresses: None,
         terminating_endpoints: Default::default(),
         max_endpoints_per_slice: 100,
+        slice_grouping: Default::default(),
         legacy_endpoints: false,
         native_cleanup: true,
         probe: Default::default(),

@@ -79,25 +79,23 @@ pub fn istio_ambient_caveat<P: AsRef<str>, Q: AsRef<str> + Ord>(
 }
 
 /// Pods named (by `targetRef.name`) in the slices of each port, across families and chunks,
-/// whatever their conditions: ambient reads the name, not `ready`. Ports are keyed by name,
-/// else by number; a placeholder slice gives its port an empty set.
+/// whatever their conditions: ambient reads the name, not `ready`. Every port a slice lists
+/// counts (a port-set slice lists several). Ports are keyed by name, else by number; a
+/// placeholder slice gives its ports an empty set.
 pub fn port_members<'a>(
     slices: impl IntoIterator<Item = &'a EndpointSlice>,
 ) -> BTreeMap<String, BTreeSet<&'a str>> {
     let mut members: BTreeMap<String, BTreeSet<&'a str>> = BTreeMap::new();
     for slice in slices {
-        let port = slice.ports.iter().flatten().next();
-        let key = port
-            .and_then(|p| p.name.clone().filter(|n| !n.is_empty()))
-            .or_else(|| port.and_then(|p| p.port).map(|n| n.to_string()))
-            .unwrap_or_default();
-        let pods = members.entry(key).or_default();
-        pods.extend(
+        let named = || {
             slice
                 .endpoints
                 .iter()
-                .filter_map(|e| e.target_ref.as_ref()?.name.as_deref()),
-        );
+                .filter_map(|e| e.target_ref.as_ref()?.name.as_deref())
+        };
+        for key in super::port_keys(slice) {
+            members.entry(key).or_default().extend(named());
+        }
     }
     members
 }
@@ -272,6 +270,25 @@ mod tests {
         .into_iter()
         .collect();
         assert_eq!(members, want);
+    }
+
+    #[test]
+    fn every_port_of_a_port_set_slice_counts() {
+        let mut both = slice(Some("http"), 80, "IPv4", &["a", "b"]);
+        both.ports.get_or_insert_default().push(EndpointPort {
+            name: Some("https".into()),
+            port: Some(443),
+            ..EndpointPort::default()
+        });
+        let slices = [both, slice(Some("https"), 443, "IPv4", &["c"])];
+        let members = port_members(&slices);
+        assert_eq!(members["http"], BTreeSet::from(["a", "b"]));
+        assert_eq!(members["https"], BTreeSet::from(["a", "b", "c"]));
+        let portless = EndpointSlice {
+            ports: None,
+            ..slice(None, 0, "IPv4", &["a"])
+        };
+        assert_eq!(port_members(&[portless])[""], BTreeSet::from(["a"]));
     }
 
     fn pod(name: &str, redirection: Option<&str>) -> PodRecord {

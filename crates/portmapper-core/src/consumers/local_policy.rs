@@ -46,26 +46,23 @@ pub fn routes_locally(service: &Service) -> bool {
 }
 
 /// Nodes with a ready endpoint, per port (keyed by name, else number), across families and
-/// chunks: what kube-proxy's health check counts. An absent `ready` counts as ready, as
+/// chunks, every port a slice lists counting: what kube-proxy's health check counts. An absent `ready` counts as ready, as
 /// kube-proxy reads it; endpoints without a node are not attributed to one.
 pub fn port_ready_nodes<'a>(
     slices: impl IntoIterator<Item = &'a EndpointSlice>,
 ) -> BTreeMap<String, BTreeSet<&'a str>> {
     let mut nodes: BTreeMap<String, BTreeSet<&'a str>> = BTreeMap::new();
     for slice in slices {
-        let port = slice.ports.iter().flatten().next();
-        let key = port
-            .and_then(|p| p.name.clone().filter(|n| !n.is_empty()))
-            .or_else(|| port.and_then(|p| p.port).map(|n| n.to_string()))
-            .unwrap_or_default();
-        let ready = slice
-            .endpoints
-            .iter()
-            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true));
-        nodes
-            .entry(key)
-            .or_default()
-            .extend(ready.filter_map(|e| e.node_name.as_deref()));
+        let ready = || {
+            slice
+                .endpoints
+                .iter()
+                .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+                .filter_map(|e| e.node_name.as_deref())
+        };
+        for key in super::port_keys(slice) {
+            nodes.entry(key).or_default().extend(ready());
+        }
     }
     nodes
 }
@@ -223,6 +220,22 @@ mod tests {
         );
         let message = caveat.to_string();
         assert!(message.contains("port https on 1 node(s): n1"), "{message}");
+    }
+
+    #[test]
+    fn every_port_of_a_port_set_slice_counts() {
+        let mut both = slice("http", &[("n1", Some(true))]);
+        both.ports.get_or_insert_default().push(EndpointPort {
+            name: Some("https".into()),
+            port: Some(443),
+            ..Default::default()
+        });
+        let slices = [both, slice("http", &[("n2", Some(true))])];
+        let nodes = port_ready_nodes(&slices);
+        assert_eq!(nodes["http"], BTreeSet::from(["n1", "n2"]));
+        assert_eq!(nodes["https"], BTreeSet::from(["n1"]));
+        let caveat = local_policy_caveat("web", &nodes).expect("n2 lacks https");
+        assert_eq!(caveat.ports[0].nodes, vec!["n2".to_owned()]);
     }
 
     #[test]

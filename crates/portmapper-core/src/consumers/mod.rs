@@ -13,6 +13,29 @@ pub use local_policy::{
     routes_locally,
 };
 
+/// The key of every port a slice lists (its name, else its number), in slice order: a
+/// port-set slice lists several, and each of them counts. A slice without ports (a headless
+/// Service without ports) stands for one port keyed `""`.
+fn port_keys(slice: &k8s_openapi::api::discovery::v1::EndpointSlice) -> Vec<String> {
+    let keys: Vec<String> = slice
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| {
+            p.name
+                .clone()
+                .filter(|n| !n.is_empty())
+                .or_else(|| p.port.map(|n| n.to_string()))
+                .unwrap_or_default()
+        })
+        .collect();
+    if keys.is_empty() {
+        vec![String::new()]
+    } else {
+        keys
+    }
+}
+
 /// Most names a message lists; the counts stay exact.
 fn names(names: &[String], most: usize) -> String {
     let mut out = names

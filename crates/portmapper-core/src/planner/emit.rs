@@ -5,14 +5,17 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::discovery::v1::{EndpointPort, EndpointSlice};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::compare::{metadata_eq, ports_eq};
-use super::evaluate::Group;
+use super::evaluate::{Group, SlicePort, desired_endpoint, positions};
+use super::kept_sets::{KeptSets, endpoints as kept_endpoints};
 use super::memo::EvalMemo;
+use super::memo::KeptMember;
 use super::naming::{chunk_name, parse_chunk};
 use super::objects::{ANNOTATION_TRIGGER_TIME, slice_labels};
+use super::pack::address_key;
 use super::pack::{LiveChunk, pack};
 use super::trigger::{WrittenChunk, chunk_trigger_time, read_conditions};
 use super::types::{Deletion, Plan, PlanError, PlannedSlice, WriteAction};
@@ -60,17 +63,113 @@ pub(crate) fn assign_live<'a>(
     a
 }
 
+/// How a lazy group's live slice is as the last pass left it.
+enum AsLeft<'s> {
+    /// Its settled entry holds (the same resourceVersion).
+    Carried(&'s str),
+    /// Written by the last pass and found as written: (name, resourceVersion, positions).
+    Checked(String, String, Vec<u32>),
+}
+
+/// Whether the live slices of a lazy group (a kept port set no member left or joined) are
+/// exactly what the last pass left: each settled then (the same resourceVersion), or written
+/// then and found with the endpoints it wrote (built for those endpoints only) and this
+/// template and ports; together holding `total` endpoints, every member once (the entries come
+/// from one packing of this same set, so they do not overlap). `None` when not.
+fn as_left<'s>(
+    ctx: &PlanContext<'_>,
+    memo: &EvalMemo,
+    live: &[(u32, &'s Arc<EndpointSlice>)],
+    members: &[KeptMember],
+    total: usize,
+    template: &ObjectMeta,
+    slice_ports: &[EndpointPort],
+) -> Option<Vec<AsLeft<'s>>> {
+    let mut out = Vec::with_capacity(live.len());
+    let mut count = 0;
+    for (_, s) in live {
+        let name = s.metadata.name.as_deref()?;
+        let rv = s.metadata.resource_version.as_deref()?;
+        let (remembered, positions) = memo.settled_entry(name)?;
+        count += positions.len();
+        match remembered {
+            Some(r) if r == rv => out.push(AsLeft::Carried(name)),
+            Some(_) => return None,
+            None => {
+                let same = s.endpoints.len() == positions.len()
+                    && metadata_eq(template, &s.metadata)
+                    && ports_eq(slice_ports, s.ports.as_deref().unwrap_or_default())
+                    && s.endpoints.iter().zip(positions).all(|(e, &p)| {
+                        member_at(members, e, p).is_some_and(|m| {
+                            let d = desired_endpoint(
+                                ctx,
+                                p as usize,
+                                m.address,
+                                m.ready,
+                                m.terminating,
+                            );
+                            d.same_as(e)
+                        })
+                    });
+                if !same {
+                    return None;
+                }
+                out.push(AsLeft::Checked(
+                    name.to_owned(),
+                    rv.to_owned(),
+                    positions.to_vec(),
+                ));
+            }
+        }
+    }
+    (count == total).then_some(out)
+}
+
+/// The member at pool position `position` whose address `live` carries (members are in
+/// address order).
+fn member_at<'m>(
+    members: &'m [KeptMember],
+    live: &Endpoint,
+    position: u32,
+) -> Option<&'m KeptMember> {
+    let address: std::net::IpAddr = live.addresses.first()?.parse().ok()?;
+    let key = address_key(address);
+    let first = members.partition_point(|m| address_key(m.address) < key);
+    members[first..]
+        .iter()
+        .take_while(|m| address_key(m.address) == key)
+        .find(|m| m.position == position)
+}
+
+/// The ports a group's slices list, in Service port order (none for the portless pseudo-port).
+fn slice_ports(ctx: &PlanContext<'_>, ports: &[SlicePort]) -> Vec<EndpointPort> {
+    ports
+        .iter()
+        .filter_map(|sp| {
+            let port = &ctx.ports[sp.port];
+            Some(EndpointPort {
+                name: Some(port.name.to_owned()),
+                port: Some(sp.target?),
+                protocol: Some(port.protocol.to_owned()),
+                app_protocol: port.service_port?.app_protocol.clone(),
+            })
+        })
+        .collect()
+}
+
 /// Packs and renders every group into `out.slices` (and `out.deletions`); every slice to write
 /// is validated.
-pub(crate) fn emit_slices(
-    ctx: &PlanContext<'_>,
-    groups: Vec<Group<'_>>,
+pub(crate) fn emit_slices<'a>(
+    ctx: &PlanContext<'a>,
+    groups: Vec<Group<'a>>,
     assignment: &Assignment<'_>,
     out: &mut Plan,
     mut memo: Option<&mut EvalMemo>,
+    sets: Option<&KeptSets>,
 ) -> Result<(), PlanError> {
-    // Slices found exactly as desired in this pass, for the memo's next one.
-    let mut settled: Vec<(String, String, Vec<u32>)> = Vec::new();
+    // Slices found exactly as desired in this pass (or written by it: no resourceVersion yet),
+    // for the memo's next one.
+    let mut settled: Vec<(String, Option<String>, Vec<u32>)> = Vec::new();
     let mut carried: Vec<&str> = Vec::new();
     let max = usize::try_from(ctx.spec.max_endpoints_per_slice.clamp(1, 1000)).unwrap_or(100);
     let template = ObjectMeta {
@@ -82,18 +181,42 @@ pub(crate) fn emit_slices(
     if let Some(memo) = memo.as_deref_mut() {
         memo.settle_template(&template);
     }
-    for (g, group) in groups.into_iter().enumerate() {
-        let port = &ctx.ports[group.port];
-        let slice_ports: Vec<EndpointPort> = match (port.service_port, group.target) {
-            (Some(sp), Some(target)) => vec![EndpointPort {
-                name: Some(port.name.to_owned()),
-                port: Some(target),
-                protocol: Some(port.protocol.to_owned()),
-                app_protocol: sp.app_protocol.clone(),
-            }],
-            _ => Vec::new(),
-        };
+    let mut built = 0;
+    for (g, mut group) in groups.into_iter().enumerate() {
+        let slice_ports = slice_ports(ctx, &group.ports);
         let live = &assignment.live[g];
+        if let (Some(lazy), Some(sets)) = (group.lazy, sets) {
+            let members = sets
+                .families
+                .get(lazy.family)
+                .and_then(|f| f.sets.get(lazy.set))
+                .map(|s| s.members.as_slice())
+                .unwrap_or_default();
+            let as_left = memo.as_deref().and_then(|m| {
+                as_left(ctx, m, live, members, lazy.members, &template, &slice_ports)
+            });
+            if let Some(found) = as_left {
+                // Nothing of it changed: its slices stand for themselves, nothing built.
+                for (_, l) in live {
+                    out.slices.push(PlannedSlice {
+                        slice: Arc::clone(l),
+                        action: WriteAction::Unchanged,
+                    });
+                }
+                for entry in found {
+                    match entry {
+                        AsLeft::Carried(name) => carried.push(name),
+                        AsLeft::Checked(name, rv, positions) => {
+                            settled.push((name, Some(rv), positions))
+                        }
+                    }
+                }
+                continue;
+            }
+            group.endpoints = kept_endpoints(ctx, members);
+            group.at = positions(&group.endpoints, ctx.pods.len());
+        }
+        built += usize::from(!group.endpoints.is_empty());
         // Only read when a chunk of this group is written.
         let mut conditions: Option<Vec<&str>> = None;
         // The settled slices' desired indexes, one buffer for the group.
@@ -175,7 +298,7 @@ pub(crate) fn emit_slices(
                                 .iter()
                                 .map(|&i| desired[i].pool_position)
                                 .collect();
-                            settled.push((name.clone(), rv.clone(), positions));
+                            settled.push((name.clone(), Some(rv.clone()), positions));
                         }
                     }
                     // Already as desired: the live object stands for itself (nothing rendered).
@@ -196,11 +319,31 @@ pub(crate) fn emit_slices(
                     drift: chunk.live.is_some_and(|i| live_chunks[i].drift),
                 },
                 ctx.pods,
-                conditions.get_or_insert_with(|| read_conditions(port.rules)),
+                conditions.get_or_insert_with(|| {
+                    let mut read: Vec<&str> = group
+                        .ports
+                        .iter()
+                        .flat_map(|p| read_conditions(ctx.ports[p.port].rules))
+                        .collect();
+                    read.sort_unstable();
+                    read.dedup();
+                    read
+                }),
                 ctx.now,
             );
             let mut metadata = template.clone();
             metadata.name = Some(chunk_name(&group.base, chunk.chunk));
+            if memo.is_some()
+                && let Some(name) = &metadata.name
+            {
+                // Checked (not compared in full) by the next pass, once it has its version.
+                let positions = chunk
+                    .endpoints
+                    .iter()
+                    .map(|&i| desired[i].pool_position)
+                    .collect();
+                settled.push((name.clone(), None, positions));
+            }
             metadata.annotations = Some(BTreeMap::from([(
                 ANNOTATION_TRIGGER_TIME.to_owned(),
                 trigger.to_string(),
@@ -237,6 +380,7 @@ pub(crate) fn emit_slices(
     }
     if let Some(memo) = memo {
         memo.settle(&carried, settled);
+        memo.count_groups_built(built);
     }
     Ok(())
 }

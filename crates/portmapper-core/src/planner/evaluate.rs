@@ -1,5 +1,7 @@
 //! Phase 1 of a plan: evaluate every (pool pod, Service port, IP family) and group the members
-//! by slice set (port × family × target port), recording each pod's per-port state for status.
+//! by slice set, recording each pod's per-port state for status. Members are gathered per port
+//! × family × target port (the `PerPort` groups); `PerPortSet` regroups them by the set of ports
+//! each pod is a member of ([`port_sets`](super::port_sets)).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
@@ -7,11 +9,12 @@ use std::sync::Arc;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_validation::IpFamily;
-use portmapper_api::TerminatingEndpoints;
 use portmapper_api::check::CheckKind;
+use portmapper_api::{SliceGrouping, TerminatingEndpoints};
 
+use super::kept_sets::KeptSets;
 use super::memo::{DecisionCode, EvalMemo, KeptMember, KeptParts, KeptPort, Outcome, Outcomes};
-use super::naming::{group_base_name, parse_chunk};
+use super::naming::group_base_name;
 use super::objects::{DesiredEndpoint, EndpointFacts};
 use super::status::{Listed, PodPortState};
 use super::types::{DecisionCounts, PlanWarning};
@@ -28,18 +31,38 @@ use crate::target::{
     resolve_target_port,
 };
 
-/// One slice set: a Service port × IP family × target port, with its desired endpoints sorted
-/// by (address, pod UID), not rendered yet.
-pub(crate) struct Group<'a> {
+/// One port a slice lists: a Service port (index into `PlanContext::ports`) and the number it
+/// resolves to (`None` for the portless pseudo-port, whose slices list no port).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct SlicePort {
     pub port: usize,
-    pub family: IpFamily,
     pub target: Option<i32>,
+}
+
+/// One slice set: the ports its slices list (one for `PerPort`, the members' port set for
+/// `PerPortSet`, in Service port order) × IP family, with its desired endpoints sorted by
+/// (address, pod UID), not rendered yet.
+pub(crate) struct Group<'a> {
+    pub ports: Vec<SlicePort>,
+    pub family: IpFamily,
     pub base: String,
     pub placeholder: bool,
     pub endpoints: Vec<DesiredEndpoint<'a>>,
     /// Pool position → index in `endpoints` (`u32::MAX`: not in this group); built only when
     /// planning with a memo, for its settled slices.
     pub at: Vec<u32>,
+    /// A kept port set no member left or joined in this pass: `endpoints` is not built (empty)
+    /// unless emission finds its live slices changed.
+    pub lazy: Option<Lazy>,
+}
+
+/// Where a lazy group's members are: `KeptSets::families[family].sets[set]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Lazy {
+    pub family: usize,
+    pub set: usize,
+    /// How many.
+    pub members: usize,
 }
 
 /// What phase 1 produces.
@@ -61,6 +84,11 @@ pub(crate) struct Evaluated<'a> {
     pub listed_before: Vec<Option<Listed>>,
     /// Pool positions of the pods changed since the memo's last pass (when it has one).
     pub changed: Vec<usize>,
+    /// `PerPortSet` with a memo, when every port could be kept whole: the port sets, for
+    /// emission (lazy groups' members) and then [`EvalMemo::keep_sets`].
+    pub sets: Option<KeptSets>,
+    /// Whether `sets` are to be kept for the next pass.
+    pub keep_sets: bool,
 }
 
 /// What visiting one (pod, port, family) found.
@@ -93,6 +121,11 @@ struct Evaluator<'c, 'a> {
     classes: Vec<Vec<CheckClass>>,
     /// Per pod: unchanged since the memo's last pass (empty without a memo).
     reused: Vec<bool>,
+    /// `sliceGrouping: PerPort` (else the members are regrouped by port set).
+    per_port: bool,
+    /// Per family, when port sets are kept: every (port, endpoint) membership of the changed
+    /// pods, for [`KeptSets::update`].
+    arrivals: Vec<Vec<(SlicePort, DesiredEndpoint<'a>)>>,
     out: Evaluated<'a>,
 }
 
@@ -106,6 +139,7 @@ pub(crate) fn evaluate<'a>(
 ) -> Evaluated<'a> {
     let slots = ctx.ports.len() * ctx.families.len();
     let memos = memo.as_mut().map(|(m, pool)| m.checkout(pool, slots));
+    let sets = memo.as_mut().and_then(|(m, _)| m.take_sets());
     let mut kept = memo
         .as_mut()
         .map(|(m, _)| m.take_kept())
@@ -142,23 +176,44 @@ pub(crate) fn evaluate<'a>(
             kept: Vec::with_capacity(ctx.ports.len()),
             listed_before: Vec::with_capacity(ctx.ports.len()),
             changed: Vec::new(),
+            sets: None,
+            keep_sets: false,
         },
+        per_port: ctx.spec.slice_grouping == SliceGrouping::PerPort,
+        arrivals: Vec::new(),
     };
     e.out.changed = (0..e.reused.len()).filter(|&i| !e.reused[i]).collect();
+    // Every port kept whole and the port sets with them: only the changed pods are visited.
+    let mut sets = sets.filter(|s| {
+        !e.per_port
+            && s.fits(ctx.families.len(), ctx.pods.len())
+            && (0..ctx.ports.len()).all(|p| {
+                e.keepable(p)
+                    && kept
+                        .get(p)
+                        .and_then(Option::as_ref)
+                        .is_some_and(|k| e.fits(k))
+            })
+    });
+    if sets.is_some() {
+        e.arrivals = ctx.families.iter().map(|_| Vec::new()).collect();
+    }
     let mut ports_kept = 0;
+    let sets_kept = sets.is_some();
     for port in 0..ctx.ports.len() {
         let keepable = e.keepable(port);
+        // Port sets keep the members: a kept port alone cannot rebuild its groups.
         let start = kept
             .get_mut(port)
             .and_then(Option::take)
-            .filter(|k| keepable && e.fits(k));
+            .filter(|k| keepable && e.fits(k) && (e.per_port || sets.is_some()));
         let parts = match start {
             Some(mut k) => {
                 ports_kept += 1;
                 e.out
                     .listed_before
                     .push(Some(std::mem::take(&mut k.listed)));
-                e.port_from_kept(port, k)
+                e.port_from_kept(port, k, sets.is_some())
             }
             None => {
                 e.out.listed_before.push(None);
@@ -167,11 +222,51 @@ pub(crate) fn evaluate<'a>(
         };
         e.out.kept.push(parts);
     }
+    let whole = e.out.kept.iter().all(Option::is_some);
+    if !e.per_port {
+        match sets.as_mut() {
+            Some(kept_sets) => {
+                let arrivals = std::mem::take(&mut e.arrivals);
+                e.out.groups = kept_sets.update(ctx, arrivals);
+            }
+            None => {
+                let per_port = std::mem::take(&mut e.out.groups);
+                e.out.groups = super::port_sets::regroup(ctx, per_port);
+                if e.memos.is_some() && whole {
+                    sets = Some(KeptSets::from_groups(
+                        &e.out.groups,
+                        ctx.families,
+                        ctx.pods.len(),
+                    ));
+                }
+            }
+        }
+    }
+    // A rejected address or an abstention (not the pod's alone) ends keeping the sets (after
+    // this pass: its lazy groups' members are there).
+    e.out.sets = sets;
+    e.out.keep_sets = whole;
+    if e.memos.is_some() {
+        for group in e.out.groups.iter_mut().filter(|g| g.lazy.is_none()) {
+            group.at = positions(&group.endpoints, ctx.pods.len());
+        }
+    }
     if let (Some((memo, pool)), Some(memos)) = (memo, e.memos.take()) {
         memo.check_in(pool, memos);
-        memo.count_ports_kept(ports_kept);
+        memo.count_ports_kept(ports_kept, sets_kept);
     }
     e.out
+}
+
+/// Pool position → index in `endpoints` (`u32::MAX`: not there).
+pub(crate) fn positions(endpoints: &[DesiredEndpoint<'_>], pods: usize) -> Vec<u32> {
+    let mut at = vec![u32::MAX; pods];
+    for (i, e) in endpoints.iter().enumerate() {
+        if let Some(slot) = at.get_mut(e.pool_position as usize) {
+            *slot = u32::try_from(i).unwrap_or(u32::MAX);
+        }
+    }
+    at
 }
 
 /// Where the prober evaluates a check of this port: its network checks (`anyOf` entries
@@ -232,7 +327,9 @@ impl<'a> Evaluator<'_, 'a> {
     /// the pool, the families or the inputs change).
     fn fits(&self, kept: &KeptPort) -> bool {
         let (pods, families) = (self.ctx.pods.len(), self.ctx.families.len());
-        kept.members.len() == families
+        // Port sets keep their members themselves (`KeptSets`), not per port.
+        let members = if self.per_port { families } else { 0 };
+        kept.members.len() == members
             && kept.decisions.len() == pods * families
             && kept.states.len() == pods
             && self.reused.len() == pods
@@ -283,8 +380,11 @@ impl<'a> Evaluator<'_, 'a> {
                     .push(endpoint);
             }
             self.close_groups(port_idx, family, by_target, &candidate_targets);
-            if keep && let Some(group) = self.out.groups.last() {
-                members.push(group.endpoints.iter().map(kept_member).collect());
+            if keep
+                && self.per_port
+                && let Some(group) = self.out.groups.last()
+            {
+                members.push(group.endpoints.iter().map(KeptMember::of).collect());
             }
         }
         keep.then_some((members, decisions))
@@ -295,7 +395,12 @@ impl<'a> Evaluator<'_, 'a> {
     /// group order, and their decisions replace the old ones. The same groups, states and
     /// counts as [`port_in_full`](Self::port_in_full) gives (a property test compares the two
     /// along random event sequences).
-    fn port_from_kept(&mut self, port_idx: usize, kept: KeptPort) -> Option<KeptParts> {
+    fn port_from_kept(
+        &mut self,
+        port_idx: usize,
+        kept: KeptPort,
+        into_sets: bool,
+    ) -> Option<KeptParts> {
         let ctx = self.ctx;
         let families = ctx.families.len();
         let KeptPort {
@@ -311,19 +416,31 @@ impl<'a> Evaluator<'_, 'a> {
         self.out.states.push(states);
         let mut members_out = Vec::with_capacity(families);
         let mut keep = true;
-        for ((family_idx, &family), mut members) in
-            ctx.families.iter().enumerate().zip(kept_members)
-        {
-            members.retain(|m| self.reused[m.position as usize]);
+        let mut kept_members = kept_members.into_iter();
+        for (family_idx, &family) in ctx.families.iter().enumerate() {
             let mut arrived: Vec<DesiredEndpoint<'a>> = Vec::new();
             for &pod_idx in &changed {
                 let visit = self.visit(port_idx, pod_idx, family_idx, family);
                 decisions[pod_idx * families + family_idx] = visit.decision;
                 keep &= !visit.rejected && visit.decision != DecisionCode::Abstain;
-                if let Some((endpoint, _)) = visit.endpoint {
-                    arrived.push(endpoint);
+                if let Some((endpoint, target)) = visit.endpoint {
+                    if into_sets {
+                        let port = SlicePort {
+                            port: port_idx,
+                            target: self.group_target(port_idx, target),
+                        };
+                        self.arrivals[family_idx].push((port, endpoint));
+                    } else {
+                        arrived.push(endpoint);
+                    }
                 }
             }
+            if into_sets {
+                // The port sets take the changed pods' memberships (`KeptSets::update`).
+                continue;
+            }
+            let mut members = kept_members.next().unwrap_or_default();
+            members.retain(|m| self.reused[m.position as usize]);
             arrived.sort_unstable_by(cmp_endpoints);
             let endpoints = self.merge_members(&members, arrived);
             let mut by_target = BTreeMap::new();
@@ -335,7 +452,7 @@ impl<'a> Evaluator<'_, 'a> {
             self.close_groups(port_idx, family, by_target, &BTreeSet::new());
             members.clear();
             if let Some(group) = self.out.groups.last() {
-                members.extend(group.endpoints.iter().map(kept_member));
+                members.extend(group.endpoints.iter().map(KeptMember::of));
             }
             members_out.push(members);
         }
@@ -693,27 +810,7 @@ impl<'a> Evaluator<'_, 'a> {
         ready: bool,
         terminating: bool,
     ) -> DesiredEndpoint<'a> {
-        let ctx = self.ctx;
-        let pod = ctx.pods[pod_idx];
-        // Without zones (node lookups off) the pod's spec is not read at all.
-        let zone = (!ctx.node_zones.is_empty())
-            .then(|| pod.node_name.as_ref().and_then(|n| ctx.node_zones.get(n)))
-            .flatten()
-            .map(String::as_str);
-        let mut endpoint = DesiredEndpoint::new(
-            EndpointFacts {
-                pod,
-                address,
-                ready,
-                terminating,
-                zone,
-            },
-            ctx.svc_name,
-            ctx.namespace,
-            ctx.hints,
-        );
-        endpoint.pool_position = u32::try_from(pod_idx).unwrap_or(u32::MAX);
-        endpoint
+        desired_endpoint(self.ctx, pod_idx, address, ready, terminating)
     }
 
     /// Turns one port × family's members into groups: the static target, or every target a
@@ -736,25 +833,15 @@ impl<'a> Evaluator<'_, 'a> {
         } else {
             vec![static_key]
         };
-        let base = |t: Option<i32>| {
-            group_base_name(
-                ctx.svc_name,
-                port.key.as_deref(),
-                family,
-                t.filter(|_| port.named_target),
-            )
-        };
         let placeholder = if by_target.values().any(|v| !v.is_empty()) {
             None
         } else if port.named_target {
-            // Prefer a group that is already published so an emptied port rewrites one slice.
-            let live_first = targets.iter().copied().find(|t| {
-                let b = base(*t);
-                self.ours.iter().any(|s| {
-                    parse_chunk(s.metadata.name.as_deref().unwrap_or_default(), |x| x == b)
-                        .is_some()
-                })
-            });
+            // Prefer a number already published so an emptied port rewrites one slice.
+            let published = published_targets(self.ours, port.name, family);
+            let live_first = targets
+                .iter()
+                .copied()
+                .find(|t| t.is_some_and(|t| published.contains(&t)));
             live_first.or_else(|| targets.first().copied())
         } else {
             Some(static_key)
@@ -762,26 +849,65 @@ impl<'a> Evaluator<'_, 'a> {
         for target in targets {
             let mut endpoints = by_target.remove(&target).unwrap_or_default();
             endpoints.sort_unstable_by(cmp_endpoints);
-            let mut at = Vec::new();
-            if self.memos.is_some() {
-                at = vec![u32::MAX; ctx.pods.len()];
-                for (i, e) in endpoints.iter().enumerate() {
-                    if let Some(slot) = at.get_mut(e.pool_position as usize) {
-                        *slot = u32::try_from(i).unwrap_or(u32::MAX);
-                    }
-                }
-            }
             self.out.groups.push(Group {
-                port: port_idx,
+                ports: vec![SlicePort {
+                    port: port_idx,
+                    target,
+                }],
                 family,
-                target,
-                base: base(target),
+                base: group_base_name(
+                    ctx.svc_name,
+                    port.key.as_deref(),
+                    family,
+                    target.filter(|_| port.named_target),
+                ),
                 placeholder: placeholder == Some(target),
                 endpoints,
-                at,
+                at: Vec::new(),
+                lazy: None,
             });
         }
     }
+}
+
+/// The numbers our live slices of `family` publish port `name` at (any shape).
+fn published_targets(ours: &[&EndpointSlice], name: &str, family: IpFamily) -> BTreeSet<i32> {
+    ours.iter()
+        .filter(|s| s.address_type == family.as_str())
+        .flat_map(|s| s.ports.iter().flatten())
+        .filter(|p| p.name.as_deref().unwrap_or_default() == name)
+        .filter_map(|p| p.port)
+        .collect()
+}
+
+/// The desired endpoint of the member at pool position `pod_idx`.
+pub(crate) fn desired_endpoint<'a>(
+    ctx: &PlanContext<'a>,
+    pod_idx: usize,
+    address: IpAddr,
+    ready: bool,
+    terminating: bool,
+) -> DesiredEndpoint<'a> {
+    let pod = ctx.pods[pod_idx];
+    // Without zones (node lookups off) the pod's spec is not read at all.
+    let zone = (!ctx.node_zones.is_empty())
+        .then(|| pod.node_name.as_ref().and_then(|n| ctx.node_zones.get(n)))
+        .flatten()
+        .map(String::as_str);
+    let mut endpoint = DesiredEndpoint::new(
+        EndpointFacts {
+            pod,
+            address,
+            ready,
+            terminating,
+            zone,
+        },
+        ctx.svc_name,
+        ctx.namespace,
+        ctx.hints,
+    );
+    endpoint.pool_position = u32::try_from(pod_idx).unwrap_or(u32::MAX);
+    endpoint
 }
 
 /// (port name, family, pod UID) of every endpoint in the given slices: what Abstain keeps, and
@@ -794,16 +920,22 @@ pub fn published_memberships<'s>(
         let Some(family) = IpFamily::parse(&s.address_type) else {
             continue;
         };
-        let port_name = s
+        // Every port of the slice counts (a port-set slice lists several); a portless slice
+        // stands for the pseudo-port, whose name is "".
+        let mut names: Vec<&str> = s
             .ports
             .iter()
             .flatten()
-            .next()
-            .and_then(|p| p.name.as_deref())
-            .unwrap_or_default();
+            .map(|p| p.name.as_deref().unwrap_or_default())
+            .collect();
+        if names.is_empty() {
+            names.push("");
+        }
         for e in &s.endpoints {
             if let Some(uid) = e.target_ref.as_ref().and_then(|r| r.uid.as_deref()) {
-                set.insert((port_name, family, uid));
+                for &name in &names {
+                    set.insert((name, family, uid));
+                }
             }
         }
     }
@@ -820,19 +952,12 @@ fn count(counts: &mut DecisionCounts, decision: DecisionCode) {
     }
 }
 
-/// What the next pass needs of a member's endpoint to make it again.
-fn kept_member(e: &DesiredEndpoint<'_>) -> KeptMember {
-    KeptMember {
-        address: e.facts.address,
-        position: e.pool_position,
-        ready: e.facts.ready,
-        terminating: e.facts.terminating,
-    }
-}
-
 /// The order of a group's endpoints: by address (as integers), then by pod UID, which is read
 /// only when two addresses tie.
-fn cmp_endpoints(a: &DesiredEndpoint<'_>, b: &DesiredEndpoint<'_>) -> std::cmp::Ordering {
+pub(crate) fn cmp_endpoints(
+    a: &DesiredEndpoint<'_>,
+    b: &DesiredEndpoint<'_>,
+) -> std::cmp::Ordering {
     a.address_key()
         .cmp(&b.address_key())
         .then_with(|| a.uid().cmp(b.uid()))

@@ -21,7 +21,8 @@ use k8s_openapi::api::core::v1::ServiceSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use portmapper_api::PortMappingSpec;
 
-use super::objects::HintMode;
+use super::kept_sets::KeptSets;
+use super::objects::{DesiredEndpoint, HintMode};
 use super::status::{Listed, PodPortState};
 use crate::decision::Verdict;
 use crate::pod_record::PodRecord;
@@ -68,6 +69,9 @@ pub struct EvalMemo {
     /// Per Service port, what the last pass (when it completed) found for the ports it could
     /// keep whole (see [`KeptPort`]), indexed by the last pass's pool positions.
     kept: Vec<Option<KeptPort>>,
+    /// The port sets of the last pass (`PerPortSet`), when every port could be kept whole
+    /// (see [`KeptSets`]).
+    sets: Option<KeptSets>,
     /// Set by a checkout whose pods are not all where they were: per pod of the pass, its
     /// position in the last one when unchanged; and how many pods the last one had.
     moved_from: Option<(Vec<Option<usize>>, usize)>,
@@ -161,6 +165,18 @@ pub(crate) struct KeptMember {
     pub terminating: bool,
 }
 
+impl KeptMember {
+    /// What a desired endpoint's pod needs to make it again.
+    pub(crate) fn of(e: &DesiredEndpoint<'_>) -> Self {
+        Self {
+            address: e.facts.address,
+            position: e.pool_position,
+            ready: e.facts.ready,
+            terminating: e.facts.terminating,
+        }
+    }
+}
+
 /// A decision as counted in [`DecisionCounts`](super::DecisionCounts): none for a pod that is
 /// not a candidate.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -187,7 +203,9 @@ struct Pooled {
 /// 10,000 pods that comparison, which reads every endpoint and every pod, was most of a pass.
 #[derive(Debug)]
 pub(crate) struct Settled {
-    resource_version: String,
+    /// `None`: written by the pass that found it, so its stored version is not known yet; the
+    /// next pass checks its endpoints before taking it as settled.
+    resource_version: Option<String>,
     pool_epoch: u64,
     /// Pool positions of its endpoints' pods, in slice order.
     positions: Vec<u32>,
@@ -203,9 +221,52 @@ pub struct PassStats {
     /// Service ports brought up to date from the last pass's whole evaluation of them,
     /// visiting only the changed pods (see [`KeptPort`]); the others were evaluated pod by pod.
     pub ports_kept: usize,
+    /// Whether the port sets (`PerPortSet`) were brought up to date from the last pass's,
+    /// the changed pods moved between them, instead of regrouped from every member.
+    pub sets_kept: bool,
+    /// Slice sets whose desired endpoints this pass built (every one with members, but for
+    /// the kept port sets no member left or joined whose slices are as the last pass left
+    /// them).
+    pub groups_built: usize,
 }
 
 impl EvalMemo {
+    /// The port sets the last pass kept, brought to this pass's pool: the changed pods taken
+    /// out of them (their sets touched). Taken out, so a pass that fails leaves none. After
+    /// [`checkout`](Self::checkout), before [`take_kept`](Self::take_kept).
+    pub(crate) fn take_sets(&mut self) -> Option<KeptSets> {
+        let mut sets = self.sets.take()?;
+        if self.aligned {
+            let changed: Vec<usize> = (0..self.reused.len())
+                .filter(|&i| !self.reused[i])
+                .collect();
+            sets.remove(&changed);
+            return Some(sets);
+        }
+        let (sources, last_len) = self.moved_from.as_ref()?;
+        let mut moved = vec![u32::MAX; *last_len];
+        for (i, s) in sources.iter().enumerate() {
+            if let Some(slot) = s.and_then(|at| moved.get_mut(at)) {
+                *slot = u32::try_from(i).unwrap_or(u32::MAX);
+            }
+        }
+        Some(sets.moved(&moved, sources.len()))
+    }
+
+    /// Keeps this pass's port sets for the next one. Call when the pass has completed.
+    pub(crate) fn keep_sets(&mut self, sets: Option<KeptSets>) {
+        self.sets = sets;
+    }
+
+    /// What a live slice a pass settled is remembered with, when it is usable in this pass
+    /// (the same pool): its resourceVersion (`None`: written by that pass) and the pool
+    /// positions of its endpoints' pods, in slice order.
+    pub(crate) fn settled_entry(&self, name: &str) -> Option<(Option<&str>, &[u32])> {
+        let s = self.usable.get(name)?;
+        (s.pool_epoch == self.pool_epoch)
+            .then_some((s.resource_version.as_deref(), s.positions.as_slice()))
+    }
+
     /// Pods remembered (for tests and metrics).
     pub fn len(&self) -> usize {
         self.pods.iter().filter(|p| identity(p).is_some()).count()
@@ -243,6 +304,7 @@ impl EvalMemo {
             self.settled.clear();
             self.pooled.clear();
             self.kept.clear();
+            self.sets = None;
             self.pool_epoch += 1;
             self.inputs = Some(Inputs {
                 pm_uid: pm_uid.to_owned(),
@@ -366,7 +428,7 @@ impl EvalMemo {
         self.last_pass = PassStats {
             reused,
             evaluated: pods.len() - reused,
-            ports_kept: 0,
+            ..PassStats::default()
         };
         out
     }
@@ -431,9 +493,16 @@ impl EvalMemo {
         &self.reused
     }
 
-    /// Records how many ports this pass brought up to date from the kept ones.
-    pub(crate) fn count_ports_kept(&mut self, n: usize) {
+    /// Records how many ports this pass brought up to date from the kept ones, and whether
+    /// the port sets were.
+    pub(crate) fn count_ports_kept(&mut self, n: usize, sets_kept: bool) {
         self.last_pass.ports_kept = n;
+        self.last_pass.sets_kept = sets_kept;
+    }
+
+    /// Records how many slice sets this pass built the desired endpoints of.
+    pub(crate) fn count_groups_built(&mut self, n: usize) {
+        self.last_pass.groups_built = n;
     }
 
     /// Keeps the ports this pass could keep whole (`parts`: members and decisions, by port),
@@ -498,7 +567,9 @@ impl EvalMemo {
         let Some(s) = self.usable.get(name) else {
             return false;
         };
-        if s.pool_epoch != self.pool_epoch || Some(s.resource_version.as_str()) != resource_version
+        if s.pool_epoch != self.pool_epoch
+            || s.resource_version.is_none()
+            || s.resource_version.as_deref() != resource_version
         {
             return false;
         }
@@ -529,7 +600,11 @@ impl EvalMemo {
     /// every pass was a tenth of a one-pod plan); `found`, the others (name, resourceVersion,
     /// pool positions of their endpoints' pods in slice order). A pass that fails before it
     /// gets here leaves nothing for the next.
-    pub(crate) fn settle(&mut self, carried: &[&str], found: Vec<(String, String, Vec<u32>)>) {
+    pub(crate) fn settle(
+        &mut self,
+        carried: &[&str],
+        found: Vec<(String, Option<String>, Vec<u32>)>,
+    ) {
         let epoch = self.pool_epoch;
         let mut settled = std::mem::take(&mut self.settled);
         settled.clear();

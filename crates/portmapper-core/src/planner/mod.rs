@@ -3,14 +3,18 @@
 //! must exist, what to write, and the status to report.
 //!
 //! Rendering rules (native EndpointSlice controller parity unless stated):
-//! - One slice set per Service port × IP family (`spec.ipFamilies`, primary first; else the
-//!   cluster IP's family; else IPv4) × resolved target port, chunked at
-//!   `maxEndpointsPerSlice`. Each slice carries exactly one port. A headless Service without
+//! - Slice sets (`port_sets`): by default (`sliceGrouping: PerPortSet`, the native
+//!   controller's shape) one per port set × IP family (`spec.ipFamilies`, primary first; else
+//!   the cluster IP's family; else IPv4): a member's key is the set of (port, resolved number,
+//!   protocol) it is a member of in that family, and its slices list all those ports in Service
+//!   port order. `PerPort`: one per Service port × family × resolved target port, each slice
+//!   carrying exactly one port. Chunked at `maxEndpointsPerSlice`. A headless Service without
 //!   ports gets portless slices of every pool pod under the default checks. ExternalName:
 //!   nothing, and every owned object is deleted.
-//! - Names: `<svc>.<port>[.v6][.p<target>][.<chunk>]` ([`naming`]); `.p<target>` only for named
-//!   targetPorts, which resolve per pod (containers, then sidecar init containers; name and
-//!   protocol must match).
+//! - Names ([`naming`]): per port `<svc>.<port>[.v6][.p<target>][.<chunk>]`, `.p<target>` only
+//!   for named targetPorts, which resolve per pod (containers, then sidecar init containers;
+//!   name and protocol must match); per port set `<svc>.<ports>.<hash>[.v6][.<chunk>]`, at most
+//!   63 characters.
 //! - Candidates: pool pods that are not terminal, resolve the target port and have an address
 //!   of the family. Addresses the API rejects (loopback, link-local, unspecified, link-local
 //!   multicast) leave the pod out with a warning and an exclusion reason.
@@ -27,9 +31,10 @@
 //!   owner reference to the PortMapping with `blockOwnerDeletion: true`, and
 //!   `last-change-trigger-time` on written slices only (unchanged slices keep theirs): the
 //!   latest timestamped cause of the write, else `PlanInput::now` ([`trigger`]).
-//! - Placeholder: a port × family without members keeps one empty slice (with its port): at the
-//!   static target, or for a named target at an already published group, else the lowest number
-//!   a candidate resolves; none when no candidate resolves the name.
+//! - Placeholder: per port, a port × family without members keeps one empty slice (with its
+//!   port): at the static target, or for a named target at an already published number, else
+//!   the lowest number a candidate resolves; none when no candidate resolves the name. Per port
+//!   set, the ports without members in a family share one empty slice listing them all.
 //! - Packing: [`pack()`](pack::pack). Equality: semantic ([`metadata_eq`], [`endpoint_eq`], [`ports_eq`]), so a
 //!   converged plan has zero writes.
 //! - Every slice and Endpoints object to write passes `kube-validation`, or the plan fails.
@@ -39,12 +44,14 @@ mod compare;
 mod emit;
 mod evaluate;
 mod gate;
+mod kept_sets;
 mod legacy;
 mod memo;
 pub mod migration;
 pub mod naming;
 pub mod objects;
 pub mod pack;
+mod port_sets;
 mod status;
 mod teardown;
 mod trigger;
@@ -397,13 +404,18 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
     out.network_lookups = std::mem::take(&mut evaluated.lookups);
     to_input_indices(&mut out.network_lookups, &pods, input.pods);
     let assignment = emit::assign_live(&evaluated.groups, &ours, &mut out.deletions);
+    let mut sets = evaluated.sets.take();
     emit::emit_slices(
         &ctx,
-        evaluated.groups,
+        std::mem::take(&mut evaluated.groups),
         &assignment,
         &mut out,
         memo.as_deref_mut(),
+        sets.as_ref(),
     )?;
+    if let Some(sets) = sets.as_mut() {
+        sets.settle();
+    }
     out.slices
         .sort_by(|a, b| a.slice.metadata.name.cmp(&b.slice.metadata.name));
     out.deletions.sort();
@@ -470,6 +482,7 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
     out.summary = status::summary(&out.ports);
     if let Some(memo) = memo {
         memo.keep(evaluated.kept, evaluated.states, listings);
+        memo.keep_sets(sets.filter(|_| evaluated.keep_sets));
     }
     out.warnings.sort();
     out.warnings.dedup();

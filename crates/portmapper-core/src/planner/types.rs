@@ -39,7 +39,9 @@ pub struct PlanInput<'a> {
     /// UIDs of other PortMappings whose slices among `live_slices` this one takes over (they
     /// name the same Service and lose it to this one); any other controller is foreign.
     pub take_over: &'a [String],
-    /// Slice names this plan may want (`<service>` and `<service>.*`) that someone else holds,
+    /// Slice names this plan may want (`<service>`, `<service>.*`, and `<cut>.*` for the cut
+    /// of a long Service name port-set names start with: [`name_prefix`](super::naming::name_prefix)) that someone
+    /// else holds,
     /// gathered by the caller before planning: a slice the plan would create at one of them is
     /// not created but reported in [`Plan::collisions`].
     pub held_by_others: &'a BTreeMap<String, HeldName>,

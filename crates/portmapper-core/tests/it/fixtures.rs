@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use portmapper_api::check::PortNamesCheck;
-use portmapper_api::{Check, KeySource, PortMapping, PortMappingSpec, PortRule};
+use portmapper_api::{Check, KeySource, PortMapping, PortMappingSpec, PortRule, SliceGrouping};
 use portmapper_core::{
     EvalMemo, NetworkDecisions, Plan, PlanInput, PodRecord, plan, plan_with_memo,
 };
@@ -31,8 +31,18 @@ pub fn port_names_check() -> Check {
     }
 }
 
-/// A PortMapping for Service `web` whose listed ports use `[portNames, podReady]`.
+/// A PortMapping for Service `web` whose listed ports use `[portNames, podReady]`, publishing
+/// one slice set per port (`sliceGrouping: PerPort`): most tests here are about membership and
+/// read a port's slice by its per-port name. `port_sets.rs` and the property tests cover the
+/// default, `PerPortSet` ([`port_set_mapping`]).
 pub fn port_mapping(listed_ports: &[&str]) -> PortMapping {
+    let mut pm = port_set_mapping(listed_ports);
+    pm.spec.slice_grouping = SliceGrouping::PerPort;
+    pm
+}
+
+/// [`port_mapping`] with the default grouping, `PerPortSet`.
+pub fn port_set_mapping(listed_ports: &[&str]) -> PortMapping {
     test_support::port_mapping(
         "pm",
         NS,

@@ -6,5 +6,6 @@ mod gate;
 mod hostile;
 mod network_lookups;
 mod planner;
+mod port_sets;
 mod properties;
 mod trigger;

@@ -4,10 +4,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube_validation::IpFamily;
 use portmapper_api::check::HttpGetCheck;
-use portmapper_api::{Check, PortRule, TerminatingEndpoints};
+use portmapper_api::{Check, PortRule, SliceGrouping, TerminatingEndpoints};
 use portmapper_core::{CheckPosition, NetworkDecisions, NetworkKey, Plan, Verdict, WriteAction};
 use proptest::prelude::*;
 
@@ -38,6 +39,8 @@ struct Scenario {
     drop: bool,
     legacy: bool,
     hints: bool,
+    /// `sliceGrouping: PerPort` (else the default, `PerPortSet`).
+    per_port: bool,
 }
 
 fn pod_gen() -> impl Strategy<Value = PodGen> {
@@ -80,10 +83,11 @@ fn scenario() -> impl Strategy<Value = Scenario> {
             prop::bool::weighted(0.3),
             any::<bool>(),
             any::<bool>(),
+            any::<bool>(),
         ),
     )
         .prop_map(
-            |(pods, families, headless, max, (pnr, drop, legacy, hints))| Scenario {
+            |(pods, families, headless, max, (pnr, drop, legacy, hints, per_port))| Scenario {
                 pods,
                 families,
                 headless,
@@ -92,6 +96,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 drop,
                 legacy,
                 hints,
+                per_port,
             },
         )
 }
@@ -146,6 +151,7 @@ fn world(s: &Scenario) -> World {
         }],
     });
     pm.spec.max_endpoints_per_slice = s.max;
+    pm.spec.slice_grouping = grouping(s.per_port);
     pm.spec.publish_not_ready_addresses = Some(s.pnr);
     pm.spec.legacy_endpoints = s.legacy;
     if s.drop {
@@ -216,25 +222,34 @@ fn world(s: &Scenario) -> World {
     w
 }
 
-/// (pod name, port name, family) → number of endpoints published for it.
+fn grouping(per_port: bool) -> SliceGrouping {
+    if per_port {
+        SliceGrouping::PerPort
+    } else {
+        SliceGrouping::PerPortSet
+    }
+}
+
+/// (pod name, port name, family) → number of endpoints published for it, on every port of
+/// every slice.
 fn published(w: &World) -> HashMap<(String, String, String), usize> {
+    published_in(&w.slices)
+}
+
+fn published_in(slices: &[EndpointSlice]) -> HashMap<(String, String, String), usize> {
     let mut out = HashMap::new();
-    for s in &w.slices {
-        let port = s
-            .ports
-            .iter()
-            .flatten()
-            .next()
-            .and_then(|p| p.name.clone())
-            .unwrap_or_default();
-        for e in &s.endpoints {
-            let pod = e
-                .target_ref
-                .as_ref()
-                .and_then(|r| r.name.clone())
-                .unwrap_or_default();
-            *out.entry((pod, port.clone(), s.address_type.clone()))
-                .or_insert(0) += 1;
+    for s in slices {
+        for port in s.ports.iter().flatten() {
+            let port = port.name.clone().unwrap_or_default();
+            for e in &s.endpoints {
+                let pod = e
+                    .target_ref
+                    .as_ref()
+                    .and_then(|r| r.name.clone())
+                    .unwrap_or_default();
+                *out.entry((pod, port.clone(), s.address_type.clone()))
+                    .or_insert(0) += 1;
+            }
         }
     }
     out
@@ -361,20 +376,109 @@ proptest! {
         };
         w.network.insert(grpc_key(&uid, family), flipped);
         let p = w.plan();
-        let writes: Vec<&portmapper_core::PlannedSlice> = p.slices.iter().filter(|s| s.action.is_write()).collect();
-        if slice_writes(&p) > 1 {
-            // The one allowed exception: a named targetPort's first member lands in another
-            // resolved-number group than the empty placeholder, which is then retired.
-            prop_assert_eq!(writes.len(), 1, "{:?}", actions(&p));
-            prop_assert_eq!(p.deletions.len(), 1);
-            let gone = w.slice(&p.deletions[0].name).expect("deleted slice is live");
-            prop_assert!(gone.endpoints.is_empty(), "only an empty placeholder may go");
-            prop_assert!(p.deletions[0].name.starts_with("web.grpc"));
-            prop_assert!(writes[0].slice.metadata.name.as_deref().unwrap_or_default().starts_with("web.grpc"));
+        if s.per_port {
+            let writes: Vec<&portmapper_core::PlannedSlice> = p.slices.iter().filter(|s| s.action.is_write()).collect();
+            if slice_writes(&p) > 1 {
+                // The one allowed exception: a named targetPort's first member lands in another
+                // resolved-number group than the empty placeholder, which is then retired.
+                prop_assert_eq!(writes.len(), 1, "{:?}", actions(&p));
+                prop_assert_eq!(p.deletions.len(), 1);
+                let gone = w.slice(&p.deletions[0].name).expect("deleted slice is live");
+                prop_assert!(gone.endpoints.is_empty(), "only an empty placeholder may go");
+                prop_assert!(p.deletions[0].name.starts_with("web.grpc"));
+                prop_assert!(writes[0].slice.metadata.name.as_deref().unwrap_or_default().starts_with("web.grpc"));
+            }
+        } else {
+            assert_port_set_flip_is_local(&w, &p, &pod_name(i), family)?;
         }
         let legacy_writes = usize::from(p.endpoints.as_ref().is_some_and(|e| e.action.is_write()));
         prop_assert!(legacy_writes <= 1);
     }
+
+    /// A pod's Ready flip (with its other fields as they are) rewrites, per family, only the
+    /// slices it leaves and joins: at most two (one when its port set stays the same), besides
+    /// empty placeholders.
+    #[test]
+    fn a_ready_flip_rewrites_only_the_slices_the_pod_leaves_and_joins(s in scenario(), pick in any::<prop::sample::Index>()) {
+        prop_assume!(!s.pods.is_empty());
+        let mut w = world(&s);
+        w.step();
+        let i = pick.index(s.pods.len());
+        let mut after = s.clone();
+        after.pods[i].ready = !after.pods[i].ready;
+        let mut next = world(&after);
+        next.slices = std::mem::take(&mut w.slices);
+        next.endpoints = w.endpoints.take();
+        next.next_uid = w.next_uid;
+        let p = next.plan();
+        for family in FAMILIES {
+            if s.per_port {
+                continue;
+            }
+            assert_port_set_flip_is_local(&next, &p, &pod_name(i), family)?;
+        }
+    }
+}
+
+/// The slices of `family` a plan writes or deletes after one change of pod `pod`: each holds the
+/// pod before or after, or is an empty placeholder before or after; at most two hold the pod
+/// (the one it leaves and the one it joins), and one when its port set stays the same.
+fn assert_port_set_flip_is_local(
+    w: &World,
+    p: &Plan,
+    pod: &str,
+    family: IpFamily,
+) -> Result<(), TestCaseError> {
+    let holds = |s: &EndpointSlice| pod_names(s).iter().any(|n| n == pod);
+    let mut touching = 0;
+    let written = p.slices.iter().filter(|s| s.action.is_write()).map(|s| {
+        (
+            s.slice.metadata.name.clone().unwrap_or_default(),
+            Some(s.slice.as_ref()),
+        )
+    });
+    let deleted = p.deletions.iter().map(|d| (d.name.clone(), None));
+    for (name, new) in written.chain(deleted) {
+        let old = w.slice(&name);
+        let of_family = new
+            .or(old)
+            .is_some_and(|s| s.address_type == family.as_str());
+        if !of_family {
+            continue;
+        }
+        let with_pod = new.is_some_and(holds) || old.is_some_and(holds);
+        let empty = new.is_some_and(|s| s.endpoints.is_empty())
+            || old.is_none_or(|s| s.endpoints.is_empty());
+        prop_assert!(
+            with_pod || empty,
+            "{name} is rewritten for {pod}: {:?}",
+            actions(p)
+        );
+        touching += usize::from(with_pod);
+    }
+    prop_assert!(
+        touching <= 2,
+        "{touching} slices of {pod} rewritten: {:?}",
+        actions(p)
+    );
+    let ports_of = |slices: Vec<EndpointSlice>| {
+        let mut ports: Vec<String> = published_in(&slices)
+            .into_keys()
+            .filter(|(p, _, f)| p == pod && f == family.as_str())
+            .map(|(_, port, _)| port)
+            .collect();
+        ports.sort();
+        ports
+    };
+    let after: Vec<EndpointSlice> = p.slices.iter().map(|s| (*s.slice).clone()).collect();
+    if ports_of(w.slices.clone()) == ports_of(after) {
+        prop_assert!(
+            touching <= 1,
+            "{pod} keeps its ports but {touching} slices move: {:?}",
+            actions(p)
+        );
+    }
+    Ok(())
 }
 
 #[derive(Clone, Debug)]
@@ -586,6 +690,19 @@ fn oracle_lookups(
     rows
 }
 
+/// The grpc port without its network check (the default checks) and with a numeric target:
+/// every port reads only the pod.
+fn make_pod_only(w: &mut World) {
+    w.pm.spec.ports.retain(|rule| rule.name != "grpc");
+    w.network = NetworkDecisions::new();
+    let ports = w.service.spec.as_mut().and_then(|s| s.ports.as_mut());
+    for port in ports.into_iter().flatten() {
+        if port.name.as_deref() == Some("grpc") {
+            port.target_port = Some(IntOrString::Int(9000));
+        }
+    }
+}
+
 fn wrap_network_check_in_any_of(w: &mut World, s: &Scenario) {
     for rule in &mut w.pm.spec.ports {
         if rule.name == "grpc" {
@@ -673,40 +790,75 @@ proptest! {
     fn incremental_plans_equal_full_plans_along_random_event_sequences(
         start in scenario(),
         events in prop::collection::vec(event(), 1..24),
-        any_of in any::<bool>(),
+        checks in 0u8..3,
         gated in any::<bool>(),
     ) {
-        let mut s = start;
-        let mut counter = 0u64;
-        // The network check as the only entry of an `anyOf`: still not pod-only.
-        let world = |s: &Scenario| {
-            let mut w = world(s);
-            if any_of {
-                wrap_network_check_in_any_of(&mut w, s);
-            }
-            if gated {
-                gate_even_pods(&mut w);
-            }
-            w
-        };
-        let mut w = world(&s);
-        stamp_versions(&[], &mut w, &mut counter);
-        let mut memo = portmapper_core::EvalMemo::default();
-        for (step, e) in std::iter::once(&Event::Resync).chain(&events).enumerate() {
-            apply_event(&mut s, e);
-            let mut next = world(&s);
-            stamp_versions(&w.pods, &mut next, &mut counter);
-            next.slices = std::mem::take(&mut w.slices);
-            next.endpoints = w.endpoints.take();
-            next.next_uid = w.next_uid;
-            w = next;
-            let full = w.try_plan();
-            let incremental = w.try_plan_with(Some(&mut memo));
-            prop_assert_eq!(&incremental, &full, "step {} after {:?}", step, e);
-            // Reused pods' network checks are looked up all the same, and exactly where an
-            // independent statement of the rules says the prober must probe.
-            if let (Ok(inc), Ok(full)) = (&incremental, &full) {
-                prop_assert_eq!(&inc.network_lookups, &full.network_lookups, "step {}", step);
+        incremental_equals_full(start, &events, checks, gated)?;
+    }
+
+    /// The same with every port kept whole and port sets (so the memo keeps the sets and
+    /// moves the changed pods between them), where most passes take that path.
+    #[test]
+    fn incremental_port_sets_equal_full_plans_along_random_event_sequences(
+        start in scenario(),
+        events in prop::collection::vec(event(), 1..24),
+        gated in any::<bool>(),
+    ) {
+        let mut start = start;
+        start.per_port = false;
+        start.legacy = false;
+        incremental_equals_full(start, &events, 2, gated)?;
+    }
+}
+
+/// See `incremental_plans_equal_full_plans_along_random_event_sequences`; `checks`: 0 as the
+/// scenario has them, 1 the network check inside an `anyOf`, 2 pod-only checks everywhere.
+fn incremental_equals_full(
+    start: Scenario,
+    events: &[Event],
+    checks: u8,
+    gated: bool,
+) -> Result<(), TestCaseError> {
+    let mut s = start;
+    let mut counter = 0u64;
+    // 1: the network check as the only entry of an `anyOf`: still not pod-only. 2: no
+    // network check and no named target, so every port is kept whole (and, with port
+    // sets, the sets are).
+    let pod_only = checks == 2;
+    let world = |s: &Scenario| {
+        let mut w = world(s);
+        if checks == 1 {
+            wrap_network_check_in_any_of(&mut w, s);
+        }
+        if pod_only {
+            make_pod_only(&mut w);
+        }
+        if gated {
+            gate_even_pods(&mut w);
+        }
+        w
+    };
+    let mut w = world(&s);
+    stamp_versions(&[], &mut w, &mut counter);
+    let mut memo = portmapper_core::EvalMemo::default();
+    for (step, e) in std::iter::once(&Event::Resync).chain(events).enumerate() {
+        apply_event(&mut s, e);
+        let mut next = world(&s);
+        stamp_versions(&w.pods, &mut next, &mut counter);
+        next.slices = std::mem::take(&mut w.slices);
+        next.endpoints = w.endpoints.take();
+        next.next_uid = w.next_uid;
+        w = next;
+        let full = w.try_plan();
+        let incremental = w.try_plan_with(Some(&mut memo));
+        prop_assert_eq!(&incremental, &full, "step {} after {:?}", step, e);
+        // Reused pods' network checks are looked up all the same, and exactly where an
+        // independent statement of the rules says the prober must probe.
+        if let (Ok(inc), Ok(full)) = (&incremental, &full) {
+            prop_assert_eq!(&inc.network_lookups, &full.network_lookups, "step {}", step);
+            if pod_only {
+                prop_assert!(inc.network_lookups.is_empty());
+            } else {
                 prop_assert_eq!(
                     lookup_rows(&w, inc),
                     oracle_lookups(&s, &published(&w)),
@@ -715,9 +867,78 @@ proptest! {
                     e
                 );
             }
-            if let Ok(p) = full {
-                w.apply(&p);
+        }
+        if let Ok(p) = full {
+            w.apply(&p);
+        }
+    }
+    Ok(())
+}
+
+/// `slices` with the plan's writes applied, its deletions not yet.
+fn with_writes(slices: &[EndpointSlice], plan: &Plan) -> Vec<EndpointSlice> {
+    let mut out = slices.to_vec();
+    for p in plan.slices.iter().filter(|p| p.action.is_write()) {
+        let new = (*p.slice).clone();
+        match out
+            .iter_mut()
+            .find(|s| s.metadata.name == new.metadata.name)
+        {
+            Some(s) => *s = new,
+            None => out.push(new),
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Switching `sliceGrouping` either way (and so the upgrade from per-port slices) is live:
+    /// whatever order the writes go in, and then as each old slice goes, every (pod, port,
+    /// family) published before and after is published all along; one pass converges.
+    #[test]
+    fn switching_shapes_keeps_every_staying_member_published_at_every_moment(s in scenario()) {
+        let mut w = world(&s);
+        w.step();
+        let before = published(&w);
+        let mut t = s.clone();
+        t.per_port = !s.per_port;
+        let mut next = world(&t);
+        next.slices = std::mem::take(&mut w.slices);
+        next.endpoints = w.endpoints.take();
+        next.next_uid = w.next_uid;
+        let plan = next.plan();
+        let mut done = World::new(next.pm.clone(), next.service.clone(), next.pods.clone());
+        done.slices = next.slices.clone();
+        done.network = next.network.clone();
+        done.zones = next.zones.clone();
+        done.endpoints = next.endpoints.clone();
+        done.next_uid = next.next_uid;
+        done.apply(&plan);
+        let after = published(&done);
+        let staying: Vec<&(String, String, String)> =
+            before.keys().filter(|k| after.contains_key(*k)).collect();
+        let missing = |slices: &[EndpointSlice]| {
+            let now = published_in(slices);
+            staying.iter().filter(|k| !now.contains_key(**k)).map(|k| (*k).clone()).collect::<Vec<_>>()
+        };
+        // No write takes a staying member out of a slice (so no order of the writes can).
+        for p in plan.slices.iter().filter(|p| p.action.is_write()) {
+            if let Some(old) = next.slice(p.slice.metadata.name.as_deref().unwrap_or_default()) {
+                let gone = missing(std::slice::from_ref(p.slice.as_ref()));
+                let had = published_in(std::slice::from_ref(old));
+                let dropped: Vec<_> = gone.iter().filter(|k| had.contains_key(*k)).collect();
+                prop_assert!(dropped.is_empty(), "{:?} drops {:?}", p.slice.metadata.name, dropped);
             }
         }
+        let mut slices = with_writes(&next.slices, &plan);
+        prop_assert_eq!(missing(&slices), Vec::<(String, String, String)>::new(), "after the writes");
+        for d in &plan.deletions {
+            slices.retain(|s| s.metadata.name.as_deref() != Some(d.name.as_str()));
+            prop_assert_eq!(missing(&slices), Vec::<(String, String, String)>::new(), "after deleting {}", d.name);
+        }
+        let again = done.plan();
+        prop_assert_eq!(again.writes(), 0, "{:?}", actions(&again));
     }
 }

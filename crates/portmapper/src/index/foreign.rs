@@ -10,8 +10,8 @@ use kube::runtime::reflector::ObjectRef;
 use portmapper_core::ownership::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
 
 use super::{
-    ForeignKey, Index, PmKey, dedup, drop_name, insert, missing, ns_of, put_name, remove,
-    service_names, service_of_name,
+    ForeignKey, Index, PmKey, cut_prefix, dedup, drop_name, insert, missing, ns_of, put_name,
+    remove, service_names, service_of_name,
 };
 
 impl Index {
@@ -39,7 +39,7 @@ impl Index {
             insert(&mut self.native_by_service, service.clone(), key.clone());
             affected.extend(self.pms_of(service));
         }
-        affected.extend(self.pms_of(&(ns, service_of_name(&key.name).to_owned())));
+        affected.extend(self.pms_wanting(ns, &key.name));
         self.foreign.insert(key, native);
         dedup(affected)
     }
@@ -58,18 +58,21 @@ impl Index {
             remove(&mut self.native_by_service, service, key);
             affected.extend(self.pms_of(service));
         }
-        affected.extend(self.pms_of(&(ns, service_of_name(&key.name).to_owned())));
+        affected.extend(self.pms_wanting(ns, &key.name));
         dedup(affected)
     }
 
     /// Names of `service` in `namespace` in doubt (see `in_doubt`): the caller reads each.
     pub fn names_in_doubt(&self, namespace: &str, service: &str) -> Vec<String> {
-        let dotted = format!("{service}.");
+        let dotted: Vec<String> = std::iter::once(service)
+            .chain(cut_prefix(service))
+            .map(|p| format!("{p}."))
+            .collect();
         self.in_doubt
             .get(namespace)
             .into_iter()
             .flatten()
-            .filter(|n| *n == service || n.starts_with(&dotted))
+            .filter(|n| *n == service || dotted.iter().any(|d| n.starts_with(d)))
             .cloned()
             .collect()
     }
@@ -82,6 +85,22 @@ impl Index {
                 self.in_doubt.remove(namespace);
             }
         }
+    }
+
+    /// The PortMappings whose plans may want slice `name`: those of the Service it starts
+    /// with, and those of the Services whose port-set names start with a cut that it starts
+    /// with.
+    fn pms_wanting(&self, ns: String, name: &str) -> Vec<PmKey> {
+        let key = (ns, service_of_name(name).to_owned());
+        let mut out = self.pms_of(&key);
+        out.extend(
+            self.pms_by_name_prefix
+                .get(&key)
+                .into_iter()
+                .flatten()
+                .cloned(),
+        );
+        out
     }
 
     pub(super) fn pms_of(&self, service: &(String, String)) -> Vec<PmKey> {

@@ -169,6 +169,9 @@ struct OwnedFootprint {
 pub struct Index {
     pms: HashMap<PmKey, PmFootprint>,
     pms_by_service: HashMap<(String, String), HashSet<PmKey>>,
+    /// PortMappings of Services whose port-set slice names start with a cut of their name
+    /// (`naming::name_prefix`), by that cut: who may want a name starting with it.
+    pms_by_name_prefix: HashMap<(String, String), HashSet<PmKey>>,
     pms_by_pool: HashMap<PoolKey, HashSet<PmKey>>,
     /// Annotation keys PortMappings of a namespace use, with how many use each: the keys a
     /// namespace-wide pod watch must index.
@@ -321,21 +324,29 @@ fn drop_name(map: &mut HashMap<String, BTreeMap<String, ObjectMeta>>, ns: &str, 
 }
 
 /// The entries of `names` a plan for `service` may want: `<service>` (a headless Service
-/// without ports) and `<service>.*` (Service names cannot contain `.`, so no other Service's
-/// names share the prefix).
+/// without ports), `<service>.*` (Service names cannot contain `.`, so no other Service's
+/// names share the prefix), and `<cut>.*` when port-set names cut a long Service name
+/// ([`cut_prefix`]; other Services' names there are never wanted, only looked at).
 fn service_names<'a>(
     names: Option<&'a BTreeMap<String, ObjectMeta>>,
     service: &'a str,
 ) -> impl Iterator<Item = (&'a String, &'a ObjectMeta)> {
-    let dotted = format!("{service}.");
+    let prefixes: Vec<String> = std::iter::once(service)
+        .chain(cut_prefix(service))
+        .map(|p| format!("{p}."))
+        .collect();
     names.into_iter().flat_map(move |n| {
-        n.get_key_value(service)
-            .into_iter()
-            .chain(n.range(dotted.clone()..).take_while({
-                let dotted = dotted.clone();
-                move |(k, _)| k.starts_with(&dotted)
-            }))
+        let dotted = prefixes.clone().into_iter().flat_map(move |dotted| {
+            n.range(dotted.clone()..)
+                .take_while(move |(k, _)| k.starts_with(&dotted))
+        });
+        n.get_key_value(service).into_iter().chain(dotted)
     })
+}
+
+/// The cut of `service` port-set slice names start with, when it is not the whole name.
+fn cut_prefix(service: &str) -> Option<&str> {
+    Some(portmapper_core::planner::naming::name_prefix(service)).filter(|p| *p != service)
 }
 
 /// The Service whose plans may want slice `name` (`<service>[.…]`).

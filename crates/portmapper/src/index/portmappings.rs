@@ -9,7 +9,7 @@ use portmapper_api::PortMapping;
 
 use portmapper_core::ClaimRank;
 
-use super::{Index, PmFootprint, PmKey, PodSource, PoolKey, insert, missing, remove};
+use super::{Index, PmFootprint, PmKey, PodSource, PoolKey, cut_prefix, insert, missing, remove};
 
 /// What applying a PortMapping asks of the caller besides reconciles.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -107,6 +107,10 @@ impl Index {
             footprint.service.clone(),
             key.clone(),
         );
+        if let Some(cut) = cut_prefix(&footprint.service.1) {
+            let cut = (footprint.service.0.clone(), cut.to_owned());
+            insert(&mut self.pms_by_name_prefix, cut, key.clone());
+        }
         insert(&mut self.pms_by_pool, footprint.pool.clone(), key.clone());
         self.pms_by_gate
             .entry(ns.clone())
@@ -156,6 +160,10 @@ impl Index {
 
     pub(super) fn unregister(&mut self, key: &PmKey, old: &PmFootprint) {
         remove(&mut self.pms_by_service, &old.service, key);
+        if let Some(cut) = cut_prefix(&old.service.1) {
+            let cut = (old.service.0.clone(), cut.to_owned());
+            remove(&mut self.pms_by_name_prefix, &cut, key);
+        }
         remove(&mut self.pms_by_pool, &old.pool, key);
         let ns = &old.service.0;
         if let Some(by_type) = self.pms_by_gate.get_mut(ns) {

@@ -5,14 +5,23 @@
 //! at once, so a PortMapping whose writes keep failing was retried at the event rate. As
 //! client-go's workqueue rate limiter does, every PortMapping has its own failure count and a
 //! window (`not_before`); a reconcile that starts inside the window writes nothing and only
-//! requeues itself for the window's end. A successful reconcile forgets the count.
+//! requeues itself for the window's end, so the events of the window only mark the PortMapping
+//! dirty and the pass at its end carries them all.
+//!
+//! Only a pass whose writes all went through forgets the count (`reconcile.rs`): a pass with
+//! nothing to write proves nothing about the server, and forgetting there restarted the ladder
+//! from its bottom whenever the churn happened to return to what was published. A count is also
+//! forgotten once the PortMapping has gone [`Policy::forget_after`] past its last window without
+//! failing again.
 //!
 //! The delay depends on what failed:
 //! - **transient** (409 conflict, 5xx, 404, transport): `5 ms · 2^(n-1)`, as client-go's
-//!   `DefaultControllerRateLimiter`, but capped at 4 s instead of 1000 s. The cap bounds how
-//!   long a Service stays stale after the API recovers (the issue's target: converged ≤ 5 s
-//!   after a fault ends) while holding a persistently failing PortMapping to one attempt every
-//!   3–4 s (≤ 16 in 20 s, with the ladder's first ten attempts inside the first 4 s);
+//!   `DefaultControllerRateLimiter`, capped at 4 s instead of 1000 s, and never below
+//!   [`Policy::min_retry`] (1 s): whatever the churn, a failing PortMapping writes each of its
+//!   objects at most once a second (the ladder's bottom made ten attempts in the first 2.6 s
+//!   under churn). The cap bounds how long a Service stays stale after the API recovers (the
+//!   issue's target: converged ≤ 5 s after a fault ends) while holding a persistently failing
+//!   PortMapping to one attempt every 3–4 s;
 //! - **throttled** (429, or a 5xx naming a wait, e.g. 503 + `Retry-After`): the transient
 //!   delay, but never less than the server's `retryAfterSeconds` (clamped to 60 s, so a hostile
 //!   value cannot park a PortMapping);
@@ -26,8 +35,8 @@
 //! and then hits a forbidden write starts the permanent ladder from its first step.
 //!
 //! Jitter takes up to a quarter off each delay (never adds to it), so PortMappings that failed
-//! together spread out and the caps stay upper bounds. A server's `Retry-After` is never
-//! shortened: up to a quarter of it is added instead.
+//! together spread out and the caps stay upper bounds. A floor (the server's `Retry-After`, the
+//! one-second minimum) is never shortened: up to a quarter of it is added instead.
 
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
@@ -70,6 +79,10 @@ pub struct Policy {
     pub permanent_cap: Duration,
     /// Longest `Retry-After` honoured.
     pub retry_after_cap: Duration,
+    /// Shortest window after any failure: at most one attempt a second, whatever the churn.
+    pub min_retry: Duration,
+    /// A failure this long after the previous window ended starts its ladder over.
+    pub forget_after: Duration,
 }
 
 impl Default for Policy {
@@ -80,27 +93,42 @@ impl Default for Policy {
             permanent_base: Duration::from_secs(10),
             permanent_cap: Duration::from_secs(300),
             retry_after_cap: Duration::from_secs(60),
+            min_retry: Duration::from_secs(1),
+            forget_after: Duration::from_secs(60),
         }
     }
 }
 
 impl Policy {
-    /// The window after the `n`th consecutive failure (1-based) of `class`, before jitter.
+    /// The window after the `n`th consecutive failure (1-based) of `class`, before jitter: the
+    /// ladder's step, but never below the floor.
     pub fn delay(&self, class: Class, n: u32) -> Duration {
+        self.step(class, n).max(self.floor(class))
+    }
+
+    /// The ladder's step for the `n`th consecutive failure of `class`.
+    fn step(&self, class: Class, n: u32) -> Duration {
         let ladder = |base: Duration, cap: Duration| {
             // 2^(n-1) without overflow: 2^31 × 5 ms is already far past any cap.
             let factor = 1u32 << n.saturating_sub(1).min(31);
             base.saturating_mul(factor).min(cap)
         };
         match class {
-            Class::Transient => ladder(self.transient_base, self.transient_cap),
-            Class::Throttled { retry_after } => {
-                let exponential = ladder(self.transient_base, self.transient_cap);
-                retry_after.map_or(exponential, |ra| {
-                    exponential.max(ra.min(self.retry_after_cap))
-                })
+            Class::Transient | Class::Throttled { .. } => {
+                ladder(self.transient_base, self.transient_cap)
             }
             Class::Permanent => ladder(self.permanent_base, self.permanent_cap),
+        }
+    }
+
+    /// The shortest window after a failure of `class`: [`Policy::min_retry`], or the server's
+    /// wait (up to its cap) when longer.
+    fn floor(&self, class: Class) -> Duration {
+        match class {
+            Class::Throttled {
+                retry_after: Some(wait),
+            } => wait.min(self.retry_after_cap).max(self.min_retry),
+            _ => self.min_retry,
         }
     }
 }
@@ -187,25 +215,20 @@ impl Backoffs {
             not_before: now,
             last_error: String::new(),
         });
-        if entry.ladder != ladder(class) {
+        let stale = now.saturating_duration_since(entry.not_before) > self.policy.forget_after;
+        if entry.ladder != ladder(class) || stale {
             entry.ladder = ladder(class);
             entry.failures = 0;
         }
         entry.generation = generation;
         entry.failures = entry.failures.saturating_add(1);
         let n = entry.failures;
-        let delay = match class {
-            Class::Throttled {
-                retry_after: Some(wait),
-            } => {
-                let wait = wait.min(self.policy.retry_after_cap);
-                let ladder = self.jittered(self.policy.delay(Class::Transient, n));
-                // Never sooner than the server asked; spread above its wait, so PortMappings
-                // throttled together do not all come back in the same instant.
-                ladder.max(wait + self.spread(wait))
-            }
-            _ => self.jittered(self.policy.delay(class, n)),
-        };
+        // Never sooner than the floor (the server's wait, the minimum); spread above it, so
+        // PortMappings failing together do not all come back in the same instant.
+        let floor = self.policy.floor(class);
+        let delay = self
+            .jittered(self.policy.step(class, n))
+            .max(floor + self.spread(floor));
         entry.not_before = now + delay;
         let changed = entry.last_error != message;
         entry.last_error = message;
@@ -216,8 +239,9 @@ impl Backoffs {
         })
     }
 
-    /// Records a successful reconcile: forgets the failures. Returns how many there were (so
-    /// the recovery is logged once), None when there were none.
+    /// Records a reconcile whose writes all went through: forgets the failures. Returns how
+    /// many there were (so the recovery is logged once), None when there were none. (A pass
+    /// that wrote nothing must not call this: it proves nothing about the server.)
     pub fn succeeded(&self, pm: &ObjectRef<PortMapping>) -> Option<u32> {
         self.entries().remove(pm).map(|e| e.failures)
     }
@@ -403,16 +427,33 @@ mod tests {
     }
 
     #[test]
-    fn transient_delays_double_from_five_milliseconds_to_the_cap() {
+    fn transient_delays_double_from_five_milliseconds_to_the_cap_above_a_one_second_floor() {
         let p = Policy::default();
+        let steps: Vec<u128> = (1..=12)
+            .map(|n| p.step(Class::Transient, n).as_millis())
+            .collect();
+        assert_eq!(
+            steps,
+            [5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560, 4000, 4000]
+        );
         let delays: Vec<u128> = (1..=12)
             .map(|n| p.delay(Class::Transient, n).as_millis())
             .collect();
         assert_eq!(
             delays,
-            [5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560, 4000, 4000]
+            [
+                1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1280, 2560, 4000, 4000
+            ]
         );
         assert_eq!(p.delay(Class::Transient, u32::MAX), Duration::from_secs(4));
+    }
+
+    /// The bounds of the `n`th window of `class` once jittered: the ladder's step less up to a
+    /// quarter, or the floor plus up to a quarter, whichever is later.
+    fn window_bounds(class: Class, n: u32) -> (Duration, Duration) {
+        let p = Policy::default();
+        let (step, floor) = (p.step(class, n), p.floor(class));
+        ((step * 3 / 4).max(floor), step.max(floor * 5 / 4))
     }
 
     #[test]
@@ -428,7 +469,7 @@ mod tests {
         assert_eq!(p.delay(ra(3600), 1), Duration::from_secs(60));
         assert_eq!(
             p.delay(Class::Throttled { retry_after: None }, 1),
-            Duration::from_millis(5)
+            Duration::from_secs(1)
         );
     }
 
@@ -450,11 +491,11 @@ mod tests {
             let f = b
                 .failed(&pm(), G, &api_error(500, "InternalError", 0), now)
                 .unwrap();
-            let full = Policy::default().delay(Class::Transient, n);
+            let (low, high) = window_bounds(Class::Transient, n);
             assert_eq!(f.failures, n);
             assert!(
-                f.delay <= full && f.delay >= full * 3 / 4,
-                "{n}: {:?}",
+                f.delay >= low && f.delay <= high,
+                "{n}: {:?} not in {low:?}..={high:?}",
                 f.delay
             );
             assert_eq!(b.remaining(&pm(), G, now), Some(f.delay));
@@ -467,12 +508,72 @@ mod tests {
         assert_eq!(b.succeeded(&pm()), Some(12));
         assert_eq!(b.remaining(&pm(), G, now), None);
         assert_eq!(b.succeeded(&pm()), None);
-        // After the success the ladder starts over.
+        // After the success the ladder starts over, at the floor.
         let f = b
             .failed(&pm(), G, &api_error(500, "InternalError", 0), now)
             .unwrap();
         assert_eq!((f.failures, f.changed), (1, true));
-        assert!(f.delay <= Duration::from_millis(5));
+        let (low, high) = window_bounds(Class::Transient, 1);
+        assert!(f.delay >= low && f.delay <= high, "{:?}", f.delay);
+    }
+
+    /// Issue 26 item 3: pods change every 50 ms for 20 s while every write fails; a pass runs at
+    /// each change (as the watch events trigger them) and at each window's end (as the error
+    /// policy requeues). Passes inside a window write nothing; a pass outside one either has
+    /// nothing to write (the churn came back to what is published: it must not forget the
+    /// failures) or writes and fails.
+    #[test]
+    fn under_churn_a_failing_portmapping_attempts_at_most_once_a_second() {
+        let b = Backoffs::default();
+        let start = Instant::now();
+        let window = Duration::from_secs(20);
+        let (mut attempts, mut at, mut draws) = (Vec::new(), Duration::ZERO, 0_u32);
+        while at < window {
+            let now = start + at;
+            if b.remaining(&pm(), G, now).is_none() {
+                draws += 1;
+                // Every third pass finds nothing to write.
+                if draws % 3 != 0 {
+                    b.failed(&pm(), G, &api_error(500, "InternalError", 0), now);
+                    attempts.push(at);
+                }
+            }
+            at += Duration::from_millis(50);
+        }
+        let gaps: Vec<Duration> = attempts.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(
+            gaps.iter().all(|g| *g >= Duration::from_secs(1)),
+            "attempts closer than 1 s: {attempts:?}"
+        );
+        assert!(attempts.len() <= 21, "{} attempts in 20 s", attempts.len());
+        // The ladder climbed past its floor (passes with nothing to write did not reset it).
+        assert!(
+            gaps.iter().any(|g| *g >= Duration::from_secs(3)),
+            "the ladder never climbed: {attempts:?}"
+        );
+    }
+
+    #[test]
+    fn a_failure_long_after_the_last_window_starts_the_ladder_over() {
+        let b = Backoffs::default();
+        let now = Instant::now();
+        let mut last = None;
+        for _ in 0..10 {
+            last = b.failed(&pm(), G, &api_error(500, "InternalError", 0), now);
+        }
+        let last = last.unwrap();
+        assert_eq!(last.failures, 10);
+        // Just inside `forget_after` past the window: the ladder climbs on.
+        let soon = now + last.delay + Duration::from_secs(59);
+        let f = b
+            .failed(&pm(), G, &api_error(500, "InternalError", 0), soon)
+            .unwrap();
+        assert_eq!(f.failures, 11);
+        let later = soon + f.delay + Duration::from_secs(61);
+        let f = b
+            .failed(&pm(), G, &api_error(500, "InternalError", 0), later)
+            .unwrap();
+        assert_eq!(f.failures, 1);
     }
 
     #[test]
@@ -518,8 +619,8 @@ mod tests {
     fn a_503_naming_a_wait_is_not_retried_before_it() {
         let b = Backoffs::default();
         let now = Instant::now();
-        // The transient ladder would allow ten attempts within the first 2.6 s; the server's
-        // 1 s (plus up to a quarter) allows one per second: attempts at 0, 1–1.25 s, …, 4–5 s.
+        // The server's 1 s (plus up to a quarter) allows one attempt per second: at 0,
+        // 1–1.25 s, …, 4–5 s.
         let mut at = Duration::ZERO;
         let mut attempts = 0;
         while at < Duration::from_secs(5) {
@@ -536,12 +637,13 @@ mod tests {
             at += f.delay;
         }
         assert!((4..=5).contains(&attempts), "{attempts} attempts in 5 s");
-        // The same 503 without a wait climbs the transient ladder from 5 ms.
+        // The same 503 without a wait is transient: the one-second floor, then the ladder.
         let other = ObjectRef::new("other").within("ns");
         let f = b
             .failed(&other, G, &api_error(503, "ServiceUnavailable", 0), now)
             .unwrap();
-        assert!(f.delay <= Duration::from_millis(5), "{:?}", f.delay);
+        let (low, high) = window_bounds(Class::Transient, 1);
+        assert!(f.delay >= low && f.delay <= high, "{:?}", f.delay);
     }
 
     #[test]

@@ -73,14 +73,17 @@ pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action
         return Ok(Action::requeue(wait));
     }
     let started = Instant::now();
-    let result = reconcile_inner(&pm, &ctx, fingerprint)
+    let (result, wrote) = reconcile_inner(&pm, &ctx, fingerprint)
         .instrument(span)
         .await;
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
     record(&ctx.metrics, &result);
+    // Only writes that went through show the server takes them again; a pass with nothing to
+    // write (the churn came back to what is published) keeps the ladder where it is.
     if result.is_ok()
+        && wrote
         && let Some(failures) = ctx.states.backoff.succeeded(&pm_ref)
     {
         info!(portmapping = %pm_ref, failures, "reconciled again after failures");
@@ -143,12 +146,15 @@ fn resync_delay(resync: Duration, fraction: u32, since_epoch: Duration) -> Durat
 /// Resyncs come due on multiples of this since the process started.
 const RESYNC_SLOT: Duration = Duration::from_millis(100);
 
+/// The pass's result, and whether it sent any write.
 async fn reconcile_inner(
     pm: &PortMapping,
     ctx: &Context,
     fingerprint: Fingerprint,
-) -> Result<Action, Error> {
-    let ns = pm.namespace().ok_or(Error::MissingMetadata("namespace"))?;
+) -> (Result<Action, Error>, bool) {
+    let Some(ns) = pm.namespace() else {
+        return (Err(Error::MissingMetadata("namespace")), false);
+    };
     // A PortMapping held by a finalizer or a foreground deletion is still reconciled, like the
     // native controller's terminating Services: its slices stay accurate until they are
     // collected, and the planner creates nothing new that would race the garbage collector.
@@ -157,7 +163,7 @@ async fn reconcile_inner(
         // Followers keep caches warm and write nothing; a new leader re-reconciles everything
         // and seeds its probes from the live slices.
         ctx.forget(&key);
-        return Ok(Action::await_change());
+        return (Ok(Action::await_change()), false);
     }
     let writer = Writer::new(&ctx.client, &ns, &ctx.leadership, &ctx.metrics);
     let result = pass(ctx, &writer, pm, &key).await;
@@ -166,7 +172,22 @@ async fn reconcile_inner(
         Ok(Passed::Waiting(_)) => SyncResult::Stale,
         Err(_) => SyncResult::Error,
     });
-    let again = match result? {
+    let wrote = !writer.wrote_nothing();
+    let result =
+        result.map(|passed| Action::requeue(again(ctx, &writer, &key, passed, fingerprint)));
+    (result, wrote)
+}
+
+/// How soon to look again after a pass that came to `passed`; a pass that read only caches and
+/// wrote nothing settles the PortMapping (see `state.rs`).
+fn again(
+    ctx: &Context,
+    writer: &Writer<'_>,
+    key: &ObjectRef<PortMapping>,
+    passed: Passed,
+    fingerprint: Fingerprint,
+) -> Duration {
+    match passed {
         Passed::Waiting(wait) => wait,
         Passed::Ran {
             again: Some(again), ..
@@ -176,12 +197,11 @@ async fn reconcile_inner(
             cache_only,
         } => {
             if cache_only && writer.wrote_nothing() {
-                ctx.states.settled(&key, fingerprint);
+                ctx.states.settled(key, fingerprint);
             }
-            resync_after(ctx, &key)
+            resync_after(ctx, key)
         }
-    };
-    Ok(Action::requeue(again))
+    }
 }
 
 /// What a pass came to.

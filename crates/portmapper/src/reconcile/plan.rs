@@ -220,20 +220,28 @@ fn record(
 fn per_port(plan: &Plan) -> BTreeMap<(String, String), i64> {
     let mut per_port: BTreeMap<(String, String), i64> = BTreeMap::new();
     for planned in &plan.slices {
-        let port = planned
+        // Every port a slice lists publishes its endpoints (a port-set slice lists several);
+        // a portless slice counts under "".
+        let mut ports: Vec<String> = planned
             .slice
             .ports
-            .as_ref()
-            .and_then(|p| p.first())
+            .iter()
+            .flatten()
             .map(|p| {
                 p.name
                     .clone()
                     .unwrap_or_else(|| p.port.unwrap_or_default().to_string())
             })
-            .unwrap_or_default();
-        *per_port
-            .entry((port, planned.slice.address_type.clone()))
-            .or_default() += i64::try_from(planned.slice.endpoints.len()).unwrap_or(i64::MAX);
+            .collect();
+        if ports.is_empty() {
+            ports.push(String::new());
+        }
+        let n = i64::try_from(planned.slice.endpoints.len()).unwrap_or(i64::MAX);
+        for port in ports {
+            *per_port
+                .entry((port, planned.slice.address_type.clone()))
+                .or_default() += n;
+        }
     }
     per_port
 }

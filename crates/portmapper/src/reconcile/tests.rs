@@ -23,7 +23,15 @@ const SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslice
 const STATUS: &str = "/apis/portmapper.dev/v1alpha1/namespaces/default/portmappings/web/status";
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
 
+/// The PortMapping of most tests here, publishing one slice per port (`web.http`): they are
+/// about the reconcile's writes, and read them by name. [`port_set_pm`] has the default shape.
 fn pm() -> PortMapping {
+    let mut pm = port_set_pm();
+    pm.spec.slice_grouping = portmapper_api::SliceGrouping::PerPort;
+    pm
+}
+
+fn port_set_pm() -> PortMapping {
     let mut pm = PortMapping::new(
         "web",
         serde_json::from_value(json!({
@@ -71,19 +79,24 @@ fn stored(body: &Value) -> EndpointSlice {
 /// The operator's context over the fake, with caches the test fills.
 struct World {
     api: FakeApi,
+    pm: PortMapping,
     ctx: Arc<Context>,
     feeds: TestFeeds,
 }
 
 impl World {
     fn new(service: Option<Service>, pods: Vec<Pod>) -> Self {
+        Self::with(pm(), service, pods)
+    }
+
+    fn with(pm: PortMapping, service: Option<Service>, pods: Vec<Pod>) -> Self {
         let api = FakeApi::default();
         // The status subresource answers with the whole object, as the API server does.
-        api.respond("PATCH", STATUS, 200, serde_json::to_value(pm()).unwrap());
+        api.respond("PATCH", STATUS, 200, serde_json::to_value(&pm).unwrap());
         let (ctx, mut feeds) = Context::test(api.client());
         feeds
             .portmappings
-            .apply_watcher_event(&watcher::Event::Apply(pm()));
+            .apply_watcher_event(&watcher::Event::Apply(pm.clone()));
         if let Some(service) = service {
             feeds
                 .services
@@ -92,7 +105,7 @@ impl World {
         let source = PodSource::Label("app".into());
         {
             let mut idx = ctx.index.lock();
-            idx.apply_portmapping(&pm());
+            idx.apply_portmapping(&pm);
             let mut listed = std::collections::HashSet::new();
             for p in &pods {
                 idx.apply_pod(&source, Arc::new(PodRecord::from(p.clone())));
@@ -103,6 +116,7 @@ impl World {
         }
         Self {
             api,
+            pm,
             ctx: Arc::new(ctx),
             feeds,
         }
@@ -161,7 +175,7 @@ impl World {
     async fn reconcile(
         &self,
     ) -> Result<kube::runtime::controller::Action, crate::runtime::error::Error> {
-        crate::reconcile::reconcile(Arc::new(pm()), self.ctx.clone()).await
+        crate::reconcile::reconcile(Arc::new(self.pm.clone()), self.ctx.clone()).await
     }
 
     /// The body of the one request `line` (`METHOD path`).
@@ -672,4 +686,77 @@ fn resyncs_are_jittered_by_up_to_a_tenth_and_end_on_a_slot() {
     );
     // A resync shorter than a slot still waits.
     assert!(super::resync_delay(Duration::from_millis(50), 0, a) >= Duration::from_millis(25));
+}
+
+/// Today's per-port slice, as the previous release published it for `service()`.
+fn per_port_slice() -> EndpointSlice {
+    let mut slice = stored(&json!({
+        "metadata": {"name": "web.http", "labels": {
+            "endpointslice.kubernetes.io/managed-by": "portmapper.dev",
+            "kubernetes.io/service-name": "web"},
+            "ownerReferences": [{"apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping",
+                                 "name": "web", "uid": "pm-uid", "controller": true}]},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": [{"addresses": ["10.244.0.1"], "conditions": {"ready": true},
+                       "targetRef": {"kind": "Pod", "name": "pod-a", "namespace": NS, "uid": "uid-pod-a"}}],
+    }));
+    slice.metadata.uid = Some("per-port-uid".into());
+    slice
+}
+
+/// The upgrade from per-port slices to the default shape: the port-set slice is applied
+/// before the per-port one is deleted, so pod-a is never unpublished.
+#[tokio::test]
+async fn the_upgrade_to_port_sets_applies_the_new_slice_before_deleting_the_old_one() {
+    let mut w = World::with(
+        port_set_pm(),
+        Some(service()),
+        vec![pod("pod-a", "10.244.0.1")],
+    );
+    w.slice_seen(per_port_slice());
+    w.reconcile().await.unwrap();
+    let lines = w.api.take_lines();
+    let new = lines
+        .iter()
+        .position(|l| l.starts_with(&format!("PATCH {SLICES}/web.http.")))
+        .expect("the port-set slice is applied");
+    let old = lines
+        .iter()
+        .position(|l| *l == format!("DELETE {SLICES}/web.http"))
+        .expect("the per-port slice is deleted");
+    assert!(new < old, "{lines:?}");
+    assert_eq!(lines.len(), 3, "apply, delete, status: {lines:?}");
+}
+
+/// A failed apply holds back the pass's deletions: the slice they retire may hold the only
+/// copy of what the failed apply was to publish.
+#[tokio::test]
+async fn a_failed_apply_holds_back_the_deletions_of_its_pass() {
+    let mut w = World::with(
+        port_set_pm(),
+        Some(service()),
+        vec![pod("pod-a", "10.244.0.1")],
+    );
+    w.slice_seen(per_port_slice());
+    let name = portmapper_core::planner::naming::port_set_base_name(
+        "web",
+        &[portmapper_core::planner::naming::NamedPort {
+            name: "http",
+            key: "http",
+            number: 8080,
+            protocol: "TCP",
+        }],
+        kube_validation::IpFamily::V4,
+        0,
+    );
+    w.api
+        .fail("PATCH", &format!("{SLICES}/{name}"), 500, "InternalError");
+    w.reconcile().await.unwrap_err();
+    let lines = w.api.take_lines();
+    assert!(!lines.iter().any(|l| l.starts_with("DELETE")), "{lines:?}");
+    assert!(
+        lines.contains(&format!("PATCH {SLICES}/{name}")),
+        "{lines:?}"
+    );
 }

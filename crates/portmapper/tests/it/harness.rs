@@ -38,6 +38,7 @@ use portmapper::runtime::leader::Leadership;
 use portmapper::runtime::metrics::Metrics;
 use portmapper_api::PortMapping;
 use serde_json::{Value, json};
+use test_support::realkube::ControlPlane;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -56,7 +57,10 @@ pub const NODE: &str = "node-1";
 enum Backend {
     /// The control plane this binary shares; the test's namespace is its own, and so is
     /// `kubeconfig` (its context defaults to that namespace), in a directory removed on drop.
-    Real { kubeconfig: std::path::PathBuf },
+    Real {
+        kubeconfig: std::path::PathBuf,
+        plane: &'static ControlPlane,
+    },
     /// An in-process emulator of this test's own, and when it started (its request log times
     /// requests from then).
     Emulator(Emulator, Timestamp),
@@ -80,7 +84,12 @@ impl Harness {
     /// A namespace of this test's own on the shared real control plane (CRD installed, node
     /// [`NODE`] present); controller not started yet.
     pub async fn new() -> Self {
-        let plane = test_support::realkube::shared();
+        Self::new_on(test_support::realkube::shared()).await
+    }
+
+    /// A namespace of this test's own on `plane` (a control plane of the test's own, for
+    /// faults of its components); controller not started yet.
+    pub async fn new_on(plane: &'static ControlPlane) -> Self {
         let ns = plane.namespace_name(&test_tag());
         let kubeconfig = Kubeconfig::read_from(plane.kubeconfig()).expect("realkube kubeconfig");
         let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
@@ -99,7 +108,7 @@ impl Harness {
         std::fs::create_dir_all(&dir).expect("the test's directory");
         let kubeconfig = dir.join("kubeconfig");
         plane.kubeconfig_in(&ns, &kubeconfig);
-        Self::with(Backend::Real { kubeconfig }, ns, client, config)
+        Self::with(Backend::Real { kubeconfig, plane }, ns, client, config)
     }
 
     /// The shared real control plane + a running controller.
@@ -183,6 +192,14 @@ impl Harness {
         }
     }
 
+    /// The real control plane of a real-backed test.
+    pub fn plane(&self) -> &'static ControlPlane {
+        match &self.backend {
+            Backend::Real { plane, .. } => plane,
+            Backend::Emulator(..) => panic!("this test runs on the emulator"),
+        }
+    }
+
     /// Whether the test runs on the real control plane.
     pub fn is_real(&self) -> bool {
         matches!(self.backend, Backend::Real { .. })
@@ -198,7 +215,7 @@ impl Harness {
     /// the binaries under test.
     pub fn kubeconfig_path(&self) -> &std::path::Path {
         match &self.backend {
-            Backend::Real { kubeconfig } => kubeconfig,
+            Backend::Real { kubeconfig, .. } => kubeconfig,
             Backend::Emulator(emu, _) => emu.kubeconfig_path(),
         }
     }
@@ -229,6 +246,18 @@ impl Harness {
     pub fn run_operator_with(&mut self, adjust: impl FnOnce(&mut Settings)) {
         let client = portmapper::runtime::client::gated(
             self.config.clone(),
+            &Self::operator_user_agent(),
+            Leadership::always(),
+        )
+        .expect("operator client");
+        self.spawn_controller(client, adjust);
+    }
+
+    /// [`Harness::run_operator_with`] authenticated by `config` (e.g. a ServiceAccount's
+    /// token, which priority and fairness does not exempt as it does the admin).
+    pub fn run_operator_as(&mut self, config: Config, adjust: impl FnOnce(&mut Settings)) {
+        let client = portmapper::runtime::client::gated(
+            config,
             &Self::operator_user_agent(),
             Leadership::always(),
         )
@@ -436,7 +465,7 @@ impl Harness {
                 .iter()
                 .map(|r| Request::logged(r, *started))
                 .collect(),
-            Backend::Real { .. } => {
+            Backend::Real { plane, .. } => {
                 static BARRIERS: AtomicUsize = AtomicUsize::new(0);
                 let barrier = format!("barrier-{}", BARRIERS.fetch_add(1, Ordering::Relaxed));
                 let absent = self.api::<ConfigMap>().get_opt(&barrier).await.unwrap();
@@ -444,7 +473,7 @@ impl Harness {
                     absent.is_none(),
                     "ConfigMap {barrier} is not expected to exist"
                 );
-                let log = test_support::realkube::shared().dir().join("audit.log");
+                let log = plane.dir().join("audit.log");
                 eventually(
                     &format!("the audit log line of GET {barrier}"),
                     Duration::from_secs(10),
@@ -480,7 +509,7 @@ impl Harness {
 impl Drop for Harness {
     fn drop(&mut self) {
         self.shutdown.cancel();
-        if let Backend::Real { kubeconfig } = &self.backend
+        if let Backend::Real { kubeconfig, .. } = &self.backend
             && let Some(dir) = kubeconfig.parent()
         {
             let _ = std::fs::remove_dir_all(dir);
@@ -583,6 +612,8 @@ pub fn pod(name: &str, group: &str, ports_annotation: &str) -> Value {
     })
 }
 
+/// A PortMapping publishing one slice set per port (`sliceGrouping: PerPort`): the tests read
+/// a port's members by slice name (`web.http`). `slice_shapes.rs` covers the default shape.
 pub fn portmapping(name: &str, service: &str) -> Value {
     json!({
         "apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping",
@@ -590,6 +621,7 @@ pub fn portmapping(name: &str, service: &str) -> Value {
         "spec": {
             "serviceRef": {"name": service},
             "pods": {"key": "example.com/group"},
+            "sliceGrouping": "PerPort",
             "defaultChecks": [{"podReady": {}}, {"portNames": {"key": "example.com/ports"}}],
         },
     })

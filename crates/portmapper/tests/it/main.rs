@@ -9,11 +9,13 @@
 //! the readiness gate, reporting, consumer caveats, the trigger time, hostile inputs, the
 //! status command, the observer's own check, leader election, failover and kill -9 restarts
 //! of the binary, and (in a network namespace, with a control plane of its own) the network
-//! checks.
+//! checks. The faults of the control plane's own components (`real_faults`: kill -9 of
+//! kube-apiserver and etcd, priority-and-fairness 429s, etcd compaction, a restart under a
+//! leader and its standby) run on a control plane of their own, one at a time.
 //!
 //! The rest run on the **in-process emulator** (`kube_emulator::Emulator`, one per test),
 //! because they need what only it offers:
-//! - fault rules: `faults`, `fault_matrix`, `watches`, the fault cases of `migration`, the
+//! - fault rules: `faults`, `fault_matrix`, `backoff`, `watches`, the fault cases of `migration`, the
 //!   lagging cache of `reporting`, the hung Lease requests of `leader`;
 //! - its clock: the same-second tie of `scenarios`.
 //!
@@ -22,6 +24,8 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod backoff;
+mod churn;
 mod consumers;
 mod crashes;
 mod failover;
@@ -39,10 +43,12 @@ mod observer;
 mod ownership;
 mod probing;
 mod procs;
+mod real_faults;
 mod render;
 mod reporting;
 mod requests;
 mod scenarios;
+mod slice_shapes;
 mod status;
 mod trigger;
 mod watches;

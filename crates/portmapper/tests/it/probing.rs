@@ -186,6 +186,8 @@ fn probed_portmapping(name: &str, ports: &[(&str, Value)]) -> Value {
         "spec": {
             "serviceRef": {"name": name},
             "pods": {"key": "example.com/group"},
+            // Read per port by slice name, as `harness::portmapping`.
+            "sliceGrouping": "PerPort",
             "ports": ports.iter().map(|(port, check)| json!({
                 "name": port,
                 "checks": [{"portNames": {"key": "example.com/ports"}}, check],

@@ -75,6 +75,16 @@ impl Operator {
     /// namespace, with `identity` (its User-Agent is `portmapper/<version> (<identity>)`), a
     /// 1 s resync and `extra` arguments.
     pub fn start(h: &Harness, identity: &str, extra: &[&str]) -> Self {
+        Self::start_as(h, identity, extra, h.kubeconfig_path())
+    }
+
+    /// [`Operator::start`] authenticated by `kubeconfig` (e.g. a ServiceAccount's token).
+    pub fn start_as(
+        h: &Harness,
+        identity: &str,
+        extra: &[&str],
+        kubeconfig: &std::path::Path,
+    ) -> Self {
         let metrics_addr = format!("127.0.0.1:{}", free_port());
         let dir = std::env::temp_dir().join(format!(
             "portmapper-it-{}-{}-{identity}",
@@ -82,7 +92,6 @@ impl Operator {
             h.ns
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        let kubeconfig = h.kubeconfig_path();
         let log = dir.join(format!("{identity}.log"));
         let stderr = File::create(&log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_portmapper"))

@@ -107,10 +107,8 @@ struct Tail {
     by_namespace: BTreeMap<String, Vec<Request>>,
 }
 
-static TAIL: Mutex<Tail> = Mutex::new(Tail {
-    offset: 0,
-    by_namespace: BTreeMap::new(),
-});
+/// One tail per audit log (the shared control plane's, and those of planes of a test's own).
+static TAILS: Mutex<BTreeMap<std::path::PathBuf, Tail>> = Mutex::new(BTreeMap::new());
 
 impl Tail {
     /// Reads the lines appended to `log` since the last call.
@@ -147,9 +145,13 @@ impl Tail {
 
 /// Every request in `namespace` the audit log at `log` holds so far, in log order.
 pub fn audited(log: &Path, namespace: &str) -> Vec<Request> {
-    let mut tail = TAIL
+    let mut tails = TAILS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let tail = tails.entry(log.to_path_buf()).or_insert_with(|| Tail {
+        offset: 0,
+        by_namespace: BTreeMap::new(),
+    });
     tail.catch_up(log);
     tail.by_namespace
         .get(namespace)

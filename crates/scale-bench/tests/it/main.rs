@@ -1,5 +1,6 @@
 //! The scale bench's harness at small sizes, as exact checks of write counts (never timings),
-//! against the debug binaries `make test` builds first (`cargo build --workspace --bins`).
+//! against the debug binaries `make test` builds first (`cargo build --workspace --bins`): on
+//! the emulator here, on the real control plane beside the native controller in `real`.
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -8,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use scale_bench::{Binaries, Report, RunConfig, Shape};
+
+mod real;
 
 /// `NAME_BIN` if set, else the binary next to this test executable's `deps/` folder.
 fn bin(name: &str, env: &str) -> PathBuf {

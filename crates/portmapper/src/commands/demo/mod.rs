@@ -381,7 +381,8 @@ async fn play_kubelet(
     }
 }
 
-/// `(service, port, members)` rows of the live slices, sorted.
+/// `(service, port, members)` rows of the live slices, sorted: every port a slice lists has
+/// its endpoints (a port-set slice lists several ports).
 fn rows(slices: &[EndpointSlice]) -> Vec<(String, String, String)> {
     let mut ports: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     for s in slices {
@@ -390,30 +391,32 @@ fn rows(slices: &[EndpointSlice]) -> Vec<(String, String, String)> {
             .get("kubernetes.io/service-name")
             .cloned()
             .unwrap_or_default();
-        let port = s
-            .ports
+        let members: Vec<String> = s
+            .endpoints
             .iter()
-            .flatten()
-            .map(|p| {
-                p.name
-                    .clone()
-                    .unwrap_or_else(|| p.port.unwrap_or_default().to_string())
+            .map(|e| {
+                let name = e
+                    .target_ref
+                    .as_ref()
+                    .and_then(|t| t.name.clone())
+                    .unwrap_or_default();
+                let ready = e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
+                if ready {
+                    name
+                } else {
+                    format!("{name}(not ready)")
+                }
             })
-            .collect::<Vec<_>>()
-            .join(",");
-        let entry = ports.entry((svc, port)).or_default();
-        for e in &s.endpoints {
-            let name = e
-                .target_ref
-                .as_ref()
-                .and_then(|t| t.name.clone())
-                .unwrap_or_default();
-            let ready = e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
-            entry.push(if ready {
-                name
-            } else {
-                format!("{name}(not ready)")
-            });
+            .collect();
+        for p in s.ports.iter().flatten() {
+            let port = p
+                .name
+                .clone()
+                .unwrap_or_else(|| p.port.unwrap_or_default().to_string());
+            ports
+                .entry((svc.clone(), port))
+                .or_default()
+                .extend(members.iter().cloned());
         }
     }
     ports

@@ -144,7 +144,7 @@ fn table_one(out: &mut String, preview: &Preview, assume: &str) {
     }
     if !preview.slices.is_empty() {
         let mut rows = vec![
-            ["ENDPOINTSLICE", "ADDRESSTYPE", "PORT", "ENDPOINTS"]
+            ["ENDPOINTSLICE", "ADDRESSTYPE", "PORTS", "ENDPOINTS"]
                 .map(String::from)
                 .to_vec(),
         ];

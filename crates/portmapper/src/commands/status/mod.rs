@@ -313,38 +313,44 @@ pub fn matrix(pm: &PortMapping, service: &Service, slices: &[EndpointSlice]) -> 
         if !families.contains(&family) {
             families.push(family.clone());
         }
-        let port_key = slice
+        // Every port the slice lists is a column it publishes (a port-set slice lists
+        // several); a slice without ports stands for the portless pseudo-port.
+        let mut port_keys: Vec<String> = slice
             .ports
             .iter()
             .flatten()
-            .next()
-            .and_then(|p| p.name.clone())
-            .unwrap_or_default();
-        if !columns.iter().any(|(k, _)| *k == port_key) {
-            notes.push(format!(
-                "slice {} publishes port {:?}, which the Service does not have (a stale slice \
-                 the operator will delete)",
-                slice.name_any(),
-                port_key
-            ));
-            continue;
+            .map(|p| p.name.clone().unwrap_or_default())
+            .collect();
+        if port_keys.is_empty() {
+            port_keys.push(String::new());
         }
-        let pods = published.entry((family, port_key)).or_default();
-        for e in &slice.endpoints {
-            let pod = e
-                .target_ref
-                .as_ref()
-                .and_then(|t| t.name.clone())
-                .unwrap_or_else(|| format!("<{}>", e.addresses.join(",")));
-            let c = e.conditions.as_ref();
-            pods.insert(
-                pod,
-                Published {
-                    ready: c.and_then(|c| c.ready),
-                    serving: c.and_then(|c| c.serving),
-                    terminating: c.and_then(|c| c.terminating),
-                },
-            );
+        for port_key in port_keys {
+            if !columns.iter().any(|(k, _)| *k == port_key) {
+                notes.push(format!(
+                    "slice {} publishes port {:?}, which the Service does not have (a stale \
+                     slice the operator will delete)",
+                    slice.name_any(),
+                    port_key
+                ));
+                continue;
+            }
+            let pods = published.entry((family.clone(), port_key)).or_default();
+            for e in &slice.endpoints {
+                let pod = e
+                    .target_ref
+                    .as_ref()
+                    .and_then(|t| t.name.clone())
+                    .unwrap_or_else(|| format!("<{}>", e.addresses.join(",")));
+                let c = e.conditions.as_ref();
+                pods.insert(
+                    pod,
+                    Published {
+                        ready: c.and_then(|c| c.ready),
+                        serving: c.and_then(|c| c.serving),
+                        terminating: c.and_then(|c| c.terminating),
+                    },
+                );
+            }
         }
     }
     if foreign > 0 {
@@ -701,6 +707,34 @@ mod tests {
                 ),
             ]
         );
+        assert!(view.notes.is_empty(), "{:?}", view.notes);
+    }
+
+    #[test]
+    fn a_port_set_slice_publishes_its_pods_on_every_port_it_lists() {
+        let pm = pm(status(json!([
+            {"name": "https", "port": 443, "ready": 2, "notReady": 0, "candidates": 2},
+            {"name": "http", "port": 80, "ready": 1, "notReady": 0, "candidates": 1},
+        ])));
+        let mut both = slice(
+            "web.http-https.bcdfghjklm",
+            "IPv4",
+            "http",
+            UID,
+            &[("pod-a", true, true, false)],
+        );
+        both.ports
+            .get_or_insert_default()
+            .push(serde_json::from_value(json!({"name": "https", "port": 8443})).unwrap());
+        let only_https = slice(
+            "web.https.bcdfghjkln",
+            "IPv4",
+            "https",
+            UID,
+            &[("pod-b", true, true, false)],
+        );
+        let view = matrix(&pm, &two_ports(), &[both, only_https]);
+        assert_eq!(marks(&view, 0), ["pod-a ✔✔", "pod-b ✔-"]);
         assert!(view.notes.is_empty(), "{:?}", view.notes);
     }
 

@@ -100,3 +100,32 @@ fn names_held_by_others_are_found_by_service_prefix_and_their_release_wakes_the_
     // (Five slices without a Service label in namespace a; one of them is native.)
     assert_eq!(index.native_slices("a", "").len(), 1);
 }
+
+#[test]
+fn names_of_a_long_service_are_found_by_the_cut_its_port_set_names_start_with() {
+    let mut index = index();
+    let service = format!("{}-tail", "l".repeat(40));
+    let cut = portmapper_core::planner::naming::name_prefix(&service).to_owned();
+    assert_ne!(cut, service);
+    let long = pm("a", "long", &service, KeySource::Label, 10);
+    index.apply_portmapping(&long);
+    let squatter = foreign("a", &format!("{cut}.http.bcdfghjklm"), Some("someone-else"));
+    assert_eq!(names(index.apply_foreign_slice(&squatter)), ["a/long"]);
+    let held = index.held_by_others("a", &service, "uid-long", true, &[]);
+    assert_eq!(
+        held.keys().cloned().collect::<Vec<_>>(),
+        [squatter.metadata.name.clone().unwrap_or_default()]
+    );
+    assert_eq!(
+        names(index.delete_foreign_slice(&ObjectRef::from_obj(&squatter))),
+        ["a/long"]
+    );
+    assert!(
+        index
+            .held_by_others("a", &service, "uid-long", true, &[])
+            .is_empty()
+    );
+    // Gone with its PortMapping.
+    index.delete_portmapping(&ObjectRef::from_obj(&long));
+    assert!(names(index.apply_foreign_slice(&squatter)).is_empty());
+}

@@ -1,0 +1,119 @@
+//! Writes counted by the API server itself (`apiserver_request_total` on its `/metrics`), per
+//! resource: exact, no-op writes included (a watch sees only writes that change something).
+//! The counter names no client, so the bench reads it only while one controller runs and
+//! counts the bench's own writes (pods) apart.
+
+use std::collections::BTreeMap;
+
+use kube::Client;
+
+use crate::Error;
+
+/// The verbs that write (the API server's names; `APPLY` is a server-side apply PATCH).
+const WRITE_VERBS: [&str; 6] = [
+    "POST",
+    "PUT",
+    "PATCH",
+    "APPLY",
+    "DELETE",
+    "DELETECOLLECTION",
+];
+
+/// Write requests per resource so far, or between two scrapes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApiWrites(pub BTreeMap<String, u64>);
+
+impl ApiWrites {
+    /// Writes to `resource` (plural, any group).
+    pub fn get(&self, resource: &str) -> u64 {
+        self.0.get(resource).copied().unwrap_or(0)
+    }
+
+    /// EndpointSlice writes.
+    pub fn slices(&self) -> u64 {
+        self.get("endpointslices")
+    }
+
+    /// The other writes a controller under test makes: the operator's PortMapping status and
+    /// either's Events (the API server's own lease renewals and the bench's pods left out).
+    pub fn other(&self) -> u64 {
+        self.get("portmappings") + self.get("events")
+    }
+
+    /// What was written between `earlier` and `self`.
+    pub fn since(&self, earlier: &ApiWrites) -> ApiWrites {
+        ApiWrites(
+            self.0
+                .iter()
+                .map(|(r, n)| (r.clone(), n.saturating_sub(earlier.get(r))))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+        )
+    }
+
+    /// The sum of two windows.
+    pub fn plus(&self, other: &ApiWrites) -> ApiWrites {
+        let mut sum = self.0.clone();
+        for (r, n) in &other.0 {
+            *sum.entry(r.clone()).or_insert(0) += n;
+        }
+        ApiWrites(sum)
+    }
+}
+
+/// Scrapes the API server's write counters.
+pub async fn scrape(client: &Client) -> Result<ApiWrites, Error> {
+    let req = http::Request::get("/metrics")
+        .body(Vec::new())
+        .map_err(|e| Error::Admin(e.to_string()))?;
+    Ok(parse(&client.request_text(req).await?))
+}
+
+fn parse(text: &str) -> ApiWrites {
+    let mut m = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix("=\""))
+                .and_then(|v| v.strip_suffix('"'))
+                .unwrap_or_default()
+        };
+        if !WRITE_VERBS.contains(&label("verb")) {
+            continue;
+        }
+        // A counter is an integer, written as a float by some encoders.
+        let n = value.trim().parse::<f64>().unwrap_or(0.0) as u64;
+        *m.entry(label("resource").to_owned()).or_insert(0) += n;
+    }
+    ApiWrites(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_write_verbs_per_resource() {
+        let text = r#"# TYPE apiserver_request_total counter
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="discovery.k8s.io",resource="endpointslices",scope="resource",subresource="",verb="APPLY",version="v1"} 7
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="discovery.k8s.io",resource="endpointslices",scope="resource",subresource="",verb="POST",version="v1"} 3
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="discovery.k8s.io",resource="endpointslices",scope="namespace",subresource="",verb="LIST",version="v1"} 9
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="status",verb="PATCH",version="v1"} 2
+apiserver_request_total_other{verb="POST",resource="pods"} 100
+"#;
+        let w = parse(text);
+        assert_eq!(w.slices(), 10);
+        assert_eq!(w.get("pods"), 2);
+        assert_eq!(w.other(), 0);
+        let later = parse(&text.replace("} 7", "} 12"));
+        assert_eq!(later.since(&w).slices(), 5);
+        assert_eq!(later.since(&w).get("pods"), 0);
+    }
+}

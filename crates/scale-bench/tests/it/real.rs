@@ -1,0 +1,132 @@
+//! The bench on the real control plane at tiny sizes, as exact checks of what both controllers
+//! publish and write (never timings). One control plane for the test binary (`realkube up`,
+//! `REALKUBE_BIN` or target/realkube/realkube), each test in a namespace of its own; the tests
+//! take turns, because the API server's write counters name no client.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use scale_bench::Shape;
+use scale_bench::real::{self, RealBinaries, RealConfig, RealReport, SideReport, Up};
+
+static PLANE: OnceLock<Up> = OnceLock::new();
+static TURNS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn plane() -> &'static Up {
+    PLANE.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("scale-bench-real-{}", std::process::id()));
+        Up::start(&real::default_realkube(), &dir, true).expect("realkube up")
+    })
+}
+
+fn binaries() -> RealBinaries {
+    RealBinaries::new(
+        real::default_realkube(),
+        super::bin("portmapper", "SCALE_BENCH_OPERATOR"),
+    )
+    .expect("`make realkube` (or REALKUBE_BIN) and `cargo build --workspace --bins` first")
+}
+
+fn tiny(shape: Shape, namespace: &str) -> RealConfig {
+    let mut cfg = RealConfig::new(shape);
+    cfg.namespace = namespace.to_owned();
+    cfg.flips = 4;
+    cfg.rounds = 2;
+    cfg.replace = 3;
+    cfg.converged = Duration::from_secs(2);
+    cfg.publish_timeout = Duration::from_secs(120);
+    cfg.phase_timeout = Duration::from_secs(120);
+    // Generous: a stray write after this would be counted in the next flip's turn and fail it.
+    cfg.settle = Duration::from_millis(500);
+    cfg.setup_concurrency = 4;
+    cfg
+}
+
+async fn run(shape: Shape, namespace: &str) -> RealReport {
+    let _turn = TURNS.lock().await;
+    let up = plane();
+    let logs = up.dir.join(format!("logs-{namespace}"));
+    std::fs::create_dir_all(&logs).unwrap();
+    let r = real::run_on(&binaries(), &tiny(shape, namespace), &up.dir, &logs)
+        .await
+        .unwrap();
+    println!("{}", r.table());
+    r
+}
+
+/// What both controllers must have done, whatever the shape: `slices` published, a pod in at
+/// most `max_ports` of them.
+fn check_side(s: &SideReport, slices: usize, max_ports: u64) {
+    let who = s.side.label();
+    let p = &s.publication;
+    assert_eq!(p.slices, slices, "{who}: slices published");
+    assert_eq!(
+        p.writes.slices(),
+        slices as u64,
+        "{who}: one write per slice to publish"
+    );
+    assert_eq!(
+        p.converged_writes.slices() + p.converged_writes.other(),
+        0,
+        "{who}: writes while converged: {:?}",
+        p.converged_writes
+    );
+    assert_eq!(s.flips.len(), 4, "{who}: flips");
+    let ports: usize = s.flips.iter().map(|f| f.ports).sum();
+    assert_eq!(
+        s.flip_writes.slices(),
+        ports as u64,
+        "{who}: one slice write per flip and slice that holds the pod"
+    );
+    for f in &s.flips {
+        assert_eq!(
+            f.slice_events, f.ports as u64,
+            "{who}: slice events for flipping {} to ready={}",
+            f.pod, f.ready
+        );
+    }
+    let rr = s.replacement.as_ref().expect("rolling replacement ran");
+    assert_eq!(rr.pods, 3);
+    // Each replacement adds the new pod to every slice of its ports, shows the old one
+    // terminating (a delete, even with grace 0, first sets its deletionTimestamp) and removes
+    // it: at most three writes per slice that holds the pod; a controller may fold some.
+    let bound = 3 * 3 * max_ports;
+    assert!(
+        (1..=bound).contains(&rr.writes.slices()),
+        "{who}: {} slice writes for 3 pods replaced (at most {bound})",
+        rr.writes.slices()
+    );
+    // Two processes for the flips' turns, one each for the publication and the replacement.
+    assert_eq!(s.processes, 4, "{who}: processes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_shape_a_tiny_counts() {
+    let r = run(Shape::A { pods: 50 }, "real-a").await;
+    // 4 ports, 50 pods, 100 per slice: one slice per port; the native controller puts all four
+    // ports in one slice.
+    check_side(&r.operator, 4, 4);
+    check_side(&r.native, 1, 1);
+    let floors = r.floors.as_ref().expect("floors measured");
+    assert_eq!(floors[0].1.slices, 4);
+    assert_eq!(floors[1].1.slices, 1);
+    assert_eq!(floors[1].1.max_endpoints, 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_shape_b_tiny_counts() {
+    let r = run(
+        Shape::B {
+            mappings: 5,
+            pods: 4,
+        },
+        "real-b",
+    )
+    .await;
+    // Per PortMapping: one slice per port (2) against one slice of both.
+    check_side(&r.operator, 10, 2);
+    check_side(&r.native, 5, 1);
+    for f in &r.operator.flips {
+        assert_eq!(f.ports, 2, "every pod of shape B serves both ports");
+    }
+}
