@@ -9,13 +9,13 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::compare::{metadata_eq, ports_eq};
-use super::evaluate::{Group, SlicePort, desired_endpoint, positions};
+use super::groups::{Group, SlicePort, desired_endpoint, positions};
 use super::kept_sets::{KeptSets, endpoints as kept_endpoints};
 use super::memo::EvalMemo;
-use super::memo::KeptMember;
 use super::naming::{chunk_name, parse_chunk};
+use super::objects::KeptMember;
+use super::objects::address_key;
 use super::objects::{ANNOTATION_TRIGGER_TIME, slice_labels};
-use super::pack::address_key;
 use super::pack::{LiveChunk, pack};
 use super::trigger::{WrittenChunk, chunk_trigger_time, read_conditions};
 use super::types::{Deletion, Plan, PlanError, PlannedSlice, WriteAction};

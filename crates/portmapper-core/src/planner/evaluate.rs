@@ -12,10 +12,11 @@ use kube_validation::IpFamily;
 use portmapper_api::check::CheckKind;
 use portmapper_api::{SliceGrouping, TerminatingEndpoints};
 
+use super::groups::{Group, SlicePort, cmp_endpoints, desired_endpoint, positions};
 use super::kept_sets::KeptSets;
-use super::memo::{DecisionCode, EvalMemo, KeptMember, KeptParts, KeptPort, Outcome, Outcomes};
+use super::memo::{DecisionCode, EvalMemo, KeptParts, KeptPort, Outcome, Outcomes};
 use super::naming::group_base_name;
-use super::objects::{DesiredEndpoint, EndpointFacts};
+use super::objects::{DesiredEndpoint, KeptMember};
 use super::status::{Listed, PodPortState};
 use super::types::{DecisionCounts, PlanWarning};
 use super::{Member, PlanContext, PortView, static_target};
@@ -30,40 +31,6 @@ use crate::target::{
     PodAddress, ResolvedPort, ResolvedTarget, is_terminal, is_terminating, pod_address,
     resolve_target_port,
 };
-
-/// One port a slice lists: a Service port (index into `PlanContext::ports`) and the number it
-/// resolves to (`None` for the portless pseudo-port, whose slices list no port).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct SlicePort {
-    pub port: usize,
-    pub target: Option<i32>,
-}
-
-/// One slice set: the ports its slices list (one for `PerPort`, the members' port set for
-/// `PerPortSet`, in Service port order) × IP family, with its desired endpoints sorted by
-/// (address, pod UID), not rendered yet.
-pub(crate) struct Group<'a> {
-    pub ports: Vec<SlicePort>,
-    pub family: IpFamily,
-    pub base: String,
-    pub placeholder: bool,
-    pub endpoints: Vec<DesiredEndpoint<'a>>,
-    /// Pool position → index in `endpoints` (`u32::MAX`: not in this group); built only when
-    /// planning with a memo, for its settled slices.
-    pub at: Vec<u32>,
-    /// A kept port set no member left or joined in this pass: `endpoints` is not built (empty)
-    /// unless emission finds its live slices changed.
-    pub lazy: Option<Lazy>,
-}
-
-/// Where a lazy group's members are: `KeptSets::families[family].sets[set]`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Lazy {
-    pub family: usize,
-    pub set: usize,
-    /// How many.
-    pub members: usize,
-}
 
 /// What phase 1 produces.
 pub(crate) struct Evaluated<'a> {
@@ -256,17 +223,6 @@ pub(crate) fn evaluate<'a>(
         memo.count_ports_kept(ports_kept, sets_kept);
     }
     e.out
-}
-
-/// Pool position → index in `endpoints` (`u32::MAX`: not there).
-pub(crate) fn positions(endpoints: &[DesiredEndpoint<'_>], pods: usize) -> Vec<u32> {
-    let mut at = vec![u32::MAX; pods];
-    for (i, e) in endpoints.iter().enumerate() {
-        if let Some(slot) = at.get_mut(e.pool_position as usize) {
-            *slot = u32::try_from(i).unwrap_or(u32::MAX);
-        }
-    }
-    at
 }
 
 /// Where the prober evaluates a check of this port: its network checks (`anyOf` entries
@@ -880,36 +836,6 @@ fn published_targets(ours: &[&EndpointSlice], name: &str, family: IpFamily) -> B
         .collect()
 }
 
-/// The desired endpoint of the member at pool position `pod_idx`.
-pub(crate) fn desired_endpoint<'a>(
-    ctx: &PlanContext<'a>,
-    pod_idx: usize,
-    address: IpAddr,
-    ready: bool,
-    terminating: bool,
-) -> DesiredEndpoint<'a> {
-    let pod = ctx.pods[pod_idx];
-    // Without zones (node lookups off) the pod's spec is not read at all.
-    let zone = (!ctx.node_zones.is_empty())
-        .then(|| pod.node_name.as_ref().and_then(|n| ctx.node_zones.get(n)))
-        .flatten()
-        .map(String::as_str);
-    let mut endpoint = DesiredEndpoint::new(
-        EndpointFacts {
-            pod,
-            address,
-            ready,
-            terminating,
-            zone,
-        },
-        ctx.svc_name,
-        ctx.namespace,
-        ctx.hints,
-    );
-    endpoint.pool_position = u32::try_from(pod_idx).unwrap_or(u32::MAX);
-    endpoint
-}
-
 /// (port name, family, pod UID) of every endpoint in the given slices: what Abstain keeps, and
 /// what the prober seeds as included.
 pub fn published_memberships<'s>(
@@ -950,17 +876,6 @@ fn count(counts: &mut DecisionCounts, decision: DecisionCode) {
         DecisionCode::Exclude => counts.exclude += 1,
         DecisionCode::Abstain => counts.abstain += 1,
     }
-}
-
-/// The order of a group's endpoints: by address (as integers), then by pod UID, which is read
-/// only when two addresses tie.
-pub(crate) fn cmp_endpoints(
-    a: &DesiredEndpoint<'_>,
-    b: &DesiredEndpoint<'_>,
-) -> std::cmp::Ordering {
-    a.address_key()
-        .cmp(&b.address_key())
-        .then_with(|| a.uid().cmp(b.uid()))
 }
 
 fn merge_state(slot: &mut Option<PodPortState>, new: PodPortState) {

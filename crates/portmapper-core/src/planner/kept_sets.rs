@@ -17,10 +17,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use kube_validation::IpFamily;
 
 use super::PlanContext;
-use super::evaluate::{Group, Lazy, SlicePort, cmp_endpoints, desired_endpoint};
-use super::memo::KeptMember;
+use super::groups::{Group, Lazy, SlicePort, cmp_endpoints, desired_endpoint};
 use super::objects::DesiredEndpoint;
-use super::pack::address_key;
+use super::objects::KeptMember;
+use super::objects::address_key;
 use super::port_sets::unique_base;
 use super::static_target;
 

@@ -22,7 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use portmapper_api::PortMappingSpec;
 
 use super::kept_sets::KeptSets;
-use super::objects::{DesiredEndpoint, HintMode};
+use super::objects::{HintMode, KeptMember};
 use super::status::{Listed, PodPortState};
 use crate::decision::Verdict;
 use crate::pod_record::PodRecord;
@@ -153,29 +153,6 @@ impl KeptPort {
 /// Members per family and decisions of a port a pass could keep whole, before its states
 /// join them in [`KeptPort`].
 pub(crate) type KeptParts = (Vec<Vec<KeptMember>>, Vec<DecisionCode>);
-
-/// What a member's endpoint is made of besides its pod (whose record does not change while
-/// its position keeps the same version).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct KeptMember {
-    pub address: IpAddr,
-    /// Pool position.
-    pub position: u32,
-    pub ready: bool,
-    pub terminating: bool,
-}
-
-impl KeptMember {
-    /// What a desired endpoint's pod needs to make it again.
-    pub(crate) fn of(e: &DesiredEndpoint<'_>) -> Self {
-        Self {
-            address: e.facts.address,
-            position: e.pool_position,
-            ready: e.facts.ready,
-            terminating: e.facts.terminating,
-        }
-    }
-}
 
 /// A decision as counted in [`DecisionCounts`](super::DecisionCounts): none for a pod that is
 /// not a candidate.

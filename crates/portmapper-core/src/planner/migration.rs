@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::Endpoints;
 use kube_validation::IpFamily;
 
 use super::types::{Deletion, Plan, PlanInput, PlannedEndpoints, PlannedSlice};
+pub use super::types::{NativeSlice, Step};
 use crate::EventReason;
 use crate::ownership::{EndpointsOwner, endpoints_owner};
 
@@ -23,14 +24,6 @@ use crate::ownership::{EndpointsOwner, endpoints_owner};
 pub const NATIVE_MANAGER: &str = "endpointslice-controller.k8s.io";
 /// `endpointslice.kubernetes.io/managed-by` of the EndpointSlice mirroring controller.
 pub const MIRROR_MANAGER: &str = "endpointslicemirroring-controller.k8s.io";
-
-/// What we know of a native controller's slice (metadata only).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NativeSlice {
-    pub name: String,
-    pub uid: String,
-    pub manager: String,
-}
 
 /// Evidence and settings for one pass.
 pub struct Input<'a> {
@@ -52,34 +45,6 @@ pub struct Input<'a> {
     pub endpoints_deletion: Option<&'a Deletion>,
     /// Native and mirror slices labelled with this Service's name.
     pub native_slices: &'a [NativeSlice],
-}
-
-/// One thing to do, in order.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Step {
-    /// Apply our Endpoints (create or update).
-    ApplyEndpoints(Endpoints),
-    /// Take over an abandoned Endpoints object: strip inherited annotations with an optimistic
-    /// lock on `resource_version`, then apply ours.
-    AdoptEndpoints {
-        endpoints: Endpoints,
-        strip_annotations: Vec<String>,
-        resource_version: Option<String>,
-    },
-    /// Delete an Endpoints object (UID precondition).
-    DeleteEndpoints {
-        name: String,
-        uid: String,
-        native: bool,
-    },
-    /// Delete a native or mirror slice (UID precondition). Not run once the native Endpoints
-    /// delete of the same pass failed: the native slices are the evidence that brings the next
-    /// pass back to that object.
-    DeleteNativeSlice { name: String, uid: String },
-    /// Say something, once per occurrence.
-    Warn { reason: EventReason, note: String },
-    /// Report a normal transition.
-    Normal { reason: EventReason, note: String },
 }
 
 fn has_ready_addresses(endpoints: &Endpoints) -> bool {

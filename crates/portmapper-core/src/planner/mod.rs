@@ -44,6 +44,7 @@ mod compare;
 mod emit;
 mod evaluate;
 mod gate;
+mod groups;
 mod kept_sets;
 mod legacy;
 mod memo;

@@ -226,7 +226,7 @@ impl<'a> DesiredEndpoint<'a> {
 
     /// The address as `(family, bits)`: how endpoints are ordered before their UIDs.
     pub(crate) fn address_key(&self) -> (u8, u128) {
-        super::pack::address_key(self.facts.address)
+        address_key(self.facts.address)
     }
 
     /// The endpoint as the API stores it.
@@ -322,6 +322,37 @@ fn address_is(live: &Endpoint, address: IpAddr) -> bool {
     }
     let len = usize::try_from(cursor.position()).unwrap_or(0);
     only.as_bytes() == &buf[..len]
+}
+
+/// An address as `(family, bits)`, ordered as `IpAddr` is.
+pub(crate) fn address_key(address: IpAddr) -> (u8, u128) {
+    match address {
+        IpAddr::V4(a) => (4, u128::from(a.to_bits())),
+        IpAddr::V6(a) => (6, a.to_bits()),
+    }
+}
+
+/// What a member's endpoint is made of besides its pod (whose record does not change while
+/// its position keeps the same version).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeptMember {
+    pub address: IpAddr,
+    /// Pool position.
+    pub position: u32,
+    pub ready: bool,
+    pub terminating: bool,
+}
+
+impl KeptMember {
+    /// What a desired endpoint's pod needs to make it again.
+    pub(crate) fn of(e: &DesiredEndpoint<'_>) -> Self {
+        Self {
+            address: e.facts.address,
+            position: e.pool_position,
+            ready: e.facts.ready,
+            terminating: e.facts.terminating,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use k8s_openapi::api::discovery::v1::Endpoint;
 
 use super::compare::endpoint_eq;
-use super::objects::DesiredEndpoint;
+use super::objects::{DesiredEndpoint, address_key};
 
 /// One live slice of the group.
 #[derive(Clone, Copy, Debug)]
@@ -65,14 +65,6 @@ impl Identity<'_> {
     /// The address part, as one integer pair: identities are nearly always told apart by it.
     fn address_key(&self) -> (u8, u128) {
         (self.family, self.bits)
-    }
-}
-
-/// An address as `(family, bits)`, ordered as `IpAddr` is.
-pub(crate) fn address_key(address: IpAddr) -> (u8, u128) {
-    match address {
-        IpAddr::V4(a) => (4, u128::from(a.to_bits())),
-        IpAddr::V6(a) => (6, a.to_bits()),
     }
 }
 

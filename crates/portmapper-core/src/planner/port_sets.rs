@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use kube_validation::IpFamily;
 
 use super::PlanContext;
-use super::evaluate::{Group, SlicePort};
+use super::groups::{Group, SlicePort};
 use super::naming::{NamedPort, port_set_base_name};
 use super::objects::DesiredEndpoint;
 
@@ -134,7 +134,7 @@ fn merged<'g, 'a>(groups: &'g [Group<'a>]) -> impl Iterator<Item = DesiredEndpoi
             let Some(e) = group.endpoints.get(heads[g]) else {
                 continue;
             };
-            if best.is_none_or(|(_, b)| super::evaluate::cmp_endpoints(e, b).is_lt()) {
+            if best.is_none_or(|(_, b)| super::groups::cmp_endpoints(e, b).is_lt()) {
                 best = Some((g, e));
             }
         }

@@ -9,7 +9,6 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use portmapper_api::{PortMapping, PortStatus};
 
-use super::migration::{NativeSlice, Step};
 use crate::events::EventReason;
 use crate::network::{NetworkDecisions, NetworkLookup};
 use crate::ownership::HeldName;
@@ -361,4 +360,40 @@ impl PlanWarning {
             Self::UnknownPort { .. } => EventReason::UnknownPort,
         }
     }
+}
+
+/// What we know of a native controller's slice (metadata only).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NativeSlice {
+    pub name: String,
+    pub uid: String,
+    pub manager: String,
+}
+
+/// One thing to do, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Apply our Endpoints (create or update).
+    ApplyEndpoints(Endpoints),
+    /// Take over an abandoned Endpoints object: strip inherited annotations with an optimistic
+    /// lock on `resource_version`, then apply ours.
+    AdoptEndpoints {
+        endpoints: Endpoints,
+        strip_annotations: Vec<String>,
+        resource_version: Option<String>,
+    },
+    /// Delete an Endpoints object (UID precondition).
+    DeleteEndpoints {
+        name: String,
+        uid: String,
+        native: bool,
+    },
+    /// Delete a native or mirror slice (UID precondition). Not run once the native Endpoints
+    /// delete of the same pass failed: the native slices are the evidence that brings the next
+    /// pass back to that object.
+    DeleteNativeSlice { name: String, uid: String },
+    /// Say something, once per occurrence.
+    Warn { reason: EventReason, note: String },
+    /// Report a normal transition.
+    Normal { reason: EventReason, note: String },
 }
