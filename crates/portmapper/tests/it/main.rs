@@ -19,11 +19,13 @@
 //!   lagging cache of `reporting`, the hung Lease requests of `leader`;
 //! - its clock: the same-second tie of `scenarios`.
 //!
-//! `render` and `fuzz` exercise `portmapper render`, which needs no server.
+//! `render` and `fuzz` exercise `portmapper render`, which needs no server; `agreement` runs the
+//! operator on the real control plane over every example and compares it with render.
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod agreement;
 mod backoff;
 mod churn;
 mod consumers;
