@@ -15,7 +15,7 @@ use super::memo::EvalMemo;
 use super::naming::{chunk_name, parse_chunk};
 use super::objects::KeptMember;
 use super::objects::address_key;
-use super::objects::{ANNOTATION_TRIGGER_TIME, slice_labels};
+use super::objects::{ANNOTATION_TRIGGER_TIME, DesiredEndpoint, slice_labels};
 use super::pack::{LiveChunk, pack};
 use super::trigger::{WrittenChunk, chunk_trigger_time, read_conditions};
 use super::types::{Deletion, Plan, PlanError, PlannedSlice, WriteAction};
@@ -159,19 +159,14 @@ fn slice_ports(ctx: &PlanContext<'_>, ports: &[SlicePort]) -> Vec<EndpointPort> 
 
 /// Packs and renders every group into `out.slices` (and `out.deletions`); every slice to write
 /// is validated.
-pub(crate) fn emit_slices<'a>(
+pub(crate) fn emit_slices<'a, 's>(
     ctx: &PlanContext<'a>,
     groups: Vec<Group<'a>>,
-    assignment: &Assignment<'_>,
+    assignment: &Assignment<'s>,
     out: &mut Plan,
     mut memo: Option<&mut EvalMemo>,
     sets: Option<&KeptSets>,
 ) -> Result<(), PlanError> {
-    // Slices found exactly as desired in this pass (or written by it: no resourceVersion yet),
-    // for the memo's next one.
-    let mut settled: Vec<(String, Option<String>, Vec<u32>)> = Vec::new();
-    let mut carried: Vec<&str> = Vec::new();
-    let max = usize::try_from(ctx.spec.max_endpoints_per_slice.clamp(1, 1000)).unwrap_or(100);
     let template = ObjectMeta {
         namespace: Some(ctx.namespace.to_owned()),
         labels: Some(slice_labels(ctx.service, ctx.svc_name)),
@@ -181,6 +176,14 @@ pub(crate) fn emit_slices<'a>(
     if let Some(memo) = memo.as_deref_mut() {
         memo.settle_template(&template);
     }
+    let mut e = Emitter {
+        ctx,
+        template,
+        max: usize::try_from(ctx.spec.max_endpoints_per_slice.clamp(1, 1000)).unwrap_or(100),
+        memo,
+        settled: Vec::new(),
+        carried: Vec::new(),
+    };
     let mut built = 0;
     for (g, mut group) in groups.into_iter().enumerate() {
         let slice_ports = slice_ports(ctx, &group.ports);
@@ -192,67 +195,139 @@ pub(crate) fn emit_slices<'a>(
                 .and_then(|f| f.sets.get(lazy.set))
                 .map(|s| s.members.as_slice())
                 .unwrap_or_default();
-            let as_left = memo.as_deref().and_then(|m| {
-                as_left(ctx, m, live, members, lazy.members, &template, &slice_ports)
-            });
-            if let Some(found) = as_left {
-                // Nothing of it changed: its slices stand for themselves, nothing built.
-                for (_, l) in live {
-                    out.slices.push(PlannedSlice {
-                        slice: Arc::clone(l),
-                        action: WriteAction::Unchanged,
-                    });
-                }
-                for entry in found {
-                    match entry {
-                        AsLeft::Carried(name) => carried.push(name),
-                        AsLeft::Checked(name, rv, positions) => {
-                            settled.push((name, Some(rv), positions))
-                        }
-                    }
-                }
+            if e.take_as_left(live, members, lazy.members, &slice_ports, out) {
                 continue;
             }
             group.endpoints = kept_endpoints(ctx, members);
             group.at = positions(&group.endpoints, ctx.pods.len());
         }
         built += usize::from(!group.endpoints.is_empty());
-        // Only read when a chunk of this group is written.
-        let mut conditions: Option<Vec<&str>> = None;
-        // The settled slices' desired indexes, one buffer for the group.
-        let mut flat: Vec<usize> = Vec::new();
+        e.emit_group(group, live, &assignment.reserved[g], &slice_ports, out)?;
+    }
+    if let Some(memo) = e.memo {
+        memo.settle(&e.carried, e.settled);
+        memo.count_groups_built(built);
+    }
+    Ok(())
+}
+
+/// Emission of one pass's groups, and what it learns for the memo's next pass.
+struct Emitter<'c, 'a, 's, 'm> {
+    ctx: &'c PlanContext<'a>,
+    /// The metadata every slice of ours carries but its name and annotations.
+    template: ObjectMeta,
+    /// Endpoints per slice.
+    max: usize,
+    memo: Option<&'m mut EvalMemo>,
+    /// Slices found exactly as desired in this pass (or written by it: no resourceVersion
+    /// yet): (name, resourceVersion, pool positions).
+    settled: Vec<(String, Option<String>, Vec<u32>)>,
+    /// Settled slices whose memo entries carry over as they are.
+    carried: Vec<&'s str>,
+}
+
+/// A chunk packing kept or wrote: its endpoints (indexes into the group's desired endpoints)
+/// as pool positions.
+fn chunk_positions(desired: &[DesiredEndpoint<'_>], endpoints: &[usize]) -> Vec<u32> {
+    endpoints
+        .iter()
+        .map(|&i| desired[i].pool_position)
+        .collect()
+}
+
+impl<'s> Emitter<'_, '_, 's, '_> {
+    /// A lazy group whose live slices are as the last pass left them: they stand for
+    /// themselves, nothing is built. False when they are not.
+    fn take_as_left(
+        &mut self,
+        live: &[(u32, &'s Arc<EndpointSlice>)],
+        members: &[KeptMember],
+        total: usize,
+        slice_ports: &[EndpointPort],
+        out: &mut Plan,
+    ) -> bool {
+        let Some(found) = self.memo.as_deref().and_then(|m| {
+            as_left(
+                self.ctx,
+                m,
+                live,
+                members,
+                total,
+                &self.template,
+                slice_ports,
+            )
+        }) else {
+            return false;
+        };
+        for (_, l) in live {
+            out.slices.push(PlannedSlice {
+                slice: Arc::clone(l),
+                action: WriteAction::Unchanged,
+            });
+        }
+        for entry in found {
+            match entry {
+                AsLeft::Carried(name) => self.carried.push(name),
+                AsLeft::Checked(name, rv, positions) => {
+                    self.settled.push((name, Some(rv), positions));
+                }
+            }
+        }
+        true
+    }
+
+    /// The live chunks of a group for packing: each with the desired indexes it holds when
+    /// the memo takes it as settled, and whether its metadata or ports drifted.
+    fn live_chunks<'l>(
+        &self,
+        group: &Group<'_>,
+        live: &'l [(u32, &'s Arc<EndpointSlice>)],
+        slice_ports: &[EndpointPort],
+        flat: &'l mut Vec<usize>,
+    ) -> Vec<LiveChunk<'l>> {
         let ranges: Vec<Option<std::ops::Range<usize>>> = live
             .iter()
             .map(|(_, s)| {
-                let (m, name) = (memo.as_deref()?, s.metadata.name.as_deref()?);
+                let (m, name) = (self.memo.as_deref()?, s.metadata.name.as_deref()?);
                 let start = flat.len();
                 let rv = s.metadata.resource_version.as_deref();
-                m.settled_endpoints(name, rv, &group.at, &mut flat)
+                m.settled_endpoints(name, rv, &group.at, flat)
                     .then_some(start..flat.len())
             })
             .collect();
-        let known: Vec<Option<&[usize]>> = ranges
-            .iter()
-            .map(|r| r.as_ref().and_then(|r| flat.get(r.clone())))
-            .collect();
-        let live_chunks: Vec<LiveChunk<'_>> = live
-            .iter()
-            .zip(&known)
-            .map(|((chunk, s), known)| LiveChunk {
-                chunk: *chunk,
-                endpoints: &s.endpoints,
-                // A settled slice carried this template and these ports when it was found
-                // so, and has not changed since (its ports follow the Service's spec, which
-                // the memo compares).
-                drift: known.is_none()
-                    && (!metadata_eq(&template, &s.metadata)
-                        || !ports_eq(&slice_ports, s.ports.as_deref().unwrap_or_default())),
-                settled: *known,
+        let flat: &'l Vec<usize> = flat;
+        live.iter()
+            .zip(ranges)
+            .map(|((chunk, s), range)| {
+                let known = range.and_then(|r| flat.get(r));
+                LiveChunk {
+                    chunk: *chunk,
+                    endpoints: &s.endpoints,
+                    // A settled slice carried this template and these ports when it was found
+                    // so, and has not changed since (its ports follow the Service's spec,
+                    // which the memo compares).
+                    drift: known.is_none()
+                        && (!metadata_eq(&self.template, &s.metadata)
+                            || !ports_eq(slice_ports, s.ports.as_deref().unwrap_or_default())),
+                    settled: known,
+                }
             })
-            .collect();
-        let desired = group.endpoints;
-        let reserved = &assignment.reserved[g];
-        let packing = pack(&desired, &live_chunks, max, group.placeholder, &|n| {
+            .collect()
+    }
+
+    /// Packs one group against its live slices and plans each chunk.
+    fn emit_group(
+        &mut self,
+        group: Group<'_>,
+        live: &[(u32, &'s Arc<EndpointSlice>)],
+        reserved: &HashSet<u32>,
+        slice_ports: &[EndpointPort],
+        out: &mut Plan,
+    ) -> Result<(), PlanError> {
+        let mut flat: Vec<usize> = Vec::new();
+        let live_chunks = self.live_chunks(&group, live, slice_ports, &mut flat);
+        let desired = &group.endpoints;
+        let packing = pack(desired, &live_chunks, self.max, group.placeholder, &|n| {
             reserved.contains(&n)
         });
         out.deletions.extend(
@@ -261,6 +336,8 @@ pub(crate) fn emit_slices<'a>(
                 .iter()
                 .map(|&i| deletion(&live[i].1.metadata)),
         );
+        // Only read when a chunk of this group is written.
+        let mut conditions: Option<Vec<&str>> = None;
         for chunk in packing.chunks {
             let live_slice = chunk.live.map(|i| live[i].1);
             let action = match (live_slice, chunk.changed) {
@@ -269,118 +346,120 @@ pub(crate) fn emit_slices<'a>(
                     resource_version: l.metadata.resource_version.clone(),
                 },
                 (Some(l), false) => {
-                    let taken_as_settled = chunk.live.is_some_and(|i| known[i].is_some());
-                    if memo.is_some()
-                        && let (Some(name), Some(rv)) =
-                            (&l.metadata.name, &l.metadata.resource_version)
-                    {
-                        if taken_as_settled {
-                            // Unchanged and taken as the last pass settled it: the same
-                            // endpoints at the same positions, so its entry carries over.
-                            // Every test checks that claim (debug builds only).
-                            #[cfg(debug_assertions)]
-                            if let Some(m) = memo.as_deref() {
-                                let positions: Vec<u32> = chunk
-                                    .endpoints
-                                    .iter()
-                                    .map(|&i| desired[i].pool_position)
-                                    .collect();
-                                debug_assert_eq!(
-                                    m.usable_positions(name),
-                                    Some(&positions[..]),
-                                    "a carried settled slice must be what the pass found"
-                                );
-                            }
-                            carried.push(name.as_str());
-                        } else {
-                            let positions = chunk
-                                .endpoints
-                                .iter()
-                                .map(|&i| desired[i].pool_position)
-                                .collect();
-                            settled.push((name.clone(), Some(rv.clone()), positions));
-                        }
-                    }
-                    // Already as desired: the live object stands for itself (nothing rendered).
-                    out.slices.push(PlannedSlice {
-                        slice: Arc::clone(l),
-                        action: WriteAction::Unchanged,
-                    });
+                    let settled = chunk.live.is_some_and(|i| live_chunks[i].settled.is_some());
+                    self.unchanged(l, settled, (desired, &chunk.endpoints), out);
                     continue;
                 }
             };
-            // The trigger time moves with content only (unchanged slices keep their own), and
-            // names when the change that caused this write happened.
-            let trigger = chunk_trigger_time(
-                &WrittenChunk {
-                    desired: &desired,
-                    endpoints: &chunk.endpoints,
-                    live: live_slice.map(AsRef::as_ref),
-                    drift: chunk.live.is_some_and(|i| live_chunks[i].drift),
-                },
-                ctx.pods,
-                conditions.get_or_insert_with(|| {
-                    let mut read: Vec<&str> = group
-                        .ports
-                        .iter()
-                        .flat_map(|p| read_conditions(ctx.ports[p.port].rules))
-                        .collect();
-                    read.sort_unstable();
-                    read.dedup();
-                    read
-                }),
-                ctx.now,
-            );
-            let mut metadata = template.clone();
-            metadata.name = Some(chunk_name(&group.base, chunk.chunk));
-            if memo.is_some()
-                && let Some(name) = &metadata.name
-            {
-                // Checked (not compared in full) by the next pass, once it has its version.
-                let positions = chunk
-                    .endpoints
+            let conditions = conditions.get_or_insert_with(|| {
+                let mut read: Vec<&str> = group
+                    .ports
                     .iter()
-                    .map(|&i| desired[i].pool_position)
+                    .flat_map(|p| read_conditions(self.ctx.ports[p.port].rules))
                     .collect();
-                settled.push((name.clone(), None, positions));
-            }
-            metadata.annotations = Some(BTreeMap::from([(
-                ANNOTATION_TRIGGER_TIME.to_owned(),
-                trigger.to_string(),
-            )]));
-            let slice = EndpointSlice {
-                metadata,
-                address_type: group.family.as_str().to_owned(),
-                endpoints: chunk
-                    .endpoints
-                    .iter()
-                    .map(|&i| desired[i].to_endpoint())
-                    .collect(),
-                ports: Some(slice_ports.clone()),
+                read.sort_unstable();
+                read.dedup();
+                read
+            });
+            let written = WrittenChunk {
+                desired,
+                endpoints: &chunk.endpoints,
+                live: live_slice.map(AsRef::as_ref),
+                drift: chunk.live.is_some_and(|i| live_chunks[i].drift),
             };
-            let errors = kube_validation::validate_endpoint_slice(&slice);
-            if !errors.is_empty() {
-                let name = slice.metadata.name.clone().unwrap_or_default();
-                return Err(PlanError::InvalidRender {
-                    kind: "EndpointSlice",
-                    message: kube_validation::invalid_message(
-                        "EndpointSlice",
-                        "discovery.k8s.io",
-                        &name,
-                        &errors,
-                    ),
-                    name,
-                });
-            }
+            let name = chunk_name(&group.base, chunk.chunk);
+            let slice = self.render(&group, &written, conditions, name, slice_ports)?;
             out.slices.push(PlannedSlice {
                 slice: Arc::new(slice),
                 action,
             });
         }
+        Ok(())
     }
-    if let Some(memo) = memo {
-        memo.settle(&carried, settled);
-        memo.count_groups_built(built);
+
+    /// A live slice already as desired: it stands for itself (nothing rendered), and the memo
+    /// learns it as settled (`taken_as_settled`: the memo already held it so, and its entry
+    /// carries over). `chunk`: the group's desired endpoints and the chunk's indexes into them.
+    fn unchanged(
+        &mut self,
+        live: &'s Arc<EndpointSlice>,
+        taken_as_settled: bool,
+        chunk: (&[DesiredEndpoint<'_>], &[usize]),
+        out: &mut Plan,
+    ) {
+        if self.memo.is_some()
+            && let (Some(name), Some(rv)) = (&live.metadata.name, &live.metadata.resource_version)
+        {
+            if taken_as_settled {
+                // The same endpoints at the same positions as the last pass settled it. Every
+                // test checks that claim (debug builds only).
+                #[cfg(debug_assertions)]
+                if let Some(m) = self.memo.as_deref() {
+                    debug_assert_eq!(
+                        m.usable_positions(name),
+                        Some(&chunk_positions(chunk.0, chunk.1)[..]),
+                        "a carried settled slice must be what the pass found"
+                    );
+                }
+                self.carried.push(name.as_str());
+            } else {
+                let positions = chunk_positions(chunk.0, chunk.1);
+                self.settled
+                    .push((name.clone(), Some(rv.clone()), positions));
+            }
+        }
+        out.slices.push(PlannedSlice {
+            slice: Arc::clone(live),
+            action: WriteAction::Unchanged,
+        });
     }
-    Ok(())
+
+    /// Renders a chunk to write and validates it. The trigger time moves with content only
+    /// (unchanged slices keep their own), and names when the change that caused this write
+    /// happened.
+    fn render(
+        &mut self,
+        group: &Group<'_>,
+        written: &WrittenChunk<'_, '_>,
+        conditions: &[&str],
+        name: String,
+        slice_ports: &[EndpointPort],
+    ) -> Result<EndpointSlice, PlanError> {
+        let trigger = chunk_trigger_time(written, self.ctx.pods, conditions, self.ctx.now);
+        if self.memo.is_some() {
+            // Checked (not compared in full) by the next pass, once it has its version.
+            let positions = chunk_positions(written.desired, written.endpoints);
+            self.settled.push((name.clone(), None, positions));
+        }
+        let mut metadata = self.template.clone();
+        metadata.name = Some(name.clone());
+        metadata.annotations = Some(BTreeMap::from([(
+            ANNOTATION_TRIGGER_TIME.to_owned(),
+            trigger.to_string(),
+        )]));
+        let slice = EndpointSlice {
+            metadata,
+            address_type: group.family.as_str().to_owned(),
+            endpoints: written
+                .endpoints
+                .iter()
+                .map(|&i| written.desired[i].to_endpoint())
+                .collect(),
+            ports: Some(slice_ports.to_vec()),
+        };
+        let errors = kube_validation::validate_endpoint_slice(&slice);
+        if errors.is_empty() {
+            return Ok(slice);
+        }
+        Err(PlanError::InvalidRender {
+            kind: "EndpointSlice",
+            message: kube_validation::invalid_message(
+                "EndpointSlice",
+                "discovery.k8s.io",
+                &name,
+                &errors,
+            ),
+            name,
+        })
+    }
 }

@@ -281,103 +281,68 @@ pub fn plan_with_memo(input: &PlanInput<'_>, memo: &mut EvalMemo) -> Result<Plan
     plan_inner(input, Some(memo))
 }
 
+/// The PortMapping's namespace, name and UID, which every plan needs.
+struct Ids {
+    namespace: String,
+    name: String,
+    uid: String,
+}
+
+/// The PortMapping's identity, and a check that `input.service` is the Service it names.
+fn ids(input: &PlanInput<'_>) -> Result<Ids, PlanError> {
+    let meta = &input.port_mapping.metadata;
+    let nonempty = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
+    let ids = Ids {
+        namespace: nonempty(&meta.namespace)
+            .ok_or(PlanError::MissingMetadata("metadata.namespace"))?,
+        name: nonempty(&meta.name).ok_or(PlanError::MissingMetadata("metadata.name"))?,
+        uid: nonempty(&meta.uid).ok_or(PlanError::MissingMetadata("metadata.uid"))?,
+    };
+    let svc_name = input.port_mapping.spec.service_ref.name.as_str();
+    if input.service.metadata.name.as_deref() != Some(svc_name) {
+        return Err(PlanError::ServiceMismatch {
+            expected: svc_name.to_owned(),
+            got: input.service.metadata.name.clone().unwrap_or_default(),
+        });
+    }
+    Ok(ids)
+}
+
 fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<Plan, PlanError> {
     let pm = input.port_mapping;
     let spec = &pm.spec;
-    let nonempty = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
-    let namespace =
-        nonempty(&pm.metadata.namespace).ok_or(PlanError::MissingMetadata("metadata.namespace"))?;
-    let pm_name = nonempty(&pm.metadata.name).ok_or(PlanError::MissingMetadata("metadata.name"))?;
-    let pm_uid = nonempty(&pm.metadata.uid).ok_or(PlanError::MissingMetadata("metadata.uid"))?;
+    let ids = ids(input)?;
     let service = input.service;
     let svc_name = spec.service_ref.name.as_str();
-    if service.metadata.name.as_deref() != Some(svc_name) {
-        return Err(PlanError::ServiceMismatch {
-            expected: svc_name.to_owned(),
-            got: service.metadata.name.clone().unwrap_or_default(),
-        });
-    }
-    let owner = owner_reference(&pm_name, &pm_uid);
-    let mut out = Plan::default();
+    let owner = owner_reference(&ids.name, &ids.uid);
     let mut held = input.held_by_others.clone();
     let ours = classify_live(
         input.live_slices,
-        &pm_uid,
+        &ids.uid,
         svc_name,
         pm.metadata.deletion_timestamp.is_none(),
         input.take_over,
         &mut held,
     );
-
     if is_external_name(service) {
-        out.warnings.push(PlanWarning::ExternalName);
-        out.deletions = teardown::every(ours.iter().map(AsRef::as_ref));
-        out.endpoints_deletion = legacy::owned_endpoints_deletion(input.live_endpoints, &pm_uid);
-        // Its slices go: no gated pod stays published.
-        let pool: Vec<&PodRecord> = input
-            .pods
-            .iter()
-            .map(AsRef::as_ref)
-            .filter(|p| pod_in_pool(spec, &namespace, p).unwrap_or(false))
-            .collect();
-        out.pod_gates = gate::stalled_pod_gates(
-            &pool,
-            spec.gate_condition_type(),
-            input.gate_peers,
-            &[],
-            (
-                "ExternalName",
-                "the Service is of type ExternalName: nothing is published",
-            ),
-            input.now,
-        );
-        let primary = service_families(service)
-            .first()
-            .copied()
-            .unwrap_or(IpFamily::V4);
-        out.migration = migration::plan_steps(input, &pm_uid, primary, &out);
-        return Ok(out);
+        return Ok(external_name_plan(input, &ids, &ours));
     }
-
-    let in_pool = |pod: &PodRecord| pod_in_pool(spec, &namespace, pod);
-    let pool: Vec<&Arc<PodRecord>> = match memo.as_deref_mut() {
-        Some(memo) => {
-            memo.begin(
-                &owner.uid,
-                spec,
-                service.spec.as_ref(),
-                &input.gate_peers.types,
-            );
-            memo.pool(input.pods, in_pool)?
-        }
-        None => {
-            let mut pods = Vec::new();
-            for pod in input.pods {
-                if in_pool(pod)? {
-                    pods.push(pod);
-                }
-            }
-            pods
-        }
-    };
+    let mut out = Plan::default();
+    let pool = pool_of(input, &ids.namespace, &owner, memo.as_deref_mut())?;
     let pods: Vec<&PodRecord> = pool.iter().map(|p| p.as_ref()).collect();
     let (hints, auto) = hint_mode(service);
-    if let Some(annotation) = auto {
-        out.warnings.push(PlanWarning::TopologyModeAuto {
-            annotation: annotation.to_owned(),
-        });
-    }
+    let topology_auto = auto.map(|annotation| PlanWarning::TopologyModeAuto {
+        annotation: annotation.to_owned(),
+    });
+    out.warnings.extend(topology_auto);
     let families = service_families(service);
     let ports = port_views(service, spec);
-    if let Some(w) = unknown_ports(spec, &ports) {
-        out.warnings.push(w);
-    }
-    let now = input.now.to_string();
+    out.warnings.extend(unknown_ports(spec, &ports));
     let ctx = PlanContext {
         spec,
         service,
         svc_name,
-        namespace: &namespace,
+        namespace: &ids.namespace,
         owner: &owner,
         pods: &pods,
         families: &families,
@@ -390,49 +355,132 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
         gate_type: spec.gate_condition_type(),
         gate_peers: input.gate_peers,
     };
+    let (evaluated, sets) =
+        evaluate_and_emit(&ctx, input, &ours, &pool, &mut out, memo.as_deref_mut())?;
+    settle_slices(&mut out, &held, pm.metadata.deletion_timestamp.is_some());
+    plan_legacy(input, &ctx, &ids, &evaluated, &mut out)?;
+    out.pod_gates = gate::pod_gates(&ctx, &evaluated.states);
+    let listings = plan_status(&ctx, &evaluated, &mut out);
+    if let Some(memo) = memo {
+        memo.keep(evaluated.kept, evaluated.states, listings);
+        memo.keep_sets(sets.filter(|_| evaluated.keep_sets));
+    }
+    out.warnings.sort();
+    out.warnings.dedup();
+    out.migration = migration::plan_steps(input, &ids.uid, families[0], &out);
+    Ok(out)
+}
 
-    let ours_plain: Vec<&EndpointSlice> = ours.iter().map(|s| s.as_ref()).collect();
+/// Phases 1 and 2: evaluates the pool and emits the slices into `out`; returns the evaluation
+/// (for the status, the gates and the memo) and the port sets it kept.
+fn evaluate_and_emit<'a>(
+    ctx: &PlanContext<'a>,
+    input: &PlanInput<'_>,
+    ours: &[&'a Arc<EndpointSlice>],
+    pool: &[&Arc<PodRecord>],
+    out: &mut Plan,
+    mut memo: Option<&mut EvalMemo>,
+) -> Result<(evaluate::Evaluated<'a>, Option<kept_sets::KeptSets>), PlanError> {
+    let ours_plain: Vec<&'a EndpointSlice> = ours.iter().map(|&s| s.as_ref()).collect();
     let mut evaluated = evaluate::evaluate(
-        &ctx,
+        ctx,
         &ours_plain,
         &mut out.warnings,
-        memo.as_deref_mut().map(|m| (m, pool.as_slice())),
+        memo.as_deref_mut().map(|m| (m, pool)),
     );
     if let Some(memo) = memo.as_deref_mut() {
-        memo.settle_context(hints, input.node_zones);
+        memo.settle_context(ctx.hints, input.node_zones);
     }
     out.decisions = evaluated.decisions;
     out.network_lookups = std::mem::take(&mut evaluated.lookups);
-    to_input_indices(&mut out.network_lookups, &pods, input.pods);
-    let assignment = emit::assign_live(&evaluated.groups, &ours, &mut out.deletions);
+    to_input_indices(&mut out.network_lookups, ctx.pods, input.pods);
+    let assignment = emit::assign_live(&evaluated.groups, ours, &mut out.deletions);
     let mut sets = evaluated.sets.take();
-    emit::emit_slices(
-        &ctx,
-        std::mem::take(&mut evaluated.groups),
-        &assignment,
-        &mut out,
-        memo.as_deref_mut(),
-        sets.as_ref(),
-    )?;
+    let groups = std::mem::take(&mut evaluated.groups);
+    emit::emit_slices(ctx, groups, &assignment, out, memo, sets.as_ref())?;
     if let Some(sets) = sets.as_mut() {
         sets.settle();
     }
+    Ok((evaluated, sets))
+}
+
+/// The plan for an ExternalName Service: nothing is published, so every slice and our
+/// Endpoints object go, and no gated pod stays published.
+fn external_name_plan(input: &PlanInput<'_>, ids: &Ids, ours: &[&Arc<EndpointSlice>]) -> Plan {
+    let spec = &input.port_mapping.spec;
+    let mut out = Plan::default();
+    out.warnings.push(PlanWarning::ExternalName);
+    out.deletions = teardown::every(ours.iter().map(|s| s.as_ref()));
+    out.endpoints_deletion = legacy::owned_endpoints_deletion(input.live_endpoints, &ids.uid);
+    let pool: Vec<&PodRecord> = input
+        .pods
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|p| pod_in_pool(spec, &ids.namespace, p).unwrap_or(false))
+        .collect();
+    out.pod_gates = gate::stalled_pod_gates(
+        &pool,
+        spec.gate_condition_type(),
+        input.gate_peers,
+        &[],
+        (
+            "ExternalName",
+            "the Service is of type ExternalName: nothing is published",
+        ),
+        input.now,
+    );
+    let primary = service_families(input.service)
+        .first()
+        .copied()
+        .unwrap_or(IpFamily::V4);
+    out.migration = migration::plan_steps(input, &ids.uid, primary, &out);
+    out
+}
+
+/// The pool's pods: through the memo (which remembers who was in the pool), or by checking
+/// every pod.
+fn pool_of<'i>(
+    input: &'i PlanInput<'_>,
+    namespace: &str,
+    owner: &OwnerReference,
+    memo: Option<&mut EvalMemo>,
+) -> Result<Vec<&'i Arc<PodRecord>>, PlanError> {
+    let spec = &input.port_mapping.spec;
+    let in_pool = |pod: &PodRecord| pod_in_pool(spec, namespace, pod);
+    if let Some(memo) = memo {
+        let service = input.service.spec.as_ref();
+        memo.begin(&owner.uid, spec, service, &input.gate_peers.types);
+        return Ok(memo.pool(input.pods, in_pool)?);
+    }
+    let mut pods = Vec::new();
+    for pod in input.pods {
+        if in_pool(pod)? {
+            pods.push(pod);
+        }
+    }
+    Ok(pods)
+}
+
+/// Orders the slices and deletions, and leaves out the creates the plan may not make: none
+/// while the PortMapping is being deleted, none at a name `held` by another.
+fn settle_slices(out: &mut Plan, held: &BTreeMap<String, HeldName>, deleting: bool) {
     out.slices
         .sort_by(|a, b| a.slice.metadata.name.cmp(&b.slice.metadata.name));
     out.deletions.sort();
     out.deletions.dedup();
-    if pm.metadata.deletion_timestamp.is_some() {
+    if deleting {
         // Like the native controller while its Service is deleted: no creates that would race
         // the garbage collector; existing slices are still kept accurate.
         out.slices.retain(|s| s.action != WriteAction::Create);
     }
     // Never create over another owner's object: the name stays theirs and the PortMapping
     // reports the collision until it is freed (its deletion wakes the PortMapping).
+    let mut collisions = Vec::new();
     out.slices.retain(|s| {
         let name = s.slice.metadata.name.as_deref().unwrap_or_default();
         match held.get(name) {
             Some(h) if s.action == WriteAction::Create => {
-                out.collisions.push(NameCollision {
+                collisions.push(NameCollision {
                     name: name.to_owned(),
                     held: h.clone(),
                 });
@@ -441,33 +489,51 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
             _ => true,
         }
     });
+    out.collisions.extend(collisions);
+}
 
-    if spec.legacy_endpoints {
-        let legacy_ctx = legacy::LegacyContext {
-            service,
-            svc_name,
-            namespace: &namespace,
-            owner: &owner,
-            pm_uid: &pm_uid,
-            pods: &pods,
-            ports: &ports,
-            now: &now,
-        };
-        match legacy::plan_endpoints(&legacy_ctx, &evaluated.members, input.live_endpoints)? {
-            legacy::LegacyOutcome::Planned(p, truncated) => {
-                if let Some(total) = truncated {
-                    out.warnings
-                        .push(PlanWarning::LegacyEndpointsTruncated { total });
-                }
-                out.endpoints = Some(*p);
-            }
-            legacy::LegacyOutcome::Foreign => out.warnings.push(PlanWarning::ForeignEndpoints),
-        }
-    } else {
-        out.endpoints_deletion = legacy::owned_endpoints_deletion(input.live_endpoints, &pm_uid);
+/// The legacy Endpoints object (`legacyEndpoints`), or the deletion of ours.
+fn plan_legacy(
+    input: &PlanInput<'_>,
+    ctx: &PlanContext<'_>,
+    ids: &Ids,
+    evaluated: &evaluate::Evaluated<'_>,
+    out: &mut Plan,
+) -> Result<(), PlanError> {
+    if !ctx.spec.legacy_endpoints {
+        out.endpoints_deletion = legacy::owned_endpoints_deletion(input.live_endpoints, &ids.uid);
+        return Ok(());
     }
+    let now = input.now.to_string();
+    let legacy_ctx = legacy::LegacyContext {
+        service: ctx.service,
+        svc_name: ctx.svc_name,
+        namespace: &ids.namespace,
+        owner: ctx.owner,
+        pm_uid: &ids.uid,
+        pods: ctx.pods,
+        ports: ctx.ports,
+        now: &now,
+    };
+    match legacy::plan_endpoints(&legacy_ctx, &evaluated.members, input.live_endpoints)? {
+        legacy::LegacyOutcome::Planned(p, truncated) => {
+            if let Some(total) = truncated {
+                out.warnings
+                    .push(PlanWarning::LegacyEndpointsTruncated { total });
+            }
+            out.endpoints = Some(*p);
+        }
+        legacy::LegacyOutcome::Foreign => out.warnings.push(PlanWarning::ForeignEndpoints),
+    }
+    Ok(())
+}
 
-    out.pod_gates = gate::pod_gates(&ctx, &evaluated.states);
+/// The per-port status and its summary; returns what each port's status listed, for the memo.
+fn plan_status(
+    ctx: &PlanContext<'_>,
+    evaluated: &evaluate::Evaluated<'_>,
+    out: &mut Plan,
+) -> Vec<status::Listed> {
     let hints: Vec<Option<status::ListingHint<'_>>> = evaluated
         .listed_before
         .iter()
@@ -478,17 +544,10 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
             })
         })
         .collect();
-    let (statuses, listings) = port_statuses(&ports, &evaluated.states, &pods, &hints);
+    let (statuses, listings) = port_statuses(ctx.ports, &evaluated.states, ctx.pods, &hints);
     out.ports = statuses;
     out.summary = status::summary(&out.ports);
-    if let Some(memo) = memo {
-        memo.keep(evaluated.kept, evaluated.states, listings);
-        memo.keep_sets(sets.filter(|_| evaluated.keep_sets));
-    }
-    out.warnings.sort();
-    out.warnings.dedup();
-    out.migration = migration::plan_steps(input, &pm_uid, families[0], &out);
-    Ok(out)
+    listings
 }
 
 /// Re-points lookups from the pool (`pool`, a subsequence of `input`) to `PlanInput::pods`.
