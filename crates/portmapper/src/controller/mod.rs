@@ -1,32 +1,31 @@
 //! Wiring: reflectors, the kube-runtime Controller, and the shared reconcile context.
 
+mod housekeeping;
+mod inputs;
 pub mod pod_wire;
 pub mod pods;
 pub mod watches;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use futures::channel::mpsc;
-use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, PartialObjectMeta};
+use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, Resource};
 use portmapper_api::PortMapping;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use crate::controller::pods::PodWatches;
-use crate::controller::watches::{Change, Feeds, reflect, strip_managed_fields};
+use crate::controller::watches::Feeds;
+use crate::index::SharedIndex;
 use crate::index::trigger::Trigger;
-use crate::index::{PodSource, SharedIndex};
-use crate::reconcile::context::{Context, Settings, Stores};
+use crate::reconcile::context::{Context, Settings};
 use crate::reconcile::state::States;
 use crate::runtime::error::Error;
 use crate::runtime::http::Readiness;
@@ -87,44 +86,14 @@ pub async fn run_probing_with(
         metrics: metrics.clone(),
     };
     let mut tasks = tokio::task::JoinSet::new();
-
     let pods = PodWatches::new(
         client.clone(),
         settings.namespace.clone(),
         index.clone(),
         feeds.clone(),
     );
-
-    // PortMappings: our own reflector, so that its events feed the index before the Controller
-    // sees them (the Controller runs on the same stream).
-    let (portmappings, pm_writer) = reflector::store::<PortMapping>();
-    let pm_events = {
-        let (index, pods) = (index.clone(), pods.clone());
-        crate::controller::watches::indexed(
-            api::<PortMapping>(&client, &settings.namespace),
-            watcher::Config::default(),
-            "portmappings",
-            strip_managed_fields,
-            pm_writer,
-            move |change| match change {
-                Change::Apply(pm) => {
-                    let applied = index.lock().apply_portmapping(pm);
-                    // Its pool's watch starts now, so its pods are listed by its first pass
-                    // (a pool that fails validation is never watched: its pass stalls first).
-                    if crate::index::pool_is_valid(pm) {
-                        pods.ensure(&PodSource::of(pm));
-                    }
-                    if let Some(source) = applied.reindex {
-                        pods.reindex(&source);
-                    }
-                    applied.affected
-                }
-                Change::Delete(pm) => index.lock().delete_portmapping(&ObjectRef::from_obj(pm)),
-                Change::Relisted(present) => index.lock().retain_portmappings(present),
-            },
-            feeds.clone(),
-        )
-    };
+    let (portmappings, pm_events) =
+        inputs::portmappings(&client, &settings.namespace, &index, &pods, &feeds);
     // A PortMapping whose status alone changed (our own status write coming back) is not
     // reconciled again: that pass would only find nothing to do.
     let controller = Controller::for_stream(
@@ -134,107 +103,11 @@ pub async fn run_probing_with(
         ),
         portmappings.clone(),
     );
-
-    let idx = index.clone();
-    let (services, task) = reflect(
-        api::<Service>(&client, &settings.namespace),
-        watcher::Config::default(),
-        "services",
-        strip_managed_fields,
-        move |change| match change {
-            Change::Apply(svc) | Change::Delete(svc) => {
-                idx.lock().service_changed(&ObjectRef::from_obj(svc))
-            }
-            Change::Relisted(present) => idx.lock().services_missing(present),
-        },
-        feeds.clone(),
-    );
-    tasks.spawn(task);
-
-    let idx = index.clone();
-    let (slices, task) = reflect(
-        api::<EndpointSlice>(&client, &settings.namespace),
-        watcher::Config::default().labels(MANAGED_BY_SELECTOR),
-        "endpointslices",
-        strip_managed_fields,
-        move |change| match change {
-            Change::Apply(slice) => idx.lock().apply_slice(slice),
-            Change::Delete(slice) => idx.lock().delete_slice(&ObjectRef::from_obj(slice)),
-            Change::Relisted(present) => idx.lock().retain_slices(present),
-        },
-        feeds.clone(),
-    );
-    tasks.spawn(task);
-
-    let idx = index.clone();
-    let (owned_endpoints, task) = reflect(
-        api::<Endpoints>(&client, &settings.namespace),
-        watcher::Config::default().labels(MANAGED_BY_SELECTOR),
-        "endpoints",
-        strip_managed_fields,
-        move |change| match change {
-            Change::Apply(ep) => idx.lock().apply_endpoints(ep),
-            Change::Delete(ep) => idx.lock().delete_endpoints(&ObjectRef::from_obj(ep)),
-            Change::Relisted(present) => idx.lock().retain_endpoints(present),
-        },
-        feeds.clone(),
-    );
-    tasks.spawn(task);
-
-    let idx = index.clone();
-    let (foreign_slices, task) = reflect(
-        api::<PartialObjectMeta<EndpointSlice>>(&client, &settings.namespace),
-        watcher::Config::default().labels(NOT_MANAGED_BY_SELECTOR),
-        "foreign-endpointslices",
-        strip_managed_fields,
-        move |change| match change {
-            Change::Apply(slice) => idx.lock().apply_foreign_slice(slice),
-            Change::Delete(slice) => idx.lock().delete_foreign_slice(&ObjectRef::from_obj(slice)),
-            Change::Relisted(present) => idx.lock().retain_foreign_slices(present),
-        },
-        feeds.clone(),
-    );
-    tasks.spawn(task);
-
-    let nodes = if settings.node_lookups {
-        let idx = index.clone();
-        let (store, task) = reflect(
-            Api::<PartialObjectMeta<Node>>::all(client.clone()),
-            watcher::Config::default(),
-            "nodes",
-            strip_managed_fields,
-            move |change| match change {
-                Change::Apply(node) => idx.lock().apply_node(node),
-                Change::Delete(node) => idx.lock().delete_node(&node.name_any()),
-                Change::Relisted(present) => idx
-                    .lock()
-                    .retain_nodes(&present.iter().map(|n| n.name.clone()).collect()),
-            },
-            feeds.clone(),
-        );
-        tasks.spawn(task);
-        Some(store)
-    } else {
-        None
-    };
-
-    let (prober, probe_events) =
-        crate::reconcile::probing::start(settings.probe_concurrency, probe_executor, &metrics)?;
-    tasks.spawn(crate::reconcile::probing::forward_events(
-        probe_events,
-        trigger.clone(),
-    ));
+    let stores = inputs::reflect_all(&client, &settings, &index, &feeds, &mut tasks, portmappings);
+    let prober = start_prober(&settings, probe_executor, &metrics, &trigger, &mut tasks)?;
     let reporter = Reporter {
         controller: "portmapper".into(),
         instance: settings.instance.clone(),
-    };
-    let stores = Stores {
-        portmappings,
-        services,
-        slices,
-        nodes,
-        owned_endpoints,
-        foreign_slices,
     };
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
@@ -242,54 +115,58 @@ pub async fn run_probing_with(
         client,
         settings: settings.clone(),
         stores: stores.clone(),
-        index: index.clone(),
+        index,
         trigger: trigger.clone(),
         leadership: leadership.clone(),
         metrics: metrics.clone(),
         states: States::default(),
     });
+    let synced = housekeeping::spawn(&mut tasks, stores, readiness, pods, ctx.clone());
+    metrics.leader.set(i64::from(leadership.is_leader()));
+    let gone_ctx = ctx.clone();
+    controller
+        .with_config(controller::Config::default().concurrency(settings.concurrency))
+        .reconcile_on(triggers)
+        .reconcile_all_on(reconcile_all(&leadership, synced))
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(
+            crate::reconcile::reconcile,
+            crate::reconcile::error_policy,
+            ctx,
+        )
+        .for_each(|result| {
+            ended(&gone_ctx, result);
+            futures::future::ready(())
+        })
+        .await;
+    tasks.abort_all();
+    drop(trigger);
+    Ok(())
+}
 
-    // Readiness = every shared store has listed once; pod watches start lazily per pool.
-    // Reconciles before that wrote nothing and wait `PENDING_RETRY` (2 s); the sync wakes
-    // every PortMapping at once instead (that wait was 2 s of a 3–9 s first publication).
-    let (synced_tx, synced_rx) = futures::channel::oneshot::channel::<()>();
-    tasks.spawn(async move {
-        // Polled, not awaited: a store's wait_until_ready() (kube-runtime 5.0) wakes only its
-        // latest waiter, and the Controller (PortMappings) and reconciles (is_ready on slices
-        // and Services) poll the same stores, so an await here was never woken.
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
-        while !stores.synced() {
-            tick.tick().await;
-        }
-        info!("caches synced");
-        readiness.set_ready();
-        // The Controller may be gone (shutdown): nobody to wake.
-        let _ = synced_tx.send(());
-    });
-    // Stop pod watches (and probes) that no PortMapping needs any more.
-    {
-        let (pods, ctx) = (pods.clone(), ctx.clone());
-        tasks.spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(30));
-            loop {
-                tick.tick().await;
-                pods.retain_needed();
-                let alive = ctx
-                    .index
-                    .lock()
-                    .portmapping_keys()
-                    .map(|pm| {
-                        portmapper_probe::MappingKey::new(
-                            pm.namespace.clone().unwrap_or_default(),
-                            pm.name.clone(),
-                        )
-                    })
-                    .collect();
-                crate::reconcile::probing::retain(&ctx.prober, &alive);
-            }
-        });
-    }
-    // Becoming leader re-examines everything: the previous leader may have left work undone.
+/// Starts the prober, its events forwarded to the Controller as reconciles.
+fn start_prober(
+    settings: &Settings,
+    executor: Option<crate::reconcile::probing::CustomExecutor>,
+    metrics: &Metrics,
+    trigger: &Trigger,
+    tasks: &mut tokio::task::JoinSet<()>,
+) -> Result<portmapper_probe::Prober, Error> {
+    let (prober, events) =
+        crate::reconcile::probing::start(settings.probe_concurrency, executor, metrics)?;
+    tasks.spawn(crate::reconcile::probing::forward_events(
+        events,
+        trigger.clone(),
+    ));
+    Ok(prober)
+}
+
+/// When to reconcile every PortMapping: once the caches have synced, and on becoming leader
+/// (the previous leader may have left work undone).
+fn reconcile_all(
+    leadership: &Leadership,
+    synced: futures::channel::oneshot::Receiver<()>,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
     let leader_changes = futures::stream::unfold(leadership.subscribe(), |mut rx| async move {
         loop {
             rx.changed().await.ok()?;
@@ -298,45 +175,35 @@ pub async fn run_probing_with(
             }
         }
     });
-    metrics.leader.set(i64::from(leadership.is_leader()));
-    let synced = futures::stream::once(synced_rx).filter_map(|r| futures::future::ready(r.ok()));
-    let reconcile_all = futures::stream::select(leader_changes, synced);
+    let synced = futures::stream::once(synced).filter_map(|r| futures::future::ready(r.ok()));
+    futures::stream::select(leader_changes, synced)
+}
 
-    let stop = shutdown.clone();
-    let gone_ctx = ctx.clone();
-    controller
-        .with_config(controller::Config::default().concurrency(settings.concurrency))
-        .reconcile_on(triggers)
-        .reconcile_all_on(reconcile_all)
-        .graceful_shutdown_on(async move { stop.cancelled().await })
-        .run(
-            crate::reconcile::reconcile,
-            crate::reconcile::error_policy,
-            ctx,
-        )
-        .for_each(|result| {
-            match result {
-                Ok((obj, _)) => debug!(portmapping = %obj, "reconciled"),
-                Err(controller::Error::ObjectNotFound(obj)) => {
-                    debug!(portmapping = %obj, "PortMapping is gone");
-                    let mut gone = ObjectRef::<PortMapping>::new(&obj.name);
-                    if let Some(ns) = &obj.namespace {
-                        gone = gone.within(ns);
-                    }
-                    gone_ctx.forget(&gone);
-                }
-                // The error policy logged it, once per change of error (see `backoff.rs`).
-                Err(controller::Error::ReconcilerFailed(err, obj)) => {
-                    debug!(portmapping = %obj, error = %err, "reconcile failed")
-                }
-                Err(err) => warn!(error = %err, "reconcile failed"),
+/// How one reconcile ended, as the Controller reports it: a PortMapping found gone is
+/// forgotten.
+fn ended<E: std::fmt::Display + std::error::Error + 'static>(
+    ctx: &Context,
+    result: Result<
+        (ObjectRef<PortMapping>, controller::Action),
+        controller::Error<E, watcher::Error>,
+    >,
+) {
+    match result {
+        Ok((obj, _)) => debug!(portmapping = %obj, "reconciled"),
+        Err(controller::Error::ObjectNotFound(obj)) => {
+            debug!(portmapping = %obj, "PortMapping is gone");
+            let mut gone = ObjectRef::<PortMapping>::new(&obj.name);
+            if let Some(ns) = &obj.namespace {
+                gone = gone.within(ns);
             }
-            futures::future::ready(())
-        })
-        .await;
-    tasks.abort_all();
-    drop(trigger);
-    Ok(())
+            ctx.forget(&gone);
+        }
+        // The error policy logged it, once per change of error (see `backoff.rs`).
+        Err(controller::Error::ReconcilerFailed(err, obj)) => {
+            debug!(portmapping = %obj, error = %err, "reconcile failed")
+        }
+        Err(err) => warn!(error = %err, "reconcile failed"),
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,177 @@
+//! The watches a controller runs: the PortMappings' own reflector (its events feed the index
+//! before the Controller sees them) and one reflector per other input, each feeding the index.
+//! Reflector wiring, one block per kind.
+
+use std::sync::Arc;
+
+use futures::Stream;
+use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use portmapper_api::PortMapping;
+use tokio::task::JoinSet;
+
+use super::pods::PodWatches;
+use super::watches::{Change, Feeds, reflect, strip_managed_fields};
+use super::{MANAGED_BY_SELECTOR, NOT_MANAGED_BY_SELECTOR, api};
+use crate::index::{PodSource, SharedIndex};
+use crate::reconcile::context::{Settings, Stores};
+
+/// The PortMappings' store and the event stream the Controller runs on. A PortMapping's pool
+/// watch starts when it is seen, so its pods are listed by its first pass (a pool that fails
+/// validation is never watched: its pass stalls first).
+pub fn portmappings(
+    client: &Client,
+    namespace: &Option<String>,
+    index: &SharedIndex,
+    pods: &Arc<PodWatches>,
+    feeds: &Feeds,
+) -> (
+    Store<PortMapping>,
+    impl Stream<Item = Result<watcher::Event<PortMapping>, watcher::Error>> + Send + 'static,
+) {
+    let (store, writer) = reflector::store::<PortMapping>();
+    let (index, pods) = (index.clone(), pods.clone());
+    let events = super::watches::indexed(
+        api::<PortMapping>(client, namespace),
+        watcher::Config::default(),
+        "portmappings",
+        strip_managed_fields,
+        writer,
+        move |change| match change {
+            Change::Apply(pm) => {
+                let applied = index.lock().apply_portmapping(pm);
+                if crate::index::pool_is_valid(pm) {
+                    pods.ensure(&PodSource::of(pm));
+                }
+                if let Some(source) = applied.reindex {
+                    pods.reindex(&source);
+                }
+                applied.affected
+            }
+            Change::Delete(pm) => index.lock().delete_portmapping(&ObjectRef::from_obj(pm)),
+            Change::Relisted(present) => index.lock().retain_portmappings(present),
+        },
+        feeds.clone(),
+    );
+    (store, events)
+}
+
+/// Starts the reflector of every other input into `tasks`; the stores, with `portmappings`.
+pub fn reflect_all(
+    client: &Client,
+    settings: &Settings,
+    index: &SharedIndex,
+    feeds: &Feeds,
+    tasks: &mut JoinSet<()>,
+    portmappings: Store<PortMapping>,
+) -> Stores {
+    let ns = &settings.namespace;
+    let idx = index.clone();
+    let (services, task) = reflect(
+        api::<Service>(client, ns),
+        watcher::Config::default(),
+        "services",
+        strip_managed_fields,
+        move |change| match change {
+            Change::Apply(svc) | Change::Delete(svc) => {
+                idx.lock().service_changed(&ObjectRef::from_obj(svc))
+            }
+            Change::Relisted(present) => idx.lock().services_missing(present),
+        },
+        feeds.clone(),
+    );
+    tasks.spawn(task);
+    let idx = index.clone();
+    let (slices, task) = reflect(
+        api::<EndpointSlice>(client, ns),
+        watcher::Config::default().labels(MANAGED_BY_SELECTOR),
+        "endpointslices",
+        strip_managed_fields,
+        move |change| match change {
+            Change::Apply(slice) => idx.lock().apply_slice(slice),
+            Change::Delete(slice) => idx.lock().delete_slice(&ObjectRef::from_obj(slice)),
+            Change::Relisted(present) => idx.lock().retain_slices(present),
+        },
+        feeds.clone(),
+    );
+    tasks.spawn(task);
+    let idx = index.clone();
+    let (owned_endpoints, task) = reflect(
+        api::<Endpoints>(client, ns),
+        watcher::Config::default().labels(MANAGED_BY_SELECTOR),
+        "endpoints",
+        strip_managed_fields,
+        move |change| match change {
+            Change::Apply(ep) => idx.lock().apply_endpoints(ep),
+            Change::Delete(ep) => idx.lock().delete_endpoints(&ObjectRef::from_obj(ep)),
+            Change::Relisted(present) => idx.lock().retain_endpoints(present),
+        },
+        feeds.clone(),
+    );
+    tasks.spawn(task);
+    Stores {
+        portmappings,
+        services,
+        slices,
+        nodes: settings
+            .node_lookups
+            .then(|| nodes(client, index, feeds, tasks)),
+        owned_endpoints,
+        foreign_slices: foreign_slices(client, ns, index, feeds, tasks),
+    }
+}
+
+/// Every slice not managed by us (metadata only).
+fn foreign_slices(
+    client: &Client,
+    namespace: &Option<String>,
+    index: &SharedIndex,
+    feeds: &Feeds,
+    tasks: &mut JoinSet<()>,
+) -> Store<PartialObjectMeta<EndpointSlice>> {
+    let idx = index.clone();
+    let (store, task) = reflect(
+        api::<PartialObjectMeta<EndpointSlice>>(client, namespace),
+        watcher::Config::default().labels(NOT_MANAGED_BY_SELECTOR),
+        "foreign-endpointslices",
+        strip_managed_fields,
+        move |change| match change {
+            Change::Apply(slice) => idx.lock().apply_foreign_slice(slice),
+            Change::Delete(slice) => idx.lock().delete_foreign_slice(&ObjectRef::from_obj(slice)),
+            Change::Relisted(present) => idx.lock().retain_foreign_slices(present),
+        },
+        feeds.clone(),
+    );
+    tasks.spawn(task);
+    store
+}
+
+/// Node metadata, for zones.
+fn nodes(
+    client: &Client,
+    index: &SharedIndex,
+    feeds: &Feeds,
+    tasks: &mut JoinSet<()>,
+) -> Store<PartialObjectMeta<Node>> {
+    let idx = index.clone();
+    let (store, task) = reflect(
+        Api::<PartialObjectMeta<Node>>::all(client.clone()),
+        watcher::Config::default(),
+        "nodes",
+        strip_managed_fields,
+        move |change| match change {
+            Change::Apply(node) => idx.lock().apply_node(node),
+            Change::Delete(node) => idx.lock().delete_node(&node.name_any()),
+            Change::Relisted(present) => idx
+                .lock()
+                .retain_nodes(&present.iter().map(|n| n.name.clone()).collect()),
+        },
+        feeds.clone(),
+    );
+    tasks.spawn(task);
+    store
+}
