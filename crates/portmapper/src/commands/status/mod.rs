@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
-use portmapper_api::{PortMapping, PortStatus};
+use portmapper_api::{PortMapping, PortMappingStatus, PortStatus};
 use serde::Serialize;
 
 pub use live::{StatusError, main, run};
@@ -247,32 +247,87 @@ fn service_families(service: &Service) -> Vec<String> {
 /// families) and the slices (already filtered to the Service by label; slices controlled by
 /// another object are left out with a note).
 pub fn matrix(pm: &PortMapping, service: &Service, slices: &[EndpointSlice]) -> View {
-    let mut notes = Vec::new();
     let status = pm.status.clone().unwrap_or_default();
     let generation = pm.metadata.generation;
+    let mut notes: Vec<String> = status_note(pm, &status).into_iter().collect();
+    let columns = columns(service, &status);
+    // Families: the Service's, then any a slice still publishes.
+    let mut families = service_families(service);
+    let published = published(pm, slices, &columns, &mut families, &mut notes);
+    // Rows: every pod a slice publishes or the status names.
+    let mut pods: BTreeSet<String> = published.values().flat_map(|m| m.keys().cloned()).collect();
+    for p in &status.ports {
+        pods.extend(p.excluded.iter().map(|e| e.pod.clone()));
+        pods.extend(p.kept.iter().map(|e| e.pod.clone()));
+    }
+    let families_out: Vec<Family> = families
+        .iter()
+        .map(|family| Family {
+            family: family.clone(),
+            pods: pods
+                .iter()
+                .map(|pod| row(pod, family, &families, &columns, &published, &status))
+                .collect(),
+        })
+        .collect();
+    notes.extend(columns.iter().flat_map(|(_, col)| truncation_notes(col)));
+    notes.extend(local_policy_note(pm, service, slices));
+    View {
+        schema: JSON_SCHEMA,
+        namespace: pm.namespace().unwrap_or_default(),
+        name: pm.name_any(),
+        service: pm.spec.service_ref.name.clone(),
+        generation,
+        observed_generation: status.observed_generation,
+        conditions: status
+            .conditions
+            .iter()
+            .map(|c| ConditionView {
+                type_: c.type_.clone(),
+                status: c.status.clone(),
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+            })
+            .collect(),
+        ports: columns.into_iter().map(|(_, c)| c).collect(),
+        families: families_out,
+        notes,
+    }
+}
+
+/// What the reader should know about the status itself: missing, or behind the spec.
+fn status_note(pm: &PortMapping, status: &PortMappingStatus) -> Option<String> {
+    let generation = pm.metadata.generation;
     if pm.status.is_none() {
-        notes.push(
+        return Some(
             "the PortMapping has no status yet: is the operator running? Cells the slices do \
              not decide show ?"
                 .to_owned(),
         );
-    } else if status.observed_generation != generation {
-        notes.push(format!(
+    }
+    (status.observed_generation != generation).then(|| {
+        format!(
             "the status describes generation {} but the spec is at generation {}: the operator \
              has not caught up yet",
             opt(status.observed_generation),
             opt(generation)
-        ));
-    }
+        )
+    })
+}
 
-    // Columns: the Service's ports by name, in the Service's order.
+/// The status port named `name`.
+fn status_port<'s>(status: &'s PortMappingStatus, name: &str) -> Option<&'s PortStatus> {
+    status.ports.iter().find(|p| p.name == name)
+}
+
+/// Columns: the Service's ports by name (key), in the Service's order; a headless Service
+/// without ports gets portless slices.
+fn columns(service: &Service, status: &PortMappingStatus) -> Vec<(String, Column)> {
     let service_ports = service
         .spec
         .as_ref()
         .and_then(|s| s.ports.clone())
         .unwrap_or_default();
-    let status_port =
-        |name: &str| -> Option<&PortStatus> { status.ports.iter().find(|p| p.name == name) };
     let mut columns: Vec<(String, Column)> = Vec::new();
     for sp in &service_ports {
         let key = sp.name.clone().unwrap_or_default();
@@ -281,31 +336,29 @@ pub fn matrix(pm: &PortMapping, service: &Service, slices: &[EndpointSlice]) -> 
         } else {
             key.clone()
         };
-        columns.push((
-            key,
-            column(
-                label,
-                Some(sp.port),
-                status_port(sp.name.as_deref().unwrap_or_default()),
-            ),
-        ));
+        let port = status_port(status, sp.name.as_deref().unwrap_or_default());
+        columns.push((key, column(label, Some(sp.port), port)));
     }
     if service_ports.is_empty() {
-        // A headless Service without ports gets portless slices.
         columns.push((String::new(), column("(portless)".into(), None, None)));
     }
+    columns
+}
 
-    // Families: the Service's, then any a slice still publishes.
-    let mut families = service_families(service);
-    let uid = pm.metadata.uid.as_deref();
+/// (family, port key) → pod → conditions, as our slices publish them; adds the families a
+/// slice still publishes, and notes slices of other owners and ports the Service lacks.
+fn published(
+    pm: &PortMapping,
+    slices: &[EndpointSlice],
+    columns: &[(String, Column)],
+    families: &mut Vec<String>,
+    notes: &mut Vec<String>,
+) -> BTreeMap<(String, String), BTreeMap<String, Published>> {
+    let uid = pm.metadata.uid.as_deref().unwrap_or_default();
     let mut foreign = 0usize;
-    // (family, port key) → pod → conditions.
     let mut published: BTreeMap<(String, String), BTreeMap<String, Published>> = BTreeMap::new();
     for slice in slices {
-        if portmapper_core::ownership::controlled_by_another(
-            &slice.metadata,
-            uid.unwrap_or_default(),
-        ) {
+        if portmapper_core::ownership::controlled_by_another(&slice.metadata, uid) {
             foreign += 1;
             continue;
         }
@@ -335,22 +388,7 @@ pub fn matrix(pm: &PortMapping, service: &Service, slices: &[EndpointSlice]) -> 
                 continue;
             }
             let pods = published.entry((family.clone(), port_key)).or_default();
-            for e in &slice.endpoints {
-                let pod = e
-                    .target_ref
-                    .as_ref()
-                    .and_then(|t| t.name.clone())
-                    .unwrap_or_else(|| format!("<{}>", e.addresses.join(",")));
-                let c = e.conditions.as_ref();
-                pods.insert(
-                    pod,
-                    Published {
-                        ready: c.and_then(|c| c.ready),
-                        serving: c.and_then(|c| c.serving),
-                        terminating: c.and_then(|c| c.terminating),
-                    },
-                );
-            }
+            pods.extend(slice.endpoints.iter().map(endpoint_published));
         }
     }
     if foreign > 0 {
@@ -360,88 +398,74 @@ pub fn matrix(pm: &PortMapping, service: &Service, slices: &[EndpointSlice]) -> 
             pm.spec.service_ref.name
         ));
     }
+    published
+}
 
-    // Rows: every pod a slice publishes or the status names.
-    let mut pods: BTreeSet<String> = published.values().flat_map(|m| m.keys().cloned()).collect();
-    for p in &status.ports {
-        pods.extend(p.excluded.iter().map(|e| e.pod.clone()));
-        pods.extend(p.kept.iter().map(|e| e.pod.clone()));
-    }
+/// An endpoint's pod (or its addresses) and conditions.
+fn endpoint_published(e: &k8s_openapi::api::discovery::v1::Endpoint) -> (String, Published) {
+    let pod = e
+        .target_ref
+        .as_ref()
+        .and_then(|t| t.name.clone())
+        .unwrap_or_else(|| format!("<{}>", e.addresses.join(",")));
+    let c = e.conditions.as_ref();
+    let published = Published {
+        ready: c.and_then(|c| c.ready),
+        serving: c.and_then(|c| c.serving),
+        terminating: c.and_then(|c| c.terminating),
+    };
+    (pod, published)
+}
 
-    let empty = BTreeMap::new();
-    let families_out: Vec<Family> = families
-        .iter()
-        .map(|family| Family {
-            family: family.clone(),
-            pods: pods
-                .iter()
-                .map(|pod| Row {
-                    pod: pod.clone(),
-                    ports: columns
-                        .iter()
-                        .map(|(key, col)| {
-                            let here = published
-                                .get(&(family.clone(), key.clone()))
-                                .unwrap_or(&empty)
-                                .get(pod)
-                                .copied();
-                            let elsewhere: Vec<&str> = families
-                                .iter()
-                                .filter(|f| *f != family)
-                                .filter(|f| {
-                                    published
-                                        .get(&((*f).clone(), key.clone()))
-                                        .is_some_and(|m| m.contains_key(pod))
-                                })
-                                .map(String::as_str)
-                                .collect();
-                            cell(col, status_port(key), pod, here, &elsewhere)
-                        })
-                        .collect(),
-                })
-                .collect(),
-        })
-        .collect();
-
-    for (_, col) in &columns {
-        if col.excluded_truncated() {
-            notes.push(format!(
-                "{}: the status lists {} of {} excluded pods; the others show ? (not published, \
-                 reason not listed)",
-                col.name, col.excluded_listed, col.excluded_total
-            ));
-        }
-        if col.kept_truncated() {
-            notes.push(format!(
-                "{}: the status lists {} of {} kept pods; the others show as published",
-                col.name, col.kept_listed, col.kept_total
-            ));
-        }
-    }
-
-    notes.extend(local_policy_note(pm, service, slices));
-
-    View {
-        schema: JSON_SCHEMA,
-        namespace: pm.namespace().unwrap_or_default(),
-        name: pm.name_any(),
-        service: pm.spec.service_ref.name.clone(),
-        generation,
-        observed_generation: status.observed_generation,
-        conditions: status
-            .conditions
+/// One pod's row in `family`'s matrix.
+fn row(
+    pod: &str,
+    family: &str,
+    families: &[String],
+    columns: &[(String, Column)],
+    published: &BTreeMap<(String, String), BTreeMap<String, Published>>,
+    status: &PortMappingStatus,
+) -> Row {
+    let at = |family: &str, key: &str| {
+        published
+            .get(&(family.to_owned(), key.to_owned()))
+            .and_then(|m| m.get(pod))
+    };
+    Row {
+        pod: pod.to_owned(),
+        ports: columns
             .iter()
-            .map(|c| ConditionView {
-                type_: c.type_.clone(),
-                status: c.status.clone(),
-                reason: c.reason.clone(),
-                message: c.message.clone(),
+            .map(|(key, col)| {
+                let here = at(family, key).copied();
+                let elsewhere: Vec<&str> = families
+                    .iter()
+                    .filter(|f| *f != family)
+                    .filter(|f| at(f, key).is_some())
+                    .map(String::as_str)
+                    .collect();
+                cell(col, status_port(status, key), pod, here, &elsewhere)
             })
             .collect(),
-        ports: columns.into_iter().map(|(_, c)| c).collect(),
-        families: families_out,
-        notes,
     }
+}
+
+/// Notes on a column whose status lists were cut short.
+fn truncation_notes(col: &Column) -> Vec<String> {
+    let mut notes = Vec::new();
+    if col.excluded_truncated() {
+        notes.push(format!(
+            "{}: the status lists {} of {} excluded pods; the others show ? (not published, \
+             reason not listed)",
+            col.name, col.excluded_listed, col.excluded_total
+        ));
+    }
+    if col.kept_truncated() {
+        notes.push(format!(
+            "{}: the status lists {} of {} kept pods; the others show as published",
+            col.name, col.kept_listed, col.kept_total
+        ));
+    }
+    notes
 }
 
 /// The `externalTrafficPolicy: Local` caveat, read from the published slices themselves: which
