@@ -13,7 +13,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::{Metric, Registry, Unit};
 
 /// Labels of per-Service series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
@@ -124,122 +124,131 @@ struct FedSeries {
     ports: BTreeSet<PortLabels>,
 }
 
+/// A metric's name (under the `portmapper_` prefix) and help text.
+type Help = (&'static str, &'static str);
+
+/// `portmapper_endpoints_published`.
+const ENDPOINTS_PUBLISHED: Help = (
+    "endpoints_published",
+    "Endpoints published per Service port and address type (ready or not)",
+);
+/// `portmapper_endpointslices_managed`.
+const ENDPOINTSLICES_MANAGED: Help = (
+    "endpointslices_managed",
+    "EndpointSlices published per Service",
+);
+/// `portmapper_membership_checks`.
+const MEMBERSHIP_CHECKS: Help = (
+    "membership_checks",
+    "Membership decisions per Service by outcome (include, exclude, abstain)",
+);
+/// `portmapper_plan_pods`.
+const PLAN_PODS: Help = (
+    "plan_pods",
+    "Pool pods per plan: outcomes reused from the previous plan, or evaluated",
+);
+/// `portmapper_native_cleanup_deletions`.
+const NATIVE_CLEANUP_DELETIONS: Help = (
+    "native_cleanup_deletions",
+    "Native leftovers deleted after a selector migration, by resource",
+);
+/// `portmapper_name_collisions`.
+const NAME_COLLISIONS: Help = (
+    "name_collisions",
+    "Refused writes because an object we do not own already has the name",
+);
+/// `portmapper_reconcile`.
+const RECONCILE: Help = (
+    "reconcile",
+    "Reconciles by result (success, error; backoff: put off, inside the retry window of an earlier failure; quiet: nothing it reads changed since a pass that wrote nothing)",
+);
+/// `portmapper_reconcile_errors`.
+const RECONCILE_ERRORS: Help = ("reconcile_errors", "Failed reconciles by error category");
+/// `portmapper_reconcile_duration`.
+const RECONCILE_DURATION: Help = ("reconcile_duration", "Time of one reconcile");
+/// `portmapper_plan_duration`.
+const PLAN_DURATION: Help = (
+    "plan_duration",
+    "Time of one plan (the pure planner's share of a reconcile)",
+);
+/// `portmapper_api_writes`.
+const API_WRITES: Help = (
+    "api_writes",
+    "API writes issued by the operator, by verb and resource",
+);
+/// `portmapper_leader`.
+const LEADER: Help = (
+    "leader",
+    "1 while this replica holds the leader Lease (or leader election is off)",
+);
+/// `portmapper_watch_restarts`.
+const WATCH_RESTARTS: Help = (
+    "watch_restarts",
+    "Watch restarts by watch and reason (error, stalled, no_progress)",
+);
+/// `portmapper_watches_stalled`.
+const WATCHES_STALLED: Help = (
+    "watches_stalled",
+    "Watches of each kind that are open but silent (no event, no bookmark) past the stall threshold",
+);
+
+/// Registers `metric` under `name` and returns it (a handle on the same series).
+fn register<M: Metric + Clone>(registry: &mut Registry, (name, help): Help, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// [`register`] with a unit.
+fn register_with_unit<M: Metric + Clone>(
+    registry: &mut Registry,
+    (name, help): Help,
+    unit: Unit,
+    metric: M,
+) -> M {
+    registry.register_with_unit(name, help, unit, metric.clone());
+    metric
+}
+
 const DECISIONS: [&str; 3] = ["include", "exclude", "abstain"];
 
 impl Metrics {
     /// Registers every metric under the `portmapper_` prefix.
     pub fn new() -> Arc<Self> {
         let mut registry = Registry::with_prefix("portmapper");
-        let endpoints_published = Family::<PortLabels, Gauge>::default();
-        let endpointslices_managed = Family::<ServiceLabels, Gauge>::default();
-        let membership_checks = Family::<DecisionLabels, Counter>::default();
-        let plan_pods = Family::<EvaluationLabels, Counter>::default();
-        let native_cleanup_deletions = Family::<ResourceLabels, Counter>::default();
-        let name_collisions = Family::<ServiceLabels, Counter>::default();
-        let reconciles = Family::<ResultLabels, Counter>::default();
-        let reconcile_errors = Family::<CategoryLabels, Counter>::default();
-        let reconcile_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 15));
-        let plan_duration = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
-        let api_writes = Family::<WriteLabels, Counter>::default();
-        let leader = Gauge::default();
-        let watch_restarts = Family::<WatchRestartLabels, Counter>::default();
-        let watches_stalled = Family::<WatchLabels, Gauge>::default();
         let probe = portmapper_probe::PrometheusProbeMetrics::default();
         probe.register(&mut registry);
         let sync = crate::runtime::sync_metrics::SyncMetrics::new(&mut registry);
-
-        registry.register(
-            "endpoints_published",
-            "Endpoints published per Service port and address type (ready or not)",
-            endpoints_published.clone(),
-        );
-        registry.register(
-            "endpointslices_managed",
-            "EndpointSlices published per Service",
-            endpointslices_managed.clone(),
-        );
-        registry.register(
-            "membership_checks",
-            "Membership decisions per Service by outcome (include, exclude, abstain)",
-            membership_checks.clone(),
-        );
-        registry.register(
-            "plan_pods",
-            "Pool pods per plan: outcomes reused from the previous plan, or evaluated",
-            plan_pods.clone(),
-        );
-        registry.register(
-            "native_cleanup_deletions",
-            "Native leftovers deleted after a selector migration, by resource",
-            native_cleanup_deletions.clone(),
-        );
-        registry.register(
-            "name_collisions",
-            "Refused writes because an object we do not own already has the name",
-            name_collisions.clone(),
-        );
-        registry.register(
-            "reconcile",
-            "Reconciles by result (success, error; backoff: put off, inside the retry window of an earlier failure; quiet: nothing it reads changed since a pass that wrote nothing)",
-            reconciles.clone(),
-        );
-        registry.register(
-            "reconcile_errors",
-            "Failed reconciles by error category",
-            reconcile_errors.clone(),
-        );
-        registry.register_with_unit(
-            "reconcile_duration",
-            "Time of one reconcile",
-            Unit::Seconds,
-            reconcile_duration.clone(),
-        );
-        registry.register_with_unit(
-            "plan_duration",
-            "Time of one plan (the pure planner's share of a reconcile)",
-            Unit::Seconds,
-            plan_duration.clone(),
-        );
-        registry.register(
-            "api_writes",
-            "API writes issued by the operator, by verb and resource",
-            api_writes.clone(),
-        );
-        registry.register(
-            "leader",
-            "1 while this replica holds the leader Lease (or leader election is off)",
-            leader.clone(),
-        );
-        registry.register(
-            "watch_restarts",
-            "Watch restarts by watch and reason (error, stalled, no_progress)",
-            watch_restarts.clone(),
-        );
-        registry.register(
-            "watches_stalled",
-            "Watches of each kind that are open but silent (no event, no bookmark) past the stall threshold",
-            watches_stalled.clone(),
-        );
-
+        let r = &mut registry;
+        // Fields are evaluated in order: the registration order, which /metrics keeps.
         Arc::new(Self {
-            registry,
-            endpoints_published,
-            endpointslices_managed,
-            membership_checks,
-            plan_pods,
-            native_cleanup_deletions,
-            name_collisions,
-            reconciles,
-            reconcile_errors,
-            reconcile_duration,
-            plan_duration,
-            api_writes,
-            leader,
-            watch_restarts,
-            watches_stalled,
+            endpoints_published: register(r, ENDPOINTS_PUBLISHED, Family::default()),
+            endpointslices_managed: register(r, ENDPOINTSLICES_MANAGED, Family::default()),
+            membership_checks: register(r, MEMBERSHIP_CHECKS, Family::default()),
+            plan_pods: register(r, PLAN_PODS, Family::default()),
+            native_cleanup_deletions: register(r, NATIVE_CLEANUP_DELETIONS, Family::default()),
+            name_collisions: register(r, NAME_COLLISIONS, Family::default()),
+            reconciles: register(r, RECONCILE, Family::default()),
+            reconcile_errors: register(r, RECONCILE_ERRORS, Family::default()),
+            reconcile_duration: register_with_unit(
+                r,
+                RECONCILE_DURATION,
+                Unit::Seconds,
+                Histogram::new(exponential_buckets(0.0005, 2.0, 15)),
+            ),
+            plan_duration: register_with_unit(
+                r,
+                PLAN_DURATION,
+                Unit::Seconds,
+                Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+            ),
+            api_writes: register(r, API_WRITES, Family::default()),
+            leader: register(r, LEADER, Gauge::default()),
+            watch_restarts: register(r, WATCH_RESTARTS, Family::default()),
+            watches_stalled: register(r, WATCHES_STALLED, Family::default()),
             probe,
             sync,
             fed: Mutex::new(HashMap::new()),
+            registry,
         })
     }
 
