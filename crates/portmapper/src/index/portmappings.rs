@@ -40,6 +40,19 @@ pub fn semantic_version(pm: &PortMapping) -> Option<u64> {
     Some(h.finish())
 }
 
+/// What the index keeps of a PortMapping in namespace `ns`.
+fn footprint(pm: &PortMapping, ns: &str) -> PmFootprint {
+    PmFootprint {
+        uid: pm.uid(),
+        service: (ns.to_owned(), pm.spec.service_ref.name.clone()),
+        pool: PoolKey::of(pm),
+        rank: ClaimRank::of(pm.meta()),
+        deleting: pm.meta().deletion_timestamp.is_some(),
+        gate: pm.spec.gate_condition_type().to_owned(),
+        version: semantic_version(pm),
+    }
+}
+
 impl Index {
     /// A PortMapping was added or changed. Affected: itself, and when what decides the
     /// Service's publisher changed (Service, rank, deletion), every PortMapping naming the old or
@@ -47,15 +60,7 @@ impl Index {
     pub fn apply_portmapping(&mut self, pm: &PortMapping) -> PmApplied {
         let key = ObjectRef::from_obj(pm);
         let ns = pm.namespace().unwrap_or_default();
-        let footprint = PmFootprint {
-            uid: pm.uid(),
-            service: (ns.clone(), pm.spec.service_ref.name.clone()),
-            pool: PoolKey::of(pm),
-            rank: ClaimRank::of(pm.meta()),
-            deleting: pm.meta().deletion_timestamp.is_some(),
-            gate: pm.spec.gate_condition_type().to_owned(),
-            version: semantic_version(pm),
-        };
+        let footprint = footprint(pm, &ns);
         let mut out = PmApplied::default();
         let previous = self.pms.get(&key).cloned();
         if previous.as_ref() == Some(&footprint) {
@@ -102,22 +107,7 @@ impl Index {
                 out.reindex = Some(PodSource::Namespace(ns.clone()));
             }
         }
-        insert(
-            &mut self.pms_by_service,
-            footprint.service.clone(),
-            key.clone(),
-        );
-        if let Some(cut) = cut_prefix(&footprint.service.1) {
-            let cut = (footprint.service.0.clone(), cut.to_owned());
-            insert(&mut self.pms_by_name_prefix, cut, key.clone());
-        }
-        insert(&mut self.pms_by_pool, footprint.pool.clone(), key.clone());
-        self.pms_by_gate
-            .entry(ns.clone())
-            .or_default()
-            .entry(footprint.gate.clone())
-            .or_default()
-            .insert(key.clone());
+        self.register(&key, &footprint);
         if gate_peers_changed {
             // Their gate peers changed: who sets a shared type, or the types podReady reads past.
             let gates = [previous.map(|o| o.gate), Some(footprint.gate.clone())];
@@ -156,6 +146,27 @@ impl Index {
         // One gone PortMapping may name another gone one (a shared gate type).
         woken.retain(|k| self.pms.contains_key(k));
         woken
+    }
+
+    /// Files the PortMapping under its Service, its name prefix, its pool and its gate type
+    /// (the annotation keys are counted by the caller, which needs the count before).
+    fn register(&mut self, key: &PmKey, footprint: &PmFootprint) {
+        insert(
+            &mut self.pms_by_service,
+            footprint.service.clone(),
+            key.clone(),
+        );
+        if let Some(cut) = cut_prefix(&footprint.service.1) {
+            let cut = (footprint.service.0.clone(), cut.to_owned());
+            insert(&mut self.pms_by_name_prefix, cut, key.clone());
+        }
+        insert(&mut self.pms_by_pool, footprint.pool.clone(), key.clone());
+        self.pms_by_gate
+            .entry(footprint.service.0.clone())
+            .or_default()
+            .entry(footprint.gate.clone())
+            .or_default()
+            .insert(key.clone());
     }
 
     pub(super) fn unregister(&mut self, key: &PmKey, old: &PmFootprint) {

@@ -96,51 +96,9 @@ const EMBEDDED: [(&str, &str); 3] = [
 /// Runs the demo until `--duration` passes or Ctrl-C.
 pub async fn run(config: DemoConfig) -> Result<(), Error> {
     let started = Instant::now();
-    let mut builder = kube_emulator::Emulator::builder();
-    if let Some(path) = &config.kubeconfig {
-        builder = builder.kubeconfig(path.clone());
-    }
-    let emu = builder
-        .start()
-        .await
-        .map_err(|e| Error::Config(format!("starting the embedded API server: {e}")))?;
-    let client = emu
-        .client()
-        .map_err(|e| Error::Config(format!("client for the embedded API server: {e}")))?;
-    let kubeconfig = emu.kubeconfig_path().display().to_string();
-    say!("portmapper demo: embedded API server on {}", emu.url());
-    say!("  export KUBECONFIG={kubeconfig}");
-    say!("  kubectl get pm,endpointslices");
-    say!("  logs: {}", config.log_path.display());
-    let pod_network = match PodNetwork::create() {
-        Ok(network) => {
-            say!(
-                "network checks: every port also needs httpGet on the pod's own server; pods listen on their IPs inside a private network namespace"
-            );
-            Some(Arc::new(network))
-        }
-        Err(why) => {
-            say!(
-                "network checks: not used; the demo runs metadata-only (podReady + portNames): {why}"
-            );
-            None
-        }
-    };
-
-    install_crd(&client).await?;
-    let manifests = load_manifests(&config.manifests)?;
-    for doc in &manifests {
-        match &pod_network {
-            Some(_) => apply(&client, &with_http_checks(doc)).await?,
-            None => apply(&client, doc).await?,
-        }
-    }
-    say!(
-        "applied {} objects from {}",
-        manifests.len(),
-        source_name(&config.manifests)
-    );
-
+    let (_emu, client) = start_emulator(&config).await?;
+    let pod_network = pod_network();
+    apply_manifests(&client, &config, pod_network.is_some()).await?;
     let shutdown = CancellationToken::new();
     let kubelet = tokio::spawn(play_kubelet(
         client.clone(),
@@ -175,21 +133,17 @@ pub async fn run(config: DemoConfig) -> Result<(), Error> {
         view.clone(),
         shutdown.clone(),
     ));
-
     if config.tour {
         tour(&client, &view, pod_network.as_deref()).await?;
     } else {
         say!("try: kubectl annotate pod pod-a example.com/ports=http,https --overwrite");
     }
-    let until = async {
-        match config.duration {
-            Some(duration) => tokio::time::sleep(duration).await,
-            None => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+    match config.duration {
+        Some(duration) => tokio::time::sleep(duration).await,
+        None => {
+            let _ = tokio::signal::ctrl_c().await;
         }
-    };
-    until.await;
+    }
     shutdown.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(5), controller).await;
     display.abort();
@@ -197,6 +151,66 @@ pub async fn run(config: DemoConfig) -> Result<(), Error> {
     say!(
         "demo finished after {:.1}s",
         started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Starts the embedded API server (kept running while the returned handle lives) and says how
+/// to reach it.
+async fn start_emulator(config: &DemoConfig) -> Result<(kube_emulator::Emulator, Client), Error> {
+    let mut builder = kube_emulator::Emulator::builder();
+    if let Some(path) = &config.kubeconfig {
+        builder = builder.kubeconfig(path.clone());
+    }
+    let emu = builder
+        .start()
+        .await
+        .map_err(|e| Error::Config(format!("starting the embedded API server: {e}")))?;
+    let client = emu
+        .client()
+        .map_err(|e| Error::Config(format!("client for the embedded API server: {e}")))?;
+    let kubeconfig = emu.kubeconfig_path().display().to_string();
+    say!("portmapper demo: embedded API server on {}", emu.url());
+    say!("  export KUBECONFIG={kubeconfig}");
+    say!("  kubectl get pm,endpointslices");
+    say!("  logs: {}", config.log_path.display());
+    Ok((emu, client))
+}
+
+/// The pods' private network namespace, when one can be made: then network checks run too.
+fn pod_network() -> Option<Arc<PodNetwork>> {
+    match PodNetwork::create() {
+        Ok(network) => {
+            say!(
+                "network checks: every port also needs httpGet on the pod's own server; pods listen on their IPs inside a private network namespace"
+            );
+            Some(Arc::new(network))
+        }
+        Err(why) => {
+            say!(
+                "network checks: not used; the demo runs metadata-only (podReady + portNames): {why}"
+            );
+            None
+        }
+    }
+}
+
+/// Installs the CRD and applies the demo's manifests (with HTTP checks when the pods have a
+/// network).
+async fn apply_manifests(client: &Client, config: &DemoConfig, http: bool) -> Result<(), Error> {
+    install_crd(client).await?;
+    let manifests = load_manifests(&config.manifests)?;
+    for doc in &manifests {
+        if http {
+            apply(client, &with_http_checks(doc)).await?;
+        } else {
+            apply(client, doc).await?;
+        }
+    }
+    say!(
+        "applied {} objects from {}",
+        manifests.len(),
+        source_name(&config.manifests)
     );
     Ok(())
 }

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
+use portmapper_api::PortStatus;
 use serde::Serialize;
 
 use super::{Preview, RenderError, Rendered};
@@ -143,29 +144,8 @@ fn table_one(out: &mut String, preview: &Preview, assume: &str) {
         let _ = writeln!(out, "  note: {note}");
     }
     if !preview.slices.is_empty() {
-        let mut rows = vec![
-            ["ENDPOINTSLICE", "ADDRESSTYPE", "PORTS", "ENDPOINTS"]
-                .map(String::from)
-                .to_vec(),
-        ];
-        for slice in &preview.slices {
-            let port = slice
-                .ports
-                .iter()
-                .flatten()
-                .filter_map(|p| p.port)
-                .map(|p| p.to_string())
-                .collect::<Vec<_>>()
-                .join(",");
-            rows.push(vec![
-                slice.name_any(),
-                slice.address_type.clone(),
-                if port.is_empty() { "-".into() } else { port },
-                endpoints_cell(slice),
-            ]);
-        }
         out.push('\n');
-        out.push_str(&indent(&crate::commands::text_table::columns(&rows, 3)));
+        out.push_str(&indent(&slices_table(&preview.slices)));
     }
     if let Some(endpoints) = &preview.endpoints {
         let addresses: usize = endpoints
@@ -181,40 +161,71 @@ fn table_one(out: &mut String, preview: &Preview, assume: &str) {
         );
     }
     if !status.ports.is_empty() {
-        let mut rows = vec![
-            [
-                "PORT",
-                "NUMBER",
-                "READY",
-                "NOT-READY",
-                "CANDIDATES",
-                "EXCLUDED",
-            ]
-            .map(String::from)
-            .to_vec(),
-        ];
-        for p in &status.ports {
-            rows.push(vec![
-                if p.name.is_empty() {
-                    "-".into()
-                } else {
-                    p.name.clone()
-                },
-                p.port.to_string(),
-                p.ready.to_string(),
-                p.not_ready.to_string(),
-                p.candidates.to_string(),
-                p.excluded_total.to_string(),
-            ]);
-        }
         out.push('\n');
-        out.push_str(&indent(&crate::commands::text_table::columns(&rows, 3)));
+        out.push_str(&indent(&ports_table(&status.ports)));
         for p in &status.ports {
             for e in &p.excluded {
                 let _ = writeln!(out, "  {} excludes {}: {}", p.name, e.pod, e.reason);
             }
         }
     }
+}
+
+/// The slices, one row each: name, address type, port numbers, endpoints.
+fn slices_table(slices: &[EndpointSlice]) -> String {
+    let mut rows = vec![
+        ["ENDPOINTSLICE", "ADDRESSTYPE", "PORTS", "ENDPOINTS"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for slice in slices {
+        let port = slice
+            .ports
+            .iter()
+            .flatten()
+            .filter_map(|p| p.port)
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        rows.push(vec![
+            slice.name_any(),
+            slice.address_type.clone(),
+            if port.is_empty() { "-".into() } else { port },
+            endpoints_cell(slice),
+        ]);
+    }
+    crate::commands::text_table::columns(&rows, 3)
+}
+
+/// The per-port counts of the status, one row per port.
+fn ports_table(ports: &[PortStatus]) -> String {
+    let mut rows = vec![
+        [
+            "PORT",
+            "NUMBER",
+            "READY",
+            "NOT-READY",
+            "CANDIDATES",
+            "EXCLUDED",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for p in ports {
+        rows.push(vec![
+            if p.name.is_empty() {
+                "-".into()
+            } else {
+                p.name.clone()
+            },
+            p.port.to_string(),
+            p.ready.to_string(),
+            p.not_ready.to_string(),
+            p.candidates.to_string(),
+            p.excluded_total.to_string(),
+        ]);
+    }
+    crate::commands::text_table::columns(&rows, 3)
 }
 
 fn indent(text: &str) -> String {
