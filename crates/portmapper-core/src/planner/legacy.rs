@@ -68,10 +68,59 @@ pub(crate) fn plan_endpoints(
     if live.is_some_and(|l| endpoints_owner(&l.metadata, ctx.pm_uid) == EndpointsOwner::Foreign) {
         return Ok(LegacyOutcome::Foreign);
     }
-    // One entry per pod: its address and every port it serves. Draining (not ready) members
-    // are omitted, as the native endpoints controller drops terminating pods.
-    let mut per_pod: BTreeMap<usize, (EndpointAddress, IpAddr, BTreeSet<PortKey>)> =
-        BTreeMap::new();
+    let (rendered, total) = subsets(ctx, members);
+    let truncated = (total > MAX_ENDPOINTS_ADDRESSES).then_some(total);
+    let mut desired = Endpoints {
+        metadata: ObjectMeta {
+            name: Some(ctx.svc_name.to_owned()),
+            namespace: Some(ctx.namespace.to_owned()),
+            labels: Some(labels(ctx.service)),
+            owner_references: Some(vec![ctx.owner.clone()]),
+            ..ObjectMeta::default()
+        },
+        subsets: (!rendered.is_empty()).then_some(rendered),
+    };
+    let over_capacity = truncated.is_some();
+    let action = action(&desired, live, over_capacity);
+    let mut annotations = BTreeMap::new();
+    if action.is_write() {
+        annotations.insert(ANNOTATION_TRIGGER_TIME.to_owned(), ctx.now.to_owned());
+    } else if let Some(t) = live
+        .and_then(|l| l.metadata.annotations.as_ref())
+        .and_then(|a| a.get(ANNOTATION_TRIGGER_TIME))
+    {
+        annotations.insert(ANNOTATION_TRIGGER_TIME.to_owned(), t.clone());
+    }
+    if over_capacity {
+        annotations.insert(ANNOTATION_OVER_CAPACITY.to_owned(), "truncated".to_owned());
+    }
+    desired.metadata.annotations = (!annotations.is_empty()).then_some(annotations);
+    if action.is_write() {
+        let errors = kube_validation::validate_endpoints(&desired);
+        if !errors.is_empty() {
+            return Err(PlanError::InvalidRender {
+                kind: "Endpoints",
+                name: ctx.svc_name.to_owned(),
+                message: kube_validation::invalid_message("Endpoints", "", ctx.svc_name, &errors),
+            });
+        }
+    }
+    Ok(LegacyOutcome::Planned(
+        Box::new(PlannedEndpoints {
+            endpoints: desired,
+            action,
+        }),
+        truncated,
+    ))
+}
+
+/// One ready member pod: its address, the address parsed, every port it serves.
+type PodEntry = (EndpointAddress, IpAddr, BTreeSet<PortKey>);
+
+/// The ready members by pool position, each with every port it serves. Draining (not ready)
+/// members are omitted, as the native endpoints controller drops terminating pods.
+fn per_pod(ctx: &LegacyContext<'_>, members: &[Member]) -> BTreeMap<usize, PodEntry> {
+    let mut per_pod: BTreeMap<usize, PodEntry> = BTreeMap::new();
     for m in members.iter().filter(|m| m.ready) {
         let Some(ip) = m.endpoint.addresses.first() else {
             continue;
@@ -99,9 +148,15 @@ pub(crate) fn plan_endpoints(
                 .insert((port.name.to_owned(), target, port.protocol.to_owned(), app));
         }
     }
+    per_pod
+}
+
+/// The subsets, addresses grouped by the exact set of ports they serve, at most
+/// [`MAX_ENDPOINTS_ADDRESSES`] in all; and how many addresses there were before the cut.
+fn subsets(ctx: &LegacyContext<'_>, members: &[Member]) -> (Vec<EndpointSubset>, usize) {
     let mut subsets: BTreeMap<Vec<PortKey>, Vec<(IpAddr, String, EndpointAddress)>> =
         BTreeMap::new();
-    for (pod, (address, ip, ports)) in per_pod {
+    for (pod, (address, ip, ports)) in per_pod(ctx, members) {
         let uid = ctx.pods.get(pod).map(|p| p.uid.clone()).unwrap_or_default();
         subsets
             .entry(ports.into_iter().collect())
@@ -133,10 +188,12 @@ pub(crate) fn plan_endpoints(
             ports: (!ports.is_empty()).then_some(ports),
         });
     }
-    let truncated = (total > MAX_ENDPOINTS_ADDRESSES).then_some(total);
+    (rendered, total)
+}
 
-    let mut labels: BTreeMap<String, String> = ctx
-        .service
+/// The object's labels: the Service's (but the reserved ones), ours, and `skip-mirror`.
+fn labels(service: &Service) -> BTreeMap<String, String> {
+    let mut labels: BTreeMap<String, String> = service
         .metadata
         .labels
         .iter()
@@ -144,74 +201,36 @@ pub(crate) fn plan_endpoints(
         .filter(|(k, _)| !RESERVED_LABELS.contains(&k.as_str()) && k.as_str() != LABEL_SKIP_MIRROR)
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    if is_headless(ctx.service) {
+    if is_headless(service) {
         labels.insert(LABEL_HEADLESS.to_owned(), String::new());
     }
     labels.insert(LABEL_MANAGED_BY.to_owned(), MANAGER.to_owned());
     labels.insert(LABEL_SKIP_MIRROR.to_owned(), "true".to_owned());
     labels.remove(LABEL_SERVICE_NAME);
+    labels
+}
 
-    let mut desired = Endpoints {
-        metadata: ObjectMeta {
-            name: Some(ctx.svc_name.to_owned()),
-            namespace: Some(ctx.namespace.to_owned()),
-            labels: Some(labels),
-            owner_references: Some(vec![ctx.owner.clone()]),
-            ..ObjectMeta::default()
-        },
-        subsets: (!rendered.is_empty()).then_some(rendered),
+/// Create, update or leave `live` as it is (the annotations are compared by presence of the
+/// over-capacity one only: the trigger time follows the write).
+fn action(desired: &Endpoints, live: Option<&Endpoints>, over_capacity: bool) -> WriteAction {
+    let Some(l) = live else {
+        return WriteAction::Create;
     };
-    let over_capacity = truncated.is_some();
-    let action = match live {
-        None => WriteAction::Create,
-        Some(l) => {
-            let live_over = l
-                .metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(ANNOTATION_OVER_CAPACITY));
-            if metadata_eq(&desired.metadata, &l.metadata)
-                && live_over == over_capacity
-                && subsets_eq(&desired, l)
-            {
-                WriteAction::Unchanged
-            } else {
-                WriteAction::Update {
-                    resource_version: l.metadata.resource_version.clone(),
-                }
-            }
-        }
-    };
-    let mut annotations = BTreeMap::new();
-    if action.is_write() {
-        annotations.insert(ANNOTATION_TRIGGER_TIME.to_owned(), ctx.now.to_owned());
-    } else if let Some(t) = live
-        .and_then(|l| l.metadata.annotations.as_ref())
-        .and_then(|a| a.get(ANNOTATION_TRIGGER_TIME))
+    let live_over = l
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(ANNOTATION_OVER_CAPACITY));
+    if metadata_eq(&desired.metadata, &l.metadata)
+        && live_over == over_capacity
+        && subsets_eq(desired, l)
     {
-        annotations.insert(ANNOTATION_TRIGGER_TIME.to_owned(), t.clone());
-    }
-    if over_capacity {
-        annotations.insert(ANNOTATION_OVER_CAPACITY.to_owned(), "truncated".to_owned());
-    }
-    desired.metadata.annotations = (!annotations.is_empty()).then_some(annotations);
-    if action.is_write() {
-        let errors = kube_validation::validate_endpoints(&desired);
-        if !errors.is_empty() {
-            return Err(PlanError::InvalidRender {
-                kind: "Endpoints",
-                name: ctx.svc_name.to_owned(),
-                message: kube_validation::invalid_message("Endpoints", "", ctx.svc_name, &errors),
-            });
+        WriteAction::Unchanged
+    } else {
+        WriteAction::Update {
+            resource_version: l.metadata.resource_version.clone(),
         }
     }
-    Ok(LegacyOutcome::Planned(
-        Box::new(PlannedEndpoints {
-            endpoints: desired,
-            action,
-        }),
-        truncated,
-    ))
 }
 
 type AddressKey = (String, Option<String>, Option<String>, Option<String>);
