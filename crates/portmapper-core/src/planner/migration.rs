@@ -60,25 +60,10 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
     let mut out = Vec::new();
     let live = input.live_endpoints;
     let live_owner = live.map(|e| endpoints_owner(&e.metadata, input.pm_uid));
-
     if input.selector_present {
-        // The native endpoints controller writes this object while a selector exists.
-        if let (Some(e), Some(EndpointsOwner::Ours)) = (live, live_owner)
-            && let Some(uid) = e.metadata.uid.clone()
-        {
-            out.push(Step::DeleteEndpoints {
-                name: e.metadata.name.clone().unwrap_or_default(),
-                uid,
-                native: false,
-            });
-            out.push(Step::Normal {
-                reason: EventReason::LegacyEndpointsRelinquished,
-                note: "the Service has a selector again; its Endpoints object is handed back to the native controller".into(),
-            });
-        }
+        relinquish(live, live_owner, &mut out);
         return out;
     }
-
     let mut endpoints_cleared = false;
     if let Some(d) = input.endpoints_deletion
         && let Some(uid) = &d.uid
@@ -90,58 +75,8 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
             native: false,
         });
     } else if input.legacy_endpoints {
-        match (live_owner, input.planned_endpoints) {
-            (Some(EndpointsOwner::Foreign), _) => out.push(Step::Warn {
-                reason: EventReason::EndpointsCollision,
-                note:
-                    "the Service's Endpoints object belongs to another controller; it is left alone"
-                        .into(),
-            }),
-            (Some(EndpointsOwner::Abandoned), Some(planned)) => {
-                let Some(e) = live else { return out };
-                if !input.native_cleanup {
-                    out.push(Step::Warn {
-                        reason: EventReason::LegacyEndpointsNotAdopted,
-                        note: "an abandoned Endpoints object exists and nativeCleanup is off; it is not adopted".into(),
-                    });
-                } else if !input.publishing_primary && has_ready_addresses(e) {
-                    out.push(Step::Warn {
-                        reason: EventReason::LegacyEndpointsAdoptionDeferred,
-                        note: "not adopting the abandoned Endpoints object while it has ready addresses and we publish none".into(),
-                    });
-                } else {
-                    let strip = [
-                        "endpoints.kubernetes.io/last-change-trigger-time",
-                        "endpoints.kubernetes.io/over-capacity",
-                    ]
-                    .into_iter()
-                    .filter(|k| {
-                        e.metadata
-                            .annotations
-                            .as_ref()
-                            .is_some_and(|a| a.contains_key(*k))
-                    })
-                    .map(String::from)
-                    .collect();
-                    out.push(Step::AdoptEndpoints {
-                        endpoints: planned.endpoints.clone(),
-                        strip_annotations: strip,
-                        resource_version: e.metadata.resource_version.clone(),
-                    });
-                    out.push(Step::Normal {
-                        reason: EventReason::LegacyEndpointsAdopted,
-                        note: "took over the native controller's abandoned Endpoints object".into(),
-                    });
-                    endpoints_cleared = true;
-                }
-            }
-            (_, Some(planned)) if planned.action.is_write() => {
-                out.push(Step::ApplyEndpoints(planned.endpoints.clone()))
-            }
-            _ => {}
-        }
+        endpoints_cleared = legacy_endpoints(input, live, live_owner, &mut out);
     }
-
     // Native leftovers: evidence = native or mirror slices for this Service.
     if !input.native_cleanup || input.native_slices.is_empty() {
         return out;
@@ -153,9 +88,115 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
         });
         return out;
     }
+    native_leftovers(input, live, live_owner, endpoints_cleared, &mut out);
+    out
+}
+
+/// The Service has a selector (again): the native endpoints controller writes its Endpoints
+/// object, so ours is handed back.
+fn relinquish(live: Option<&Endpoints>, owner: Option<EndpointsOwner>, out: &mut Vec<Step>) {
+    if let (Some(e), Some(EndpointsOwner::Ours)) = (live, owner)
+        && let Some(uid) = e.metadata.uid.clone()
+    {
+        out.push(Step::DeleteEndpoints {
+            name: e.metadata.name.clone().unwrap_or_default(),
+            uid,
+            native: false,
+        });
+        out.push(Step::Normal {
+            reason: EventReason::LegacyEndpointsRelinquished,
+            note: "the Service has a selector again; its Endpoints object is handed back to the native controller".into(),
+        });
+    }
+}
+
+/// `legacyEndpoints`: apply ours, adopt an abandoned object, or leave another controller's
+/// alone. True when an abandoned object was adopted (it is no longer the native one).
+fn legacy_endpoints(
+    input: &Input<'_>,
+    live: Option<&Endpoints>,
+    owner: Option<EndpointsOwner>,
+    out: &mut Vec<Step>,
+) -> bool {
+    match (owner, input.planned_endpoints) {
+        (Some(EndpointsOwner::Foreign), _) => out.push(Step::Warn {
+            reason: EventReason::EndpointsCollision,
+            note: "the Service's Endpoints object belongs to another controller; it is left alone"
+                .into(),
+        }),
+        (Some(EndpointsOwner::Abandoned), Some(planned)) => {
+            let Some(e) = live else { return false };
+            return adopt(input, e, planned, out);
+        }
+        (_, Some(planned)) if planned.action.is_write() => {
+            out.push(Step::ApplyEndpoints(planned.endpoints.clone()))
+        }
+        _ => {}
+    }
+    false
+}
+
+/// Adopts the abandoned Endpoints object `e` when cleanup is on and it would not replace
+/// ready addresses with none; true when adopted.
+fn adopt(
+    input: &Input<'_>,
+    e: &Endpoints,
+    planned: &PlannedEndpoints,
+    out: &mut Vec<Step>,
+) -> bool {
+    if !input.native_cleanup {
+        out.push(Step::Warn {
+            reason: EventReason::LegacyEndpointsNotAdopted,
+            note:
+                "an abandoned Endpoints object exists and nativeCleanup is off; it is not adopted"
+                    .into(),
+        });
+        return false;
+    }
+    if !input.publishing_primary && has_ready_addresses(e) {
+        out.push(Step::Warn {
+            reason: EventReason::LegacyEndpointsAdoptionDeferred,
+            note: "not adopting the abandoned Endpoints object while it has ready addresses and we publish none".into(),
+        });
+        return false;
+    }
+    let strip = [
+        "endpoints.kubernetes.io/last-change-trigger-time",
+        "endpoints.kubernetes.io/over-capacity",
+    ]
+    .into_iter()
+    .filter(|k| {
+        e.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(*k))
+    })
+    .map(String::from)
+    .collect();
+    out.push(Step::AdoptEndpoints {
+        endpoints: planned.endpoints.clone(),
+        strip_annotations: strip,
+        resource_version: e.metadata.resource_version.clone(),
+    });
+    out.push(Step::Normal {
+        reason: EventReason::LegacyEndpointsAdopted,
+        note: "took over the native controller's abandoned Endpoints object".into(),
+    });
+    true
+}
+
+/// Deletes the native leftovers once we publish: the abandoned Endpoints object (unless
+/// adopted), then the native slices (mirror slices only where garbage collection will not).
+fn native_leftovers(
+    input: &Input<'_>,
+    live: Option<&Endpoints>,
+    owner: Option<EndpointsOwner>,
+    mut endpoints_cleared: bool,
+    out: &mut Vec<Step>,
+) {
     if !endpoints_cleared
         && !input.legacy_endpoints
-        && let (Some(e), Some(EndpointsOwner::Abandoned)) = (live, live_owner)
+        && let (Some(e), Some(EndpointsOwner::Abandoned)) = (live, owner)
         && let Some(uid) = e.metadata.uid.clone()
     {
         out.push(Step::DeleteEndpoints {
@@ -165,8 +206,7 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
         });
         endpoints_cleared = true;
     }
-    let endpoints_gone =
-        endpoints_cleared || live.is_none() || live_owner == Some(EndpointsOwner::Ours);
+    let endpoints_gone = endpoints_cleared || live.is_none() || owner == Some(EndpointsOwner::Ours);
     for s in input.native_slices {
         // Mirror slices are owned by the Endpoints object: when we deleted it, GC takes them;
         // after an adoption GC would not fire, so they are deleted here.
@@ -193,7 +233,6 @@ pub fn steps(input: &Input<'_>) -> Vec<Step> {
             note: "deleted the native controllers' leftovers after the selector was removed".into(),
         });
     }
-    out
 }
 
 /// The steps of one plan: [`steps`] from the plan's slices and Endpoints and the evidence,
