@@ -198,12 +198,26 @@ pub fn pack<W: Wanted>(
     reserved: &dyn Fn(u32) -> bool,
 ) -> Packing {
     let max = max.max(1);
+    let (mut chunks, placed) = keep(desired, live, max);
+    let mut remaining: Vec<usize> = (0..desired.len()).filter(|&i| !placed[i]).collect();
+    remaining.reverse(); // pop() yields them in sorted order
+    fill_written(&mut chunks, &mut remaining, max);
+    top_up_unchanged(&mut chunks, &mut remaining, max);
+    new_slices(&mut chunks, &mut remaining, max, reserved);
+    finish(chunks, placeholder && desired.is_empty(), reserved)
+}
+
+/// Step 1: keeps what is still wanted where it is. One chunk per live slice (in chunk
+/// order), and which desired endpoints they took.
+fn keep<W: Wanted>(
+    desired: &[W],
+    live: &[LiveChunk<'_>],
+    max: usize,
+) -> (Vec<PackedChunk>, Vec<bool>) {
     let wanted = WantedIndex::new(desired);
     let mut placed = vec![false; desired.len()];
     let mut order: Vec<usize> = (0..live.len()).collect();
     order.sort_by_key(|&i| live[i].chunk);
-
-    // 1. Keep what is still wanted where it is.
     let mut chunks: Vec<PackedChunk> = Vec::new();
     for &li in &order {
         let slice = &live[li];
@@ -243,10 +257,11 @@ pub fn pack<W: Wanted>(
         }
         chunks.push(chunk);
     }
-    let mut remaining: Vec<usize> = (0..desired.len()).filter(|&i| !placed[i]).collect();
-    remaining.reverse(); // pop() yields them in sorted order
+    (chunks, placed)
+}
 
-    // 2. Fill slices that are written anyway, fullest first.
+/// Step 2: fills slices that are written anyway, fullest first.
+fn fill_written(chunks: &mut [PackedChunk], remaining: &mut Vec<usize>, max: usize) {
     let mut fill: Vec<usize> = (0..chunks.len())
         .filter(|&c| chunks[c].changed && !chunks[c].endpoints.is_empty())
         .collect();
@@ -262,30 +277,41 @@ pub fn pack<W: Wanted>(
             chunks[c].endpoints.push(i);
         }
     }
+}
 
-    // 3. Fewer than a full slice left: the unchanged slice that ends up closest to full.
-    if !remaining.is_empty() && remaining.len() < max {
-        let best = (0..chunks.len())
-            .filter(|&c| {
-                !chunks[c].changed
-                    && !chunks[c].endpoints.is_empty()
-                    && chunks[c].endpoints.len() + remaining.len() <= max
-            })
-            .max_by_key(|&c| {
-                (
-                    chunks[c].endpoints.len(),
-                    std::cmp::Reverse(chunks[c].chunk),
-                )
-            });
-        if let Some(c) = best {
-            chunks[c].changed = true;
-            while let Some(i) = remaining.pop() {
-                chunks[c].endpoints.push(i);
-            }
+/// Step 3: fewer than a full slice left go into the unchanged slice that ends up closest to
+/// full.
+fn top_up_unchanged(chunks: &mut [PackedChunk], remaining: &mut Vec<usize>, max: usize) {
+    if remaining.is_empty() || remaining.len() >= max {
+        return;
+    }
+    let best = (0..chunks.len())
+        .filter(|&c| {
+            !chunks[c].changed
+                && !chunks[c].endpoints.is_empty()
+                && chunks[c].endpoints.len() + remaining.len() <= max
+        })
+        .max_by_key(|&c| {
+            (
+                chunks[c].endpoints.len(),
+                std::cmp::Reverse(chunks[c].chunk),
+            )
+        });
+    if let Some(c) = best {
+        chunks[c].changed = true;
+        while let Some(i) = remaining.pop() {
+            chunks[c].endpoints.push(i);
         }
     }
+}
 
-    // 4. New slices: recycle emptied live slices, then the lowest free chunk numbers.
+/// Step 4, new slices: recycles emptied live slices, then the lowest free chunk numbers.
+fn new_slices(
+    chunks: &mut Vec<PackedChunk>,
+    remaining: &mut Vec<usize>,
+    max: usize,
+    reserved: &dyn Fn(u32) -> bool,
+) {
     let mut recyclable: Vec<usize> = (0..chunks.len())
         .filter(|&c| chunks[c].endpoints.is_empty())
         .collect();
@@ -315,14 +341,21 @@ pub fn pack<W: Wanted>(
             chunks[c].endpoints.push(i);
         }
     }
+}
 
-    // 5. Empty slices go, except one placeholder when the group has no endpoint at all.
+/// Step 5: empty slices go, except one placeholder (`placeholder`: the group has no endpoint
+/// and keeps one empty slice).
+fn finish(
+    mut chunks: Vec<PackedChunk>,
+    placeholder: bool,
+    reserved: &dyn Fn(u32) -> bool,
+) -> Packing {
     let mut result = Packing::default();
     let mut kept_placeholder = false;
     chunks.sort_by_key(|c| c.chunk);
     for mut chunk in chunks {
         if chunk.endpoints.is_empty() {
-            if placeholder && desired.is_empty() && !kept_placeholder {
+            if placeholder && !kept_placeholder {
                 kept_placeholder = true;
                 result.chunks.push(chunk);
             } else if let Some(li) = chunk.live {
@@ -335,7 +368,7 @@ pub fn pack<W: Wanted>(
         }
         result.chunks.push(chunk);
     }
-    if placeholder && desired.is_empty() && !kept_placeholder {
+    if placeholder && !kept_placeholder {
         let chunk = (1..).find(|&n| !reserved(n)).unwrap_or(1);
         result.chunks.push(PackedChunk {
             chunk,
