@@ -115,41 +115,7 @@ pub(crate) fn evaluate<'a>(
         .as_ref()
         .map(|(m, _)| m.reused().to_vec())
         .unwrap_or_default();
-    let mut e = Evaluator {
-        ctx,
-        ours,
-        warnings,
-        published: None,
-        rejected_warned: HashSet::new(),
-        memos,
-        pod_only: ctx
-            .ports
-            .iter()
-            .map(|p| reads_only_the_pod(p.rules))
-            .collect(),
-        probed: ctx.ports.iter().map(|p| probed_positions(ctx, p)).collect(),
-        classes: ctx
-            .ports
-            .iter()
-            .map(|p| classify_checks(p.rules, p.protocol))
-            .collect(),
-        reused,
-        out: Evaluated {
-            groups: Vec::new(),
-            states: Vec::with_capacity(ctx.ports.len()),
-            members: Vec::new(),
-            decisions: DecisionCounts::default(),
-            lookups: Vec::new(),
-            kept: Vec::with_capacity(ctx.ports.len()),
-            listed_before: Vec::with_capacity(ctx.ports.len()),
-            changed: Vec::new(),
-            sets: None,
-            keep_sets: false,
-        },
-        per_port: ctx.spec.slice_grouping == SliceGrouping::PerPort,
-        arrivals: Vec::new(),
-    };
-    e.out.changed = (0..e.reused.len()).filter(|&i| !e.reused[i]).collect();
+    let mut e = Evaluator::new(ctx, ours, warnings, memos, reused);
     // Every port kept whole and the port sets with them: only the changed pods are visited.
     let mut sets = sets.filter(|s| {
         !e.per_port
@@ -165,49 +131,11 @@ pub(crate) fn evaluate<'a>(
     if sets.is_some() {
         e.arrivals = ctx.families.iter().map(|_| Vec::new()).collect();
     }
-    let mut ports_kept = 0;
     let sets_kept = sets.is_some();
-    for port in 0..ctx.ports.len() {
-        let keepable = e.keepable(port);
-        // Port sets keep the members: a kept port alone cannot rebuild its groups.
-        let start = kept
-            .get_mut(port)
-            .and_then(Option::take)
-            .filter(|k| keepable && e.fits(k) && (e.per_port || sets.is_some()));
-        let parts = match start {
-            Some(mut k) => {
-                ports_kept += 1;
-                e.out
-                    .listed_before
-                    .push(Some(std::mem::take(&mut k.listed)));
-                e.port_from_kept(port, k, sets.is_some())
-            }
-            None => {
-                e.out.listed_before.push(None);
-                e.port_in_full(port, keepable)
-            }
-        };
-        e.out.kept.push(parts);
-    }
+    let ports_kept = e.visit_ports(&mut kept, sets_kept);
     let whole = e.out.kept.iter().all(Option::is_some);
     if !e.per_port {
-        match sets.as_mut() {
-            Some(kept_sets) => {
-                let arrivals = std::mem::take(&mut e.arrivals);
-                e.out.groups = kept_sets.update(ctx, arrivals);
-            }
-            None => {
-                let per_port = std::mem::take(&mut e.out.groups);
-                e.out.groups = super::port_sets::regroup(ctx, per_port);
-                if e.memos.is_some() && whole {
-                    sets = Some(KeptSets::from_groups(
-                        &e.out.groups,
-                        ctx.families,
-                        ctx.pods.len(),
-                    ));
-                }
-            }
-        }
+        e.group_by_port_set(&mut sets, whole);
     }
     // A rejected address or an abstention (not the pod's alone) ends keeping the sets (after
     // this pass: its lazy groups' members are there).
@@ -223,6 +151,104 @@ pub(crate) fn evaluate<'a>(
         memo.count_ports_kept(ports_kept, sets_kept);
     }
     e.out
+}
+
+impl<'c, 'a> Evaluator<'c, 'a> {
+    fn new(
+        ctx: &'c PlanContext<'a>,
+        ours: &'c [&'a EndpointSlice],
+        warnings: &'c mut Vec<PlanWarning>,
+        memos: Option<Outcomes>,
+        reused: Vec<bool>,
+    ) -> Self {
+        let changed = (0..reused.len()).filter(|&i| !reused[i]).collect();
+        Self {
+            ctx,
+            ours,
+            warnings,
+            published: None,
+            rejected_warned: HashSet::new(),
+            memos,
+            pod_only: ctx
+                .ports
+                .iter()
+                .map(|p| reads_only_the_pod(p.rules))
+                .collect(),
+            probed: ctx.ports.iter().map(|p| probed_positions(ctx, p)).collect(),
+            classes: ctx
+                .ports
+                .iter()
+                .map(|p| classify_checks(p.rules, p.protocol))
+                .collect(),
+            reused,
+            out: Evaluated {
+                groups: Vec::new(),
+                states: Vec::with_capacity(ctx.ports.len()),
+                members: Vec::new(),
+                decisions: DecisionCounts::default(),
+                lookups: Vec::new(),
+                kept: Vec::with_capacity(ctx.ports.len()),
+                listed_before: Vec::with_capacity(ctx.ports.len()),
+                changed,
+                sets: None,
+                keep_sets: false,
+            },
+            per_port: ctx.spec.slice_grouping == SliceGrouping::PerPort,
+            arrivals: Vec::new(),
+        }
+    }
+
+    /// Every port: from what was kept of it when it can be (`sets_kept`: the port sets are
+    /// kept too), else in full. Returns how many ports started from what was kept.
+    fn visit_ports(&mut self, kept: &mut [Option<KeptPort>], sets_kept: bool) -> usize {
+        let mut ports_kept = 0;
+        for port in 0..self.ctx.ports.len() {
+            let keepable = self.keepable(port);
+            // Port sets keep the members: a kept port alone cannot rebuild its groups.
+            let start = kept
+                .get_mut(port)
+                .and_then(Option::take)
+                .filter(|k| keepable && self.fits(k) && (self.per_port || sets_kept));
+            let parts = match start {
+                Some(mut k) => {
+                    ports_kept += 1;
+                    self.out
+                        .listed_before
+                        .push(Some(std::mem::take(&mut k.listed)));
+                    self.port_from_kept(port, k, sets_kept)
+                }
+                None => {
+                    self.out.listed_before.push(None);
+                    self.port_in_full(port, keepable)
+                }
+            };
+            self.out.kept.push(parts);
+        }
+        ports_kept
+    }
+
+    /// `PerPortSet`: the kept sets brought up to date with the changed pods, or the per-port
+    /// groups regrouped by port set (and kept from now on when every port was kept whole).
+    fn group_by_port_set(&mut self, sets: &mut Option<KeptSets>, whole: bool) {
+        let ctx = self.ctx;
+        match sets.as_mut() {
+            Some(kept_sets) => {
+                let arrivals = std::mem::take(&mut self.arrivals);
+                self.out.groups = kept_sets.update(ctx, arrivals);
+            }
+            None => {
+                let per_port = std::mem::take(&mut self.out.groups);
+                self.out.groups = super::port_sets::regroup(ctx, per_port);
+                if self.memos.is_some() && whole {
+                    *sets = Some(KeptSets::from_groups(
+                        &self.out.groups,
+                        ctx.families,
+                        ctx.pods.len(),
+                    ));
+                }
+            }
+        }
+    }
 }
 
 /// Where the prober evaluates a check of this port: its network checks (`anyOf` entries
