@@ -328,7 +328,7 @@ impl EvalMemo {
         // Built only when a pod is not at its last position (pods came or went).
         let mut positions: Option<HashMap<&str, usize>> = None;
         self.usable = std::mem::take(&mut self.settled);
-        let mut old = std::mem::take(&mut self.outcomes);
+        let old = std::mem::take(&mut self.outcomes);
         let comparable = old.slots == slots;
         let mut anonymous = false;
         // Where each pod's remembered outcomes are, when they are still its own.
@@ -375,30 +375,7 @@ impl EvalMemo {
         } else {
             Some((sources.clone(), last.len()))
         };
-        let in_place = comparable
-            && sources
-                .iter()
-                .enumerate()
-                .all(|(i, s)| s.is_none_or(|a| a == i));
-        let out = if in_place {
-            // The common pass: the cells stay where they are, and only changed pods' are emptied.
-            old.resize(pods.len());
-            for (i, s) in sources.iter().enumerate() {
-                if s.is_none() {
-                    old.clear(i);
-                }
-            }
-            old
-        } else {
-            let mut fresh = Outcomes::new(pods.len(), slots);
-            fresh.take_reasons(&mut old);
-            for (i, s) in sources.iter().enumerate() {
-                if let Some(at) = *s {
-                    fresh.take_from(&mut old, at, i);
-                }
-            }
-            fresh
-        };
+        let out = realign(old, &sources, slots, comparable);
         self.reused.clear();
         self.reused.extend(sources.iter().map(Option::is_some));
         let reused = self.reused.iter().filter(|r| **r).count();
@@ -747,6 +724,39 @@ pub(crate) enum Outcome {
         verdict: Option<Verdict>,
         excluded_by_backing: bool,
     },
+}
+
+/// The outcomes of the last pass moved to this pass's positions: `sources[i]`, where pod `i`'s
+/// remembered outcomes are (none: a new or changed pod, whose cells are empty).
+fn realign(
+    mut old: Outcomes,
+    sources: &[Option<usize>],
+    slots: usize,
+    comparable: bool,
+) -> Outcomes {
+    let in_place = comparable
+        && sources
+            .iter()
+            .enumerate()
+            .all(|(i, s)| s.is_none_or(|a| a == i));
+    if in_place {
+        // The common pass: the cells stay where they are, and only changed pods' are emptied.
+        old.resize(sources.len());
+        for (i, s) in sources.iter().enumerate() {
+            if s.is_none() {
+                old.clear(i);
+            }
+        }
+        return old;
+    }
+    let mut fresh = Outcomes::new(sources.len(), slots);
+    fresh.take_reasons(&mut old);
+    for (i, s) in sources.iter().enumerate() {
+        if let Some(at) = *s {
+            fresh.take_from(&mut old, at, i);
+        }
+    }
+    fresh
 }
 
 #[cfg(test)]
