@@ -18,7 +18,6 @@ use crate::spec::{PortMappingSpec, ProbeSettings};
 pub fn validate_spec(spec: &PortMappingSpec) -> Vec<FieldError> {
     let root = FieldPath::new("spec");
     let mut errs = Vec::new();
-
     let svc = root.child("serviceRef").child("name");
     for msg in names::is_dns1123_label(&spec.service_ref.name) {
         errs.push(FieldError::invalid(
@@ -27,47 +26,8 @@ pub fn validate_spec(spec: &PortMappingSpec) -> Vec<FieldError> {
             msg,
         ));
     }
-
-    let pods = root.child("pods");
-    for msg in names::is_qualified_name(&spec.pods.key) {
-        errs.push(FieldError::invalid(
-            &pods.child("key"),
-            spec.pods.key.as_str(),
-            msg,
-        ));
-    }
-    if spec.pods.from == KeySource::Label {
-        let value = spec.pool_value();
-        for msg in names::is_valid_label_value(value) {
-            errs.push(FieldError::invalid(&pods.child("value"), value, msg));
-        }
-    }
-    if let Some(selector) = &spec.pods.selector {
-        errs.extend(validate_selector(&pods.child("selector"), selector));
-    }
-
-    let ports = root.child("ports");
-    for (i, rule) in spec.ports.iter().enumerate() {
-        let path = ports.index(i);
-        for msg in names::is_dns1123_label(&rule.name) {
-            errs.push(FieldError::invalid(
-                &path.child("name"),
-                rule.name.as_str(),
-                msg,
-            ));
-        }
-        if spec.ports[..i].iter().any(|r| r.name == rule.name) {
-            errs.push(FieldError::duplicate(
-                &path.child("name"),
-                rule.name.as_str(),
-            ));
-        }
-        errs.extend(validate_checks(
-            &path.child("checks"),
-            &rule.checks,
-            spec.probe.period_seconds,
-        ));
-    }
+    errs.extend(validate_pods(&root.child("pods"), spec));
+    errs.extend(validate_ports(&root.child("ports"), spec));
     if let Some(checks) = &spec.default_checks {
         errs.extend(validate_checks(
             &root.child("defaultChecks"),
@@ -75,7 +35,6 @@ pub fn validate_spec(spec: &PortMappingSpec) -> Vec<FieldError> {
             spec.probe.period_seconds,
         ));
     }
-
     if !(1..=1000).contains(&spec.max_endpoints_per_slice) {
         errs.push(FieldError::invalid(
             &root.child("maxEndpointsPerSlice"),
@@ -98,6 +57,55 @@ pub fn validate_spec(spec: &PortMappingSpec) -> Vec<FieldError> {
                 crate::spec::GATE_PREFIX_MESSAGE,
             ));
         }
+    }
+    errs
+}
+
+/// `spec.pods`: the key, the pool value (label pools), the selector.
+fn validate_pods(pods: &FieldPath, spec: &PortMappingSpec) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    for msg in names::is_qualified_name(&spec.pods.key) {
+        errs.push(FieldError::invalid(
+            &pods.child("key"),
+            spec.pods.key.as_str(),
+            msg,
+        ));
+    }
+    if spec.pods.from == KeySource::Label {
+        let value = spec.pool_value();
+        for msg in names::is_valid_label_value(value) {
+            errs.push(FieldError::invalid(&pods.child("value"), value, msg));
+        }
+    }
+    if let Some(selector) = &spec.pods.selector {
+        errs.extend(validate_selector(&pods.child("selector"), selector));
+    }
+    errs
+}
+
+/// `spec.ports`: names (DNS labels, unique) and each port's checks.
+fn validate_ports(ports: &FieldPath, spec: &PortMappingSpec) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    for (i, rule) in spec.ports.iter().enumerate() {
+        let path = ports.index(i);
+        for msg in names::is_dns1123_label(&rule.name) {
+            errs.push(FieldError::invalid(
+                &path.child("name"),
+                rule.name.as_str(),
+                msg,
+            ));
+        }
+        if spec.ports[..i].iter().any(|r| r.name == rule.name) {
+            errs.push(FieldError::duplicate(
+                &path.child("name"),
+                rule.name.as_str(),
+            ));
+        }
+        errs.extend(validate_checks(
+            &path.child("checks"),
+            &rule.checks,
+            spec.probe.period_seconds,
+        ));
     }
     errs
 }
