@@ -398,7 +398,8 @@ fn check_probes_and_alert_metrics(log: &str) {
     assert!(used.len() >= 5, "{used:?}");
     // A labelled family appears in /metrics only once it has a sample (no collision or error
     // happened here): those must at least be registered under that name in the operator.
-    let source = std::fs::read_to_string(repo().join("crates/portmapper/src/metrics.rs")).unwrap();
+    let source =
+        std::fs::read_to_string(repo().join("crates/portmapper/src/runtime/metrics.rs")).unwrap();
     let registered = |family: &str| {
         family
             .strip_prefix("portmapper_")
