@@ -16,29 +16,10 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::plane_state::{Component, State};
 use crate::realkube::{ControlPlane, binary};
-
-/// `D/state.json`.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct State {
-    /// The API server's URL.
-    pub server: String,
-    /// etcd's client URL (plain HTTP on loopback).
-    pub etcd: String,
-    pub ports: BTreeMap<String, u16>,
-    pub components: BTreeMap<String, Component>,
-}
-
-/// One component of `D/state.json`.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct Component {
-    pub pid: u32,
-    pub args: Vec<String>,
-    pub log: String,
-}
 
 impl ControlPlane {
     /// What `D/state.json` says now.

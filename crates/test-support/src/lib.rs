@@ -4,6 +4,7 @@
 //! that `portmapper-core`'s own unit tests can use it without a second copy of the core crate.
 
 mod components;
+mod plane_state;
 pub mod realkube;
 pub mod sandbox;
 pub mod spec;

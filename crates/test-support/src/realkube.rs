@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
+pub use crate::plane_state::{Component, State};
+
 /// The controllers every shared control plane runs.
 pub const CONTROLLERS: &str = "endpointslice,endpointslicemirroring,garbagecollector,namespace";
 
