@@ -343,8 +343,17 @@ async fn inner_restart_keeps_probed_memberships_without_writes() {
     let before = h.operator_writes().await;
     let probed_before = probe_count(&h, "httpGet", "include", "healthy");
     h.run_controller();
-    // Several probe periods and pending-result requeues.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The restarted prober has probed both pods, and two passes ran after that (counted, not
+    // timed): whatever they would write is in the log by now.
+    eventually(
+        "both pods probed again",
+        Duration::from_secs(20),
+        || async {
+            (probe_count(&h, "httpGet", "include", "healthy") >= probed_before + 2).then_some(())
+        },
+    )
+    .await;
+    h.passes(2).await;
     let writes: Vec<String> = h
         .operator_requests()
         .await
