@@ -217,15 +217,14 @@ enum Passed {
     },
 }
 
-/// One pass as the leader: gather, plan, execute.
+/// One pass as the leader: plan (from what it gathers), then execute.
 async fn pass(
     ctx: &Context,
     writer: &Writer<'_>,
     pm: &PortMapping,
     key: &ObjectRef<PortMapping>,
 ) -> Result<Passed, Error> {
-    let gathered = gather::gather(ctx, pm, key).await?;
-    let planned = match plan::plan(ctx, pm, key, gathered) {
+    let planned = match plan::plan(ctx, pm, key).await? {
         plan::Next::Wait(wait) => return Ok(Passed::Waiting(wait)),
         plan::Next::Execute(planned) => planned,
     };

@@ -20,6 +20,7 @@ use portmapper_core::writes::Phases;
 use crate::reconcile::context::Context;
 use crate::reconcile::execute::Pass;
 use crate::reconcile::gather::{Gates, Gathered, Inputs, PENDING_RETRY};
+use crate::runtime::error::Error;
 use crate::runtime::metrics::{DecisionLabels, EvaluationLabels, ServiceLabels};
 
 /// A pass to execute, or a wait.
@@ -40,14 +41,14 @@ pub struct Planned {
     pub cache_only: bool,
 }
 
-/// The pass of `pm` from what was gathered.
-pub fn plan(
+/// The pass of `pm`: its inputs gathered ([`gather`](crate::reconcile::gather)), then planned.
+pub async fn plan(
     ctx: &Context,
     pm: &PortMapping,
     key: &ObjectRef<PortMapping>,
-    gathered: Gathered,
-) -> Next {
-    match gathered {
+) -> Result<Next, Error> {
+    let gathered = crate::reconcile::gather::gather(ctx, pm, key).await?;
+    Ok(match gathered {
         Gathered::Wait(wait) => Next::Wait(wait),
         Gathered::Stalled {
             stall,
@@ -56,7 +57,7 @@ pub fn plan(
             gates,
         } => Next::Execute(stalled(ctx, pm, key, &stall, &live, &endpoints, &gates)),
         Gathered::Plan(inputs) => Next::Execute(planned(ctx, pm, key, &inputs)),
-    }
+    })
 }
 
 /// Look again soon (something we wait for, probe results or the pool's pods, is pending),
