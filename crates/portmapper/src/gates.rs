@@ -60,7 +60,8 @@ impl GatesWritten {
 }
 
 /// Writes the plan's gates. With `slices_written` false (a slice write failed or a name is
-/// taken) only False gates are written: a True one waits for the slices. Returns the failures.
+/// taken) a gate that says Published waits for the slices; the others (False, Released,
+/// TimedOut) are written. Returns the failures.
 pub async fn write_gates(
     writer: &Writer<'_>,
     remembered: &GatesWritten,
@@ -81,7 +82,7 @@ pub async fn write_gates(
             sent.clear();
         }
         for gate in gates {
-            if gate.status && !slices_written {
+            if gate.waits_for_slices() && !slices_written {
                 debug!(pod = %gate.pod, "publication gate waits for the slice writes");
                 continue;
             }

@@ -226,6 +226,11 @@ pub struct Index {
 
     /// Our slice writes the slice cache has not shown yet.
     own_writes: OwnWrites,
+
+    /// Pods that left a PortMapping's pool (relabelled, annotation changed or removed, or gone
+    /// from its watch) listing its gate type with a condition that is not True, by name: that
+    /// PortMapping releases them (`reconcile.rs`), then forgets them here.
+    departed: HashMap<PmKey, BTreeMap<String, Arc<PodRecord>>>,
 }
 
 /// What applying a PortMapping asks of the caller besides reconciles.
@@ -412,6 +417,10 @@ impl Index {
                 .get(&ns)
                 .is_some_and(|keys| keys.contains_key(&footprint.pool.key));
         if let Some(old) = &previous {
+            if old.gate != footprint.gate {
+                // Pods that left under the old type are not this type's to release.
+                self.departed.remove(&key);
+            }
             affected.extend(
                 self.pms_by_service
                     .get(&old.service)
@@ -469,6 +478,7 @@ impl Index {
         let Some(old) = self.pms.remove(key) else {
             return Vec::new();
         };
+        self.departed.remove(key);
         let types_before = self.gate_types(&old.service.0);
         self.unregister(key, &old);
         let mut affected: HashSet<PmKey> = self
@@ -617,7 +627,8 @@ impl Index {
             .flatten()
             .filter(|k| *k != pm)
             .filter_map(|k| self.pms.get(k).map(|f| (f, k)))
-            .filter(|(f, _)| !f.deleting && f.rank < footprint.rank)
+            // A PortMapping being deleted gives way to every live one: it only releases.
+            .filter(|(f, _)| !f.deleting && (footprint.deleting || f.rank < footprint.rank))
             .map(|(f, k)| (&f.rank, k))
             .collect();
         // Ranks are unique (the name is in them).
@@ -700,7 +711,15 @@ impl Index {
         if let Some(old) = self.remove_pod(&key) {
             self.collect_pod(&old, &mut affected);
             self.unregister_pod(&key, &old);
+            let left: Vec<PoolKey> = old
+                .pools
+                .iter()
+                .filter(|p| !footprint.pools.contains(p))
+                .cloned()
+                .collect();
+            self.note_departures(&left, &footprint.pod);
         }
+        self.note_returns(&footprint);
         self.collect_pod(&footprint, &mut affected);
         let ambient = is_ambient(&footprint.pod);
         for pool in &footprint.pools {
@@ -753,8 +772,90 @@ impl Index {
         if let Some(old) = self.remove_pod(&key) {
             self.collect_pod(&old, &mut affected);
             self.unregister_pod(&key, &old);
+            // Relabelled out of the watch, or deleted: the watch cannot tell. A deleted pod's
+            // release finds it gone (one answered 404).
+            self.note_departures(&old.pools, &old.pod);
         }
         affected.into_iter().collect()
+    }
+
+    /// Notes `pod` as departed from the PortMappings of `pools` whose gate it lists and still
+    /// waits on (a pod on its way out waits on nothing).
+    fn note_departures(&mut self, pools: &[PoolKey], pod: &Arc<PodRecord>) {
+        if pod.deletion_timestamp.is_some() || pod.readiness_gates.is_empty() {
+            return;
+        }
+        for pool in pools {
+            for pm in self.pms_by_pool.get(pool).into_iter().flatten() {
+                let Some(gate) = self.pms.get(pm).map(|f| f.gate.as_str()) else {
+                    continue;
+                };
+                let waits =
+                    pod.has_gate(gate) && pod.condition(gate).is_none_or(|c| c.status != "True");
+                if waits {
+                    self.departed
+                        .entry(pm.clone())
+                        .or_default()
+                        .insert(pod.name.clone(), pod.clone());
+                }
+            }
+        }
+    }
+
+    /// A pod back in a pool is its PortMappings' again, not departed.
+    fn note_returns(&mut self, footprint: &PodFootprint) {
+        for pool in &footprint.pools {
+            for pm in self.pms_by_pool.get(pool).into_iter().flatten() {
+                if let Some(pods) = self.departed.get_mut(pm) {
+                    pods.remove(&footprint.pod.name);
+                    if pods.is_empty() {
+                        self.departed.remove(pm);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The pods that left `pm`'s pool still waiting on its gate, by name, with the names of
+    /// those another PortMapping of the same gate type (not being deleted) now has in its pool:
+    /// theirs to set, not to release.
+    pub fn departed(&self, pm: &PmKey) -> (Vec<Arc<PodRecord>>, BTreeSet<String>) {
+        let Some(pods) = self.departed.get(pm) else {
+            return (Vec::new(), BTreeSet::new());
+        };
+        let gate = self
+            .pms
+            .get(pm)
+            .map(|f| f.gate.as_str())
+            .unwrap_or_default();
+        let kept = pods
+            .values()
+            .filter(|pod| {
+                let key = ObjectRef::<Pod>::new(&pod.name).within(&pod.namespace);
+                self.pods
+                    .values()
+                    .filter_map(|by_name| by_name.get(&key))
+                    .flat_map(|f| &f.pools)
+                    .flat_map(|pool| self.pms_by_pool.get(pool).into_iter().flatten())
+                    .filter(|other| *other != pm)
+                    .filter_map(|other| self.pms.get(other))
+                    .any(|f| f.gate == gate && !f.deleting)
+            })
+            .map(|pod| pod.name.clone())
+            .collect();
+        (pods.values().cloned().collect(), kept)
+    }
+
+    /// `pm` released (or left to another PortMapping) these departed pods.
+    pub fn released(&mut self, pm: &PmKey, names: &[String]) {
+        if let Some(pods) = self.departed.get_mut(pm) {
+            for name in names {
+                pods.remove(name);
+            }
+            if pods.is_empty() {
+                self.departed.remove(pm);
+            }
+        }
     }
 
     /// After a relist of `source`'s watch: forgets its pods not in `present`.
@@ -1886,6 +1987,7 @@ mod tests {
         let gated = |mut pm: PortMapping, gate: &str| {
             pm.spec.readiness_gate = Some(ReadinessGate {
                 condition_type: gate.into(),
+                timeout_seconds: None,
             });
             pm
         };

@@ -127,6 +127,9 @@ struct Outcome {
     /// Every input came from watch-fed caches (no probe results, no API read, no migration
     /// under way): a pass that also wrote nothing may be taken as settled (`quiet.rs`).
     cache_only: bool,
+    /// The gates of the pool could not be decided yet (its pod cache is still listing): a
+    /// PortMapping being deleted keeps its release finalizer.
+    gates_pending: bool,
 }
 
 impl Outcome {
@@ -139,7 +142,22 @@ impl Outcome {
             requeue: ctx.settings.resync,
             stalled: Some((reason, message)),
             cache_only: false,
+            gates_pending: false,
         }
+    }
+
+    /// Looks again when the first held gate times out (`spec.readinessGate.timeoutSeconds`);
+    /// such a pass is never taken as settled, or the timer would be skipped as quiet.
+    fn wake_for_gates(&mut self, deadline: Option<Timestamp>) {
+        let Some(deadline) = deadline else {
+            return;
+        };
+        let wait = Timestamp::now().duration_until(deadline);
+        // A second past the deadline: the plan then finds it passed (its clock is whole
+        // timestamps; the server's transition times are whole seconds).
+        let wait = Duration::try_from(wait).unwrap_or_default() + Duration::from_secs(1);
+        self.requeue = self.requeue.min(wait);
+        self.cache_only = false;
     }
 }
 
@@ -248,15 +266,14 @@ async fn reconcile_as_leader(
         debug!(portmapping = %pm_ref, "own writes not in the cache yet; waiting");
         return stale(OWN_WRITES_RETRY);
     }
+    release_departed(pm, ctx, pm_ref, writer).await?;
     let outcome = match decide(pm, ctx, ns, pm_ref) {
         Decided::Wait => return stale(PENDING_RETRY),
         Decided::Stop(mut outcome) => {
             crate::probing::forget(&ctx.prober, pm);
             // Its slices stay: gated pods they name keep their condition, the others are False.
             let live = owned_slices(ctx, ns, &uid, &[], None);
-            if !stalled_gates(pm, ctx, ns, pm_ref, writer, &live, &outcome).await? {
-                outcome.requeue = PENDING_RETRY;
-            }
+            stalled_gates(pm, ctx, ns, pm_ref, writer, &live, &mut outcome).await?;
             outcome
         }
         Decided::Withdraw(mut outcome) => {
@@ -286,9 +303,7 @@ async fn reconcile_as_leader(
                 return Err(err);
             }
             // Nothing is published any more: no gated pod stays True.
-            if !stalled_gates(pm, ctx, ns, pm_ref, writer, &[], &outcome).await? {
-                outcome.requeue = PENDING_RETRY;
-            }
+            stalled_gates(pm, ctx, ns, pm_ref, writer, &[], &mut outcome).await?;
             outcome
         }
         Decided::Plan {
@@ -343,6 +358,13 @@ async fn reconcile_as_leader(
             outcome
         }
     };
+    if pm.metadata.deletion_timestamp.is_some() && !outcome.gates_pending {
+        // Every gate of the pool is released (the writes of this pass succeeded): the
+        // deletion may go on.
+        writer
+            .remove_finalizer(pm, planner::RELEASE_FINALIZER)
+            .await?;
+    }
     write_status(pm, ctx, writer, &outcome).await?;
     let requeue = if outcome.requeue == ctx.settings.resync {
         if outcome.cache_only && writer.wrote_nothing() {
@@ -417,8 +439,9 @@ fn decide(pm: &PortMapping, ctx: &Context, ns: &str, pm_ref: &ObjectRef<PortMapp
 }
 
 /// Writes the gates of a PortMapping that publishes nothing new
-/// ([`planner::stalled_pod_gates`]). False when they must wait for the pool's pod cache (a
-/// transient wait never flips a condition).
+/// ([`planner::stalled_pod_gates`]), and looks again when one times out. Marks them pending
+/// (and looks again soon) when they must wait for the pool's pod cache (a transient wait never
+/// flips a condition).
 async fn stalled_gates(
     pm: &PortMapping,
     ctx: &Context,
@@ -426,10 +449,10 @@ async fn stalled_gates(
     pm_ref: &ObjectRef<PortMapping>,
     writer: &Writer<'_>,
     live: &[Arc<EndpointSlice>],
-    outcome: &Outcome,
-) -> Result<bool, Error> {
+    outcome: &mut Outcome,
+) -> Result<(), Error> {
     let Some((reason, message)) = &outcome.stalled else {
-        return Ok(true);
+        return Ok(());
     };
     // An invalid gate type or pool says neither which condition nor which pods.
     let errors = portmapper_api::validate::validate_spec(&pm.spec);
@@ -437,10 +460,12 @@ async fn stalled_gates(
         .iter()
         .any(|e| e.field.starts_with("spec.readinessGate") || e.field.starts_with("spec.pods"))
     {
-        return Ok(true);
+        return Ok(());
     }
     if !ctx.pods.is_listed(&PodSource::of(pm), pm_ref) {
-        return Ok(false);
+        outcome.requeue = PENDING_RETRY;
+        outcome.gates_pending = true;
+        return Ok(());
     }
     let pods = ctx.index.lock().pool_pods(pm);
     let pods: Vec<&PodRecord> = pods
@@ -454,16 +479,91 @@ async fn stalled_gates(
         "PortMapping {} publishes nothing new: {message}",
         pm_ref.name
     );
-    let gates = planner::stalled_pod_gates(
+    let settings = planner::GateSettings::of(pm, &peers, Timestamp::now());
+    let changes = planner::stalled_pod_gates(&pods, &settings, &live, (reason, &message));
+    let errors =
+        crate::gates::write_gates(writer, &ctx.gates_written, &changes.gates, &pods, true).await;
+    if let Some(err) = Error::combine(errors) {
+        return Err(err);
+    }
+    gate_timeouts(ctx, pm, pm_ref, &changes.timeouts).await;
+    outcome.wake_for_gates(changes.deadline);
+    keep_release_finalizer(pm, writer, &pods).await
+}
+
+/// Adds the release finalizer ([`planner::RELEASE_FINALIZER`]) to a PortMapping whose pool
+/// has a pod listing its gate, so its deletion waits until their gates are released.
+async fn keep_release_finalizer(
+    pm: &PortMapping,
+    writer: &Writer<'_>,
+    pods: &[&PodRecord],
+) -> Result<(), Error> {
+    let finalizer = planner::RELEASE_FINALIZER;
+    if pm.metadata.deletion_timestamp.is_some()
+        || pm.finalizers().iter().any(|f| f == finalizer)
+        || !planner::needs_release_finalizer(pods, pm.spec.gate_condition_type())
+    {
+        return Ok(());
+    }
+    writer.add_finalizer(pm, finalizer).await
+}
+
+/// One Warning Event per pod whose gate timed out, naming it and the ports that leave it out
+/// (the pod is the Event's `related` object).
+async fn gate_timeouts(
+    ctx: &Context,
+    pm: &PortMapping,
+    pm_ref: &ObjectRef<PortMapping>,
+    timeouts: &[planner::GateTimeout],
+) {
+    let reason = EventReason::PublicationGateTimedOut;
+    let uids = timeouts.iter().map(|t| t.uid.clone()).collect();
+    let new = ctx.first_mentions(pm_ref, reason.as_str(), uids);
+    for timeout in timeouts.iter().filter(|t| new.contains(&t.uid)) {
+        let related = ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("Pod".to_owned()),
+            namespace: pm.namespace(),
+            name: Some(timeout.pod.clone()),
+            uid: Some(timeout.uid.clone()),
+            ..ObjectReference::default()
+        };
+        let note = timeout.to_string();
+        publish_warning(ctx, pm, pm_ref, reason, &note, Some(related)).await;
+    }
+}
+
+/// Releases the gates of the pods that left the pool ([`planner::released_pod_gates`]): True,
+/// `Released`, unless another PortMapping of the same gate type has them in its pool now.
+async fn release_departed(
+    pm: &PortMapping,
+    ctx: &Context,
+    pm_ref: &ObjectRef<PortMapping>,
+    writer: &Writer<'_>,
+) -> Result<(), Error> {
+    let (departed, kept) = ctx.index.lock().departed(pm_ref);
+    if departed.is_empty() {
+        return Ok(());
+    }
+    let pods: Vec<&PodRecord> = departed.iter().map(AsRef::as_ref).collect();
+    let message = format!(
+        "the pod left the pool of PortMapping {}: the gate no longer waits for its publication",
+        pm_ref.name
+    );
+    let gates = planner::released_pod_gates(
         &pods,
         pm.spec.gate_condition_type(),
-        &peers,
-        &live,
-        (reason, &message),
+        &|name| kept.contains(name),
+        &message,
         Timestamp::now(),
     );
     let errors = crate::gates::write_gates(writer, &ctx.gates_written, &gates, &pods, true).await;
-    Error::combine(errors).map_or(Ok(true), Err)
+    if let Some(err) = Error::combine(errors) {
+        return Err(err);
+    }
+    let names: Vec<String> = pods.iter().map(|p| p.name.clone()).collect();
+    ctx.index.lock().released(pm_ref, &names);
+    Ok(())
 }
 
 /// Whether every cache a plan reads from has listed once.
@@ -640,8 +740,8 @@ async fn plan_and_apply(
     let plan = match planned {
         Ok(plan) => plan,
         Err(err) => {
-            let outcome = Outcome::stalled(ctx, "PlanFailed", err.to_string());
-            stalled_gates(pm, ctx, ns, pm_ref, writer, live_slices, &outcome).await?;
+            let mut outcome = Outcome::stalled(ctx, "PlanFailed", err.to_string());
+            stalled_gates(pm, ctx, ns, pm_ref, writer, live_slices, &mut outcome).await?;
             return Ok(outcome);
         }
     };
@@ -675,8 +775,14 @@ async fn plan_and_apply(
         slices_written,
     )
     .await;
+    if gate_errors.is_empty() {
+        gate_timeouts(ctx, pm, pm_ref, &plan.gate_timeouts).await;
+    }
     let mut errors = written.errors;
     errors.extend(gate_errors);
+    if let Err(err) = keep_release_finalizer(pm, writer, &pods).await {
+        errors.push(err);
+    }
     let mut collisions = Vec::new();
     // Each squatter object (name/UID) is one occurrence: warned when first seen, not at every
     // retry; another object at the name (a new UID) is a new one.
@@ -839,8 +945,10 @@ async fn plan_and_apply(
     let cache_only = plan.network_lookups.is_empty()
         && native.is_empty()
         && endpoints_read == crate::migration_exec::Read::Cache;
-    let outcome = Outcome {
+    let gate_deadline = plan.gate_deadline;
+    let mut outcome = Outcome {
         stalled: None,
+        gates_pending: false,
         cache_only,
         conditions,
         withdrawn: false,
@@ -856,6 +964,7 @@ async fn plan_and_apply(
             ctx.settings.resync
         },
     };
+    outcome.wake_for_gates(gate_deadline);
     if let Some(err) = failed {
         // Report what we know first, then let the error policy retry.
         write_status(pm, ctx, writer, &outcome).await?;

@@ -69,7 +69,11 @@ use portmapper_api::PortMappingSpec;
 
 pub use compare::{endpoint_eq, metadata_eq, ports_eq};
 pub use evaluate::published_memberships;
-pub use gate::{REASON_NO_ADDRESS, REASON_NOT_PUBLISHED, REASON_PUBLISHED, stalled_pod_gates};
+pub use gate::{
+    GateChanges, GateSettings, GateTimeout, REASON_NO_ADDRESS, REASON_NOT_PUBLISHED,
+    REASON_PUBLISHED, REASON_RELEASED, REASON_TIMED_OUT, RELEASE_FINALIZER, deadline,
+    needs_release_finalizer, released_pod_gates, stalled_pod_gates,
+};
 pub use memo::{EvalMemo, PassStats};
 pub use teardown::teardown;
 pub use types::{
@@ -131,6 +135,8 @@ pub(crate) struct PlanContext<'a> {
     /// `spec.readinessGate.conditionType`.
     pub gate_type: &'a str,
     pub gate_peers: &'a GatePeers,
+    /// How the gates are set (type, timeout, deletion, peers, now).
+    pub gate: gate::GateSettings<'a>,
 }
 
 impl PlanContext<'_> {
@@ -319,17 +325,16 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
             .map(AsRef::as_ref)
             .filter(|p| pod_in_pool(spec, &namespace, p).unwrap_or(false))
             .collect();
-        out.pod_gates = gate::stalled_pod_gates(
+        let gates = gate::stalled_pod_gates(
             &pool,
-            spec.gate_condition_type(),
-            input.gate_peers,
+            &gate::GateSettings::of(pm, input.gate_peers, input.now),
             &[],
             (
                 "ExternalName",
                 "the Service is of type ExternalName: nothing is published",
             ),
-            input.now,
         );
+        out.set_gates(gates);
         let primary = service_families(service)
             .first()
             .copied()
@@ -388,6 +393,7 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
         now: input.now,
         gate_type: spec.gate_condition_type(),
         gate_peers: input.gate_peers,
+        gate: gate::GateSettings::of(pm, input.gate_peers, input.now),
     };
 
     let ours_plain: Vec<&EndpointSlice> = ours.iter().map(|s| s.as_ref()).collect();
@@ -466,7 +472,7 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
         out.endpoints_deletion = legacy::owned_endpoints_deletion(input.live_endpoints, &pm_uid);
     }
 
-    out.pod_gates = gate::pod_gates(&ctx, &evaluated.states);
+    out.set_gates(gate::pod_gates(&ctx, &evaluated.states));
     let hints: Vec<Option<status::ListingHint<'_>>> = evaluated
         .listed_before
         .iter()

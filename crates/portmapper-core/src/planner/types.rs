@@ -246,6 +246,11 @@ pub struct Plan {
     /// `spec.readinessGates` whose current condition differs), in pool order. Written after the
     /// slices of the same plan.
     pub pod_gates: Vec<PodGate>,
+    /// Gated pods whose gate times out with `pod_gates` (a Warning Event each).
+    pub gate_timeouts: Vec<super::gate::GateTimeout>,
+    /// The earliest moment a gate this plan still holds False times out: the PortMapping must
+    /// be reconciled again then (no periodic pass would notice).
+    pub gate_deadline: Option<Timestamp>,
     /// The network check results this plan depends on, with what the prober needs to probe
     /// them: the operator's prober targets. In (Service port, family, pod, position) order.
     pub network_lookups: Vec<NetworkLookup>,
@@ -287,12 +292,24 @@ pub struct PodGate {
     pub uid: String,
     /// True: published on every port it is meant to serve.
     pub status: bool,
-    /// `Published`, `NotPublished` or `NoAddress`.
+    /// `Published`, `NotPublished`, `NoAddress`, `Released`, `TimedOut`, or a stalled
+    /// PortMapping's Ready reason.
     pub reason: &'static str,
     /// Which ports leave it out and why, or where it is published.
     pub message: String,
     /// Kept from the current condition unless the status flips (then the plan's time).
     pub last_transition_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// The pod's `metadata.generation` the condition was decided for.
+    pub observed_generation: Option<i64>,
+}
+
+impl PodGate {
+    /// Whether the write must wait until the plan's slice writes are stored: a True condition
+    /// that says the pod is published. A False one, or a release or timeout (which claim no
+    /// publication), never waits.
+    pub fn waits_for_slices(&self) -> bool {
+        self.status && self.reason == super::gate::REASON_PUBLISHED
+    }
 }
 
 /// Membership decisions of one plan, by outcome (before Abstain falls back to the live state).
@@ -307,6 +324,13 @@ pub struct DecisionCounts {
 }
 
 impl Plan {
+    /// Takes a pass's gate changes into the plan.
+    pub fn set_gates(&mut self, changes: super::gate::GateChanges) {
+        self.pod_gates = changes.gates;
+        self.gate_timeouts = changes.timeouts;
+        self.gate_deadline = changes.deadline;
+    }
+
     /// Number of API writes the plan needs (creates, updates, deletes).
     pub fn writes(&self) -> usize {
         self.slices.iter().filter(|s| s.action.is_write()).count()

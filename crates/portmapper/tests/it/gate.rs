@@ -253,6 +253,7 @@ async fn a_gate_already_sent_is_not_resent_while_the_cache_lags() {
         reason: "Published",
         message: "published on every port it serves: http".into(),
         last_transition_time: None,
+        observed_generation: stale.generation,
     };
     let remembered = GatesWritten::default();
     let gates = std::slice::from_ref(&gate);

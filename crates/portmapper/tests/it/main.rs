@@ -33,6 +33,8 @@ mod fault_matrix;
 mod faults;
 mod fuzz;
 mod gate;
+mod gate_release;
+mod gated_rollout;
 mod harness;
 mod hostile;
 mod leader;
