@@ -105,7 +105,7 @@ pub fn validate_spec(spec: &PortMappingSpec) -> Vec<FieldError> {
             errs.push(FieldError::invalid(
                 &root.child("readinessGate").child("timeoutSeconds"),
                 i64::from(timeout),
-                &format!("must be between 1 and {max}, inclusive"),
+                format!("must be between 1 and {max}, inclusive"),
             ));
         }
     }

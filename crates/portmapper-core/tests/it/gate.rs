@@ -680,7 +680,7 @@ fn a_portmapping_being_deleted_releases_every_gate_not_true_and_leaves_peers_alo
 #[test]
 fn pods_that_left_the_pool_are_released_unless_another_portmapping_keeps_them() {
     use portmapper_core::planner::released_pod_gates;
-    let mut pods = vec![
+    let mut pods = [
         gated(PodBuilder::new("a", &["10.0.0.1"])),
         gated(PodBuilder::new("b", &["10.0.0.2"])),
         gated(PodBuilder::new("c", &["10.0.0.3"])),
