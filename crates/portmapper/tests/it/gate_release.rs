@@ -287,3 +287,23 @@ async fn a_gate_held_past_its_timeout_turns_true_with_a_warning_at_the_deadline(
     );
     assert_eq!(gate_writes(&h, "pod-a").await, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_refuses_a_gate_timeout_out_of_range() {
+    let h = Harness::new().await;
+    let pms: Api<PortMapping> = Api::namespaced(h.client.clone(), &h.ns);
+    for (timeout, message) in [
+        (0, "should be greater than or equal to 1"),
+        (86_401, "should be less than or equal to 86400"),
+    ] {
+        let mut pm = portmapping("web", "web");
+        pm["spec"]["readinessGate"] = json!({"timeoutSeconds": timeout});
+        let pm: PortMapping = serde_json::from_value(pm).unwrap();
+        let err = pms.create(&Default::default(), &pm).await.unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("spec.readinessGate.timeoutSeconds") && text.contains(message),
+            "{text}"
+        );
+    }
+}
