@@ -191,16 +191,18 @@ async fn a_gated_deployment_rollout_never_leaves_a_port_with_fewer_than_n_minus_
     rolled_out(&h, patched.metadata.generation.unwrap()).await;
     // Every pod of the new revision is published on both ports, the old ones gone.
     let pods: Api<Pod> = Api::namespaced(h.client.clone(), &h.ns);
-    let current: Vec<String> = pods
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
+    let listed = pods.list(&Default::default()).await.unwrap().items;
+    let current: Vec<String> = listed
         .iter()
         .filter(|p| p.annotations().get("revision").map(String::as_str) == Some("2"))
         .map(ResourceExt::name_any)
         .collect();
     assert_eq!(current.len(), REPLICAS);
+    // Each is Ready by kubelet's rule, its gate True because it is published.
+    for pod in listed.iter().filter(|p| current.contains(&p.name_any())) {
+        assert!(kubelet_ready(pod), "{pod:#?}");
+        assert_eq!(condition(pod, "Ready").as_deref(), Some("True"));
+    }
     let membership = eventually("the slices name the new pods", ROLLOUT, || async {
         let m = h.membership("web").await;
         let mut want = current.clone();
@@ -213,6 +215,7 @@ async fn a_gated_deployment_rollout_never_leaves_a_port_with_fewer_than_n_minus_
     observer.assert_held();
     let report = observer.report();
     let fewest: Vec<usize> = report.fewest_ready.values().copied().collect();
+    println!("fewest ready members per port during the rollout: {fewest:?} of {REPLICAS}");
     assert_eq!(fewest.len(), 2, "{report:#?}");
     assert!(
         fewest.iter().all(|n| *n >= REPLICAS - 1),
