@@ -420,6 +420,12 @@ impl Index {
             if old.gate != footprint.gate {
                 // Pods that left under the old type are not this type's to release.
                 self.departed.remove(&key);
+            } else if old.pool != footprint.pool {
+                // Its pool moved: the old pool's pods left it.
+                let pods = self.pods_by_pool.get_mut(&old.pool).map(PoolPods::list);
+                for pod in pods.iter().flat_map(|p| p.iter()) {
+                    self.note_departure(&key, &old.gate, pod);
+                }
             }
             affected.extend(
                 self.pms_by_service
@@ -786,19 +792,30 @@ impl Index {
             return;
         }
         for pool in pools {
-            for pm in self.pms_by_pool.get(pool).into_iter().flatten() {
-                let Some(gate) = self.pms.get(pm).map(|f| f.gate.as_str()) else {
-                    continue;
-                };
-                let waits =
-                    pod.has_gate(gate) && pod.condition(gate).is_none_or(|c| c.status != "True");
-                if waits {
-                    self.departed
-                        .entry(pm.clone())
-                        .or_default()
-                        .insert(pod.name.clone(), pod.clone());
-                }
+            let pms: Vec<(PmKey, String)> = self
+                .pms_by_pool
+                .get(pool)
+                .into_iter()
+                .flatten()
+                .filter_map(|pm| Some((pm.clone(), self.pms.get(pm)?.gate.clone())))
+                .collect();
+            for (pm, gate) in pms {
+                self.note_departure(&pm, &gate, pod);
             }
+        }
+    }
+
+    /// Notes `pod` as departed from `pm` (of gate type `gate`) if it lists that gate and its
+    /// condition is not True (a pod on its way out waits on nothing).
+    fn note_departure(&mut self, pm: &PmKey, gate: &str, pod: &Arc<PodRecord>) {
+        let waits = pod.deletion_timestamp.is_none()
+            && pod.has_gate(gate)
+            && pod.condition(gate).is_none_or(|c| c.status != "True");
+        if waits {
+            self.departed
+                .entry(pm.clone())
+                .or_default()
+                .insert(pod.name.clone(), pod.clone());
         }
     }
 
@@ -817,8 +834,8 @@ impl Index {
     }
 
     /// The pods that left `pm`'s pool still waiting on its gate, by name, with the names of
-    /// those another PortMapping of the same gate type (not being deleted) now has in its pool:
-    /// theirs to set, not to release.
+    /// those a PortMapping of the same gate type (not being deleted; `pm` itself when its pool
+    /// moved onto them) now has in its pool: theirs to set, not to release.
     pub fn departed(&self, pm: &PmKey) -> (Vec<Arc<PodRecord>>, BTreeSet<String>) {
         let Some(pods) = self.departed.get(pm) else {
             return (Vec::new(), BTreeSet::new());
@@ -837,7 +854,6 @@ impl Index {
                     .filter_map(|by_name| by_name.get(&key))
                     .flat_map(|f| &f.pools)
                     .flat_map(|pool| self.pms_by_pool.get(pool).into_iter().flatten())
-                    .filter(|other| *other != pm)
                     .filter_map(|other| self.pms.get(other))
                     .any(|f| f.gate == gate && !f.deleting)
             })
@@ -1640,6 +1656,22 @@ mod tests {
         // A PortMapping's departed pods go with it.
         index.delete_portmapping(&PmKey::new("web-2").within("a"));
         assert_eq!(departed_names(&index, "web-2"), none);
+        // web-1's own pool moves away from p3: the pool's waiting pods left it.
+        index.apply_pod(&label(), gated("p3", &[(KEY, "web")], Some("False")));
+        index.released(&PmKey::new("web-1").within("a"), &["p1".to_owned()]);
+        let mut moved = pm("a", "web-1", "web", KeySource::Label, 10);
+        moved.spec.pods.value = Some("elsewhere".into());
+        index.apply_portmapping(&moved);
+        assert_eq!(
+            departed_names(&index, "web-1"),
+            (vec!["p3".to_owned()], vec![])
+        );
+        // And back onto it: its own again (kept, not released).
+        index.apply_portmapping(&pm("a", "web-1", "web", KeySource::Label, 10));
+        assert_eq!(
+            departed_names(&index, "web-1"),
+            (vec!["p3".to_owned()], vec!["p3".to_owned()])
+        );
     }
 
     #[test]

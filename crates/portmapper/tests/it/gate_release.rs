@@ -307,3 +307,31 @@ async fn the_api_server_refuses_a_gate_timeout_out_of_range() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_portmapping_whose_pool_moves_releases_the_pods_of_the_old_pool() {
+    let h = Harness::start().await;
+    gated_pool(&h).await;
+    let pms: Api<PortMapping> = Api::namespaced(h.client.clone(), &h.ns);
+    pms.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"pods": {"value": "other"}}})),
+    )
+    .await
+    .unwrap();
+    let gate = wait_gate(&h, "pod-a", "True", "Released").await;
+    assert_eq!(
+        gate.message.as_deref(),
+        Some(
+            "the pod left the pool of PortMapping web: the gate no longer waits for its publication"
+        )
+    );
+    assert_eq!(
+        (
+            gate_writes(&h, "pod-a").await,
+            gate_writes(&h, "pod-b").await
+        ),
+        (2, 1)
+    );
+}
