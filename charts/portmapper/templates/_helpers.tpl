@@ -74,10 +74,11 @@ exercised by tests/e2e/rbac.rs (request log of an end-to-end run), except
 portmappings/finalizers (see the comment there).
 */}}
 {{- define "portmapper.managedRules" -}}
-# PortMappings: the controller's list/watch; status written by server-side apply.
+# PortMappings: the controller's list/watch; status written by server-side apply; patch only
+# for the release finalizer (portmapper.dev/release-gates) of PortMappings that gate pods.
 - apiGroups: ["portmapper.dev"]
   resources: ["portmappings"]
-  verbs: ["list", "watch"]
+  verbs: ["list", "watch", "patch"]
 - apiGroups: ["portmapper.dev"]
   resources: ["portmappings/status"]
   verbs: ["patch"]

@@ -151,12 +151,23 @@ pub struct ReadinessGate {
         validation = kube::core::Rule::new(GATE_PREFIX_RULE).message(GATE_PREFIX_MESSAGE)
     )]
     pub condition_type: String,
+    /// Seconds a gated pod whose containers are ready may wait for publication: past them the
+    /// condition turns True with reason `TimedOut` (and a Warning Event names the pod and the
+    /// ports that leave it out), so a port that never publishes cannot halt a rollout for good.
+    /// Counted from the pod's `ContainersReady` transition to True. Absent: no timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = GATE_TIMEOUT_MAX_SECONDS))]
+    pub timeout_seconds: Option<i32>,
 }
+
+/// Upper bound of `spec.readinessGate.timeoutSeconds` (one day).
+pub const GATE_TIMEOUT_MAX_SECONDS: i32 = 86_400;
 
 impl Default for ReadinessGate {
     fn default() -> Self {
         Self {
             condition_type: default_gate_condition_type(),
+            timeout_seconds: None,
         }
     }
 }
@@ -357,6 +368,11 @@ impl PortMappingSpec {
         self.readiness_gate
             .as_ref()
             .map_or(DEFAULT_GATE_CONDITION_TYPE, |g| g.condition_type.as_str())
+    }
+
+    /// The publication gate's timeout in seconds (`spec.readinessGate.timeoutSeconds`), if any.
+    pub fn gate_timeout_seconds(&self) -> Option<i32> {
+        self.readiness_gate.as_ref()?.timeout_seconds
     }
 
     /// The rule entry for a Service port name, if any.

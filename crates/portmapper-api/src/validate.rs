@@ -57,6 +57,16 @@ pub fn validate_spec(spec: &PortMappingSpec) -> Vec<FieldError> {
                 crate::spec::GATE_PREFIX_MESSAGE,
             ));
         }
+        let max = crate::spec::GATE_TIMEOUT_MAX_SECONDS;
+        if let Some(timeout) = gate.timeout_seconds
+            && !(1..=max).contains(&timeout)
+        {
+            errs.push(FieldError::invalid(
+                &root.child("readinessGate").child("timeoutSeconds"),
+                i64::from(timeout),
+                format!("must be between 1 and {max}, inclusive"),
+            ));
+        }
     }
     errs
 }

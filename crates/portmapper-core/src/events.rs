@@ -46,6 +46,9 @@ pub enum EventReason {
     NativeCleanupDeferred,
     /// Normal: the native leftovers were deleted.
     NativeEndpointsCleanedUp,
+    /// Warning: a gated pod was not published within `spec.readinessGate.timeoutSeconds`; its
+    /// gate turned True (reason `TimedOut`).
+    PublicationGateTimedOut,
 }
 
 impl EventReason {
@@ -69,6 +72,7 @@ impl EventReason {
             Self::LegacyEndpointsAdopted => "LegacyEndpointsAdopted",
             Self::NativeCleanupDeferred => "NativeCleanupDeferred",
             Self::NativeEndpointsCleanedUp => "NativeEndpointsCleanedUp",
+            Self::PublicationGateTimedOut => "PublicationGateTimedOut",
         }
     }
 }
@@ -287,6 +291,7 @@ mod tests {
             R::LegacyEndpointsAdopted,
             R::NativeCleanupDeferred,
             R::NativeEndpointsCleanedUp,
+            R::PublicationGateTimedOut,
         ];
         for r in all {
             // The wire string is the variant's name: no typo can split one reason in two.

@@ -28,6 +28,8 @@ pub struct PodRecord {
     pub uid: String,
     /// `metadata.resourceVersion`: changes with every change of the pod.
     pub resource_version: String,
+    /// `metadata.generation`: the gate condition's `observedGeneration`.
+    pub generation: Option<i64>,
     /// `metadata.labels`.
     pub labels: Pairs,
     /// `metadata.annotations`.
@@ -153,6 +155,7 @@ impl From<Pod> for PodRecord {
             namespace: meta.namespace.unwrap_or_default(),
             uid: meta.uid.unwrap_or_default(),
             resource_version: meta.resource_version.unwrap_or_default(),
+            generation: meta.generation,
             labels: meta.labels.into_iter().flatten().collect(),
             annotations: meta.annotations.into_iter().flatten().collect(),
             creation_timestamp: meta.creation_timestamp.map(|t| t.0),

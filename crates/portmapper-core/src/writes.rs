@@ -8,13 +8,17 @@
 //!   retires may hold the only copy of endpoints the failed apply was to publish elsewhere (a
 //!   switch of `sliceGrouping`, the upgrade from per-port slices); the next pass plans the
 //!   deletions again.
-//! - Publication gates: False ones, then True ones, and a True gate only once every slice
-//!   write succeeded (a pod is marked published only once the slices naming it are stored; a
-//!   slice at a name someone else holds is never stored, so then no True gate is written).
+//! - Publication gates: those that claim no publication (False, Released, TimedOut), then the
+//!   Published ones, and a Published gate only once every slice write succeeded (a pod is
+//!   marked published only once the slices naming it are stored; a slice at a name someone
+//!   else holds is never stored, so then no Published gate is written).
 //! - Our Endpoints objects (apply, adopt, delete), then the native Endpoints object, then the
 //!   native controllers' slices, which wait for that object's deletion: they are the evidence
 //!   that brings the next pass back to it.
 //! - Teardown (the Service is gone): slices, Endpoints, then the gates, once both succeeded.
+//! - First of all, the release of pods that left the pool; last, the release finalizer
+//!   ([`RELEASE_FINALIZER`]): added with no condition, removed only once every earlier write
+//!   of the pass succeeded (the pool's gates are then released and the deletion may go on).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,7 +26,7 @@ use std::sync::Arc;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::planner::migration::Step;
-use crate::planner::{Plan, PodGate};
+use crate::planner::{FinalizerChange, Plan, PodGate, RELEASE_FINALIZER};
 use crate::pod_record::PodRecord;
 
 /// One write.
@@ -44,6 +48,10 @@ pub enum Write {
         /// resourceVersion of the pod it was planned from (what a lagging cache still shows).
         pod_version: String,
     },
+    /// Add this finalizer to the PortMapping.
+    AddFinalizer(&'static str),
+    /// Remove this finalizer from the PortMapping.
+    RemoveFinalizer(&'static str),
     /// A write of the migration steps ([`Step::ApplyEndpoints`], [`Step::AdoptEndpoints`],
     /// [`Step::DeleteEndpoints`], [`Step::DeleteNativeSlice`]; their Warn and Normal steps are
     /// the report's Events, never a write).
@@ -53,13 +61,15 @@ pub enum Write {
 /// The phases, in the order they run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PhaseKind {
+    /// Releases of pods that left the pool (True, `Released`).
+    ReleasedGates,
     /// Applies of our slices.
     SliceApplies,
     /// Deletions of our slices.
     SliceDeletions,
-    /// False publication gates.
+    /// Publication gates that claim no publication (False, `Released`, `TimedOut`).
     Gates,
-    /// True publication gates.
+    /// Publication gates that say `Published`.
     PublishedGates,
     /// Our Endpoints objects.
     Endpoints,
@@ -67,6 +77,8 @@ pub enum PhaseKind {
     NativeEndpoints,
     /// The native controllers' slices.
     NativeSlices,
+    /// The release finalizer.
+    Finalizer,
 }
 
 impl PhaseKind {
@@ -76,8 +88,8 @@ impl PhaseKind {
     pub fn in_flight(self) -> usize {
         match self {
             Self::SliceApplies | Self::SliceDeletions => 8,
-            Self::Gates | Self::PublishedGates => 4,
-            Self::Endpoints | Self::NativeEndpoints | Self::NativeSlices => 1,
+            Self::ReleasedGates | Self::Gates | Self::PublishedGates => 4,
+            Self::Endpoints | Self::NativeEndpoints | Self::NativeSlices | Self::Finalizer => 1,
         }
     }
 }
@@ -126,8 +138,10 @@ impl Phases {
             .collect();
         phases.push(K::SliceApplies, applies, &[]);
         phases.push(K::SliceDeletions, slice_deletions(plan), &[K::SliceApplies]);
+        // A gate that says Published waits for the slices; the others (False, Released,
+        // TimedOut: they claim no publication) do not.
         let (published, unpublished): (Vec<&PodGate>, Vec<&PodGate>) =
-            plan.pod_gates.iter().partition(|g| g.status);
+            plan.pod_gates.iter().partition(|g| g.waits_for_slices());
         let versions = versions(pods);
         phases.push(K::Gates, set_gates(unpublished, &versions), &[]);
         if plan.collisions.is_empty() {
@@ -161,6 +175,36 @@ impl Phases {
         let gates = set_gates(gates.iter(), &versions(pods));
         phases.push(PhaseKind::Gates, gates, &[]);
         phases
+    }
+
+    /// The releases of pods that left the pool (`gates`, from
+    /// [`released_pod_gates`](crate::planner::released_pod_gates); `pods`: those they were
+    /// planned from): a phase of their own, run first.
+    pub fn released(gates: &[PodGate], pods: &[&PodRecord]) -> Self {
+        let mut phases = Self::default();
+        let gates = set_gates(gates.iter(), &versions(pods));
+        phases.push(PhaseKind::ReleasedGates, gates, &[]);
+        phases
+    }
+
+    /// These phases, then `later`'s.
+    pub fn then(mut self, later: Self) -> Self {
+        self.0.extend(later.0);
+        self
+    }
+
+    /// Ends the pass with the release finalizer's `change`: an addition runs whatever came
+    /// before; a removal only if every earlier phase succeeded.
+    pub fn finalizer(&mut self, change: Option<FinalizerChange>) {
+        let (write, only_if) = match change {
+            None => return,
+            Some(FinalizerChange::Add) => (Write::AddFinalizer(RELEASE_FINALIZER), Vec::new()),
+            Some(FinalizerChange::Remove) => (
+                Write::RemoveFinalizer(RELEASE_FINALIZER),
+                self.0.iter().map(|p| p.kind).collect(),
+            ),
+        };
+        self.push(PhaseKind::Finalizer, vec![write], &only_if);
     }
 
     /// The migration steps' writes, by phase (their Events are the report's).
@@ -234,6 +278,7 @@ mod tests {
             reason: if status { "Published" } else { "NotPublished" },
             message: String::new(),
             last_transition_time: None,
+            observed_generation: None,
         }
     }
 
@@ -360,5 +405,49 @@ mod tests {
             ]
         );
         assert_eq!(shape(&Phases::of_gates(&[], &[])), []);
+    }
+
+    #[test]
+    fn released_and_timed_out_gates_claim_no_publication_and_never_wait_for_the_slices() {
+        use PhaseKind as K;
+        let mut plan = plan();
+        let mut released = gate("p3", true);
+        released.reason = crate::planner::REASON_RELEASED;
+        let mut timed_out = gate("p4", true);
+        timed_out.reason = crate::planner::REASON_TIMED_OUT;
+        plan.pod_gates = vec![gate("p1", true), released, timed_out];
+        let phases = Phases::of_plan(&plan, &[]);
+        let gates: Vec<(K, usize)> = phases
+            .0
+            .iter()
+            .filter(|p| matches!(p.kind, K::Gates | K::PublishedGates))
+            .map(|p| (p.kind, p.writes.len()))
+            .collect();
+        assert_eq!(gates, [(K::Gates, 2), (K::PublishedGates, 1)]);
+    }
+
+    #[test]
+    fn departed_pods_are_released_first_and_the_finalizer_goes_last() {
+        use PhaseKind as K;
+        let released = Phases::released(&[gate("gone", true)], &[]);
+        let mut phases = released.then(Phases::of_gates(&[gate("p", false)], &[]));
+        phases.finalizer(Some(FinalizerChange::Remove));
+        assert_eq!(
+            shape(&phases),
+            [
+                (K::ReleasedGates, 1, vec![]),
+                (K::Gates, 1, vec![]),
+                (K::Finalizer, 1, vec![K::ReleasedGates, K::Gates]),
+            ]
+        );
+        assert_eq!(
+            phases.0[2].writes,
+            [Write::RemoveFinalizer(RELEASE_FINALIZER)]
+        );
+        let mut added = Phases::of_gates(&[gate("p", false)], &[]);
+        added.finalizer(Some(FinalizerChange::Add));
+        assert_eq!(shape(&added)[1], (K::Finalizer, 1, vec![]));
+        added.finalizer(None);
+        assert_eq!(added.count(), 2);
     }
 }

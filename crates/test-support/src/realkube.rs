@@ -3,7 +3,8 @@
 //! of its own.
 //!
 //! It runs etcd, kube-apiserver and a kube-controller-manager with the endpointslice,
-//! endpointslice-mirroring, garbage-collector and namespace controllers, with our CRD installed
+//! endpointslice-mirroring, garbage-collector, namespace, deployment and replicaset controllers
+//! (the last two roll out a Deployment for the gate's rollout test), with our CRD installed
 //! before the controllers start (so the garbage collector knows PortMappings at once). There is no
 //! kubelet: tests create Nodes and write pod status themselves.
 
@@ -20,7 +21,8 @@ use serde::Deserialize;
 pub use crate::plane_state::{Component, State};
 
 /// The controllers every shared control plane runs.
-pub const CONTROLLERS: &str = "endpointslice,endpointslicemirroring,garbagecollector,namespace";
+pub const CONTROLLERS: &str =
+    "endpointslice,endpointslicemirroring,garbagecollector,namespace,deployment,replicaset";
 
 /// A running `realkube up`, stopped when the test binary exits (`up` watches its parent) or
 /// when it is dropped.

@@ -465,6 +465,18 @@ fn invalid_cases() -> Vec<Bad> {
             "prefix part must be no more than 253 characters",
         ),
         same(
+            "readiness gate timeout 0",
+            vec![("/spec/readinessGate/timeoutSeconds", json!(0))],
+            "spec.readinessGate.timeoutSeconds",
+            "should be greater than or equal to 1",
+        ),
+        same(
+            "readiness gate timeout over a day",
+            vec![("/spec/readinessGate/timeoutSeconds", json!(86_401))],
+            "spec.readinessGate.timeoutSeconds",
+            "should be less than or equal to 86400",
+        ),
+        same(
             "label pool value not a label value",
             vec![("/spec/pods/value", json!("two words"))],
             "spec.pods",
@@ -650,6 +662,10 @@ fn valid_cases() -> Vec<(&'static str, Vec<(&'static str, Value)>)> {
         (
             "readiness gate without a type (the default)",
             vec![("/spec/readinessGate", json!({}))],
+        ),
+        (
+            "readiness gate timeout of a day",
+            vec![("/spec/readinessGate", json!({"timeoutSeconds": 86_400}))],
         ),
     ]
 }

@@ -70,7 +70,11 @@ use portmapper_api::PortMappingSpec;
 
 pub use compare::{endpoint_eq, metadata_eq, ports_eq};
 pub use evaluate::published_memberships;
-pub use gate::{REASON_NO_ADDRESS, REASON_NOT_PUBLISHED, REASON_PUBLISHED, stalled_pod_gates};
+pub use gate::{
+    FinalizerChange, GateChanges, GateSettings, GateTimeout, REASON_NO_ADDRESS,
+    REASON_NOT_PUBLISHED, REASON_PUBLISHED, REASON_RELEASED, REASON_TIMED_OUT, RELEASE_FINALIZER,
+    deadline, needs_release_finalizer, release_finalizer, released_pod_gates, stalled_pod_gates,
+};
 pub use memo::{EvalMemo, PassStats};
 pub use teardown::teardown;
 pub use types::{
@@ -132,6 +136,8 @@ pub(crate) struct PlanContext<'a> {
     /// `spec.readinessGate.conditionType`.
     pub gate_type: &'a str,
     pub gate_peers: &'a GatePeers,
+    /// How the gates are set (type, timeout, deletion, peers, now).
+    pub gate: gate::GateSettings<'a>,
 }
 
 impl PlanContext<'_> {
@@ -354,12 +360,13 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
         now: input.now,
         gate_type: spec.gate_condition_type(),
         gate_peers: input.gate_peers,
+        gate: gate::GateSettings::of(pm, input.gate_peers, input.now),
     };
     let (evaluated, sets) =
         evaluate_and_emit(&ctx, input, &ours, &pool, &mut out, memo.as_deref_mut())?;
     settle_slices(&mut out, &held, pm.metadata.deletion_timestamp.is_some());
     plan_legacy(input, &ctx, &ids, &evaluated, &mut out)?;
-    out.pod_gates = gate::pod_gates(&ctx, &evaluated.states);
+    out.set_gates(gate::pod_gates(&ctx, &evaluated.states));
     let listings = plan_status(&ctx, &evaluated, &mut out);
     if let Some(memo) = memo {
         memo.keep(evaluated.kept, evaluated.states, listings);
@@ -418,17 +425,17 @@ fn external_name_plan(input: &PlanInput<'_>, ids: &Ids, ours: &[&Arc<EndpointSli
         .map(AsRef::as_ref)
         .filter(|p| pod_in_pool(spec, &ids.namespace, p).unwrap_or(false))
         .collect();
-    out.pod_gates = gate::stalled_pod_gates(
+    // Its slices go: no gated pod stays published.
+    let gates = gate::stalled_pod_gates(
         &pool,
-        spec.gate_condition_type(),
-        input.gate_peers,
+        &gate::GateSettings::of(input.port_mapping, input.gate_peers, input.now),
         &[],
         (
             "ExternalName",
             "the Service is of type ExternalName: nothing is published",
         ),
-        input.now,
     );
+    out.set_gates(gates);
     let primary = service_families(input.service)
         .first()
         .copied()

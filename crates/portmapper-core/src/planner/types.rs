@@ -245,6 +245,11 @@ pub struct Plan {
     /// `spec.readinessGates` whose current condition differs), in pool order. Written after the
     /// slices of the same plan.
     pub pod_gates: Vec<PodGate>,
+    /// Gated pods whose gate times out with `pod_gates` (a Warning Event each).
+    pub gate_timeouts: Vec<GateTimeout>,
+    /// The earliest moment a gate this plan still holds False times out: the PortMapping must
+    /// be reconciled again then (no periodic pass would notice).
+    pub gate_deadline: Option<Timestamp>,
     /// The network check results this plan depends on, with what the prober needs to probe
     /// them: the operator's prober targets. In (Service port, family, pod, position) order.
     pub network_lookups: Vec<NetworkLookup>,
@@ -286,12 +291,24 @@ pub struct PodGate {
     pub uid: String,
     /// True: published on every port it is meant to serve.
     pub status: bool,
-    /// `Published`, `NotPublished` or `NoAddress`.
+    /// `Published`, `NotPublished`, `NoAddress`, `Released`, `TimedOut`, or a stalled
+    /// PortMapping's Ready reason.
     pub reason: &'static str,
     /// Which ports leave it out and why, or where it is published.
     pub message: String,
     /// Kept from the current condition unless the status flips (then the plan's time).
     pub last_transition_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// The pod's `metadata.generation` the condition was decided for.
+    pub observed_generation: Option<i64>,
+}
+
+impl PodGate {
+    /// Whether the write must wait until the plan's slice writes are stored: a True condition
+    /// that says the pod is published. A False one, or a release or timeout (which claim no
+    /// publication), never waits.
+    pub fn waits_for_slices(&self) -> bool {
+        self.status && self.reason == REASON_PUBLISHED
+    }
 }
 
 /// Membership decisions of one plan, by outcome (before Abstain falls back to the live state).
@@ -306,6 +323,13 @@ pub struct DecisionCounts {
 }
 
 impl Plan {
+    /// Takes a pass's gate changes into the plan.
+    pub fn set_gates(&mut self, changes: GateChanges) {
+        self.pod_gates = changes.gates;
+        self.gate_timeouts = changes.timeouts;
+        self.gate_deadline = changes.deadline;
+    }
+
     /// Number of slice, Endpoints and gate writes in the plan's own lists (creates, updates,
     /// deletes), whether or not the executor sends them: a deletion without a UID is not sent,
     /// and the Endpoints writes sent are the migration steps'. What a pass sends is
@@ -396,4 +420,52 @@ pub enum Step {
     Warn { reason: EventReason, note: String },
     /// Report a normal transition.
     Normal { reason: EventReason, note: String },
+}
+
+/// Reason of the True condition.
+pub const REASON_PUBLISHED: &str = "Published";
+/// Reason of the False condition when a port the pod is meant to serve leaves it out.
+pub const REASON_NOT_PUBLISHED: &str = "NotPublished";
+/// Reason of the False condition while the pod has no IP address.
+pub const REASON_NO_ADDRESS: &str = "NoAddress";
+/// Reason of the True condition of a pod no PortMapping gates any more: its PortMapping is
+/// being deleted, or the pod left the pool.
+pub const REASON_RELEASED: &str = "Released";
+/// Reason of the True condition of a pod not published within `readinessGate.timeoutSeconds`
+/// of its containers becoming ready.
+pub const REASON_TIMED_OUT: &str = "TimedOut";
+
+/// A gated pod whose gate timed out in this pass: the Warning Event names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GateTimeout {
+    /// The pod's name.
+    pub pod: String,
+    /// The pod's UID: one Warning per pod.
+    pub uid: String,
+    /// What leaves it out: the ports (`port https`), or why nothing is published.
+    pub not_published: String,
+    /// `spec.readinessGate.timeoutSeconds`.
+    pub timeout_seconds: i32,
+}
+
+impl std::fmt::Display for GateTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "pod {} is not published ({}) {}s after its containers became ready: its publication \
+             gate is True (TimedOut) and no longer waits",
+            self.pod, self.not_published, self.timeout_seconds
+        )
+    }
+}
+
+/// The gate changes of one pass, with what the timeout asks of the caller.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GateChanges {
+    /// The conditions to write, in pool order.
+    pub gates: Vec<PodGate>,
+    /// Pods whose gate times out with this pass's writes (a Warning each).
+    pub timeouts: Vec<GateTimeout>,
+    /// The earliest moment a gate still held will time out: reconcile again then.
+    pub deadline: Option<Timestamp>,
 }

@@ -19,7 +19,7 @@ pub use conditions::{Desired, merge};
 
 use crate::events::{EventReason, PlannedEvent};
 use crate::planner::migration::Step;
-use crate::planner::{Plan, PlanWarning};
+use crate::planner::{GateTimeout, Plan, PlanWarning};
 use crate::pod_record::PodRecord;
 
 /// Why a pass publishes nothing new.
@@ -253,6 +253,10 @@ impl Report {
         }
         conditions.extend(status::consumer_caveat(&caveats));
         events.extend(warning_events(&plan.warnings));
+        events.extend(gate_timeouts(
+            &plan.gate_timeouts,
+            service.metadata.namespace.as_deref(),
+        ));
         Self {
             status: PlannedStatus {
                 conditions,
@@ -292,6 +296,30 @@ pub fn api_warning(text: &str) -> PlannedEvent {
         text,
         format!("the API server warns about this PortMapping's writes: {text}"),
     )
+}
+
+/// One Warning per pod whose publication gate timed out, naming it (the related object) and
+/// what leaves it out; once per pod UID while the ledger lasts.
+pub fn gate_timeouts(timeouts: &[GateTimeout], namespace: Option<&str>) -> Vec<PlannedEvent> {
+    timeouts
+        .iter()
+        .map(|timeout| {
+            let mut event = PlannedEvent::warning_of(
+                EventReason::PublicationGateTimedOut,
+                timeout.uid.clone(),
+                timeout.to_string(),
+            );
+            event.related = Some(ObjectReference {
+                api_version: Some("v1".to_owned()),
+                kind: Some("Pod".to_owned()),
+                namespace: namespace.map(str::to_owned),
+                name: Some(timeout.pod.clone()),
+                uid: Some(timeout.uid.clone()),
+                ..ObjectReference::default()
+            });
+            event
+        })
+        .collect()
 }
 
 /// The Events of the migration steps, in step order.

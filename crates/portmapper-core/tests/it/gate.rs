@@ -62,6 +62,7 @@ fn apply_gates(w: &mut World, plan: &Plan) {
             reason: Some(g.reason.into()),
             message: Some(g.message.clone()),
             last_transition_time: g.last_transition_time.clone(),
+            observed_generation: g.observed_generation,
             ..PodCondition::default()
         });
     }
@@ -82,6 +83,7 @@ fn gate(pod: &str, status: bool, reason: &'static str, message: &str, at: Timest
         reason,
         message: message.into(),
         last_transition_time: Some(Time(at)),
+        observed_generation: None,
     }
 }
 
@@ -218,6 +220,7 @@ fn a_pod_waiting_for_its_probe_is_not_published_yet() {
             reason: "NotPublished",
             message: "not published on port http: httpGet: no result yet (abstained; nothing published to keep)".into(),
             last_transition_time: Some(Time(t0)),
+            observed_generation: None,
         }]
     );
     w.network = [(
@@ -248,6 +251,7 @@ fn a_pod_waiting_for_its_probe_is_not_published_yet() {
             reason: "Published",
             message: "published on every port it serves: http".into(),
             last_transition_time: Some(Time(t1)),
+            observed_generation: None,
         }]
     );
 }
@@ -387,6 +391,7 @@ fn a_gate_type_of_its_own_is_the_one_planned_and_podready_reads_past_peer_gates(
     let mut pm = port_mapping(&["http"]);
     pm.spec.readiness_gate = Some(portmapper_api::ReadinessGate {
         condition_type: "example.com/web".into(),
+        timeout_seconds: None,
     });
     let mut w = World::new(pm, web_service(), pods);
     // example.com/admin is nobody's gate as far as this plan knows: podReady waits for it.
@@ -427,6 +432,14 @@ fn a_pod_an_older_portmapping_gates_is_left_to_it() {
     assert_eq!(pod_names(&p.slices[0].slice), ["pod-a", "pod-b", "pod-c"]);
 }
 
+/// The gate settings of `w`'s PortMapping with `peers`.
+fn settings<'a>(
+    w: &'a World,
+    peers: &'a portmapper_core::GatePeers,
+) -> portmapper_core::planner::GateSettings<'a> {
+    portmapper_core::planner::GateSettings::of(&w.pm, peers, w.now)
+}
+
 #[test]
 fn stalled_gates_keep_published_pods_and_turn_the_others_false() {
     use portmapper_core::planner::stalled_pod_gates;
@@ -440,13 +453,13 @@ fn stalled_gates_keep_published_pods_and_turn_the_others_false() {
     let slices: Vec<_> = w.slices.iter().collect();
     let none = portmapper_core::GatePeers::default();
     let stalled = ("InvalidSpec", "PortMapping web publishes nothing new: bad");
-    let gates = stalled_pod_gates(&pods, PUBLISHED_GATE, &none, &slices, stalled, w.now);
+    let gates = stalled_pod_gates(&pods, &settings(&w, &none), &slices, stalled).gates;
     assert_eq!(
         gates,
         [gate("pod-d", false, "InvalidSpec", stalled.1, w.now)]
     );
     // The slices are gone (Service deleted): every gated pod is False, the ungated one untouched.
-    let gates = stalled_pod_gates(&pods, PUBLISHED_GATE, &none, &[], stalled, w.now);
+    let gates = stalled_pod_gates(&pods, &settings(&w, &none), &[], stalled).gates;
     let names: Vec<(&str, bool)> = gates.iter().map(|g| (g.pod.as_str(), g.status)).collect();
     assert_eq!(
         names,
@@ -462,13 +475,278 @@ fn stalled_gates_keep_published_pods_and_turn_the_others_false() {
     apply_gates(&mut w, &p);
     let records = w.pod_records();
     let pods = refs(&records);
-    assert!(stalled_pod_gates(&pods, PUBLISHED_GATE, &none, &[], stalled, w.now).is_empty());
+    let again = stalled_pod_gates(&pods, &settings(&w, &none), &[], stalled);
+    assert_eq!(again, portmapper_core::planner::GateChanges::default());
     // A pod an older PortMapping gates is left to it.
     let mut peers = portmapper_core::GatePeers::default();
     peers.managed_by.insert("pod-a".into(), "older".into());
     let pods = [gated(PodBuilder::new("pod-a", &["10.0.0.1"]).ports("http"))];
     let records: Vec<PodRecord> = pods.iter().map(PodRecord::from).collect();
-    assert!(
-        stalled_pod_gates(&refs(&records), PUBLISHED_GATE, &peers, &[], stalled, w.now).is_empty()
+    let left = stalled_pod_gates(&refs(&records), &settings(&w, &peers), &[], stalled);
+    assert!(left.gates.is_empty());
+}
+
+// ---- Release, timeout, observedGeneration ---------------------------------------------------
+
+/// Sets the pod's ContainersReady condition True since `at`.
+fn containers_ready_since(pod: &mut Pod, at: Timestamp) {
+    set_condition(pod, "ContainersReady", "True");
+    let conditions = pod
+        .status
+        .as_mut()
+        .and_then(|s| s.conditions.as_mut())
+        .expect("test fixture");
+    for c in conditions
+        .iter_mut()
+        .filter(|c| c.type_ == "ContainersReady")
+    {
+        c.last_transition_time = Some(Time(at));
+    }
+}
+
+/// `pod-a` serves http, which is probed (no result yet: never published), with a 30 s gate
+/// timeout; its containers became ready at the world's start.
+fn timeout_world() -> World {
+    let mut pm = port_mapping(&["http"]);
+    pm.spec.ports = vec![PortRule {
+        name: "http".into(),
+        checks: vec![Check {
+            http_get: Some(HttpGetCheck::default()),
+            ..Check::default()
+        }],
+    }];
+    pm.spec.readiness_gate = Some(portmapper_api::ReadinessGate {
+        timeout_seconds: Some(30),
+        ..portmapper_api::ReadinessGate::default()
+    });
+    let mut w = World::new(
+        pm,
+        service(vec![sport("http", 80, None)]),
+        vec![gated(PodBuilder::new("pod-a", &["10.0.0.1"]))],
     );
+    let now = w.now;
+    containers_ready_since(&mut w.pods[0], now);
+    w
+}
+
+#[test]
+fn a_gate_held_past_its_timeout_turns_true_timed_out_once_and_the_plan_names_its_deadline() {
+    let mut w = timeout_world();
+    let t0 = w.now;
+    let p = step(&mut w);
+    assert_eq!(p.pod_gates.len(), 1);
+    assert_eq!(
+        (p.pod_gates[0].status, p.pod_gates[0].reason),
+        (false, "NotPublished")
+    );
+    let deadline = t0 + k8s_openapi::jiff::SignedDuration::from_secs(30);
+    assert_eq!(p.gate_deadline, Some(deadline));
+    assert!(p.gate_timeouts.is_empty());
+    // One second before: still held, the same deadline, nothing to write.
+    w.now = deadline - k8s_openapi::jiff::SignedDuration::from_secs(1);
+    let p = step(&mut w);
+    assert!(p.pod_gates.is_empty());
+    assert_eq!(p.gate_deadline, Some(deadline));
+    // At the deadline: True, TimedOut, naming the port; one timeout to warn about.
+    w.now = deadline;
+    let p = step(&mut w);
+    assert_eq!(
+        p.pod_gates,
+        [gate(
+            "pod-a",
+            true,
+            "TimedOut",
+            "not published (port http) 30s after the containers became ready: the gate no \
+             longer waits",
+            deadline
+        )]
+    );
+    assert_eq!(
+        p.gate_timeouts,
+        [portmapper_core::planner::GateTimeout {
+            pod: "pod-a".into(),
+            uid: "uid-pod-a".into(),
+            not_published: "port http".into(),
+            timeout_seconds: 30,
+        }]
+    );
+    assert_eq!(p.gate_deadline, None);
+    assert_eq!(
+        p.gate_timeouts[0].to_string(),
+        "pod pod-a is not published (port http) 30s after its containers became ready: its \
+         publication gate is True (TimedOut) and no longer waits"
+    );
+    // Written: the next pass has nothing to say, and no second timeout.
+    let p = step(&mut w);
+    assert!(p.pod_gates.is_empty() && p.gate_timeouts.is_empty());
+    // Published after all: True, Published (the status does not flip: the time is kept).
+    w.network = [(
+        NetworkKey {
+            pod_uid: "uid-pod-a".into(),
+            port_name: "http".into(),
+            family: IpFamily::V4,
+            position: CheckPosition::default(),
+        },
+        Verdict::INCLUDE,
+    )]
+    .into_iter()
+    .collect();
+    let p = step(&mut w);
+    assert_eq!(
+        p.pod_gates,
+        [gate(
+            "pod-a",
+            true,
+            "Published",
+            "published on every port it serves: http",
+            deadline
+        )]
+    );
+}
+
+#[test]
+fn without_ready_containers_or_a_timeout_nothing_times_out() {
+    let mut w = timeout_world();
+    set_condition(&mut w.pods[0], "ContainersReady", "False");
+    w.now += k8s_openapi::jiff::SignedDuration::from_secs(3600);
+    let p = w.plan();
+    assert_eq!(
+        (p.pod_gates[0].status, p.pod_gates[0].reason),
+        (false, "NotPublished")
+    );
+    assert_eq!(p.gate_deadline, None);
+    // Ready containers, no timeout set: held for good.
+    let mut w = timeout_world();
+    w.pm.spec.readiness_gate = None;
+    w.now += k8s_openapi::jiff::SignedDuration::from_secs(3600);
+    let p = w.plan();
+    assert_eq!(p.pod_gates[0].reason, "NotPublished");
+    assert_eq!((p.gate_deadline, p.gate_timeouts.len()), (None, 0));
+}
+
+#[test]
+fn a_stalled_portmapping_times_its_gates_out_too() {
+    use portmapper_core::planner::stalled_pod_gates;
+    let mut w = timeout_world();
+    w.now += k8s_openapi::jiff::SignedDuration::from_secs(30);
+    let records = w.pod_records();
+    let none = portmapper_core::GatePeers::default();
+    let stalled = (
+        "ServiceNotFound",
+        "PortMapping web publishes nothing new: gone",
+    );
+    let changes = stalled_pod_gates(&refs(&records), &settings(&w, &none), &[], stalled);
+    assert_eq!(changes.gates.len(), 1);
+    assert_eq!(
+        (changes.gates[0].status, changes.gates[0].reason),
+        (true, "TimedOut")
+    );
+    assert_eq!(changes.timeouts.len(), 1);
+    assert_eq!(changes.timeouts[0].not_published, stalled.1);
+}
+
+#[test]
+fn a_portmapping_being_deleted_releases_every_gate_not_true_and_leaves_peers_alone() {
+    let mut w = gated_world();
+    // pod-b True (published), pod-a False (its port drops it), pod-d never set, pod-e another
+    // PortMapping's, pod-f terminating.
+    step(&mut w);
+    set_condition(&mut w.pods[0], "ContainersReady", "False");
+    step(&mut w);
+    for name in ["pod-d", "pod-e", "pod-f"] {
+        w.pods
+            .push(gated(PodBuilder::new(name, &["10.0.0.9"]).ports("http")));
+    }
+    w.pods[5].metadata.deletion_timestamp = Some(Time(w.now));
+    w.gate_peers
+        .managed_by
+        .insert("pod-e".into(), "younger".into());
+    w.pm.metadata.deletion_timestamp = Some(Time(w.now));
+    let p = w.plan();
+    let message = "PortMapping pm is being deleted: the gate no longer waits for its publication";
+    assert_eq!(
+        p.pod_gates,
+        [
+            gate("pod-a", true, "Released", message, w.now),
+            gate("pod-d", true, "Released", message, w.now),
+        ]
+    );
+    assert_eq!((p.gate_deadline, p.gate_timeouts.len()), (None, 0));
+    // Released: nothing more to write.
+    apply_gates(&mut w, &p);
+    assert!(w.plan().pod_gates.is_empty());
+}
+
+#[test]
+fn pods_that_left_the_pool_are_released_unless_another_portmapping_keeps_them() {
+    use portmapper_core::planner::released_pod_gates;
+    let mut pods = [
+        gated(PodBuilder::new("a", &["10.0.0.1"])),
+        gated(PodBuilder::new("b", &["10.0.0.2"])),
+        gated(PodBuilder::new("c", &["10.0.0.3"])),
+        PodBuilder::new("d", &["10.0.0.4"]).build(),
+    ];
+    set_condition(&mut pods[2], PUBLISHED_GATE, "True");
+    let records: Vec<PodRecord> = pods.iter().map(PodRecord::from).collect();
+    let now = Timestamp::from_second(1_800_000_000).expect("test fixture");
+    let kept = |name: &str| name == "b";
+    let gates = released_pod_gates(&refs(&records), PUBLISHED_GATE, &kept, "left", now);
+    assert_eq!(gates, [gate("a", true, "Released", "left", now)]);
+}
+
+#[test]
+fn the_gate_carries_the_pods_generation_and_a_new_generation_is_written_again() {
+    let mut w = gated_world();
+    for pod in &mut w.pods {
+        pod.metadata.generation = Some(1);
+    }
+    let p = step(&mut w);
+    assert!(!p.pod_gates.is_empty());
+    assert!(p.pod_gates.iter().all(|g| g.observed_generation == Some(1)));
+    assert!(w.plan().pod_gates.is_empty());
+    // pod-b's spec changed (generation 2): the same verdict is written for it, with its time.
+    w.pods[1].metadata.generation = Some(2);
+    let kept = w.pod_records()[1]
+        .condition(PUBLISHED_GATE)
+        .and_then(|c| c.last_transition_time.clone());
+    w.now += k8s_openapi::jiff::SignedDuration::from_secs(5);
+    let p = step(&mut w);
+    assert_eq!(p.pod_gates.len(), 1);
+    assert_eq!(
+        (
+            p.pod_gates[0].pod.as_str(),
+            p.pod_gates[0].observed_generation
+        ),
+        ("pod-b", Some(2))
+    );
+    assert_eq!(p.pod_gates[0].last_transition_time, kept);
+    assert!(w.plan().pod_gates.is_empty());
+}
+
+#[test]
+fn the_release_finalizer_is_added_while_the_pool_gates_a_pod_and_removed_on_deletion() {
+    use portmapper_core::planner::{FinalizerChange, RELEASE_FINALIZER, release_finalizer};
+    let mut w = gated_world();
+    let records = w.pod_records();
+    let pool = refs(&records);
+    let plain: Vec<PodRecord> = [PodBuilder::new("x", &["10.0.0.9"]).build()]
+        .iter()
+        .map(PodRecord::from)
+        .collect();
+    assert_eq!(release_finalizer(&w.pm, None), None, "pool not listed");
+    assert_eq!(release_finalizer(&w.pm, Some(&refs(&plain))), None);
+    assert_eq!(
+        release_finalizer(&w.pm, Some(&pool)),
+        Some(FinalizerChange::Add)
+    );
+    w.pm.metadata.finalizers = Some(vec![RELEASE_FINALIZER.into()]);
+    assert_eq!(release_finalizer(&w.pm, Some(&pool)), None, "already held");
+    w.pm.metadata.deletion_timestamp = Some(Time(w.now));
+    assert_eq!(release_finalizer(&w.pm, None), None, "gates undecided");
+    assert_eq!(
+        release_finalizer(&w.pm, Some(&pool)),
+        Some(FinalizerChange::Remove)
+    );
+    w.pm.metadata.finalizers = None;
+    assert_eq!(release_finalizer(&w.pm, Some(&pool)), None);
 }

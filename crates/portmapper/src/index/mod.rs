@@ -8,6 +8,7 @@
 //! them returns the PortMappings to reconcile. Pure and synchronous, so it is tested without an
 //! API server (the pattern of linkerd2's `policy-controller/k8s/index`).
 
+mod departed;
 mod endpoints;
 mod foreign;
 mod nodes;
@@ -226,6 +227,11 @@ pub struct Index {
 
     /// Our slice writes the slice cache has not shown yet.
     own_writes: OwnWrites,
+
+    /// Pods that left a PortMapping's pool (relabelled, annotation changed or removed, or gone
+    /// from its watch) listing its gate type with a condition that is not True, by name: that
+    /// PortMapping releases them (`reconcile/plan.rs`), then forgets them here (`departed.rs`).
+    departed: HashMap<PmKey, BTreeMap<String, Arc<PodRecord>>>,
 }
 
 /// Whether a pod watch has listed.

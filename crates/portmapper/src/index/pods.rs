@@ -70,7 +70,15 @@ impl Index {
         if let Some(old) = self.remove_pod(&key) {
             self.collect_pod(&old, &mut affected);
             self.unregister_pod(&key, &old);
+            let left: Vec<PoolKey> = old
+                .pools
+                .iter()
+                .filter(|p| !footprint.pools.contains(p))
+                .cloned()
+                .collect();
+            self.note_departures(&left, &footprint.pod);
         }
+        self.note_returns(&footprint);
         self.collect_pod(&footprint, &mut affected);
         let ambient = is_ambient(&footprint.pod);
         for pool in &footprint.pools {
@@ -123,6 +131,9 @@ impl Index {
         if let Some(old) = self.remove_pod(&key) {
             self.collect_pod(&old, &mut affected);
             self.unregister_pod(&key, &old);
+            // Relabelled out of the watch, or deleted: the watch cannot tell. A deleted pod's
+            // release finds it gone (one answered 404).
+            self.note_departures(&old.pools, &old.pod);
         }
         affected.into_iter().collect()
     }

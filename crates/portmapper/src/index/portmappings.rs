@@ -83,6 +83,7 @@ impl Index {
                 .get(&ns)
                 .is_some_and(|keys| keys.contains_key(&footprint.pool.key));
         if let Some(old) = &previous {
+            self.pool_moved(&key, old, &footprint);
             affected.extend(
                 self.pms_by_service
                     .get(&old.service)
@@ -125,6 +126,7 @@ impl Index {
         let Some(old) = self.pms.remove(key) else {
             return Vec::new();
         };
+        self.departed.remove(key);
         let types_before = self.gate_types(&old.service.0);
         self.unregister(key, &old);
         let mut affected: HashSet<PmKey> = self
@@ -294,7 +296,8 @@ impl Index {
             .flatten()
             .filter(|k| *k != pm)
             .filter_map(|k| self.pms.get(k).map(|f| (f, k)))
-            .filter(|(f, _)| !f.deleting && f.rank < footprint.rank)
+            // A PortMapping being deleted gives way to every live one: it only releases.
+            .filter(|(f, _)| !f.deleting && (footprint.deleting || f.rank < footprint.rank))
             .map(|(f, k)| (&f.rank, k))
             .collect();
         // Ranks are unique (the name is in them).

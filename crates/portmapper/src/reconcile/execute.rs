@@ -2,7 +2,8 @@
 //! decides nothing. Phases run in order, each with a few writes in flight, a phase whose
 //! guard phases failed is skipped; every error is kept; our slice writes are recorded in the
 //! index as they are sent and answered; the Events go through the PortMapping's warn-once
-//! ledger; the status is written when it changed (the "after writes failed" variant when a
+//! ledger; the pods released from the pool are forgotten by the index once their release
+//! succeeded; the status is written when it changed (the "after writes failed" variant when a
 //! write failed); and the API server's warnings on these writes are announced once.
 
 use std::collections::HashSet;
@@ -31,6 +32,9 @@ use crate::runtime::metrics::ResourceLabels;
 pub struct Pass {
     pub phases: Phases,
     pub report: Report,
+    /// The pods that left the pool, by name: the index forgets them once the release phase
+    /// ([`PhaseKind::ReleasedGates`]) succeeded.
+    pub released: Vec<String>,
 }
 
 /// What executing a pass came to.
@@ -53,10 +57,14 @@ pub async fn execute(
     let run = Run {
         ctx,
         writer,
+        pm,
         key: &key,
         owner: pm.uid().unwrap_or_default(),
     };
-    let (mut errors, wake) = run.phases(&pass.phases).await;
+    let (mut errors, wake, failed) = run.phases(&pass.phases).await;
+    if !pass.released.is_empty() && !failed.contains(&PhaseKind::ReleasedGates) {
+        ctx.index.lock().released(&key, &pass.released);
+    }
     let written = pass.phases.count();
     if written > 0 {
         info!(writes = written, failed = errors.len(), "published changes");
@@ -85,6 +93,7 @@ pub async fn execute(
 struct Run<'a> {
     ctx: &'a Context,
     writer: &'a Writer<'a>,
+    pm: &'a PortMapping,
     key: &'a ObjectRef<PortMapping>,
     /// The PortMapping's UID: the owner of the slice writes the index records.
     owner: String,
@@ -92,8 +101,8 @@ struct Run<'a> {
 
 impl Run<'_> {
     /// Runs every phase in order; a phase whose guard phases failed is skipped. Returns every
-    /// failure, in order, and whether a write asked for another pass.
-    async fn phases(&self, phases: &Phases) -> (Vec<Error>, bool) {
+    /// failure, in order, whether a write asked for another pass, and the phases that failed.
+    async fn phases(&self, phases: &Phases) -> (Vec<Error>, bool, HashSet<PhaseKind>) {
         let mut failed: HashSet<PhaseKind> = HashSet::new();
         let (mut errors, mut wake) = (Vec::new(), false);
         for phase in &phases.0 {
@@ -108,7 +117,7 @@ impl Run<'_> {
             errors.extend(phase_errors);
             wake |= phase_wake;
         }
-        (errors, wake)
+        (errors, wake, failed)
     }
 
     /// One phase's writes, up to its in-flight bound at once; results in write order
@@ -142,6 +151,13 @@ impl Run<'_> {
                 (result.map(drop), false)
             }
             Write::Migration(step) => (self.migrate(step).await, false),
+            Write::AddFinalizer(finalizer) => {
+                (self.writer.add_finalizer(self.pm, finalizer).await, false)
+            }
+            Write::RemoveFinalizer(finalizer) => (
+                self.writer.remove_finalizer(self.pm, finalizer).await,
+                false,
+            ),
         }
     }
 

@@ -15,9 +15,9 @@ use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use portmapper_api::PortMapping;
 use portmapper_core::planner::migration::NativeSlice;
-use portmapper_core::planner::{self, GatePeers, PlanInput};
+use portmapper_core::planner::{self, GateChanges, GatePeers, PlanInput};
 use portmapper_core::report::{Stall, status};
-use portmapper_core::{HeldName, NetworkDecisions, PodGate, PodRecord};
+use portmapper_core::{HeldName, NetworkDecisions, PodRecord};
 use tracing::debug;
 
 use crate::index::PodSource;
@@ -63,26 +63,26 @@ pub enum Gates {
 }
 
 impl Gates {
-    /// The gates to set False ([`planner::stalled_pod_gates`]): on every gated pool pod that
-    /// `live` does not publish, naming `stall`.
+    /// The gate changes ([`planner::stalled_pod_gates`]): False on every gated pool pod that
+    /// `live` does not publish, naming `stall` (until its timeout); released when `pm` is
+    /// being deleted.
     pub fn stalled(
         &self,
         pm: &PortMapping,
         stall: &Stall,
         live: &[Arc<EndpointSlice>],
-    ) -> Vec<PodGate> {
+    ) -> GateChanges {
         let Self::Pool { pods, peers } = self else {
-            return Vec::new();
+            return GateChanges::default();
         };
         let pods: Vec<&PodRecord> = pods.iter().map(AsRef::as_ref).collect();
         let live: Vec<&EndpointSlice> = live.iter().map(AsRef::as_ref).collect();
+        let settings = planner::GateSettings::of(pm, peers, Timestamp::now());
         planner::stalled_pod_gates(
             &pods,
-            pm.spec.gate_condition_type(),
-            peers,
+            &settings,
             &live,
             (stall.reason(), &stall.gate_message(&pm.name_any())),
-            Timestamp::now(),
         )
     }
 
@@ -91,6 +91,15 @@ impl Gates {
         match self {
             Self::Pool { pods, .. } => pods.iter().map(AsRef::as_ref).collect(),
             Self::None | Self::Wait => Vec::new(),
+        }
+    }
+
+    /// The pool's pods as the release finalizer reads them: `None` while they have not listed
+    /// (the gates are undecided); none when the pool is invalid.
+    pub fn pool(&self) -> Option<Vec<&PodRecord>> {
+        match self {
+            Self::Wait => None,
+            Self::None | Self::Pool { .. } => Some(self.pods()),
         }
     }
 }

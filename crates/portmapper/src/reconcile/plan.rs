@@ -1,7 +1,7 @@
 //! From what a pass gathered to what it executes: the planner's plan (or the teardown, or the
-//! gates of a stall), its writes in phases and its report, all computed by `portmapper-core`;
-//! plus what a plan tells the rest of the operator: the prober's targets and the plan's
-//! metrics.
+//! gates of a stall), the release of pods that left the pool, the release finalizer, its writes
+//! in phases and its report, all computed by `portmapper-core`; plus what a plan tells the rest
+//! of the operator: the prober's targets, the plan's metrics and when a gate times out.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use kube::runtime::reflector::ObjectRef;
 use portmapper_api::PortMapping;
 use portmapper_core::PodRecord;
 use portmapper_core::planner::{self, Plan};
-use portmapper_core::report::{PlanFacts, Report, Stall};
+use portmapper_core::report::{PlanFacts, Report, Stall, gate_timeouts};
 use portmapper_core::sync_stats::sync_stats;
 use portmapper_core::writes::Phases;
 
@@ -55,9 +55,87 @@ pub async fn plan(
             live,
             endpoints,
             gates,
-        } => Next::Execute(stalled(ctx, pm, key, &stall, &live, &endpoints, &gates)),
-        Gathered::Plan(inputs) => Next::Execute(planned(ctx, pm, key, &inputs)),
+        } => {
+            let departed = Departed::of(ctx, pm, key);
+            let stalled = Stalled {
+                stall: &stall,
+                live: &live,
+                endpoints: &endpoints,
+                gates: &gates,
+            };
+            Next::Execute(stalled.planned(ctx, pm, key, departed))
+        }
+        Gathered::Plan(inputs) => {
+            let departed = Departed::of(ctx, pm, key);
+            Next::Execute(planned(ctx, pm, key, &inputs, departed))
+        }
     })
+}
+
+/// The pods that left the pool still waiting on its gate (the index notes them), and their
+/// release ([`planner::released_pod_gates`]): True, `Released`, unless another PortMapping of
+/// the same gate type has them in its pool now.
+struct Departed {
+    /// The release phase (first of the pass).
+    phases: Phases,
+    /// Every departed pod's name: the index forgets them once the release succeeded.
+    names: Vec<String>,
+}
+
+impl Departed {
+    fn of(ctx: &Context, pm: &PortMapping, key: &ObjectRef<PortMapping>) -> Self {
+        let (departed, kept) = ctx.index.lock().departed(key);
+        let pods: Vec<&PodRecord> = departed.iter().map(AsRef::as_ref).collect();
+        let message = format!(
+            "the pod left the pool of PortMapping {}: the gate no longer waits for its publication",
+            key.name
+        );
+        let gates = planner::released_pod_gates(
+            &pods,
+            pm.spec.gate_condition_type(),
+            &|name| kept.contains(name),
+            &message,
+            Timestamp::now(),
+        );
+        Self {
+            phases: Phases::released(&gates, &pods),
+            names: pods.iter().map(|p| p.name.clone()).collect(),
+        }
+    }
+
+    /// The pass: the release, then `phases`, then the release finalizer's change for `pool`.
+    fn pass(
+        self,
+        pm: &PortMapping,
+        phases: Phases,
+        pool: Option<&[&PodRecord]>,
+        report: Report,
+    ) -> Pass {
+        let mut phases = self.phases.then(phases);
+        phases.finalizer(planner::release_finalizer(pm, pool));
+        Pass {
+            phases,
+            report,
+            released: self.names,
+        }
+    }
+}
+
+/// Look again a second past `deadline` (when the first held gate times out; the plan's clock
+/// is whole timestamps, the server's transition times whole seconds), unless the resync or
+/// `again` comes sooner.
+fn at_deadline(
+    ctx: &Context,
+    again: Option<Duration>,
+    deadline: Option<Timestamp>,
+) -> Option<Duration> {
+    let Some(deadline) = deadline else {
+        return again;
+    };
+    let wait = Duration::try_from(Timestamp::now().duration_until(deadline)).unwrap_or_default()
+        + Duration::from_secs(1);
+    let wait = again.map_or(wait, |a| a.min(wait));
+    (wait < ctx.settings.resync).then_some(wait)
 }
 
 /// Look again soon (something we wait for, probe results or the pool's pods, is pending),
@@ -66,41 +144,58 @@ fn soon(ctx: &Context) -> Option<Duration> {
     (PENDING_RETRY < ctx.settings.resync).then_some(PENDING_RETRY)
 }
 
-/// A pass that publishes nothing new: the gates of its pods not published any more (and, with
-/// the Service gone, the teardown first).
-fn stalled(
-    ctx: &Context,
-    pm: &PortMapping,
-    key: &ObjectRef<PortMapping>,
-    stall: &Stall,
-    live: &[Arc<k8s_openapi::api::discovery::v1::EndpointSlice>],
-    endpoints: &[Arc<k8s_openapi::api::core::v1::Endpoints>],
-    gates: &Gates,
-) -> Planned {
-    let pods = gates.pods();
-    let phases = if let Stall::ServiceNotFound { .. } = stall {
-        // Nothing is published any more: no gated pod stays True. Everything remembered goes
-        // with the slices.
-        ctx.forget(key);
-        let uid = pm.uid().unwrap_or_default();
-        let teardown = planner::teardown(
-            live.iter().map(AsRef::as_ref),
-            endpoints.iter().map(AsRef::as_ref),
-            &uid,
-        );
-        Phases::of_teardown(&teardown, &gates.stalled(pm, stall, &[]), &pods)
-    } else {
-        // Its slices stay: gated pods they publish keep their condition.
-        crate::reconcile::probing::forget(&ctx.prober, pm);
-        Phases::of_gates(&gates.stalled(pm, stall, live), &pods)
-    };
-    Planned {
-        pass: Pass {
-            phases,
-            report: Report::of_stall(stall),
-        },
-        again: matches!(gates, Gates::Wait).then(|| soon(ctx)).flatten(),
-        cache_only: false,
+/// A pass that publishes nothing new, and what it has.
+struct Stalled<'a> {
+    stall: &'a Stall,
+    live: &'a [Arc<k8s_openapi::api::discovery::v1::EndpointSlice>],
+    endpoints: &'a [Arc<k8s_openapi::api::core::v1::Endpoints>],
+    gates: &'a Gates,
+}
+
+impl Stalled<'_> {
+    /// The gates of its pods not published any more (and, with the Service gone, the teardown
+    /// first).
+    fn planned(
+        &self,
+        ctx: &Context,
+        pm: &PortMapping,
+        key: &ObjectRef<PortMapping>,
+        departed: Departed,
+    ) -> Planned {
+        let (stall, live, gates) = (self.stall, self.live, self.gates);
+        let pods = gates.pods();
+        let (phases, changes) = if let Stall::ServiceNotFound { .. } = stall {
+            // Nothing is published any more: no gated pod stays True. Everything remembered
+            // goes with the slices.
+            ctx.forget(key);
+            let uid = pm.uid().unwrap_or_default();
+            let teardown = planner::teardown(
+                live.iter().map(AsRef::as_ref),
+                self.endpoints.iter().map(AsRef::as_ref),
+                &uid,
+            );
+            let changes = gates.stalled(pm, stall, &[]);
+            (
+                Phases::of_teardown(&teardown, &changes.gates, &pods),
+                changes,
+            )
+        } else {
+            // Its slices stay: gated pods they publish keep their condition.
+            crate::reconcile::probing::forget(&ctx.prober, pm);
+            let changes = gates.stalled(pm, stall, live);
+            (Phases::of_gates(&changes.gates, &pods), changes)
+        };
+        let mut report = Report::of_stall(stall);
+        report
+            .events
+            .extend(gate_timeouts(&changes.timeouts, key.namespace.as_deref()));
+        let pool = gates.pool();
+        let again = matches!(gates, Gates::Wait).then(|| soon(ctx)).flatten();
+        Planned {
+            pass: departed.pass(pm, phases, pool.as_deref(), report),
+            again: at_deadline(ctx, again, changes.deadline),
+            cache_only: false,
+        }
     }
 }
 
@@ -111,6 +206,7 @@ fn planned(
     pm: &PortMapping,
     key: &ObjectRef<PortMapping>,
     inputs: &Inputs,
+    departed: Departed,
 ) -> Planned {
     let input = inputs.plan_input(pm, Timestamp::now());
     let mut memo = ctx.states.take_memo(key);
@@ -136,7 +232,13 @@ fn planned(
                 peers: inputs.peers.clone(),
             };
             let stall = Stall::PlanFailed(err.to_string());
-            return stalled(ctx, pm, key, &stall, &inputs.owned, &[], &gates);
+            let stalled = Stalled {
+                stall: &stall,
+                live: &inputs.owned,
+                endpoints: &[],
+                gates: &gates,
+            };
+            return stalled.planned(ctx, pm, key, departed);
         }
     };
     let pods: Vec<&PodRecord> = inputs.pods.iter().map(AsRef::as_ref).collect();
@@ -158,19 +260,19 @@ fn planned(
         previous: pm.status.as_ref().map_or(&[][..], |s| &s.conditions[..]),
     };
     let report = Report::of_plan(&facts);
+    // Look again soon while probe targets still lack a first result; afterwards damped flips
+    // arrive as events and reasons refresh with the resync.
+    let again = (probed.awaiting_first_result > 0)
+        .then(|| soon(ctx))
+        .flatten();
     Planned {
-        pass: Pass {
-            phases: Phases::of_plan(&plan, &pods),
-            report,
-        },
-        // Look again soon while probe targets still lack a first result; afterwards damped
-        // flips arrive as events and reasons refresh with the resync.
-        again: (probed.awaiting_first_result > 0)
-            .then(|| soon(ctx))
-            .flatten(),
+        pass: departed.pass(pm, Phases::of_plan(&plan, &pods), Some(&pods), report),
+        again: at_deadline(ctx, again, plan.gate_deadline),
+        // A held gate's timeout is a timer no event brings: never settled while one runs.
         cache_only: plan.network_lookups.is_empty()
             && inputs.natives.is_empty()
-            && !inputs.read_server,
+            && !inputs.read_server
+            && plan.gate_deadline.is_none(),
     }
 }
 

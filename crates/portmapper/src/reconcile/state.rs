@@ -251,6 +251,7 @@ mod tests {
             reason: "Published",
             message: String::new(),
             last_transition_time: None,
+            observed_generation: None,
         };
         states.gate_answered(&key, &gate, "7", true);
         assert!(states.gate_sent(&key, &gate, "7"));

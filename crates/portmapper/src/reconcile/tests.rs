@@ -21,6 +21,7 @@ use crate::reconcile::fake_api::FakeApi;
 const NS: &str = "default";
 const SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices";
 const STATUS: &str = "/apis/portmapper.dev/v1alpha1/namespaces/default/portmappings/web/status";
+const PM: &str = "/apis/portmapper.dev/v1alpha1/namespaces/default/portmappings/web";
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
 
 /// The PortMapping of most tests here, publishing one slice per port (`web.http`): they are
@@ -93,6 +94,8 @@ impl World {
         let api = FakeApi::default();
         // The status subresource answers with the whole object, as the API server does.
         api.respond("PATCH", STATUS, 200, serde_json::to_value(&pm).unwrap());
+        // So does a finalizer patch.
+        api.respond("PATCH", PM, 200, serde_json::to_value(&pm).unwrap());
         let (ctx, mut feeds) = Context::test(api.client());
         feeds
             .portmappings
@@ -613,11 +616,19 @@ fn gated_pod(name: &str, ip: &str) -> Pod {
 
 const POD_STATUS: &str = "/api/v1/namespaces/default/pods/pod-a/status";
 
+/// [`pm`] holding the release finalizer, as it does after its first pass over a gated pool.
+fn gated_pm() -> PortMapping {
+    let mut pm = pm();
+    pm.metadata.finalizers = Some(vec![portmapper_core::planner::RELEASE_FINALIZER.into()]);
+    pm
+}
+
 /// Until the pod cache shows our patch, a plan made from the stale pod asks for the same gate
 /// again; the executor does not resend it. A plan from a newer pod writes it again.
 #[tokio::test]
 async fn a_gate_already_sent_is_not_resent_while_the_cache_lags() {
-    let mut w = World::new(Some(service()), vec![gated_pod("pod-a", "10.244.0.1")]);
+    let pods = vec![gated_pod("pod-a", "10.244.0.1")];
+    let mut w = World::with(gated_pm(), Some(service()), pods);
     w.reconcile().await.unwrap();
     let gate = w.body(&format!("PATCH {POD_STATUS}"));
     let apply = w.body(&format!("PATCH {SLICES}/web.http"));
@@ -648,7 +659,11 @@ async fn a_gate_already_sent_is_not_resent_while_the_cache_lags() {
 /// failed, its True gate waits for the next pass.
 #[tokio::test]
 async fn a_true_gate_waits_for_the_slice_writes() {
-    let w = World::new(Some(service()), vec![gated_pod("pod-a", "10.244.0.1")]);
+    let w = World::with(
+        gated_pm(),
+        Some(service()),
+        vec![gated_pod("pod-a", "10.244.0.1")],
+    );
     w.api
         .fail("PATCH", &format!("{SLICES}/web.http"), 500, "InternalError");
     w.reconcile().await.unwrap_err();
@@ -660,6 +675,84 @@ async fn a_true_gate_waits_for_the_slice_writes() {
         ],
         "no gate written"
     );
+}
+
+/// A PortMapping whose pool has a gated pod takes the release finalizer (a JSON patch that
+/// tests the list it extends) after its other writes; once it is being deleted, its pass
+/// releases the gates, and only then takes the finalizer off.
+#[tokio::test]
+async fn a_gated_pool_holds_the_portmapping_until_its_deletion_released_the_gates() {
+    let w = World::new(Some(service()), vec![gated_pod("pod-a", "10.244.0.1")]);
+    w.reconcile().await.unwrap();
+    let finalizer = w.body(&format!("PATCH {PM}"));
+    assert_eq!(
+        w.api.take_lines(),
+        [
+            format!("PATCH {SLICES}/web.http"),
+            format!("PATCH {POD_STATUS}"),
+            format!("PATCH {PM}"),
+            format!("PATCH {STATUS}")
+        ]
+    );
+    assert_eq!(
+        finalizer,
+        json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["portmapper.dev/release-gates"]},
+        ])
+    );
+
+    let mut deleting = gated_pm();
+    deleting.metadata.deletion_timestamp = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
+    );
+    let w = World::with(
+        deleting,
+        Some(service()),
+        vec![gated_pod("pod-a", "10.244.0.1")],
+    );
+    w.reconcile().await.unwrap();
+    let (gate, finalizer) = (
+        w.body(&format!("PATCH {POD_STATUS}")),
+        w.body(&format!("PATCH {PM}")),
+    );
+    let lines = w.api.take_lines();
+    let at = |line: String| lines.iter().position(|l| *l == line);
+    let (released, removed) = (at(format!("PATCH {POD_STATUS}")), at(format!("PATCH {PM}")));
+    assert!(released.is_some() && released < removed, "{lines:?}");
+    assert_eq!(
+        (
+            &gate["status"]["conditions"][0]["status"],
+            &gate["status"]["conditions"][0]["reason"]
+        ),
+        (&json!("True"), &json!("Released"))
+    );
+    assert_eq!(
+        finalizer,
+        json!([
+            {"op": "test", "path": "/metadata/finalizers/0", "value": "portmapper.dev/release-gates"},
+            {"op": "remove", "path": "/metadata/finalizers/0"},
+        ])
+    );
+}
+
+/// A failed release keeps the finalizer: the deletion waits for the next pass.
+#[tokio::test]
+async fn a_failed_release_keeps_the_finalizer() {
+    let mut deleting = gated_pm();
+    deleting.metadata.deletion_timestamp = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
+    );
+    let w = World::with(
+        deleting,
+        Some(service()),
+        vec![gated_pod("pod-a", "10.244.0.1")],
+    );
+    w.api.fail("PATCH", POD_STATUS, 500, "InternalError");
+    w.reconcile().await.unwrap_err();
+    let lines = w.api.take_lines();
+    assert!(lines.contains(&format!("PATCH {POD_STATUS}")), "{lines:?}");
+    assert!(!lines.contains(&format!("PATCH {PM}")), "{lines:?}");
 }
 
 #[test]

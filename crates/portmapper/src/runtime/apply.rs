@@ -297,6 +297,7 @@ impl Writer<'_> {
                 "reason": gate.reason,
                 "message": gate.message,
                 "lastTransitionTime": gate.last_transition_time,
+                "observedGeneration": gate.observed_generation,
             }]},
         });
         let params = PatchParams {
@@ -329,4 +330,92 @@ impl Writer<'_> {
             )),
         }
     }
+}
+
+impl Writer<'_> {
+    /// Adds `finalizer` to the PortMapping, as kube's finalizer helper does: a JSON patch that
+    /// first tests the finalizer list the cache shows, so a list changed meanwhile is never
+    /// overwritten (the test fails and the next pass looks again).
+    pub async fn add_finalizer(&self, pm: &PortMapping, finalizer: &str) -> Result<(), Error> {
+        use json_patch::{AddOperation, PatchOperation, TestOperation};
+        let list = pointer(&["finalizers"]);
+        let ops = match pm.metadata.finalizers.as_deref() {
+            None | Some([]) => vec![
+                // An absent (or empty, which the server drops) list tests as null.
+                PatchOperation::Test(TestOperation {
+                    path: list.clone(),
+                    value: serde_json::Value::Null,
+                }),
+                PatchOperation::Add(AddOperation {
+                    path: list,
+                    value: json!([finalizer]),
+                }),
+            ],
+            Some(current) => vec![
+                PatchOperation::Test(TestOperation {
+                    path: list,
+                    value: json!(current),
+                }),
+                PatchOperation::Add(AddOperation {
+                    path: pointer(&["finalizers", "-"]),
+                    value: json!(finalizer),
+                }),
+            ],
+        };
+        self.patch_finalizers(pm, ops, "adding finalizer").await
+    }
+
+    /// Removes `finalizer` from the PortMapping: a JSON patch that tests the entry it removes.
+    pub async fn remove_finalizer(&self, pm: &PortMapping, finalizer: &str) -> Result<(), Error> {
+        use json_patch::{PatchOperation, RemoveOperation, TestOperation};
+        let Some(at) = pm.finalizers().iter().position(|f| f == finalizer) else {
+            return Ok(());
+        };
+        let entry = pointer(&["finalizers", &at.to_string()]);
+        let ops = vec![
+            PatchOperation::Test(TestOperation {
+                path: entry.clone(),
+                value: json!(finalizer),
+            }),
+            PatchOperation::Remove(RemoveOperation { path: entry }),
+        ];
+        self.patch_finalizers(pm, ops, "removing finalizer").await
+    }
+
+    async fn patch_finalizers(
+        &self,
+        pm: &PortMapping,
+        ops: Vec<json_patch::PatchOperation>,
+        what: &str,
+    ) -> Result<(), Error> {
+        self.guard()?;
+        let name = pm.name_any();
+        let api: Api<PortMapping> = Api::namespaced(self.client.clone(), self.namespace);
+        let params = PatchParams {
+            field_manager: Some(MANAGER.into()),
+            ..PatchParams::default()
+        };
+        let patch = Patch::Json::<()>(json_patch::Patch(ops));
+        let patched = api.patch(&name, &params, &patch).await;
+        self.listen::<PortMapping>(&name, "");
+        match patched {
+            Ok(_) => {
+                self.metrics.write("patch", "portmappings");
+                debug!(namespace = self.namespace, portmapping = %name, "{what}");
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+            Err(e) => Err(Error::kube(
+                format!("{what} of PortMapping {}/{name}", self.namespace),
+                e,
+            )),
+        }
+    }
+}
+
+/// The JSON pointer `/metadata/<tokens…>`.
+fn pointer(tokens: &[&str]) -> json_patch::jsonptr::PointerBuf {
+    let mut all = vec!["metadata"];
+    all.extend_from_slice(tokens);
+    json_patch::jsonptr::PointerBuf::from_tokens(all)
 }

@@ -253,6 +253,7 @@ async fn a_gate_for_a_replaced_pod_is_refused_by_the_server() {
         reason: "Published",
         message: "published on every port it serves: http".into(),
         last_transition_time: None,
+        observed_generation: pod.generation,
     };
     assert!(writer.patch_pod_gate(&gate).await.unwrap());
     assert_eq!(gate_writes(&h, "pod-a").await, 1);

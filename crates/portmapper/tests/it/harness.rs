@@ -319,6 +319,9 @@ impl Harness {
             "Pod" => create_in::<Pod>(&self.api(), obj).await,
             "PortMapping" => create_in::<PortMapping>(&self.api(), obj).await,
             "EndpointSlice" => create_in::<EndpointSlice>(&self.api(), obj).await,
+            "Deployment" => {
+                create_in::<k8s_openapi::api::apps::v1::Deployment>(&self.api(), obj).await;
+            }
             "Endpoints" => {
                 create_in::<k8s_openapi::api::core::v1::Endpoints>(&self.api(), obj).await;
             }

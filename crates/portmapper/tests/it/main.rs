@@ -35,6 +35,8 @@ mod fault_matrix;
 mod faults;
 mod fuzz;
 mod gate;
+mod gate_release;
+mod gated_rollout;
 mod harness;
 mod hostile;
 mod leader;

@@ -1,6 +1,7 @@
 //! Synchronous tests of the index, one file per kind (the pattern of linkerd2's
 //! `policy-controller/k8s/index` tests).
 
+mod departed;
 mod foreign;
 mod nodes;
 mod pods;

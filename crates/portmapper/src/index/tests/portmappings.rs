@@ -98,6 +98,7 @@ fn gate_peers_name_the_other_types_and_the_older_portmappings_of_the_same_type()
     let gated = |mut pm: PortMapping, gate: &str| {
         pm.spec.readiness_gate = Some(ReadinessGate {
             condition_type: gate.into(),
+            timeout_seconds: None,
         });
         pm
     };
