@@ -54,9 +54,9 @@ async fn run(shape: Shape, namespace: &str) -> RealReport {
     r
 }
 
-/// What both controllers must have done, whatever the shape: `slices` published, a pod in at
-/// most `max_ports` of them.
-fn check_side(s: &SideReport, slices: usize, max_ports: u64) {
+/// What both controllers must have done, whatever the shape: `slices` published, each pod in
+/// one of them (both group a pod's ports in one slice, single-stack here).
+fn check_side(s: &SideReport, slices: usize) {
     let who = s.side.label();
     let p = &s.publication;
     assert_eq!(p.slices, slices, "{who}: slices published");
@@ -72,25 +72,26 @@ fn check_side(s: &SideReport, slices: usize, max_ports: u64) {
         p.converged_writes
     );
     assert_eq!(s.flips.len(), 4, "{who}: flips");
-    let ports: usize = s.flips.iter().map(|f| f.ports).sum();
     assert_eq!(
         s.flip_writes.slices(),
-        ports as u64,
-        "{who}: one slice write per flip and slice that holds the pod"
+        s.flips.len() as u64,
+        "{who}: one slice write per flip"
     );
     for f in &s.flips {
+        assert_eq!(f.slices, 1, "{who}: slices that list {}", f.pod);
         assert_eq!(
-            f.slice_events, f.ports as u64,
+            f.slice_events, 1,
             "{who}: slice events for flipping {} to ready={}",
             f.pod, f.ready
         );
+        assert!(f.slice_bytes > 0, "{who}: the flip's slice carried bytes");
     }
     let rr = s.replacement.as_ref().expect("rolling replacement ran");
     assert_eq!(rr.pods, 3);
     // Each replacement adds the new pod to every slice of its ports, shows the old one
     // terminating (a delete, even with grace 0, first sets its deletionTimestamp) and removes
-    // it: at most three writes per slice that holds the pod; a controller may fold some.
-    let bound = 3 * 3 * max_ports;
+    // it: at most three writes per pod, its one slice; a controller may fold some.
+    let bound = 3 * 3;
     assert!(
         (1..=bound).contains(&rr.writes.slices()),
         "{who}: {} slice writes for 3 pods replaced (at most {bound})",
@@ -103,12 +104,12 @@ fn check_side(s: &SideReport, slices: usize, max_ports: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_shape_a_tiny_counts() {
     let r = run(Shape::A { pods: 50 }, "real-a").await;
-    // 4 ports, 50 pods, 100 per slice: one slice per port; the native controller puts all four
-    // ports in one slice.
-    check_side(&r.operator, 4, 4);
-    check_side(&r.native, 1, 1);
+    // 4 ports, 50 pods, 100 per slice: the operator groups pods by port set (half the pods list
+    // all 4 ports, half 2), the native controller resolves all four ports for every pod.
+    check_side(&r.operator, 2);
+    check_side(&r.native, 1);
     let floors = r.floors.as_ref().expect("floors measured");
-    assert_eq!(floors[0].1.slices, 4);
+    assert_eq!(floors[0].1.slices, 2);
     assert_eq!(floors[1].1.slices, 1);
     assert_eq!(floors[1].1.max_endpoints, 50);
 }
@@ -123,10 +124,7 @@ async fn real_shape_b_tiny_counts() {
         "real-b",
     )
     .await;
-    // Per PortMapping: one slice per port (2) against one slice of both.
-    check_side(&r.operator, 10, 2);
-    check_side(&r.native, 5, 1);
-    for f in &r.operator.flips {
-        assert_eq!(f.ports, 2, "every pod of shape B serves both ports");
-    }
+    // Per PortMapping: one slice of both ports, as the native controller's.
+    check_side(&r.operator, 5);
+    check_side(&r.native, 5);
 }
