@@ -114,6 +114,15 @@ impl LogArgs {
     }
 }
 
+/// `--batch-window-ms` unless set: long enough to gather a rolling restart's changes, well
+/// under the time between two changes a person makes.
+pub const DEFAULT_BATCH_WINDOW_MS: u64 = 0;
+
+/// [`DEFAULT_BATCH_WINDOW_MS`] as a duration.
+pub fn default_batch_window() -> Duration {
+    Duration::from_millis(DEFAULT_BATCH_WINDOW_MS)
+}
+
 /// `portmapper run`.
 #[derive(Debug, Args, Clone)]
 pub struct RunArgs {
@@ -135,6 +144,11 @@ pub struct RunArgs {
     /// Network probes in flight at once, across all PortMappings.
     #[arg(long, env = "PORTMAPPER_PROBE_CONCURRENCY", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub probe_concurrency: u32,
+    /// After a pass of a PortMapping wrote, its next pass waits this many milliseconds: the
+    /// changes of a burst (a rolling restart) share writes, while a change after a quiet
+    /// spell is published at once; 0 writes at every change.
+    #[arg(long, env = "PORTMAPPER_BATCH_WINDOW_MS", default_value_t = DEFAULT_BATCH_WINDOW_MS, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub batch_window_ms: u64,
     /// Restart a watch that is open but has received nothing, not even a bookmark, for this many
     /// seconds (the API server bookmarks about once a minute); `/readyz` fails meanwhile.
     #[arg(long, env = "PORTMAPPER_WATCH_STALL_SECONDS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
@@ -171,6 +185,7 @@ impl RunArgs {
                 instance: identity,
                 probe_concurrency: usize::try_from(self.probe_concurrency)
                     .unwrap_or(portmapper_probe::DEFAULT_CONCURRENCY),
+                batch_window: Duration::from_millis(self.batch_window_ms),
             },
         }
     }

@@ -39,6 +39,9 @@ pub struct Settings {
     pub instance: Option<String>,
     /// Network probes in flight at once, across all PortMappings.
     pub probe_concurrency: usize,
+    /// After a pass that wrote, how long the next pass of the same PortMapping waits (zero:
+    /// none); see `batch_window.rs`.
+    pub batch_window: Duration,
 }
 
 /// What every reconcile reads and writes through.
@@ -80,6 +83,8 @@ pub struct Context {
     pub gates_written: crate::gates::GatesWritten,
     /// Queued reconciles and the passes that found nothing to do (see `quiet.rs`).
     pub quiet: Arc<crate::quiet::QuietPasses>,
+    /// When each PortMapping's last writing pass ended (see `batch_window.rs`).
+    pub batches: crate::batch_window::BatchWindows,
 }
 
 /// Per warning slot, the occurrences last warned about.
@@ -200,6 +205,7 @@ impl Context {
             .remove(pm);
         self.backoff.forget(pm);
         self.quiet.forget(pm);
+        self.batches.forget(pm);
     }
 
     /// Records a status written for `pm` (computed from `pm`).

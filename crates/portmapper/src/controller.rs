@@ -239,6 +239,7 @@ pub async fn run_probing_with(
         backoff: crate::backoff::Backoffs::default(),
         gates_written: crate::gates::GatesWritten::default(),
         quiet,
+        batches: crate::batch_window::BatchWindows::new(settings.batch_window),
     });
 
     // Readiness = every shared store has listed once; pod watches start lazily per pool.

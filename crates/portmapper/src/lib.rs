@@ -3,6 +3,7 @@
 pub mod api_warnings;
 pub mod apply;
 pub mod backoff;
+pub mod batch_window;
 pub mod cli;
 pub mod client;
 pub mod conditions;

@@ -72,10 +72,23 @@ pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action
             .inc();
         return Ok(Action::requeue(wait));
     }
+    // Within the batch window of its last writing pass: this change waits for the window's
+    // end, and whatever else arrives meanwhile is planned with it.
+    if let Some(wait) = ctx.batches.remaining(&pm_ref, tokio::time::Instant::now()) {
+        debug!(portmapping = %pm_ref, wait_ms = wait.as_millis(), "batching with the changes that follow; writing nothing yet");
+        ctx.metrics
+            .reconciles
+            .get_or_create(&crate::metrics::ResultLabels { result: "batched" })
+            .inc();
+        return Ok(Action::requeue(wait));
+    }
     let started = Instant::now();
     let (result, wrote) = reconcile_inner(&pm, &ctx, fingerprint)
         .instrument(span)
         .await;
+    if wrote {
+        ctx.batches.wrote(&pm_ref, tokio::time::Instant::now());
+    }
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
