@@ -432,14 +432,19 @@ impl<'a> Ctx<'a> {
             .await?;
         let c1 = self.cpu(Some(r))?;
         let w1 = self.scrape().await?;
+        // One lock: a second `view()` in the same expression would wait for the first.
+        let (events, bytes) = {
+            let v = self.obs.view();
+            (v.slice_events, v.slice_bytes)
+        };
         Ok(Replacement {
             pods: idx.len(),
             write_time: last - first,
             converge: converged.saturating_duration_since(first),
             after_last: converged.saturating_duration_since(last),
             writes: w1.since(&w0),
-            slice_events: self.obs.view().slice_events - ev0,
-            slice_bytes: self.obs.view().slice_bytes - b0,
+            slice_events: events - ev0,
+            slice_bytes: bytes - b0,
             cpu: c1.since(c0),
         })
     }
