@@ -167,7 +167,8 @@ pub struct Rolling {
     pub converge: Duration,
     /// Last patch → converged.
     pub after_last_patch: Duration,
-    /// (pod, port) transitions requested: 2 × the ports each pod serves.
+    /// Pod transitions requested: 2 per pod (unready, then ready). A port-set slice holds all
+    /// of a pod's ports, so one write can carry a pod's transition on every port.
     pub transitions: usize,
     /// Per-(service, port, pod) changes the bench saw in slice events.
     pub visible_transitions: usize,
@@ -643,7 +644,7 @@ async fn rolling_restart(
         patch_time: last - first,
         converge: converged - first,
         after_last_patch: converged - last,
-        transitions: 2 * g.pods.iter().map(|p| p.ports.len()).sum::<usize>(),
+        transitions: 2 * g.pods.len(),
         visible_transitions: obs.view().transitions.len() - tr0,
         slice_writes: w.count(admin::OPERATOR, Some("endpointslices")),
         operator_writes: w.count(admin::OPERATOR, None),
@@ -878,7 +879,7 @@ impl Report {
         }
         if let Some(rr) = &self.rolling {
             r.push((
-                "rolling restart: slice writes per (pod, port) transition",
+                "rolling restart: slice writes per pod transition",
                 format!(
                     "{:.3} ({} writes / {} transitions; {} visible; all operator writes {})",
                     rr.slice_writes as f64 / rr.transitions.max(1) as f64,

@@ -308,6 +308,12 @@ fn replacement_rows(op: &SideReport, nat: &SideReport) -> Vec<Row> {
             writes(&n.writes) / n.pods.max(1) as f64,
         ),
         n_row(
+            "rolling replacement: slice writes per pod transition (2 per pod replaced: the \
+             new pod published, the old one gone)",
+            writes(&o.writes) / (2 * o.pods).max(1) as f64,
+            writes(&n.writes) / (2 * n.pods).max(1) as f64,
+        ),
+        n_row(
             "rolling replacement: slice watch events",
             o.slice_events as f64,
             n.slice_events as f64,

@@ -63,7 +63,7 @@ fn check_counts(r: &Report) {
     let rolling = r.rolling.as_ref().expect("rolling restart ran");
     assert!(
         rolling.slice_writes <= rolling.transitions,
-        "rolling restart: {} slice writes for {} (pod, port) transitions",
+        "rolling restart: {} slice writes for {} pod transitions",
         rolling.slice_writes,
         rolling.transitions
     );
