@@ -139,7 +139,8 @@ pub struct Flip {
     pub ready: bool,
     /// Service ports the pod serves (lists).
     pub ports: usize,
-    /// The operator's slices that listed the pod before the flip (the writes a flip needs).
+    /// The operator's slices that list the pod before or after the flip, whichever is more
+    /// (the writes a flip needs: an unready pod is left out).
     pub slices: usize,
     /// PATCH sent → the bench's pod watch event (the emulator's floor).
     pub floor: Duration,
@@ -584,6 +585,7 @@ async fn flip(
     let slices = obs.view().slices_holding(None, &p.name);
     let seen = flip_seen(pods, obs, p, ready, &p.ports, cfg.phase_timeout).await?;
     tokio::time::sleep(cfg.settle).await;
+    let slices = slices.max(obs.view().slices_holding(None, &p.name));
     let w = admin::writes(client).await?;
     let reconciles = op_metrics::reconciles(op_http)
         .await?

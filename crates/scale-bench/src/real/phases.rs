@@ -82,7 +82,9 @@ pub struct RealFlip {
     pub pod: String,
     /// Ready after the flip.
     pub ready: bool,
-    /// The controller's slices that listed the pod before the flip (the writes a flip needs).
+    /// The controller's slices that list the pod before or after the flip, whichever is more
+    /// (the writes a flip needs: the operator leaves an unready pod out, the native controller
+    /// lists it not ready).
     pub slices: usize,
     /// PATCH sent → the bench's pod watch event (the API's floor).
     pub floor: Duration,
@@ -375,6 +377,7 @@ impl<'a> Ctx<'a> {
         .await?;
         tokio::time::sleep(self.cfg.settle).await;
         let v = self.obs.view();
+        let slices = slices.max(v.slices_holding(Some(side.manager()), &p.name));
         Ok(RealFlip {
             pod: p.name.clone(),
             ready,

@@ -233,7 +233,7 @@ fn flip_rows(op: &SideReport, nat: &SideReport) -> Vec<Row> {
             nat.flips.iter().map(|f| f.slice_bytes).sum::<u64>() as f64 / nn.max(1) as f64,
         ),
         n_row(
-            "slices that list the flipped pod",
+            "slices that list the flipped pod (before or after)",
             op.flips.iter().map(|f| f.slices).sum::<usize>() as f64 / no.max(1) as f64,
             nat.flips.iter().map(|f| f.slices).sum::<usize>() as f64 / nn.max(1) as f64,
         ),
