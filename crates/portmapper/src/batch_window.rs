@@ -1,7 +1,8 @@
-//! The batch window: after a pass of a PortMapping wrote, the next pass of it waits until the
-//! window has passed. A change after a quiet spell is published at once (a flip's latency is
-//! unchanged); the changes of a burst (a rolling restart) that arrive within the window land in
-//! one pass, so a slice they share is written once. The native controller's counterpart is
+//! The batch window: a change that follows a PortMapping's last write closely (within a fifth
+//! of the window: a burst, such as a rolling restart) waits until the window after that write
+//! has passed, and whatever else arrives meanwhile is planned with it, so a slice the burst
+//! touches several times is written once. A change after a quiet spell is published at once, so
+//! a flip's latency is unchanged. The native controller's counterpart is
 //! `--endpointslice-updates-batch-period`, which delays every sync instead.
 
 use std::collections::HashMap;
@@ -12,12 +13,22 @@ use kube::runtime::reflector::ObjectRef;
 use portmapper_api::PortMapping;
 use tokio::time::Instant;
 
-/// When each PortMapping's last writing pass ended.
+/// A change this soon after a write (as a fraction of the window) is taken as part of a burst.
+const BURST_DIVISOR: u32 = 5;
+
+/// One PortMapping's last write, and the end of the batch it opened, if any.
+#[derive(Debug, Clone, Copy)]
+struct Last {
+    wrote: Instant,
+    batch_until: Option<Instant>,
+}
+
+/// Per PortMapping, its last writing pass and the batch under way.
 #[derive(Debug, Default)]
 pub struct BatchWindows {
-    /// How long after a writing pass the next one waits (zero: never).
+    /// How long after a write a burst is gathered (zero: never).
     window: Duration,
-    last_write: Mutex<HashMap<ObjectRef<PortMapping>, Instant>>,
+    last: Mutex<HashMap<ObjectRef<PortMapping>, Last>>,
 }
 
 impl BatchWindows {
@@ -25,32 +36,48 @@ impl BatchWindows {
     pub fn new(window: Duration) -> Self {
         Self {
             window,
-            last_write: Mutex::default(),
+            last: Mutex::default(),
         }
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<PortMapping>, Instant>> {
-        self.last_write.lock().unwrap_or_else(|p| p.into_inner())
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<PortMapping>, Last>> {
+        self.last.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// How long a pass of `pm` starting at `now` waits: the rest of the window its last
-    /// writing pass opened, if any.
+    /// How long a pass of `pm` starting at `now` waits: until the end of the batch under way,
+    /// or of the one this pass opens by following the last write within a burst's interval.
     pub fn remaining(&self, pm: &ObjectRef<PortMapping>, now: Instant) -> Option<Duration> {
-        let last = *self.map().get(pm)?;
-        let rest = (last + self.window).saturating_duration_since(now);
+        let mut map = self.map();
+        let last = map.get_mut(pm)?;
+        let until = match last.batch_until {
+            Some(until) => until,
+            None if now.saturating_duration_since(last.wrote) < self.window / BURST_DIVISOR => {
+                let until = last.wrote + self.window;
+                last.batch_until = Some(until);
+                until
+            }
+            None => return None,
+        };
+        let rest = until.saturating_duration_since(now);
         (!rest.is_zero()).then_some(rest)
     }
 
-    /// A pass of `pm` that wrote ended at `now`.
+    /// A pass of `pm` that wrote ended at `now`: the batch it carried, if any, is done.
     pub fn wrote(&self, pm: &ObjectRef<PortMapping>, now: Instant) {
         if self.window.is_zero() {
             return;
         }
         let mut map = self.map();
-        // Entries whose window has passed decide nothing: drop them so the map holds only the
+        // Entries past their window decide nothing: drop them, so the map holds only the
         // PortMappings written within the last window.
-        map.retain(|_, at| now.saturating_duration_since(*at) < self.window);
-        map.insert(pm.clone(), now);
+        map.retain(|_, l| now.saturating_duration_since(l.wrote) < self.window);
+        map.insert(
+            pm.clone(),
+            Last {
+                wrote: now,
+                batch_until: None,
+            },
+        );
     }
 
     /// Forgets `pm` (deleted, or no longer ours).
@@ -67,27 +94,40 @@ mod tests {
         ObjectRef::new(name).within("default")
     }
 
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
     #[test]
-    fn a_pass_waits_for_the_rest_of_the_window_its_last_write_opened() {
-        let w = BatchWindows::new(Duration::from_millis(200));
+    fn a_change_soon_after_a_write_waits_for_the_window_and_so_does_the_rest_of_the_batch() {
+        let w = BatchWindows::new(MS(500));
         let t0 = Instant::now();
+        let at = |ms| t0 + MS(ms);
         assert_eq!(w.remaining(&pm("a"), t0), None, "nothing written yet");
         w.wrote(&pm("a"), t0);
-        let at = |ms| t0 + Duration::from_millis(ms);
-        assert_eq!(
-            w.remaining(&pm("a"), at(50)),
-            Some(Duration::from_millis(150))
-        );
+        // Within a fifth of the window: a burst; the batch lasts until the window's end.
+        assert_eq!(w.remaining(&pm("a"), at(50)), Some(MS(450)));
         assert_eq!(w.remaining(&pm("b"), at(50)), None, "per PortMapping");
+        // Past the burst interval but inside the open batch: still waits.
+        assert_eq!(w.remaining(&pm("a"), at(300)), Some(MS(200)));
+        assert_eq!(w.remaining(&pm("a"), at(500)), None, "the batch's pass");
+        w.wrote(&pm("a"), at(500));
         assert_eq!(
-            w.remaining(&pm("a"), at(200)),
-            None,
-            "the window has passed"
+            w.remaining(&pm("a"), at(560)),
+            Some(MS(440)),
+            "the next burst"
         );
-        w.wrote(&pm("b"), at(300));
+    }
+
+    #[test]
+    fn a_change_after_the_burst_interval_is_written_at_once() {
+        let w = BatchWindows::new(MS(500));
+        let t0 = Instant::now();
+        w.wrote(&pm("a"), t0);
+        assert_eq!(w.remaining(&pm("a"), t0 + MS(100)), None);
+        assert_eq!(w.remaining(&pm("a"), t0 + MS(300)), None);
+        w.wrote(&pm("b"), t0 + MS(600));
         assert_eq!(w.map().len(), 1, "a's passed window is dropped");
         w.forget(&pm("b"));
-        assert_eq!(w.remaining(&pm("b"), at(301)), None);
+        assert_eq!(w.remaining(&pm("b"), t0 + MS(601)), None);
     }
 
     #[test]

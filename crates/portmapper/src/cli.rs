@@ -114,9 +114,10 @@ impl LogArgs {
     }
 }
 
-/// `--batch-window-ms` unless set: long enough to gather a rolling restart's changes, well
-/// under the time between two changes a person makes.
-pub const DEFAULT_BATCH_WINDOW_MS: u64 = 0;
+/// `--batch-window-ms` unless set: a rolling restart's changes arrive tens of milliseconds
+/// apart and share writes over it; a change more than a fifth of it after the last write (any
+/// change a person makes) is written at once.
+pub const DEFAULT_BATCH_WINDOW_MS: u64 = 500;
 
 /// [`DEFAULT_BATCH_WINDOW_MS`] as a duration.
 pub fn default_batch_window() -> Duration {
@@ -144,9 +145,10 @@ pub struct RunArgs {
     /// Network probes in flight at once, across all PortMappings.
     #[arg(long, env = "PORTMAPPER_PROBE_CONCURRENCY", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub probe_concurrency: u32,
-    /// After a pass of a PortMapping wrote, its next pass waits this many milliseconds: the
-    /// changes of a burst (a rolling restart) share writes, while a change after a quiet
-    /// spell is published at once; 0 writes at every change.
+    /// A change that follows a PortMapping's last write within a fifth of this many
+    /// milliseconds (a burst: a rolling restart) waits until this long after that write, and
+    /// the burst's changes share writes; a change after a quiet spell is written at once.
+    /// 0 writes at every change.
     #[arg(long, env = "PORTMAPPER_BATCH_WINDOW_MS", default_value_t = DEFAULT_BATCH_WINDOW_MS, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub batch_window_ms: u64,
     /// Restart a watch that is open but has received nothing, not even a bookmark, for this many

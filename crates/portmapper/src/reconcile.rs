@@ -72,8 +72,8 @@ pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action
             .inc();
         return Ok(Action::requeue(wait));
     }
-    // Within the batch window of its last writing pass: this change waits for the window's
-    // end, and whatever else arrives meanwhile is planned with it.
+    // Part of a burst that follows its last write closely: this change waits for the batch
+    // window's end, and whatever else arrives meanwhile is planned with it.
     if let Some(wait) = ctx.batches.remaining(&pm_ref, tokio::time::Instant::now()) {
         debug!(portmapping = %pm_ref, wait_ms = wait.as_millis(), "batching with the changes that follow; writing nothing yet");
         ctx.metrics
