@@ -121,6 +121,7 @@ async fn main() {
         resync: Duration::from_secs(2),
         node_lookups: false,
         instance: Some("bench".into()),
+        batch_window: portmapper::reconcile::batch_window::default_batch_window(),
         probe_concurrency: 16,
     };
     let task = tokio::spawn(controller::run(

@@ -99,6 +99,9 @@ pub struct View {
     pub last_slice_event: Option<Instant>,
     /// Slice events received.
     pub slice_events: u64,
+    /// Bytes of the slices the change events carried (added, modified, deleted; not the
+    /// initial list), as JSON: what every watcher of slices receives per change.
+    pub slice_bytes: u64,
     pods_synced: bool,
     slices_synced: bool,
 }
@@ -261,6 +264,16 @@ impl View {
         self.slices.len()
     }
 
+    /// The slices of `manager` (any, if `None`) that list `pod`, ready or not: the slices a flip
+    /// of the pod has to write.
+    pub fn slices_holding(&self, manager: Option<&str>, pod: &str) -> usize {
+        self.slices
+            .values()
+            .filter(|s| manager.is_none_or(|m| s.manager == m))
+            .filter(|s| s.endpoints.iter().any(|(p, _)| p == pod))
+            .count()
+    }
+
     /// The slices seen whose `managed-by` label is `manager`.
     pub fn slices_of(&self, manager: &str) -> usize {
         self.slices
@@ -319,10 +332,15 @@ impl Observer {
                     let mut v = lock(&v);
                     match ev {
                         Event::Init => v.reset_slices(),
-                        Event::InitApply(s) | Event::Apply(s) => {
+                        Event::InitApply(s) => v.apply_slice(now, s.name_any(), Some(&s)),
+                        Event::Apply(s) => {
+                            v.slice_bytes += json_len(&s);
                             v.apply_slice(now, s.name_any(), Some(&s))
                         }
-                        Event::Delete(s) => v.apply_slice(now, s.name_any(), None),
+                        Event::Delete(s) => {
+                            v.slice_bytes += json_len(&s);
+                            v.apply_slice(now, s.name_any(), None)
+                        }
                         Event::InitDone => v.slices_synced = true,
                     }
                 }
@@ -392,6 +410,12 @@ impl Observer {
             }
         }
     }
+}
+
+/// The size of `s` as JSON, as a watcher receives it (the API server's encoding differs in
+/// whitespace and field order only).
+fn json_len(s: &EndpointSlice) -> u64 {
+    serde_json::to_vec(s).map_or(0, |b| b.len() as u64)
 }
 
 fn lock(v: &Mutex<View>) -> MutexGuard<'_, View> {

@@ -137,6 +137,12 @@ pub struct RunArgs {
     /// Network probes in flight at once, across all PortMappings.
     #[arg(long, env = "PORTMAPPER_PROBE_CONCURRENCY", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub probe_concurrency: u32,
+    /// A change that follows a PortMapping's last write within a fifth of this many
+    /// milliseconds (a burst: a rolling restart) waits until this long after that write, and
+    /// the burst's changes share writes; a change after a quiet spell is written at once.
+    /// 0 writes at every change.
+    #[arg(long, env = "PORTMAPPER_BATCH_WINDOW_MS", default_value_t = crate::reconcile::batch_window::DEFAULT_BATCH_WINDOW_MS, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub batch_window_ms: u64,
     /// Restart a watch that is open but has received nothing, not even a bookmark, for this many
     /// seconds (the API server bookmarks about once a minute); `/readyz` fails meanwhile.
     #[arg(long, env = "PORTMAPPER_WATCH_STALL_SECONDS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
@@ -173,6 +179,7 @@ impl RunArgs {
                 instance: identity,
                 probe_concurrency: usize::try_from(self.probe_concurrency)
                     .unwrap_or(portmapper_probe::DEFAULT_CONCURRENCY),
+                batch_window: Duration::from_millis(self.batch_window_ms),
             },
         }
     }

@@ -119,7 +119,7 @@ pub async fn run_probing_with(
         trigger: trigger.clone(),
         leadership: leadership.clone(),
         metrics: metrics.clone(),
-        states: States::default(),
+        states: States::new(settings.batch_window),
     });
     let synced = housekeeping::spawn(&mut tasks, stores, readiness, pods, ctx.clone());
     metrics.leader.set(i64::from(leadership.is_leader()));

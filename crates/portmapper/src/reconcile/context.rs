@@ -34,6 +34,9 @@ pub struct Settings {
     pub instance: Option<String>,
     /// Network probes in flight at once, across all PortMappings.
     pub probe_concurrency: usize,
+    /// After a pass that wrote, how long the next pass of the same PortMapping waits (zero:
+    /// none); see `batch_window.rs`.
+    pub batch_window: Duration,
 }
 
 /// The reflector stores a reconcile reads.
@@ -160,6 +163,7 @@ impl Context {
                 node_lookups: false,
                 instance: None,
                 probe_concurrency: 1,
+                batch_window: Duration::ZERO,
             },
             stores: Stores {
                 portmappings,

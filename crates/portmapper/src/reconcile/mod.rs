@@ -5,6 +5,7 @@
 //! object our cache does not hold.
 
 pub mod backoff;
+pub mod batch_window;
 pub mod context;
 mod execute;
 #[cfg(test)]
@@ -72,10 +73,29 @@ pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action
             .inc();
         return Ok(Action::requeue(wait));
     }
+    // Part of a burst that follows its last write closely: this change waits for the batch
+    // window's end, and whatever else arrives meanwhile is planned with it.
+    if let Some(wait) = ctx
+        .states
+        .batches
+        .remaining(&pm_ref, tokio::time::Instant::now())
+    {
+        debug!(portmapping = %pm_ref, wait_ms = wait.as_millis(), "batching with the changes that follow; writing nothing yet");
+        ctx.metrics
+            .reconciles
+            .get_or_create(&ResultLabels { result: "batched" })
+            .inc();
+        return Ok(Action::requeue(wait));
+    }
     let started = Instant::now();
     let (result, wrote) = reconcile_inner(&pm, &ctx, fingerprint)
         .instrument(span)
         .await;
+    if wrote {
+        ctx.states
+            .batches
+            .wrote(&pm_ref, tokio::time::Instant::now());
+    }
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());

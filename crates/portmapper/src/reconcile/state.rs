@@ -1,7 +1,8 @@
 //! One state per PortMapping: everything the operator remembers about it between passes, in
 //! one map, so one [`States::forget`] drops all of it (the PortMapping was deleted, withdrew, or
 //! this replica stopped leading). The failure backoff keeps its own map ([`Backoffs`]: the error
-//! policy reads it outside any pass) and is forgotten with the rest.
+//! policy reads it outside any pass), and so does the batch window ([`BatchWindows`]: read
+//! before a pass starts); both are forgotten with the rest.
 //!
 //! - **memo**: what the last plan evaluated, so the next re-evaluates only the pods that
 //!   changed (taken out for the plan, put back after it).
@@ -28,6 +29,7 @@ use portmapper_api::{PortMapping, PortMappingStatus};
 use portmapper_core::{EvalMemo, Ledger, PlannedEvent, PodGate};
 
 use crate::reconcile::backoff::Backoffs;
+use crate::reconcile::batch_window::BatchWindows;
 
 type Key = ObjectRef<PortMapping>;
 
@@ -83,9 +85,19 @@ pub struct States {
     /// Failure counts and retry windows: a reconcile inside its window writes nothing (watch
     /// events would otherwise retry a failing PortMapping at the event rate).
     pub backoff: Backoffs,
+    /// When each PortMapping's last writing pass ended (`batch_window.rs`).
+    pub batches: BatchWindows,
 }
 
 impl States {
+    /// The states of a controller whose passes wait `batch_window` after a pass that wrote.
+    pub fn new(batch_window: std::time::Duration) -> Self {
+        Self {
+            batches: BatchWindows::new(batch_window),
+            ..Self::default()
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<Key, MappingState>> {
         // A panic while holding it leaves hints only: keep using them.
         self.mappings.lock().unwrap_or_else(|p| p.into_inner())
@@ -100,6 +112,7 @@ impl States {
     pub fn forget(&self, pm: &Key) {
         self.lock().remove(pm);
         self.backoff.forget(pm);
+        self.batches.forget(pm);
     }
 
     /// Whether a pass that starts from `seen` would find what the last settled pass found.

@@ -91,6 +91,16 @@ impl World {
     }
 
     fn with(pm: PortMapping, service: Option<Service>, pods: Vec<Pod>) -> Self {
+        Self::batched(pm, service, pods, Duration::ZERO)
+    }
+
+    /// A world whose passes wait `window` after a pass that wrote.
+    fn batched(
+        pm: PortMapping,
+        service: Option<Service>,
+        pods: Vec<Pod>,
+        window: Duration,
+    ) -> Self {
         let api = FakeApi::default();
         // The status subresource answers with the whole object, as the API server does.
         api.respond("PATCH", STATUS, 200, serde_json::to_value(&pm).unwrap());
@@ -117,6 +127,9 @@ impl World {
             // The pool's watch has listed.
             idx.retain_pods(&source, &listed);
         }
+        let mut ctx = ctx;
+        ctx.settings.batch_window = window;
+        ctx.states.batches = crate::reconcile::batch_window::BatchWindows::new(window);
         Self {
             api,
             pm,
@@ -851,5 +864,86 @@ async fn a_failed_apply_holds_back_the_deletions_of_its_pass() {
     assert!(
         lines.contains(&format!("PATCH {SLICES}/{name}")),
         "{lines:?}"
+    );
+}
+
+/// `pod(name, ip)` turned unready, at a newer resourceVersion.
+fn unready_pod(name: &str, ip: &str) -> Pod {
+    let mut p = pod(name, ip);
+    p.metadata.resource_version = Some("7".into());
+    if let Some(c) = p
+        .status
+        .as_mut()
+        .and_then(|s| s.conditions.as_mut())
+        .and_then(|cs| cs.first_mut())
+    {
+        c.status = "False".into();
+    }
+    p
+}
+
+/// After a pass that wrote, the changes that arrive within the batch window wait for its end
+/// and are written together: one slice write for two flips. (The window's arithmetic is
+/// tested in `batch_window.rs`; here it is an hour, so no pass can outlive it, and its end is
+/// brought about by forgetting it.)
+#[tokio::test]
+async fn changes_within_the_batch_window_of_a_write_are_written_together_at_its_end() {
+    let window = Duration::from_secs(3600);
+    let pods = vec![pod("pod-a", "10.244.0.1"), pod("pod-b", "10.244.0.2")];
+    let mut w = World::batched(pm(), Some(service()), pods, window);
+    w.reconcile().await.unwrap();
+    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    w.slice_seen(stored(&apply));
+    assert_eq!(w.api.take_lines().len(), 2, "the slice, then the status");
+
+    // Two flips inside the window: each pass writes nothing.
+    for (name, ip) in [("pod-a", "10.244.0.1"), ("pod-b", "10.244.0.2")] {
+        w.pod_seen(unready_pod(name, ip));
+        w.reconcile().await.unwrap();
+        assert_eq!(w.api.take_lines(), Vec::<String>::new(), "{name}");
+    }
+    let batched = w
+        .ctx
+        .metrics
+        .reconciles
+        .get_or_create(&crate::runtime::metrics::ResultLabels { result: "batched" })
+        .get();
+    assert_eq!(batched, 2);
+
+    // The window's end: one pass writes both flips in one slice write, and the status.
+    w.ctx
+        .states
+        .batches
+        .forget(&kube::runtime::reflector::ObjectRef::from_obj(&w.pm));
+    w.reconcile().await.unwrap();
+    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    assert_eq!(
+        w.api.take_lines(),
+        [
+            format!("PATCH {SLICES}/web.http"),
+            format!("PATCH {STATUS}")
+        ]
+    );
+    // Pods failing their checks are left out (no publishNotReadyAddresses): both gone.
+    assert_eq!(apply["endpoints"], json!([]), "both flips in the one write");
+}
+
+/// Without a window (`--batch-window-ms=0`) every change is written at once.
+#[tokio::test]
+async fn without_a_batch_window_each_change_is_written_at_once() {
+    let pods = vec![pod("pod-a", "10.244.0.1"), pod("pod-b", "10.244.0.2")];
+    let mut w = World::batched(pm(), Some(service()), pods, Duration::ZERO);
+    w.reconcile().await.unwrap();
+    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    w.slice_seen(stored(&apply));
+    w.api.take_lines();
+    w.pod_seen(unready_pod("pod-a", "10.244.0.1"));
+    w.reconcile().await.unwrap();
+    assert_eq!(
+        w.api.take_lines(),
+        [
+            format!("PATCH {SLICES}/web.http"),
+            format!("PATCH {STATUS}")
+        ]
     );
 }

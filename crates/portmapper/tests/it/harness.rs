@@ -272,6 +272,7 @@ impl Harness {
             resync: Duration::from_secs(2),
             node_lookups: true,
             instance: Some(OPERATOR_IDENTITY.into()),
+            batch_window: portmapper::reconcile::batch_window::default_batch_window(),
             probe_concurrency: 16,
         };
         adjust(&mut settings);

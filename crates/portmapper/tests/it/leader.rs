@@ -63,6 +63,7 @@ async fn instance(h: &Harness, config: LeaderConfig) -> Instance {
         resync: Duration::from_secs(2),
         node_lookups: false,
         instance: Some(identity.clone()),
+        batch_window: portmapper::reconcile::batch_window::default_batch_window(),
         probe_concurrency: 4,
     };
     let (l, stop) = (leadership.clone(), shutdown.clone());

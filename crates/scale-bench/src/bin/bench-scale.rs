@@ -107,6 +107,9 @@ struct Args {
     /// Real control plane: one more kube-controller-manager flag (repeatable).
     #[arg(long = "kcm-arg", allow_hyphen_values = true)]
     kcm_args: Vec<String>,
+    /// Real control plane: one more operator flag (repeatable).
+    #[arg(long = "operator-arg", allow_hyphen_values = true)]
+    operator_args: Vec<String>,
     /// Real control plane: the operator's --concurrency.
     #[arg(long, default_value_t = 5)]
     operator_concurrency: u16,
@@ -150,6 +153,7 @@ impl Args {
             operator_concurrency: self.operator_concurrency,
             resync_seconds: self.resync_seconds.unwrap_or(cfg.limits.resync_seconds),
             kcm_extra: self.kcm_args.clone(),
+            operator_extra: self.operator_args.clone(),
             ..cfg.limits
         };
         cfg

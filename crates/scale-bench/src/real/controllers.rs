@@ -85,6 +85,8 @@ pub struct Limits {
     pub resync_seconds: u64,
     /// More kube-controller-manager flags (e.g. to open `/debug/pprof` for a profile).
     pub kcm_extra: Vec<String>,
+    /// More operator flags (e.g. `--batch-window-ms=0`).
+    pub operator_extra: Vec<String>,
 }
 
 impl Default for Limits {
@@ -99,6 +101,7 @@ impl Default for Limits {
             // The operator's own default: neither controller resyncs during the bench.
             resync_seconds: 300,
             kcm_extra: Vec::new(),
+            operator_extra: Vec::new(),
         }
     }
 }
@@ -123,6 +126,11 @@ impl Limits {
             .iter()
             .map(|a| format!("; kube-controller-manager {a}"))
             .collect::<String>()
+            + &self
+                .operator_extra
+                .iter()
+                .map(|a| format!("; portmapper {a}"))
+                .collect::<String>()
     }
 }
 
@@ -164,6 +172,9 @@ fn operator_args(
         format!("--resync-seconds={}", limits.resync_seconds),
         format!("--http-addr={http}"),
     ]
+    .into_iter()
+    .chain(limits.operator_extra.iter().cloned())
+    .collect()
 }
 
 fn kcm_args(plane: &Plane, limits: &Limits, port: u16) -> Vec<String> {

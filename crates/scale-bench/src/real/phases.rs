@@ -82,8 +82,10 @@ pub struct RealFlip {
     pub pod: String,
     /// Ready after the flip.
     pub ready: bool,
-    /// The pod's ports as the controller publishes them (its slices to change).
-    pub ports: usize,
+    /// The controller's slices that list the pod before or after the flip, whichever is more
+    /// (the writes a flip needs: the operator leaves an unready pod out, the native controller
+    /// lists it not ready).
+    pub slices: usize,
     /// PATCH sent → the bench's pod watch event (the API's floor).
     pub floor: Duration,
     /// Pod watch event → the first slice event that shows the flip.
@@ -92,6 +94,8 @@ pub struct RealFlip {
     pub all: Duration,
     /// Slice watch events from the PATCH until settled.
     pub slice_events: u64,
+    /// Bytes of the slices those events carried (JSON).
+    pub slice_bytes: u64,
 }
 
 /// The rolling replacement: pods replaced one after another (the new pod created and made
@@ -110,6 +114,8 @@ pub struct Replacement {
     pub writes: ApiWrites,
     /// Slice watch events.
     pub slice_events: u64,
+    /// Bytes of the slices those events carried (JSON).
+    pub slice_bytes: u64,
     /// CPU from the first write until converged.
     pub cpu: Cpu,
 }
@@ -355,7 +361,11 @@ impl<'a> Ctx<'a> {
     async fn flip(&self, side: Side, i: usize, ready: bool) -> Result<RealFlip, Error> {
         let p = &self.g.pods[i];
         let ports = side.ports(p);
-        let ev0 = self.obs.view().slice_events;
+        let (ev0, b0, slices) = {
+            let v = self.obs.view();
+            let held = v.slices_holding(Some(side.manager()), &p.name);
+            (v.slice_events, v.slice_bytes, held)
+        };
         let seen = crate::flip_seen(
             &self.pods,
             &self.obs,
@@ -366,14 +376,17 @@ impl<'a> Ctx<'a> {
         )
         .await?;
         tokio::time::sleep(self.cfg.settle).await;
+        let v = self.obs.view();
+        let slices = slices.max(v.slices_holding(Some(side.manager()), &p.name));
         Ok(RealFlip {
             pod: p.name.clone(),
             ready,
-            ports: ports.len(),
+            slices,
             floor: seen.floor(),
             first: seen.first(),
             all: seen.all(),
-            slice_events: self.obs.view().slice_events - ev0,
+            slice_events: v.slice_events - ev0,
+            slice_bytes: v.slice_bytes - b0,
         })
     }
 
@@ -399,7 +412,10 @@ impl<'a> Ctx<'a> {
         idx: &[usize],
     ) -> Result<Replacement, Error> {
         let (w0, c0) = (self.scrape().await?, self.cpu(Some(r))?);
-        let ev0 = self.obs.view().slice_events;
+        let (ev0, b0) = {
+            let v = self.obs.view();
+            (v.slice_events, v.slice_bytes)
+        };
         let first = Instant::now();
         for &i in idx {
             self.replace_one(i).await?;
@@ -419,13 +435,19 @@ impl<'a> Ctx<'a> {
             .await?;
         let c1 = self.cpu(Some(r))?;
         let w1 = self.scrape().await?;
+        // One lock: a second `view()` in the same expression would wait for the first.
+        let (events, bytes) = {
+            let v = self.obs.view();
+            (v.slice_events, v.slice_bytes)
+        };
         Ok(Replacement {
             pods: idx.len(),
             write_time: last - first,
             converge: converged.saturating_duration_since(first),
             after_last: converged.saturating_duration_since(last),
             writes: w1.since(&w0),
-            slice_events: self.obs.view().slice_events - ev0,
+            slice_events: events - ev0,
+            slice_bytes: bytes - b0,
             cpu: c1.since(c0),
         })
     }

@@ -228,9 +228,14 @@ fn flip_rows(op: &SideReport, nat: &SideReport) -> Vec<Row> {
             nat.flips.iter().map(|f| f.slice_events).sum::<u64>() as f64 / nn.max(1) as f64,
         ),
         n_row(
-            "ports to change per flip (slices that hold the pod)",
-            op.flips.iter().map(|f| f.ports).sum::<usize>() as f64 / no.max(1) as f64,
-            nat.flips.iter().map(|f| f.ports).sum::<usize>() as f64 / nn.max(1) as f64,
+            "slice bytes per flip (JSON of the slice events; every watcher receives them)",
+            op.flips.iter().map(|f| f.slice_bytes).sum::<u64>() as f64 / no.max(1) as f64,
+            nat.flips.iter().map(|f| f.slice_bytes).sum::<u64>() as f64 / nn.max(1) as f64,
+        ),
+        n_row(
+            "slices that list the flipped pod (before or after)",
+            op.flips.iter().map(|f| f.slices).sum::<usize>() as f64 / no.max(1) as f64,
+            nat.flips.iter().map(|f| f.slices).sum::<usize>() as f64 / nn.max(1) as f64,
         ),
         n_row(
             "other writes per flip (status, Events)",
@@ -303,9 +308,20 @@ fn replacement_rows(op: &SideReport, nat: &SideReport) -> Vec<Row> {
             writes(&n.writes) / n.pods.max(1) as f64,
         ),
         n_row(
+            "rolling replacement: slice writes per pod transition (2 per pod replaced: the \
+             new pod published, the old one gone)",
+            writes(&o.writes) / (2 * o.pods).max(1) as f64,
+            writes(&n.writes) / (2 * n.pods).max(1) as f64,
+        ),
+        n_row(
             "rolling replacement: slice watch events",
             o.slice_events as f64,
             n.slice_events as f64,
+        ),
+        n_row(
+            "rolling replacement: slice bytes per pod replaced (JSON of the slice events)",
+            o.slice_bytes as f64 / o.pods.max(1) as f64,
+            n.slice_bytes as f64 / n.pods.max(1) as f64,
         ),
     ];
     r.extend(cpu_rows("in the rolling replacement", o.cpu, n.cpu, (1, 1)));
