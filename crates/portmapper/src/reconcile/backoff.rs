@@ -8,9 +8,10 @@
 //! requeues itself for the window's end, so the events of the window only mark the PortMapping
 //! dirty and the pass at its end carries them all.
 //!
-//! Only a pass whose writes all went through forgets the count (`reconcile.rs`): a pass with
-//! nothing to write proves nothing about the server, and forgetting there restarted the ladder
-//! from its bottom whenever the churn happened to return to what was published. A count is also
+//! Only a pass whose writes all went through forgets the count (`reconcile/mod.rs`): a pass
+//! with nothing to write, or only the PortMapping's status, proves nothing about the writes that
+//! failed, and forgetting there restarted the ladder from its bottom whenever the churn happened
+//! to return to what was published. A count is also
 //! forgotten once the PortMapping has gone [`Policy::forget_after`] past its last window without
 //! failing again.
 //!

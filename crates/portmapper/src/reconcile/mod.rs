@@ -101,7 +101,8 @@ pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action
         .observe(started.elapsed().as_secs_f64());
     record(&ctx.metrics, &result);
     // Only writes that went through show the server takes them again; a pass with nothing to
-    // write (the churn came back to what is published) keeps the ladder where it is.
+    // write (the churn came back to what is published), or only its status, keeps the ladder
+    // where it is.
     if result.is_ok()
         && wrote
         && let Some(failures) = ctx.states.backoff.succeeded(&pm_ref)
@@ -192,7 +193,7 @@ async fn reconcile_inner(
         Ok(Passed::Waiting(_)) => SyncResult::Stale,
         Err(_) => SyncResult::Error,
     });
-    let wrote = !writer.wrote_nothing();
+    let wrote = writer.wrote_objects();
     let result =
         result.map(|passed| Action::requeue(again(ctx, &writer, &key, passed, fingerprint)));
     (result, wrote)

@@ -947,3 +947,29 @@ async fn without_a_batch_window_each_change_is_written_at_once() {
         ]
     );
 }
+
+/// A pass that writes only the status proves nothing about the slice writes that failed (the
+/// status went through while the slices were still refused): the failures are kept, so the
+/// next failure climbs the ladder instead of starting it over at its bottom.
+#[tokio::test]
+async fn a_pass_that_writes_only_the_status_keeps_the_failures() {
+    let mut w = World::new(Some(service()), vec![pod("pod-a", "10.244.0.1")]);
+    w.api
+        .fail("PATCH", &format!("{SLICES}/web.http"), 500, "InternalError");
+    let err = w.reconcile().await.unwrap_err();
+    crate::reconcile::error_policy(Arc::new(pm()), &err, w.ctx.clone());
+    // The slice as it would be stored: the next pass has no slice to write, only the status.
+    let wanted = stored(&w.body(&format!("PATCH {SLICES}/web.http")));
+    w.slice_seen(wanted);
+    w.api.take_lines();
+    // Past the window: the 1 s floor plus at most a quarter.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    w.reconcile().await.unwrap();
+    assert_eq!(w.api.take_lines(), [format!("PATCH {STATUS}")]);
+    let key = kube::runtime::reflector::ObjectRef::from_obj(&pm());
+    assert_eq!(
+        w.ctx.states.backoff.succeeded(&key),
+        Some(1),
+        "the slice's failure is kept"
+    );
+}

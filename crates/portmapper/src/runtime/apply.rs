@@ -42,6 +42,8 @@ pub struct Writer<'a> {
     pub metrics: &'a Metrics,
     /// Writes tried through this writer, failed ones included.
     attempts: AtomicU32,
+    /// Of those, PortMapping status writes.
+    status_attempts: AtomicU32,
     /// The API server's warnings on this writer's writes (see `api_warnings.rs`).
     warnings: Mutex<BTreeSet<String>>,
 }
@@ -59,6 +61,7 @@ impl<'a> Writer<'a> {
             leadership,
             metrics,
             attempts: AtomicU32::new(0),
+            status_attempts: AtomicU32::new(0),
             warnings: Mutex::default(),
         }
     }
@@ -68,6 +71,13 @@ impl Writer<'_> {
     /// Whether this writer has tried no write.
     pub fn wrote_nothing(&self) -> bool {
         self.attempts.load(Ordering::Relaxed) == 0
+    }
+
+    /// Whether this writer tried a write of an object other than the PortMapping's status.
+    /// A pass that wrote only the status proves nothing about the writes that failed before
+    /// (a status write went through while the slices were still refused).
+    pub fn wrote_objects(&self) -> bool {
+        self.attempts.load(Ordering::Relaxed) > self.status_attempts.load(Ordering::Relaxed)
     }
 
     fn guard(&self) -> Result<(), Error> {
@@ -255,6 +265,7 @@ impl Writer<'_> {
         pm: &PortMapping,
         status: &PortMappingStatus,
     ) -> Result<bool, Error> {
+        self.status_attempts.fetch_add(1, Ordering::Relaxed);
         self.guard()?;
         let name = pm.name_any();
         let api: Api<PortMapping> = Api::namespaced(self.client.clone(), self.namespace);
