@@ -89,14 +89,20 @@ pub struct Generated {
     pub expected_native: BTreeMap<(String, String), usize>,
 }
 
-fn ip(i: usize) -> String {
-    // 10.244.0.1 … 10.244.255.250: room for 64,000 pods.
-    format!("10.244.{}.{}", i / 250, i % 250 + 1)
+/// The `i`-th address from `10.<first>.0.1` on, 250 per third octet, 64,000 per second.
+fn ip_from(first: usize, i: usize) -> String {
+    let block = i / 250;
+    format!("10.{}.{}.{}", first + block / 256, block % 256, i % 250 + 1)
 }
 
-/// A replacement pod's address: 10.245.x.y, apart from every pool pod's.
+/// A pool pod's address: 10.244.0.1 on, into 10.245 and on past 64,000 pods.
+fn ip(i: usize) -> String {
+    ip_from(244, i)
+}
+
+/// A replacement pod's address: 10.248.0.1 on, apart from every pool pod's up to 256,000.
 fn replacement_ip(i: usize) -> String {
-    format!("10.245.{}.{}", i / 250, i % 250 + 1)
+    ip_from(248, i)
 }
 
 /// A Service with `ports`; with `selector` (the pool value) the native controller publishes it.
@@ -261,3 +267,20 @@ pub fn sample(pods: usize, count: usize, seed: u64) -> Vec<usize> {
 
 /// A fixed salt so the flip sample is not the same permutation as the shape's.
 const SAMPLE_SALT: u64 = 0x5eed_f11b;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_stay_valid_and_apart_past_64000_pods() {
+        assert_eq!(ip(0), "10.244.0.1");
+        assert_eq!(ip(63_999), "10.244.255.250");
+        assert_eq!(ip(64_000), "10.245.0.1");
+        assert_eq!(ip(99_999), "10.245.143.250");
+        assert_eq!(replacement_ip(0), "10.248.0.1");
+        let pool: std::collections::HashSet<String> = (0..100_000).map(ip).collect();
+        assert_eq!(pool.len(), 100_000);
+        assert!((0..100_000).map(replacement_ip).all(|r| !pool.contains(&r)));
+    }
+}

@@ -275,9 +275,7 @@ async fn a_gate_for_a_replaced_pod_is_refused_by_the_server() {
 /// read Ready for gated pods: Ready stays False until the gate is True, so no restarted pod would
 /// ever be published and the rollout would stall. (In-process the operator publishes faster
 /// than this loop restarts the next pod, so the member count alone would hold without the wait
-/// too; with slow checks, probes or webhooks, the wait is what keeps it.) The batch window is
-/// off: it folds a deletion that follows our last write closely into the next pass, which then
-/// adds the replacement too, so no version would show the member the gate lets go.
+/// too; with slow checks, probes or webhooks, the wait is what keeps it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_of_a_gated_pool_never_takes_two_members_from_a_port() {
     use crate::observer::Observer;
@@ -287,7 +285,7 @@ async fn a_rolling_restart_of_a_gated_pool_never_takes_two_members_from_a_port()
         ("web-1", "10.244.0.11"),
         ("web-2", "10.244.0.12"),
     ];
-    let h = Harness::start_with(|s| s.batch_window = Duration::ZERO).await;
+    let h = Harness::start().await;
     h.create(service("web", &[("http", 8080), ("https", 8443)]))
         .await;
     for (name, ip) in POOL {

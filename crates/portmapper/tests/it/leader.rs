@@ -63,7 +63,10 @@ async fn instance(h: &Harness, config: LeaderConfig) -> Instance {
         resync: Duration::from_secs(2),
         node_lookups: false,
         instance: Some(identity.clone()),
-        batch_window: portmapper::reconcile::batch_window::default_batch_window(),
+        // Every change written at once: these tests assert exact sequences of published
+        // states (a deletion seen before its replacement); the window is tested in the
+        // reconcile tests and measured by the scale bench.
+        batch_window: Duration::ZERO,
         probe_concurrency: 4,
     };
     let (l, stop) = (leadership.clone(), shutdown.clone());

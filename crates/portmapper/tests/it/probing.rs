@@ -908,9 +908,7 @@ async fn inner_rolling_restart_of_a_gated_pool_waits_for_a_slow_check() {
         })
     };
     let _hook = http_server((hook, 7000).into(), handler).await;
-    // The batch window off: it would fold a deletion into the pass that adds the replacement,
-    // and the version that shows the gate holding one member back would never be written.
-    let h = Harness::start_with(|s| s.batch_window = Duration::ZERO).await;
+    let h = Harness::start().await;
     let (versions, watch) = watch_slices(&h, "roll");
     h.create(service("roll", &[("http", 8080), ("https", 8443)]))
         .await;
