@@ -247,6 +247,18 @@ impl Backoffs {
         self.entries().remove(pm).map(|e| e.failures)
     }
 
+    /// Records a pass of a failing `pm` that wrote only its status, and that went through: it
+    /// proves nothing about the writes that failed, so the failures are kept, and the window
+    /// opens again for at least [`Policy::min_retry`]: otherwise the next event would retry
+    /// them at once, and the status (written by both passes) twice within a second.
+    pub fn held(&self, pm: &ObjectRef<PortMapping>, now: Instant) {
+        let floor = self.policy.min_retry;
+        let until = now + floor + self.spread(floor);
+        if let Some(entry) = self.entries().get_mut(pm) {
+            entry.not_before = entry.not_before.max(until);
+        }
+    }
+
     /// Forgets a deleted PortMapping.
     pub fn forget(&self, pm: &ObjectRef<PortMapping>) {
         self.entries().remove(pm);

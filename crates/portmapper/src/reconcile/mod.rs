@@ -91,7 +91,7 @@ pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action
     let (result, wrote) = reconcile_inner(&pm, &ctx, fingerprint)
         .instrument(span)
         .await;
-    if wrote {
+    if wrote == Sent::Objects {
         ctx.states
             .batches
             .wrote(&pm_ref, tokio::time::Instant::now());
@@ -103,13 +103,42 @@ pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action
     // Only writes that went through show the server takes them again; a pass with nothing to
     // write (the churn came back to what is published), or only its status, keeps the ladder
     // where it is.
-    if result.is_ok()
-        && wrote
-        && let Some(failures) = ctx.states.backoff.succeeded(&pm_ref)
-    {
-        info!(portmapping = %pm_ref, failures, "reconciled again after failures");
+    match wrote {
+        Sent::Objects if result.is_ok() => {
+            if let Some(failures) = ctx.states.backoff.succeeded(&pm_ref) {
+                info!(portmapping = %pm_ref, failures, "reconciled again after failures");
+            }
+        }
+        Sent::StatusOnly if result.is_ok() => {
+            ctx.states
+                .backoff
+                .held(&pm_ref, tokio::time::Instant::now());
+        }
+        _ => {}
     }
     result
+}
+
+/// What a pass sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    Nothing,
+    /// Only the PortMapping's status.
+    StatusOnly,
+    /// Objects (slices, pod gates, Endpoints, finalizers), and maybe the status.
+    Objects,
+}
+
+impl Sent {
+    fn of(writer: &Writer<'_>) -> Self {
+        if writer.wrote_objects() {
+            Self::Objects
+        } else if writer.wrote_nothing() {
+            Self::Nothing
+        } else {
+            Self::StatusOnly
+        }
+    }
 }
 
 /// Retry failed reconciles after the PortMapping's backoff (`backoff.rs`: exponential per
@@ -167,14 +196,14 @@ fn resync_delay(resync: Duration, fraction: u32, since_epoch: Duration) -> Durat
 /// Resyncs come due on multiples of this since the process started.
 const RESYNC_SLOT: Duration = Duration::from_millis(100);
 
-/// The pass's result, and whether it sent any write.
+/// The pass's result, and what it sent.
 async fn reconcile_inner(
     pm: &PortMapping,
     ctx: &Context,
     fingerprint: Fingerprint,
-) -> (Result<Action, Error>, bool) {
+) -> (Result<Action, Error>, Sent) {
     let Some(ns) = pm.namespace() else {
-        return (Err(Error::MissingMetadata("namespace")), false);
+        return (Err(Error::MissingMetadata("namespace")), Sent::Nothing);
     };
     // A PortMapping held by a finalizer or a foreground deletion is still reconciled, like the
     // native controller's terminating Services: its slices stay accurate until they are
@@ -184,7 +213,7 @@ async fn reconcile_inner(
         // Followers keep caches warm and write nothing; a new leader re-reconciles everything
         // and seeds its probes from the live slices.
         ctx.forget(&key);
-        return (Ok(Action::await_change()), false);
+        return (Ok(Action::await_change()), Sent::Nothing);
     }
     let writer = Writer::new(&ctx.client, &ns, &ctx.leadership, &ctx.metrics);
     let result = pass(ctx, &writer, pm, &key).await;
@@ -193,7 +222,7 @@ async fn reconcile_inner(
         Ok(Passed::Waiting(_)) => SyncResult::Stale,
         Err(_) => SyncResult::Error,
     });
-    let wrote = writer.wrote_objects();
+    let wrote = Sent::of(&writer);
     let result =
         result.map(|passed| Action::requeue(again(ctx, &writer, &key, passed, fingerprint)));
     (result, wrote)
