@@ -190,6 +190,7 @@ def check_defaults() -> None:
         "PORTMAPPER_CONCURRENCY": "4",
         "PORTMAPPER_PROBE_CONCURRENCY": "64",
         "PORTMAPPER_RESYNC_SECONDS": "300",
+        "PORTMAPPER_BATCH_WINDOW_MS": "500",
         "PORTMAPPER_NODE_LOOKUPS": "true",
         "PORTMAPPER_LOG_LEVEL": "info,kube=warn",
         "PORTMAPPER_LOG_FORMAT": "json",
@@ -286,6 +287,7 @@ def _tuning(objs: list[Obj]) -> None:
     e = env(objs)
     assert (e["PORTMAPPER_CONCURRENCY"], e["PORTMAPPER_PROBE_CONCURRENCY"]) == ("16", "512"), e
     assert e["PORTMAPPER_RESYNC_SECONDS"] == "60", e
+    assert e["PORTMAPPER_BATCH_WINDOW_MS"] == "0", e
     assert (e["PORTMAPPER_LOG_LEVEL"], e["PORTMAPPER_LOG_FORMAT"]) == ("debug", "text"), e
     assert e["EXTRA"] == "1", e
     assert one(objs, "Deployment")["spec"]["replicas"] == 3
@@ -465,11 +467,12 @@ CASES: list[Case] = [
         _lease,
     ),
     (
-        "concurrency, probe concurrency, resync, logs, extra env, replicas",
+        "concurrency, probe concurrency, resync, batch window, logs, extra env, replicas",
         {
             "concurrency": 16,
             "probeConcurrency": 512,
             "resyncSeconds": 60,
+            "batchWindowMs": 0,
             "log": {"level": "debug", "format": "text"},
             "extraEnv": [{"name": "EXTRA", "value": "1"}],
             "replicaCount": 3,
@@ -606,6 +609,7 @@ INVALID: list[tuple[Obj, str]] = [
     ({"concurrency": 65}, "/concurrency"),
     ({"probeConcurrency": 5000}, "/probeConcurrency"),
     ({"resyncSeconds": 0}, "/resyncSeconds"),
+    ({"batchWindowMs": 10001}, "/batchWindowMs"),
     ({"replicaCount": 0}, "/replicaCount"),
     ({"leaderElection": {"leaseDurationSeconds": 1}}, "/leaderElection/leaseDurationSeconds"),
     ({"leaderElection": {"leaseGraceSeconds": 15}}, "leaseGraceSeconds must be smaller"),
