@@ -48,7 +48,8 @@ async fn kubelet(h: &Harness, name: &str, ip: &str, containers_ready: bool) {
         .unwrap();
 }
 
-async fn gate_of(h: &Harness, name: &str) -> Option<PodCondition> {
+/// The pod's publication gate condition, as the API server stores it.
+pub(crate) async fn gate_of(h: &Harness, name: &str) -> Option<PodCondition> {
     let api: Api<Pod> = Api::namespaced(h.client.clone(), &h.ns);
     api.get(name)
         .await

@@ -14,6 +14,7 @@ use portmapper_core::PUBLISHED_GATE;
 use portmapper_core::planner::RELEASE_FINALIZER;
 use serde_json::json;
 
+use crate::gate::gate_of;
 use crate::harness::*;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -46,17 +47,6 @@ async fn kubelet(h: &Harness, name: &str, ip: &str, containers_ready: bool) {
     api.patch_status(name, &PatchParams::default(), &Patch::Strategic(status))
         .await
         .unwrap();
-}
-
-async fn gate_of(h: &Harness, name: &str) -> Option<PodCondition> {
-    let api: Api<Pod> = Api::namespaced(h.client.clone(), &h.ns);
-    api.get(name)
-        .await
-        .unwrap()
-        .status?
-        .conditions?
-        .into_iter()
-        .find(|c| c.type_ == PUBLISHED_GATE)
 }
 
 /// Waits until the pod's gate has this status and reason; returns it.
