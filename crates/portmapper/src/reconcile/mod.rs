@@ -4,15 +4,19 @@
 //! stores and the index; the API server is read only for slice names in doubt and an Endpoints
 //! object our cache does not hold.
 
+mod again;
 pub mod backoff;
 pub mod batch_window;
 pub mod context;
+mod departed;
 mod execute;
 #[cfg(test)]
 pub(crate) mod fake_api;
 mod gather;
 mod plan;
+mod plan_metrics;
 pub mod probing;
+mod stall;
 pub mod state;
 #[cfg(test)]
 mod tests;
