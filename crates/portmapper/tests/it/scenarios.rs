@@ -150,61 +150,6 @@ async fn deleting_the_publisher_hands_the_service_to_the_other_portmapping_at_on
     .await;
 }
 
-/// Issue 11 item 4: two PortMappings created in the same second. The name loser published
-/// first (the winner did not exist yet); the name winner takes its slices over instead of
-/// stalling on a name collision, and keeps them accurate. On the emulator: its clock makes the
-/// tie certain.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn same_second_portmappings_hand_the_slices_to_the_name_winner() {
-    let h = Harness::start_on_emulator().await;
-    h.create(service("web", &[("http", 8080)])).await;
-    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
-    ready_pods(&h, "web", &[("pod-b", "http", "10.244.0.2")]).await;
-    // Both creations see the same whole second on the emulator's clock.
-    let second = k8s_openapi::jiff::Timestamp::from_second(
-        k8s_openapi::jiff::Timestamp::now().as_second() + 10,
-    )
-    .unwrap();
-    h.emu().set_clock(second);
-    h.create(portmapping("zz", "web")).await;
-    let zz_uid = h.portmapping("zz").await.uid().unwrap();
-    eventually("zz publishes", T, || async {
-        let slices = h.slices("web").await;
-        (!slices.is_empty() && slices.iter().all(|s| s.owner_references()[0].uid == zz_uid))
-            .then_some(())
-    })
-    .await;
-    h.emu().set_clock(second);
-    h.create(portmapping("aa", "web")).await;
-    let aa = h.portmapping("aa").await;
-    assert_eq!(
-        aa.metadata.creation_timestamp,
-        h.portmapping("zz").await.metadata.creation_timestamp,
-        "the test needs a tie"
-    );
-    let aa_uid = aa.uid().unwrap();
-    eventually("aa took the slices over", T, || async {
-        let slices = h.slices("web").await;
-        (!slices.is_empty()
-            && slices
-                .iter()
-                .all(|s| s.owner_references().len() == 1 && s.owner_references()[0].uid == aa_uid))
-        .then_some(())
-    })
-    .await;
-    await_condition(&h, "zz", "Conflict", "True").await;
-    // The slices follow the pods again.
-    h.set_pod_status("pod-b", &["10.244.0.2"], false).await;
-    eventually("pod-b withdrawn", T, || async {
-        (h.membership("web").await.values().next()? == &vec!["pod-a".to_string()]).then_some(())
-    })
-    .await;
-    assert!(
-        h.events("EndpointSliceNameCollision").await.is_empty(),
-        "taking over is not a collision"
-    );
-}
-
 /// Issue 11 item 12: three pods with addresses EndpointSlices cannot carry give one Warning
 /// Event that names all three.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
