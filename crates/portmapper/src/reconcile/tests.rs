@@ -398,8 +398,10 @@ async fn a_status_change_is_patched_once_while_the_portmapping_cache_lags() {
 
 /// Two PortMappings of one Service created in the same second: the name loser published first
 /// (the winner did not exist yet); the name winner takes its slices over (one apply naming it
-/// owner, no collision Event), the loser reports the conflict and writes nothing else, and the
-/// slices follow the pods again.
+/// owner, no collision Event), the loser reports the conflict (`ServiceClaimed`, naming the
+/// winner) and writes nothing else, and the slices follow the pods again. The tie is the
+/// hardest case of the claim (oldest, then name): a younger second PortMapping loses the
+/// same way.
 #[tokio::test]
 async fn same_second_portmappings_hand_the_slices_to_the_name_winner() {
     let second = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
@@ -459,7 +461,20 @@ async fn same_second_portmappings_hand_the_slices_to_the_name_winner() {
     pass(&zz).await.unwrap();
     let lost = w.body(&format!("PATCH {}", path("zz")));
     assert_eq!(w.api.take_lines(), [format!("PATCH {}", path("zz"))]);
-    assert_eq!(condition(&lost, "Conflict").0, "True");
+    assert_eq!(
+        condition(&lost, "Conflict"),
+        ("True".into(), "ServiceClaimed".into())
+    );
+    let message = lost["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Conflict"))
+        .map(|c| c["message"].clone());
+    assert_eq!(
+        message,
+        Some(json!(
+            "PortMapping aa already publishes Service web; this one writes nothing until it is removed"
+        ))
+    );
 
     w.pod_seen(unready_pod("pod-b", "10.244.0.2"));
     pass(&aa).await.unwrap();

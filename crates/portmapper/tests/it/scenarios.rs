@@ -91,35 +91,6 @@ async fn deleting_the_service_withdraws_the_slices() {
     assert_eq!(status.endpoint_slices, Some(0));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn second_portmapping_for_a_service_reports_conflict_and_writes_nothing() {
-    let h = Harness::start().await;
-    h.create(service("web", &[("http", 8080)])).await;
-    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
-    h.create(portmapping("first", "web")).await;
-    await_condition(&h, "first", "Ready", "True").await;
-    let mut second = portmapping("second", "web");
-    second["spec"]["defaultChecks"] = json!([]);
-    h.create(second).await;
-    let (status, reason, message) = eventually("Conflict", T, || async {
-        condition(&h, "second", "Conflict").await
-    })
-    .await;
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("True", "ServiceClaimed")
-    );
-    assert!(
-        message.contains("PortMapping first already publishes Service web"),
-        "{message}"
-    );
-    // The loser wrote no slice: every slice is still controlled by the first PortMapping.
-    let first_uid = h.portmapping("first").await.uid().unwrap();
-    for s in h.slices("web").await {
-        assert_eq!(s.owner_references()[0].uid, first_uid);
-    }
-}
-
 /// Issue 11 item 3: deleting the publisher hands the Service to the other PortMapping at once
 /// (the index wakes it), not at its next resync (600 s here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
