@@ -529,6 +529,78 @@ async fn a_missing_service_takes_the_slices_back_then_reports() {
     );
 }
 
+/// An ExternalName Service has no endpoints to publish: the PortMapping writes no slice and
+/// says so (a Warning Event, then Ready=False and Stalled=True, reason ExternalName), once.
+#[tokio::test]
+async fn an_external_name_service_publishes_nothing_and_says_so() {
+    let external: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": NS, "uid": "svc-uid"},
+        "spec": {"type": "ExternalName", "externalName": "example.com",
+                 "ports": [{"name": "http", "port": 8080}]},
+    }))
+    .unwrap();
+    let w = World::new(Some(external), vec![pod("pod-a", "10.244.0.1")]);
+    w.reconcile().await.unwrap();
+    let status = w.body(&format!("PATCH {STATUS}"));
+    let event = w.body(&format!("POST {EVENTS}"));
+    assert_eq!(
+        w.api.take_lines(),
+        [format!("POST {EVENTS}"), format!("PATCH {STATUS}")],
+        "no slice"
+    );
+    assert_eq!(
+        (&event["reason"], &event["type"]),
+        (&json!("ExternalNameUnsupported"), &json!("Warning"))
+    );
+    assert_eq!(
+        condition(&status, "Ready"),
+        ("False".into(), "ExternalName".into())
+    );
+    assert_eq!(condition(&status, "Stalled").0, "True");
+    w.reconcile().await.unwrap();
+    assert_eq!(w.api.take_lines(), Vec::<String>::new());
+}
+
+/// `service.kubernetes.io/topology-mode: Auto` is the native controller's to honour: the slices
+/// carry no hints, and one Warning Event says so, not one per pass.
+#[tokio::test]
+async fn topology_mode_auto_is_refused_with_one_warning_event() {
+    let mut auto = service();
+    auto.metadata.annotations = Some(
+        [(
+            "service.kubernetes.io/topology-mode".to_owned(),
+            "Auto".to_owned(),
+        )]
+        .into(),
+    );
+    if let Some(spec) = auto.spec.as_mut() {
+        spec.traffic_distribution = Some("PreferClose".into());
+    }
+    let mut w = World::new(Some(auto), vec![pod("pod-a", "10.244.0.1")]);
+    w.reconcile().await.unwrap();
+    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    let event = w.body(&format!("POST {EVENTS}"));
+    assert_eq!(event["reason"], "TopologyAwareHintsDisabled");
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["regarding"]["name"], "web");
+    assert!(
+        apply["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e.get("hints").is_none()),
+        "no hints under Auto: {apply}"
+    );
+    w.slice_seen(stored(&apply));
+    w.api.take_lines();
+    // The next passes: warned once.
+    w.pod_seen(unready_pod("pod-a", "10.244.0.1"));
+    w.reconcile().await.unwrap();
+    w.reconcile().await.unwrap();
+    let lines = w.api.take_lines();
+    assert!(!lines.contains(&format!("POST {EVENTS}")), "{lines:?}");
+}
+
 #[tokio::test]
 async fn a_forbidden_write_is_kept_reported_and_backed_off_as_permanent() {
     let w = World::new(Some(service()), vec![pod("pod-a", "10.244.0.1")]);

@@ -149,30 +149,6 @@ async fn one_rejected_address_event_names_every_rejected_pod() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn external_name_service_publishes_nothing() {
-    let h = Harness::start().await;
-    let mut svc = service("ext", &[("http", 8080)]);
-    svc["spec"] = json!({"type": "ExternalName", "externalName": "example.com", "ports": [{"name": "http", "port": 8080}]});
-    h.create(svc).await;
-    ready_pods(&h, "ext", &[("pod-a", "http", "10.244.0.1")]).await;
-    h.create(portmapping("ext", "ext")).await;
-    // Not Ready: a PortMapping that can publish nothing says so (issue 11 item 12).
-    let (status, _, message) = eventually("Ready=False ExternalName", T, || async {
-        condition(&h, "ext", "Ready")
-            .await
-            .filter(|c| c.1 == "ExternalName")
-    })
-    .await;
-    assert_eq!(status, "False");
-    assert!(message.contains("ExternalName"), "{message}");
-    assert_eq!(
-        condition(&h, "ext", "Stalled").await.map(|c| c.0),
-        Some("True".to_string())
-    );
-    assert!(h.slices("ext").await.is_empty());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dual_stack_service_gets_a_slice_set_per_family() {
     let h = Harness::start().await;
     let mut svc = service("ds", &[("http", 8080)]);
@@ -483,50 +459,6 @@ async fn named_target_ports_resolve_per_pod_including_sidecars() {
         .map(|s| s.ports.as_ref().unwrap()[0].port.unwrap())
         .collect();
     assert_eq!(ports, [8080, 9090]);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn topology_mode_auto_is_refused_with_one_warning_event() {
-    let h = Harness::start().await;
-    let mut svc = service("web", &[("http", 8080)]);
-    svc["metadata"]["annotations"] = json!({"service.kubernetes.io/topology-mode": "Auto"});
-    svc["spec"]["trafficDistribution"] = json!("PreferClose");
-    h.create(svc).await;
-    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
-    h.create(portmapping("web", "web")).await;
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(h.client.clone(), &h.ns);
-    let warnings = eventually("TopologyAwareHintsDisabled event", T, || async {
-        let list = events.list(&Default::default()).await.ok()?;
-        let hits: Vec<_> = list
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("TopologyAwareHintsDisabled"))
-            .collect();
-        (!hits.is_empty()).then_some(hits)
-    })
-    .await;
-    assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
-    assert_eq!(
-        warnings[0]
-            .regarding
-            .as_ref()
-            .and_then(|r| r.name.as_deref()),
-        Some("web")
-    );
-    let slices = h.slices("web").await;
-    assert!(
-        slices[0].endpoints.iter().all(|e| e.hints.is_none()),
-        "no hints under Auto"
-    );
-    // Passes later there is still one event (warn once), not one per reconcile.
-    h.passes(2).await;
-    let list = events.list(&Default::default()).await.unwrap();
-    let n = list
-        .items
-        .iter()
-        .filter(|e| e.reason.as_deref() == Some("TopologyAwareHintsDisabled"))
-        .count();
-    assert_eq!(n, 1);
 }
 
 /// A node in zone `zone-a` (shared by the tests that need a zone; [`NODE`] has none).
