@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
 use kube::api::PartialObjectMeta;
 use kube::runtime::reflector;
 use kube::runtime::watcher;
@@ -350,6 +351,138 @@ async fn a_name_held_by_others_is_never_written_and_reported_once() {
     assert_eq!(w.api.take_lines(), Vec::<String>::new());
 }
 
+/// The status a PATCH body sets, as the PortMapping cache would deliver it at `version`.
+fn with_status(pm: &PortMapping, patch: &Value, version: &str) -> PortMapping {
+    let mut pm = pm.clone();
+    pm.status = Some(serde_json::from_value(patch["status"].clone()).unwrap());
+    pm.metadata.resource_version = Some(version.into());
+    pm
+}
+
+/// Our own status writes reach the PortMapping cache late (a slow watch): the passes in between
+/// see the old status. A status change is patched once, however many passes run before and
+/// after the cache catches up.
+#[tokio::test]
+async fn a_status_change_is_patched_once_while_the_portmapping_cache_lags() {
+    let pods = vec![pod("pod-a", "10.244.0.1"), pod("pod-b", "10.244.0.2")];
+    let mut w = World::new(Some(service()), pods);
+    w.reconcile().await.unwrap();
+    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    let first = w.body(&format!("PATCH {STATUS}"));
+    assert_eq!(first["status"]["summary"], "http 2/2");
+    w.slice_seen(stored(&apply));
+    w.pm = with_status(&w.pm, &first, "2");
+    w.api.take_lines();
+
+    w.pod_seen(unready_pod("pod-b", "10.244.0.2"));
+    w.reconcile().await.unwrap();
+    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    let second = w.body(&format!("PATCH {STATUS}"));
+    assert_eq!(second["status"]["summary"], "http 1/2");
+    assert_eq!(w.api.take_lines().len(), 2, "the slice, then the status");
+    let mut slice = stored(&apply);
+    slice.metadata.resource_version = Some("101".into());
+    w.slice_seen(slice);
+    // Passes while the cache still holds the first status, then one after it caught up.
+    for _ in 0..3 {
+        w.reconcile().await.unwrap();
+    }
+    w.pm = with_status(&w.pm, &second, "3");
+    w.reconcile().await.unwrap();
+    assert_eq!(
+        w.api.take_lines(),
+        Vec::<String>::new(),
+        "one status change, one PATCH"
+    );
+}
+
+/// Two PortMappings of one Service created in the same second: the name loser published first
+/// (the winner did not exist yet); the name winner takes its slices over (one apply naming it
+/// owner, no collision Event), the loser reports the conflict (`ServiceClaimed`, naming the
+/// winner) and writes nothing else, and the slices follow the pods again. The tie is the
+/// hardest case of the claim (oldest, then name): a younger second PortMapping loses the
+/// same way.
+#[tokio::test]
+async fn same_second_portmappings_hand_the_slices_to_the_name_winner() {
+    let second = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).unwrap(),
+    );
+    let named = |name: &str| {
+        let mut pm = pm();
+        pm.metadata.name = Some(name.into());
+        pm.metadata.uid = Some(format!("uid-{name}"));
+        pm.metadata.creation_timestamp = Some(second.clone());
+        pm
+    };
+    let (zz, aa) = (named("zz"), named("aa"));
+    let pods = vec![pod("pod-a", "10.244.0.1"), pod("pod-b", "10.244.0.2")];
+    let mut w = World::with(zz.clone(), Some(service()), pods);
+    let path = |name: &str| {
+        format!("/apis/portmapper.dev/v1alpha1/namespaces/{NS}/portmappings/{name}/status")
+    };
+    for pm in [&zz, &aa] {
+        w.api.respond(
+            "PATCH",
+            &path(&pm.name_any()),
+            200,
+            serde_json::to_value(pm).unwrap(),
+        );
+    }
+    w.reconcile().await.unwrap();
+    let published = w.body(&format!("PATCH {SLICES}/web.http"));
+    assert_eq!(published["metadata"]["ownerReferences"][0]["uid"], "uid-zz");
+    w.slice_seen(stored(&published));
+    w.api.take_lines();
+
+    w.feeds
+        .portmappings
+        .apply_watcher_event(&watcher::Event::Apply(aa.clone()));
+    let affected = w.ctx.index.lock().apply_portmapping(&aa).affected;
+    assert_eq!(affected.len(), 2, "both hear of the newcomer: {affected:?}");
+    let ctx = w.ctx.clone();
+    let pass = |pm: &PortMapping| crate::reconcile::reconcile(Arc::new(pm.clone()), ctx.clone());
+    pass(&aa).await.unwrap();
+    let taken = w.body(&format!("PATCH {SLICES}/web.http"));
+    assert_eq!(
+        w.api.take_lines(),
+        [
+            format!("PATCH {SLICES}/web.http"),
+            format!("PATCH {}", path("aa"))
+        ],
+        "taking over is an apply, not a collision Event"
+    );
+    let owners = taken["metadata"]["ownerReferences"].as_array().unwrap();
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    assert_eq!(owners[0]["uid"], "uid-aa");
+    let mut slice = stored(&taken);
+    slice.metadata.resource_version = Some("101".into());
+    w.slice_seen(slice);
+
+    pass(&zz).await.unwrap();
+    let lost = w.body(&format!("PATCH {}", path("zz")));
+    assert_eq!(w.api.take_lines(), [format!("PATCH {}", path("zz"))]);
+    assert_eq!(
+        condition(&lost, "Conflict"),
+        ("True".into(), "ServiceClaimed".into())
+    );
+    let message = lost["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Conflict"))
+        .map(|c| c["message"].clone());
+    assert_eq!(
+        message,
+        Some(json!(
+            "PortMapping aa already publishes Service web; this one writes nothing until it is removed"
+        ))
+    );
+
+    w.pod_seen(unready_pod("pod-b", "10.244.0.2"));
+    pass(&aa).await.unwrap();
+    let followed = w.body(&format!("PATCH {SLICES}/web.http"));
+    assert_eq!(followed["endpoints"].as_array().map(Vec::len), Some(1));
+    assert_eq!(followed["endpoints"][0]["addresses"], json!(["10.244.0.1"]));
+}
+
 /// A PortMapping deleted while its pass runs: the status PATCH finds it gone, which ends the
 /// pass as a success (nothing is left to report to), not as a failure to back off from.
 #[tokio::test]
@@ -394,6 +527,78 @@ async fn a_missing_service_takes_the_slices_back_then_reports() {
         condition(&status, "Ready"),
         ("False".into(), "ServiceNotFound".into())
     );
+}
+
+/// An ExternalName Service has no endpoints to publish: the PortMapping writes no slice and
+/// says so (a Warning Event, then Ready=False and Stalled=True, reason ExternalName), once.
+#[tokio::test]
+async fn an_external_name_service_publishes_nothing_and_says_so() {
+    let external: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": NS, "uid": "svc-uid"},
+        "spec": {"type": "ExternalName", "externalName": "example.com",
+                 "ports": [{"name": "http", "port": 8080}]},
+    }))
+    .unwrap();
+    let w = World::new(Some(external), vec![pod("pod-a", "10.244.0.1")]);
+    w.reconcile().await.unwrap();
+    let status = w.body(&format!("PATCH {STATUS}"));
+    let event = w.body(&format!("POST {EVENTS}"));
+    assert_eq!(
+        w.api.take_lines(),
+        [format!("POST {EVENTS}"), format!("PATCH {STATUS}")],
+        "no slice"
+    );
+    assert_eq!(
+        (&event["reason"], &event["type"]),
+        (&json!("ExternalNameUnsupported"), &json!("Warning"))
+    );
+    assert_eq!(
+        condition(&status, "Ready"),
+        ("False".into(), "ExternalName".into())
+    );
+    assert_eq!(condition(&status, "Stalled").0, "True");
+    w.reconcile().await.unwrap();
+    assert_eq!(w.api.take_lines(), Vec::<String>::new());
+}
+
+/// `service.kubernetes.io/topology-mode: Auto` is the native controller's to honour: the slices
+/// carry no hints, and one Warning Event says so, not one per pass.
+#[tokio::test]
+async fn topology_mode_auto_is_refused_with_one_warning_event() {
+    let mut auto = service();
+    auto.metadata.annotations = Some(
+        [(
+            "service.kubernetes.io/topology-mode".to_owned(),
+            "Auto".to_owned(),
+        )]
+        .into(),
+    );
+    if let Some(spec) = auto.spec.as_mut() {
+        spec.traffic_distribution = Some("PreferClose".into());
+    }
+    let mut w = World::new(Some(auto), vec![pod("pod-a", "10.244.0.1")]);
+    w.reconcile().await.unwrap();
+    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    let event = w.body(&format!("POST {EVENTS}"));
+    assert_eq!(event["reason"], "TopologyAwareHintsDisabled");
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["regarding"]["name"], "web");
+    assert!(
+        apply["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e.get("hints").is_none()),
+        "no hints under Auto: {apply}"
+    );
+    w.slice_seen(stored(&apply));
+    w.api.take_lines();
+    // The next passes: warned once.
+    w.pod_seen(unready_pod("pod-a", "10.244.0.1"));
+    w.reconcile().await.unwrap();
+    w.reconcile().await.unwrap();
+    let lines = w.api.take_lines();
+    assert!(!lines.contains(&format!("POST {EVENTS}")), "{lines:?}");
 }
 
 #[tokio::test]

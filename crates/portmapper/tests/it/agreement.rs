@@ -121,6 +121,7 @@ async fn agree(example: &str) {
             );
             return;
         }
+        // A poll (as `eventually`) that shows the whole difference when it gives up.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -65,6 +65,7 @@ async fn churn_for(h: &Harness, rng: &mut Rng, pods: &mut Pods, d: Duration) -> 
     while started.elapsed() < d {
         churn_step(h, rng, pods).await;
         steps += 1;
+        // Pacing the churn of the real process's inputs at random intervals.
         tokio::time::sleep(Duration::from_millis(rng.range(20, 120))).await;
     }
     steps

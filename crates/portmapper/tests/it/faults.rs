@@ -128,6 +128,7 @@ pub(crate) async fn churn(h: &Harness, name: &str, window: Duration, failing_tex
     let mut seen = Seen::default();
     let mut ready = true;
     while started.elapsed() < window {
+        // Pacing the flips through the fault's window, not an absence check.
         tokio::time::sleep(FLIP_EVERY).await;
         ready = !ready;
         h.set_pod_status(&b, &["10.244.0.2"], ready).await;

@@ -162,13 +162,6 @@ impl Harness {
         h
     }
 
-    /// A fresh emulator + a controller with adjusted settings.
-    pub async fn start_on_emulator_with(adjust: impl FnOnce(&mut Settings)) -> Self {
-        let mut h = Self::emulator().await;
-        h.run_controller_with(adjust);
-        h
-    }
-
     fn with(backend: Backend, ns: String, client: Client, config: Config) -> Self {
         Self {
             backend,

@@ -4,6 +4,7 @@
 //! plane; the two tests that hang a replica's Lease requests (a fault rule) run on the
 //! emulator.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -28,6 +29,7 @@ struct Instance {
     user_agent: String,
     election: Option<Election>,
     leadership: Leadership,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     task: Option<JoinHandle<()>>,
 }
@@ -69,24 +71,19 @@ async fn instance(h: &Harness, config: LeaderConfig) -> Instance {
         batch_window: Duration::ZERO,
         probe_concurrency: 4,
     };
-    let (l, stop) = (leadership.clone(), shutdown.clone());
+    let metrics = Metrics::new();
+    let (l, m, stop) = (leadership.clone(), metrics.clone(), shutdown.clone());
     let task = tokio::spawn(async move {
-        controller::run(
-            client,
-            settings,
-            l,
-            Metrics::new(),
-            Readiness::default(),
-            stop,
-        )
-        .await
-        .expect("controller runs");
+        controller::run(client, settings, l, m, Readiness::default(), stop)
+            .await
+            .expect("controller runs");
     });
     Instance {
         identity,
         user_agent,
         election: Some(election),
         leadership,
+        metrics,
         shutdown,
         task: Some(task),
     }
@@ -95,6 +92,28 @@ async fn instance(h: &Harness, config: LeaderConfig) -> Instance {
 impl Instance {
     fn is_leader(&self) -> bool {
         self.leadership.is_leader()
+    }
+
+    /// Reconciles this replica's controller has finished, whatever their result; a standby's
+    /// count too (it reconciles, writing nothing).
+    fn reconciles(&self) -> f64 {
+        self.metrics
+            .encode()
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("portmapper_reconcile_total{"))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Waits until this replica has finished a reconcile more than `before` counted.
+    async fn reconciled_since(&self, before: f64) {
+        eventually(
+            &format!("a reconcile by {}", self.identity),
+            Duration::from_secs(20),
+            || async { (self.reconciles() > before).then_some(()) },
+        )
+        .await;
     }
 
     /// Stops reconciling (the first half of the SIGTERM path).
@@ -212,10 +231,12 @@ async fn a_running_standby_writes_within_two_seconds_of_the_release() {
     let (mut leader, standby) = one_leader(a, b).await;
     publish_web(&h).await;
 
-    // Work the new leader must do: a pod joins while nobody reconciles.
+    // Work the new leader must do: a pod joins while nobody reconciles. The standby runs a
+    // pass for it (counted), and writes nothing.
     leader.stop_controller().await;
+    let passes = standby.reconciles();
     ready_pods(&h, "web", &[("pod-b", "http", "10.244.0.2")]).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    standby.reconciled_since(passes).await;
     assert!(
         standby.object_writes(&h).await.is_empty(),
         "the standby wrote"
@@ -265,30 +286,51 @@ async fn a_stuck_leader_writes_nothing_after_its_deadline() {
         .delay_ms(8000);
     hang.matcher.user_agent = Some(leader.user_agent.clone());
     let hang = h.emu().inject(hang);
-    // Renewals run every 0.67 s: by now one hangs. The emulator logs a request when it
-    // answers, so the hung ones are not in the log.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Renewals run every 0.67 s: one hangs, and the deadline (2 s after the last renewal
+    // began) passes.
+    eventually(
+        "the leader's deadline passes",
+        Duration::from_secs(5),
+        || async { (!leader.is_leader()).then_some(()) },
+    )
+    .await;
+    // The emulator logs a request when it answers, so the hung ones are not in the log.
     let last_renewal = leader
         .logged(&h)
         .into_iter()
         .rfind(|r| r.resource == "leases" && r.is_write() && r.status < 300)
         .expect("the leader wrote its Lease")
         .since_start;
-    // Pods change from now on: the stuck leader's reconciles are triggered again and again.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(
-        !leader.is_leader(),
-        "past its deadline, the leader still writes"
-    );
+    // Pods change from now on: the stuck leader's reconciles are triggered (counted).
+    let passes = leader.reconciles();
     ready_pods(&h, "web", &[("pod-b", "http", "10.244.0.2")]).await;
+    leader.reconciled_since(passes).await;
     eventually("the standby leads", Duration::from_secs(10), || async {
         standby.is_leader().then_some(())
     })
     .await;
     wait_members(&h, &["pod-a", "pod-b"]).await;
-    // The leader's Lease requests go through again: it sees the standby holds the Lease.
+    // The leader's Lease requests go through again: it sees the standby holds the Lease
+    // (its first Lease request answered after the removal is in the log), then a pod change
+    // makes it reconcile once more (counted) while the standby publishes the change.
     assert!(h.emu().faults().remove(&hang));
-    tokio::time::sleep(Duration::from_secs(9)).await;
+    let removed = h.emu().requests().elapsed();
+    eventually(
+        "a Lease request of the old leader answered after the hang",
+        Duration::from_secs(20),
+        || async {
+            leader
+                .logged(&h)
+                .iter()
+                .any(|r| r.resource == "leases" && r.since_start > removed)
+                .then_some(())
+        },
+    )
+    .await;
+    let passes = leader.reconciles();
+    h.set_pod_status("pod-b", &["10.244.0.2"], false).await;
+    leader.reconciled_since(passes).await;
+    wait_members(&h, &["pod-a"]).await;
 
     let deadline = last_renewal + Duration::from_secs(2);
     let late: Vec<_> = leader
@@ -376,6 +418,7 @@ async fn two_replicas_with_default_identities_never_both_lead() {
             (true, false) | (false, true) => leaders += 1,
             _ => {}
         }
+        // Sampling over 5 s of elections (renewals every 0.67 s), not waiting for an event.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(both, 0, "both replicas led at once");
@@ -394,16 +437,22 @@ async fn every_operator_request_carries_the_user_agent() {
     })
     .await;
     publish_web(&h).await;
-    tokio::time::sleep(Duration::from_secs(2)).await; // a few Lease renewals
     let expected = format!("portmapper/{} (replica-a)", env!("CARGO_PKG_VERSION"));
     assert_eq!(a.user_agent, expected);
-    let ours = a.requests(&h).await;
-    for verb in ["get", "list", "watch", "create", "update", "patch"] {
-        assert!(
-            ours.iter().any(|r| r.verb == verb),
-            "no {verb} with User-Agent {expected}"
-        );
-    }
+    // Until a Lease renewal (an update) is in the log too.
+    let verbs = ["get", "list", "watch", "create", "update", "patch"];
+    eventually(
+        &format!("every verb with User-Agent {expected}"),
+        Duration::from_secs(20),
+        || async {
+            let ours = a.requests(&h).await;
+            verbs
+                .iter()
+                .all(|verb| ours.iter().any(|r| r.verb == *verb))
+                .then_some(())
+        },
+    )
+    .await;
     // Every write by our field managers carries it.
     let writes: Vec<Request> = h
         .requests()

@@ -16,8 +16,11 @@
 //! The rest run on the **in-process emulator** (`kube_emulator::Emulator`, one per test),
 //! because they need what only it offers:
 //! - fault rules: `faults`, `fault_matrix`, `backoff`, `watches`, the fault cases of `migration`, the
-//!   lagging cache of `reporting`, the hung Lease requests of `leader`;
-//! - its clock: the same-second tie of `scenarios`.
+//!   hung Lease requests of `leader`.
+//!
+//! What a pass plans and writes is proved below them, by the reconcile tests
+//! (`src/reconcile/tests.rs`: a recording fake API, caches filled by hand, no sleeps): the lagging
+//! PortMapping cache and the same-second tie of two PortMappings moved there from here.
 //!
 //! `render` and `fuzz` exercise `portmapper render`, which needs no server; `agreement` runs the
 //! operator on the real control plane over every example and compares it with render.

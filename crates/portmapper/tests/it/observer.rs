@@ -175,6 +175,7 @@ impl Observer {
                 println!("{name}: final state = the plan of the final inputs after {took:?}");
                 return took;
             }
+            // A poll of the live slices until the bound, as `eventually`.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         panic!(

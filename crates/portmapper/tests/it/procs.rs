@@ -159,6 +159,7 @@ impl Operator {
                 let _ = child.wait();
                 return false;
             }
+            // A poll of the child's exit: `try_wait` does not block the runtime's threads.
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }

@@ -30,6 +30,10 @@ pub struct Request {
     pub code: u16,
     /// When the server answered (a watch: when it began), on this machine's clock.
     pub at: Timestamp,
+    /// When the server received the request (the audit log's `requestReceivedTimestamp`; the
+    /// emulator's log has one time, `at`). A request sent just before its client stopped is
+    /// received before it stopped but may be answered later.
+    pub received: Timestamp,
 }
 
 impl Request {
@@ -52,6 +56,9 @@ impl Request {
     /// times requests from then).
     pub fn logged(r: &LoggedRequest, started: Timestamp) -> Self {
         let since_start = SignedDuration::try_from(r.since_start).unwrap_or(SignedDuration::MAX);
+        let at = started
+            .saturating_add(since_start)
+            .unwrap_or(Timestamp::MAX);
         Self {
             verb: r.verb.clone(),
             resource: r.resource.clone(),
@@ -61,9 +68,8 @@ impl Request {
             user_agent: r.user_agent.clone(),
             field_manager: r.field_manager.clone(),
             code: r.status,
-            at: started
-                .saturating_add(since_start)
-                .unwrap_or(Timestamp::MAX),
+            at,
+            received: at,
         }
     }
 
@@ -87,6 +93,7 @@ impl Request {
             field_manager: e.field_manager().unwrap_or_default().to_string(),
             code: e.response_status.code,
             at: line.stage_timestamp,
+            received: line.request_received_timestamp,
         })
     }
 }
@@ -98,6 +105,7 @@ struct Stamped {
     #[serde(flatten)]
     event: AuditEvent,
     stage_timestamp: Timestamp,
+    request_received_timestamp: Timestamp,
 }
 
 /// What has been read of the audit log so far.

@@ -91,35 +91,6 @@ async fn deleting_the_service_withdraws_the_slices() {
     assert_eq!(status.endpoint_slices, Some(0));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn second_portmapping_for_a_service_reports_conflict_and_writes_nothing() {
-    let h = Harness::start().await;
-    h.create(service("web", &[("http", 8080)])).await;
-    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
-    h.create(portmapping("first", "web")).await;
-    await_condition(&h, "first", "Ready", "True").await;
-    let mut second = portmapping("second", "web");
-    second["spec"]["defaultChecks"] = json!([]);
-    h.create(second).await;
-    let (status, reason, message) = eventually("Conflict", T, || async {
-        condition(&h, "second", "Conflict").await
-    })
-    .await;
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("True", "ServiceClaimed")
-    );
-    assert!(
-        message.contains("PortMapping first already publishes Service web"),
-        "{message}"
-    );
-    // The loser wrote no slice: every slice is still controlled by the first PortMapping.
-    let first_uid = h.portmapping("first").await.uid().unwrap();
-    for s in h.slices("web").await {
-        assert_eq!(s.owner_references()[0].uid, first_uid);
-    }
-}
-
 /// Issue 11 item 3: deleting the publisher hands the Service to the other PortMapping at once
 /// (the index wakes it), not at its next resync (600 s here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -150,61 +121,6 @@ async fn deleting_the_publisher_hands_the_service_to_the_other_portmapping_at_on
     .await;
 }
 
-/// Issue 11 item 4: two PortMappings created in the same second. The name loser published
-/// first (the winner did not exist yet); the name winner takes its slices over instead of
-/// stalling on a name collision, and keeps them accurate. On the emulator: its clock makes the
-/// tie certain.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn same_second_portmappings_hand_the_slices_to_the_name_winner() {
-    let h = Harness::start_on_emulator().await;
-    h.create(service("web", &[("http", 8080)])).await;
-    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
-    ready_pods(&h, "web", &[("pod-b", "http", "10.244.0.2")]).await;
-    // Both creations see the same whole second on the emulator's clock.
-    let second = k8s_openapi::jiff::Timestamp::from_second(
-        k8s_openapi::jiff::Timestamp::now().as_second() + 10,
-    )
-    .unwrap();
-    h.emu().set_clock(second);
-    h.create(portmapping("zz", "web")).await;
-    let zz_uid = h.portmapping("zz").await.uid().unwrap();
-    eventually("zz publishes", T, || async {
-        let slices = h.slices("web").await;
-        (!slices.is_empty() && slices.iter().all(|s| s.owner_references()[0].uid == zz_uid))
-            .then_some(())
-    })
-    .await;
-    h.emu().set_clock(second);
-    h.create(portmapping("aa", "web")).await;
-    let aa = h.portmapping("aa").await;
-    assert_eq!(
-        aa.metadata.creation_timestamp,
-        h.portmapping("zz").await.metadata.creation_timestamp,
-        "the test needs a tie"
-    );
-    let aa_uid = aa.uid().unwrap();
-    eventually("aa took the slices over", T, || async {
-        let slices = h.slices("web").await;
-        (!slices.is_empty()
-            && slices
-                .iter()
-                .all(|s| s.owner_references().len() == 1 && s.owner_references()[0].uid == aa_uid))
-        .then_some(())
-    })
-    .await;
-    await_condition(&h, "zz", "Conflict", "True").await;
-    // The slices follow the pods again.
-    h.set_pod_status("pod-b", &["10.244.0.2"], false).await;
-    eventually("pod-b withdrawn", T, || async {
-        (h.membership("web").await.values().next()? == &vec!["pod-a".to_string()]).then_some(())
-    })
-    .await;
-    assert!(
-        h.events("EndpointSliceNameCollision").await.is_empty(),
-        "taking over is not a collision"
-    );
-}
-
 /// Issue 11 item 12: three pods with addresses EndpointSlices cannot carry give one Warning
 /// Event that names all three.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,30 +146,6 @@ async fn one_rejected_address_event_names_every_rejected_pod() {
     for pod in ["pod-lo", "pod-ll", "pod-any"] {
         assert!(note.contains(pod), "{pod} missing from {note:?}");
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn external_name_service_publishes_nothing() {
-    let h = Harness::start().await;
-    let mut svc = service("ext", &[("http", 8080)]);
-    svc["spec"] = json!({"type": "ExternalName", "externalName": "example.com", "ports": [{"name": "http", "port": 8080}]});
-    h.create(svc).await;
-    ready_pods(&h, "ext", &[("pod-a", "http", "10.244.0.1")]).await;
-    h.create(portmapping("ext", "ext")).await;
-    // Not Ready: a PortMapping that can publish nothing says so (issue 11 item 12).
-    let (status, _, message) = eventually("Ready=False ExternalName", T, || async {
-        condition(&h, "ext", "Ready")
-            .await
-            .filter(|c| c.1 == "ExternalName")
-    })
-    .await;
-    assert_eq!(status, "False");
-    assert!(message.contains("ExternalName"), "{message}");
-    assert_eq!(
-        condition(&h, "ext", "Stalled").await.map(|c| c.0),
-        Some("True".to_string())
-    );
-    assert!(h.slices("ext").await.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -567,50 +459,6 @@ async fn named_target_ports_resolve_per_pod_including_sidecars() {
         .map(|s| s.ports.as_ref().unwrap()[0].port.unwrap())
         .collect();
     assert_eq!(ports, [8080, 9090]);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn topology_mode_auto_is_refused_with_one_warning_event() {
-    let h = Harness::start().await;
-    let mut svc = service("web", &[("http", 8080)]);
-    svc["metadata"]["annotations"] = json!({"service.kubernetes.io/topology-mode": "Auto"});
-    svc["spec"]["trafficDistribution"] = json!("PreferClose");
-    h.create(svc).await;
-    ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
-    h.create(portmapping("web", "web")).await;
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(h.client.clone(), &h.ns);
-    let warnings = eventually("TopologyAwareHintsDisabled event", T, || async {
-        let list = events.list(&Default::default()).await.ok()?;
-        let hits: Vec<_> = list
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("TopologyAwareHintsDisabled"))
-            .collect();
-        (!hits.is_empty()).then_some(hits)
-    })
-    .await;
-    assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
-    assert_eq!(
-        warnings[0]
-            .regarding
-            .as_ref()
-            .and_then(|r| r.name.as_deref()),
-        Some("web")
-    );
-    let slices = h.slices("web").await;
-    assert!(
-        slices[0].endpoints.iter().all(|e| e.hints.is_none()),
-        "no hints under Auto"
-    );
-    // Passes later there is still one event (warn once), not one per reconcile.
-    h.passes(2).await;
-    let list = events.list(&Default::default()).await.unwrap();
-    let n = list
-        .items
-        .iter()
-        .filter(|e| e.reason.as_deref() == Some("TopologyAwareHintsDisabled"))
-        .count();
-    assert_eq!(n, 1);
 }
 
 /// A node in zone `zone-a` (shared by the tests that need a zone; [`NODE`] has none).

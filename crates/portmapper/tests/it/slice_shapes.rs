@@ -116,6 +116,7 @@ async fn switch_without_blackout(
             tokio::time::Instant::now() < deadline,
             "the switch did not converge"
         );
+        // A poll (as `eventually`) that also checks every state seen on the way.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -47,6 +47,7 @@ async fn a_watch_reset_storm_is_paced_and_membership_follows_during_it() {
     let from = h.emu().requests().elapsed();
     h.run_controller();
     wait_members(&h, &["pod-a"], Duration::from_secs(15)).await;
+    // Pacing, not an absence check: the change below lands well inside the storm.
     tokio::time::sleep(Duration::from_secs(2)).await;
     // Bound: the change is in the replay of the next watch, lost with it; the re-watch after
     // that (≤ 3.75 s, the backoff cap with jitter) is the second from the same version and
@@ -126,6 +127,7 @@ async fn a_stalled_watch_is_restarted_and_the_operator_converges() {
                 if readiness.reason().is_some_and(|r| r.contains("pods")) {
                     said.store(true, Ordering::Release);
                 }
+                // A sampler: readiness has no event to wait for.
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         })

@@ -22,6 +22,27 @@ fn a_pod_event_reaches_only_the_portmappings_of_its_pool() {
             .apply_pod(&label(), Arc::new(PodRecord::from(r.clone())))
             .is_empty()
     );
+    // Pods outside every pool reconcile nothing, whatever changes on them: another value's pod
+    // gaining an annotation, and a pod without the key (a namespace-wide watch would see it).
+    let r = pod("a", "p2", &[(KEY, "nobody")], &[("example.com/ports", "")]);
+    assert!(
+        index
+            .apply_pod(&label(), Arc::new(PodRecord::from(r)))
+            .is_empty()
+    );
+    let mut keyless = pod("a", "p3", &[("app", "unrelated")], &[]);
+    assert!(
+        index
+            .apply_pod(&label(), Arc::new(PodRecord::from(keyless.clone())))
+            .is_empty()
+    );
+    keyless.metadata.annotations =
+        Some([("example.com/ports".to_owned(), "http".to_owned())].into());
+    assert!(
+        index
+            .apply_pod(&label(), Arc::new(PodRecord::from(keyless)))
+            .is_empty()
+    );
     assert_eq!(
         index
             .pool_pods(&pm("a", "web-1", "web", KeySource::Label, 10))
