@@ -117,6 +117,7 @@ impl Departed {
             phases,
             report,
             released: self.names,
+            mode: super::execute::Mode::All,
         }
     }
 }
