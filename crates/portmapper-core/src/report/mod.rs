@@ -536,7 +536,10 @@ mod tests {
             [("web.http/a", Some("a")), ("web.https/b", Some("b"))]
         );
         // A failed write does not hide the collision: only its holder can end it.
-        assert_eq!(after_writes(&report.status, "boom", &[]), Some(report.status));
+        assert_eq!(
+            after_writes(&report.status, "boom", &[]),
+            Some(report.status)
+        );
     }
 
     #[test]

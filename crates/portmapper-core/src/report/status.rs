@@ -145,7 +145,12 @@ pub const APPLY_FAILED: &str = "ApplyFailed";
 pub fn apply_failed(failure: &str) -> Vec<Desired> {
     vec![
         Desired::new(ct::READY, false, APPLY_FAILED, failure),
-        Desired::new(ct::RECONCILING, true, APPLY_FAILED, "retrying the failed writes"),
+        Desired::new(
+            ct::RECONCILING,
+            true,
+            APPLY_FAILED,
+            "retrying the failed writes",
+        ),
         Desired::new(ct::STALLED, false, APPLY_FAILED, "retrying"),
     ]
 }

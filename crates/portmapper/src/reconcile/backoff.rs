@@ -588,7 +588,11 @@ mod tests {
         // Windows of at least 1, 1.5, 3, 3, … s: 8 attempts in 20 s at most.
         let most = Policy::default().most_attempts(Class::Transient, window);
         assert_eq!(most, 8);
-        assert!(attempts.len() <= most, "{} attempts in 20 s", attempts.len());
+        assert!(
+            attempts.len() <= most,
+            "{} attempts in 20 s",
+            attempts.len()
+        );
         // The ladder climbed past its floor (passes with nothing to write did not reset it).
         assert!(
             gaps.iter().any(|g| *g >= Duration::from_secs(3)),
@@ -604,8 +608,14 @@ mod tests {
             .collect();
         assert_eq!(shortest, [1000, 1500, 3000, 3000]);
         // At 0, 1, 2.5, 5.5, 8.5 s; then every 3 s.
-        assert_eq!(p.most_attempts(Class::Transient, Duration::from_secs(10)), 5);
-        assert_eq!(p.most_attempts(Class::Transient, Duration::from_secs(60)), 22);
+        assert_eq!(
+            p.most_attempts(Class::Transient, Duration::from_secs(10)),
+            5
+        );
+        assert_eq!(
+            p.most_attempts(Class::Transient, Duration::from_secs(60)),
+            22
+        );
         // A throttle naming 1 s waits at least that.
         let throttled = Class::Throttled {
             retry_after: Some(Duration::from_secs(1)),

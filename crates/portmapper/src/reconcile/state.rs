@@ -190,9 +190,23 @@ impl States {
         });
     }
 
-    /// Whether `planned` is the status the server refused last.
+    /// Whether `planned` says what the status the server refused last said: the same ports
+    /// and the same conditions (type, status, reason; a message naming another failed write is
+    /// no news).
     pub fn status_refused(&self, pm: &Key, planned: &PlannedStatus) -> bool {
-        self.with(pm, |s| s.status_refused.as_ref() == Some(planned))
+        let said = |p: &PlannedStatus| {
+            let conditions: Vec<_> = p
+                .conditions
+                .iter()
+                .map(|c| (c.type_, c.status, c.reason.clone()))
+                .collect();
+            (conditions, p.publication.clone())
+        };
+        self.with(pm, |s| {
+            s.status_refused
+                .as_ref()
+                .is_some_and(|refused| said(refused) == said(planned))
+        })
     }
 
     /// Whether `gate`, planned from the pod at `pod_version`, was already written and the
