@@ -447,6 +447,17 @@ where
                     self.recovered();
                     return Ok(event);
                 }
+                // The server answered that our resourceVersion is compacted away: the watcher
+                // relists now (its next watch request is paced like any early re-watch). A pause
+                // here kept the store behind for the backoff the outage before had grown.
+                Step::Item(Err(err)) if expired(&err) => {
+                    self.restarted("expired");
+                    debug!(
+                        watch = self.what,
+                        "resourceVersion expired (410); relisting"
+                    );
+                    return Err(err);
+                }
                 Step::Item(Err(err)) => {
                     let pause = self.backoff.failed();
                     self.restarted("error");
@@ -517,6 +528,16 @@ where
                 .get_or_create(&WatchLabels { watch: self.what })
                 .dec();
         }
+    }
+}
+
+/// Whether the server answered that the watch's resourceVersion is too old (410 Gone).
+fn expired(err: &watcher::Error) -> bool {
+    match err {
+        watcher::Error::WatchError(status) => status.code == 410,
+        watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::InitialListFailed(kube::Error::Api(status)) => status.code == 410,
+        _ => false,
     }
 }
 
@@ -772,6 +793,20 @@ mod tests {
         // short at once too.
         let (pause, since) = pods.next_watch(healthy_after, Some("1"));
         assert!(pods.recovery.pause(pause, since).await);
+    }
+
+    #[test]
+    fn an_expired_resource_version_is_told_from_other_watch_errors() {
+        let status = |code| Box::new(kube::core::Status::failure("x", "Expired").with_code(code));
+        assert!(expired(&watcher::Error::WatchError(status(410))));
+        assert!(expired(&watcher::Error::WatchStartFailed(
+            kube::Error::Api(status(410))
+        )));
+        assert!(!expired(&watcher::Error::WatchError(status(500))));
+        assert!(!expired(&watcher::Error::WatchStartFailed(
+            kube::Error::Api(status(503))
+        )));
+        assert!(!expired(&watcher::Error::NoResourceVersion));
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //!
 //! Rounds of each case: `PORTMAPPER_REAL_FAULT_ROUNDS` (1 in `make test`, 3 in `make soak`);
 //! the throttled window: `PORTMAPPER_BACKOFF_SECONDS` (10, 60 in `make soak`).
+//! `PORTMAPPER_REAL_FAULT_TRACE=1` prints the operator's requests from each fault on.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -208,6 +209,17 @@ async fn around(
     let since_churn = churn::converged(h, &members, CONVERGE + Duration::from_secs(20)).await;
     let since_back = between(back, Timestamp::now());
     let requests = h.requests().await;
+    if std::env::var_os("PORTMAPPER_REAL_FAULT_TRACE").is_some() {
+        for r in requests
+            .iter()
+            .filter(|r| r.user_agent.starts_with(OPERATOR_USER_AGENT) && r.at >= began)
+        {
+            println!(
+                "TRACE {} {} {}/{} {} {} (back {})",
+                r.at, r.verb, r.resource, r.subresource, r.name, r.code, back
+            );
+        }
+    }
     let during = attempts(&requests, OPERATOR_USER_AGENT, name, began, back);
     let relists = requests
         .iter()
