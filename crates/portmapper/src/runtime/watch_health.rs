@@ -531,12 +531,13 @@ where
     }
 }
 
-/// Whether the server answered that the watch's resourceVersion is too old (410 Gone).
+/// Whether the server answered a watch request that its resourceVersion is too old (410
+/// Gone). Only watch requests, which the client paces ([`Liveness::next_watch`]): a LIST
+/// answered 410 backs off, or a server answering every LIST so would be listed without pause.
 fn expired(err: &watcher::Error) -> bool {
     match err {
         watcher::Error::WatchError(status) => status.code == 410,
-        watcher::Error::WatchStartFailed(kube::Error::Api(status))
-        | watcher::Error::InitialListFailed(kube::Error::Api(status)) => status.code == 410,
+        watcher::Error::WatchStartFailed(kube::Error::Api(status)) => status.code == 410,
         _ => false,
     }
 }
@@ -807,6 +808,9 @@ mod tests {
             kube::Error::Api(status(503))
         )));
         assert!(!expired(&watcher::Error::NoResourceVersion));
+        assert!(!expired(&watcher::Error::InitialListFailed(kube::Error::Api(
+            status(410)
+        ))));
     }
 
     #[test]
