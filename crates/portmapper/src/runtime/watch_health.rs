@@ -808,9 +808,9 @@ mod tests {
             kube::Error::Api(status(503))
         )));
         assert!(!expired(&watcher::Error::NoResourceVersion));
-        assert!(!expired(&watcher::Error::InitialListFailed(kube::Error::Api(
-            status(410)
-        ))));
+        assert!(!expired(&watcher::Error::InitialListFailed(
+            kube::Error::Api(status(410))
+        )));
     }
 
     #[test]
