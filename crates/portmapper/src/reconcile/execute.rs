@@ -2,10 +2,11 @@
 //! the backoff shaped it ([`Mode`]), and decides nothing. Phases run in order, each with a few
 //! writes in flight, a phase whose guard phases failed is skipped; every error is kept (a
 //! probe sends one write at a time and stops at its first failure); our slice writes are
-//! recorded in the index as they are sent and answered; the Events go through the PortMapping's warn-once
-//! ledger; the pods released from the pool are forgotten by the index once their release
-//! succeeded; the status is written when it changed (the "after writes failed" variant when a
-//! write failed); and the API server's warnings on these writes are announced once.
+//! recorded in the index as they are sent and answered; the Events go through the
+//! PortMapping's warn-once ledger; the pods released from the pool are forgotten by the index
+//! once their release succeeded; the status is written when it changed (the "after writes
+//! failed" variant when a write failed); and the API server's warnings on these writes are
+//! announced once.
 
 use std::collections::HashSet;
 use std::time::Instant;
