@@ -149,11 +149,21 @@ impl PlannedStatus {
     }
 }
 
-/// The status of a pass whose writes failed (`failure` names every failed write): a plan
-/// reports `ApplyFailed` in place of its Ready/Reconciling/Stalled triplet, unless it is
-/// stalled on a name collision, which only the name's holder can end. A pass that publishes
-/// nothing new reports nothing: its error is retried, and the status keeps what it said.
-pub fn after_writes(planned: &PlannedStatus, failure: &str) -> Option<PlannedStatus> {
+/// The status of a pass whose writes failed (`failure` names every failed write), given the
+/// conditions the server holds (`previous`): a plan reports `ApplyFailed` in place of its
+/// Ready/Reconciling/Stalled triplet, unless it is stalled on a name collision, which only the
+/// name's holder can end. A pass that publishes nothing new reports nothing: its error is
+/// retried, and the status keeps what it said.
+///
+/// The ports, summary and slice count stay what was last reported: the plan's were not
+/// published. And while the status already says `ApplyFailed`, its message stays: a failing
+/// stretch writes its status when the failure is news, not whenever the churn changes the plan
+/// or which write failed first (a backing-off pass stops at its first failure).
+pub fn after_writes(
+    planned: &PlannedStatus,
+    failure: &str,
+    previous: &[Condition],
+) -> Option<PlannedStatus> {
     if !matches!(planned.publication, Publication::Planned { .. }) {
         return None;
     }
@@ -164,7 +174,11 @@ pub fn after_writes(planned: &PlannedStatus, failure: &str) -> Option<PlannedSta
     if collision {
         return Some(planned.clone());
     }
-    let mut conditions = status::apply_failed(failure);
+    let reported = previous
+        .iter()
+        .find(|c| c.type_ == ct::READY && c.status == "False" && c.reason == status::APPLY_FAILED)
+        .map_or(failure, |c| c.message.as_str());
+    let mut conditions = status::apply_failed(reported);
     conditions.extend(
         planned
             .conditions
@@ -174,7 +188,7 @@ pub fn after_writes(planned: &PlannedStatus, failure: &str) -> Option<PlannedSta
     );
     Some(PlannedStatus {
         conditions,
-        publication: planned.publication.clone(),
+        publication: Publication::Unchanged,
     })
 }
 
@@ -522,7 +536,10 @@ mod tests {
             [("web.http/a", Some("a")), ("web.https/b", Some("b"))]
         );
         // A failed write does not hide the collision: only its holder can end it.
-        assert_eq!(after_writes(&report.status, "boom"), Some(report.status));
+        assert_eq!(
+            after_writes(&report.status, "boom", &[]),
+            Some(report.status)
+        );
     }
 
     #[test]
@@ -530,7 +547,7 @@ mod tests {
         let plan = Plan::default();
         let svc = service(true);
         let report = Report::of_plan(&facts(&plan, &svc));
-        let failed = after_writes(&report.status, "2 writes failed: x; y").unwrap();
+        let failed = after_writes(&report.status, "2 writes failed: x; y", &[]).unwrap();
         assert_eq!(
             types(&failed),
             [
@@ -541,11 +558,37 @@ mod tests {
             ]
         );
         assert_eq!(failed.conditions[0].message, "2 writes failed: x; y");
+        // The plan's counts were not published: the status keeps the last reported ones.
+        assert_eq!(failed.publication, Publication::Unchanged);
         let stall = Stall::ServiceNotFound {
             namespace: "ns".into(),
             service: "web".into(),
         };
-        assert_eq!(after_writes(&Report::of_stall(&stall).status, "x"), None);
+        assert_eq!(
+            after_writes(&Report::of_stall(&stall).status, "x", &[]),
+            None
+        );
+    }
+
+    /// Under churn a failing PortMapping's plan changes every pass, and a backing-off pass names
+    /// only its first failure: neither is news once the status says the writes fail.
+    #[test]
+    fn a_status_that_already_says_the_writes_fail_keeps_its_message() {
+        let plan = Plan::default();
+        let svc = service(false);
+        let report = Report::of_plan(&facts(&plan, &svc));
+        let now = Timestamp::UNIX_EPOCH;
+        let first = after_writes(&report.status, "2 writes failed: x; y", &[]).unwrap();
+        let held = first.to_status(&PortMappingStatus::default(), Some(1), now);
+        let again = after_writes(&report.status, "x", &held.conditions).unwrap();
+        assert_eq!(again, first);
+        assert_eq!(again.to_status(&held, Some(1), now), held);
+        // Once the status says something else (Ready, or another reason), the failure is news.
+        let ready = report
+            .status
+            .to_status(&PortMappingStatus::default(), Some(1), now);
+        let news = after_writes(&report.status, "x", &ready.conditions).unwrap();
+        assert_eq!(news.conditions[0].message, "x");
     }
 
     #[test]

@@ -137,14 +137,21 @@ fn name_collision(plan: &Plan) -> Vec<Desired> {
     ]
 }
 
+/// The reason of [`apply_failed`]'s conditions.
+pub const APPLY_FAILED: &str = "ApplyFailed";
+
 /// Ready=False, Reconciling=True, Stalled=False (`ApplyFailed`): writes failed (`failure`
 /// names each) and are retried.
 pub fn apply_failed(failure: &str) -> Vec<Desired> {
-    const REASON: &str = "ApplyFailed";
     vec![
-        Desired::new(ct::READY, false, REASON, failure),
-        Desired::new(ct::RECONCILING, true, REASON, "retrying the failed writes"),
-        Desired::new(ct::STALLED, false, REASON, "retrying"),
+        Desired::new(ct::READY, false, APPLY_FAILED, failure),
+        Desired::new(
+            ct::RECONCILING,
+            true,
+            APPLY_FAILED,
+            "retrying the failed writes",
+        ),
+        Desired::new(ct::STALLED, false, APPLY_FAILED, "retrying"),
     ]
 }
 

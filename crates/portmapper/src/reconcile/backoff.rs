@@ -8,6 +8,11 @@
 //! requeues itself for the window's end, so the events of the window only mark the PortMapping
 //! dirty and the pass at its end carries them all.
 //!
+//! While the count is above zero, a pass is a probe ([`Backoffs::failing`], `execute.rs`): its
+//! writes go one at a time and it stops at its first failure, as the native EndpointSlice
+//! controller's sync returns at its first error, so a window costs one failed request, not one
+//! per object that differs.
+//!
 //! Only a pass whose writes all went through forgets the count (`reconcile/mod.rs`): a pass
 //! with nothing to write, or only the PortMapping's status, proves nothing about the writes that
 //! failed, and forgetting there restarted the ladder from its bottom whenever the churn happened
@@ -16,13 +21,12 @@
 //! failing again.
 //!
 //! The delay depends on what failed:
-//! - **transient** (409 conflict, 5xx, 404, transport): `5 ms · 2^(n-1)`, as client-go's
-//!   `DefaultControllerRateLimiter`, capped at 4 s instead of 1000 s, and never below
-//!   [`Policy::min_retry`] (1 s): whatever the churn, a failing PortMapping writes each of its
-//!   objects at most once a second (the ladder's bottom made ten attempts in the first 2.6 s
-//!   under churn). The cap bounds how long a Service stays stale after the API recovers (the
-//!   issue's target: converged ≤ 5 s after a fault ends) while holding a persistently failing
-//!   PortMapping to one attempt every 3–4 s;
+//! - **transient** (409 conflict, 5xx, 404, transport): `1 s · 2^(n-1)`, capped at 4 s: windows
+//!   of 1 s, 2 s, 4 s, 4 s, … (client-go's `DefaultControllerRateLimiter` starts at 5 ms, whose
+//!   bottom made ten attempts in the first 2.6 s under churn, and eight windows of the one-second
+//!   minimum before it climbed). The cap bounds how long a Service stays stale after the API
+//!   recovers (the target: converged ≤ 5 s after a fault ends) while holding a
+//!   persistently failing PortMapping to one attempt every 3–4 s;
 //! - **throttled** (429, or a 5xx naming a wait, e.g. 503 + `Retry-After`): the transient
 //!   delay, but never less than the server's `retryAfterSeconds` (clamped to 60 s, so a hostile
 //!   value cannot park a PortMapping);
@@ -89,7 +93,7 @@ pub struct Policy {
 impl Default for Policy {
     fn default() -> Self {
         Self {
-            transient_base: Duration::from_millis(5),
+            transient_base: Duration::from_secs(1),
             transient_cap: Duration::from_secs(4),
             permanent_base: Duration::from_secs(10),
             permanent_cap: Duration::from_secs(300),
@@ -107,10 +111,31 @@ impl Policy {
         self.step(class, n).max(self.floor(class))
     }
 
+    /// The shortest the `n`th window of `class` can be once jittered (see [`Backoffs::failed`]):
+    /// the step less a quarter, but never below the floor.
+    pub fn shortest(&self, class: Class, n: u32) -> Duration {
+        (self.step(class, n) * 3 / 4).max(self.floor(class))
+    }
+
+    /// The most passes that can start within `span` (the first included) while every pass of
+    /// a PortMapping fails with `class`: one at the end of each window, each as short as its
+    /// jitter allows. With the probe (one failed request per pass) it bounds the requests.
+    pub fn most_attempts(&self, class: Class, span: Duration) -> usize {
+        let (mut at, mut n, mut attempts) = (Duration::ZERO, 1, 1);
+        loop {
+            at += self.shortest(class, n);
+            if at > span {
+                return attempts;
+            }
+            attempts += 1;
+            n += 1;
+        }
+    }
+
     /// The ladder's step for the `n`th consecutive failure of `class`.
     fn step(&self, class: Class, n: u32) -> Duration {
         let ladder = |base: Duration, cap: Duration| {
-            // 2^(n-1) without overflow: 2^31 × 5 ms is already far past any cap.
+            // 2^(n-1) without overflow: 2^31 × 1 s is already far past any cap.
             let factor = 1u32 << n.saturating_sub(1).min(31);
             base.saturating_mul(factor).min(cap)
         };
@@ -151,6 +176,8 @@ struct Entry {
     /// The PortMapping's `metadata.generation` at the failure: a new spec is tried at once.
     generation: Option<i64>,
     ladder: Ladder,
+    /// The last failure's class (its step and floor open a held window again).
+    class: Class,
     failures: u32,
     not_before: Instant,
     /// The previous error, to log once per change.
@@ -197,6 +224,11 @@ impl Backoffs {
         (!left.is_zero()).then_some(left)
     }
 
+    /// Whether `pm` has failed since its last success: its next pass is a probe.
+    pub fn failing(&self, pm: &ObjectRef<PortMapping>) -> bool {
+        self.entries().get(pm).is_some_and(|e| e.failures > 0)
+    }
+
     /// Records a failed reconcile of `pm` and opens its next window; `None` when the error is
     /// not a failure of the object (see [`Class::of`]).
     pub fn failed(
@@ -212,6 +244,7 @@ impl Backoffs {
         let entry = entries.entry(pm.clone()).or_insert_with(|| Entry {
             generation,
             ladder: ladder(class),
+            class,
             failures: 0,
             not_before: now,
             last_error: String::new(),
@@ -222,6 +255,7 @@ impl Backoffs {
             entry.failures = 0;
         }
         entry.generation = generation;
+        entry.class = class;
         entry.failures = entry.failures.saturating_add(1);
         let n = entry.failures;
         // Never sooner than the floor (the server's wait, the minimum); spread above it, so
@@ -249,14 +283,19 @@ impl Backoffs {
 
     /// Records a pass of a failing `pm` that wrote only its status, and that went through: it
     /// proves nothing about the writes that failed, so the failures are kept, and the window
-    /// opens again for at least [`Policy::min_retry`]: otherwise the next event would retry
-    /// them at once, and the status (written by both passes) twice within a second.
+    /// of the last failure opens again (its step, without climbing): otherwise the next event
+    /// would retry them at once, and a churn that keeps returning to what is published would
+    /// run a pass a second at the bottom of the ladder.
     pub fn held(&self, pm: &ObjectRef<PortMapping>, now: Instant) {
-        let floor = self.policy.min_retry;
-        let until = now + floor + self.spread(floor);
-        if let Some(entry) = self.entries().get_mut(pm) {
-            entry.not_before = entry.not_before.max(until);
-        }
+        let mut entries = self.entries();
+        let Some(entry) = entries.get_mut(pm) else {
+            return;
+        };
+        let floor = self.policy.floor(entry.class);
+        let delay = self
+            .jittered(self.policy.step(entry.class, entry.failures))
+            .max(floor + self.spread(floor));
+        entry.not_before = entry.not_before.max(now + delay);
     }
 
     /// Forgets a deleted PortMapping.
@@ -388,7 +427,7 @@ mod tests {
             assert_eq!(Class::of(&err), Some(Class::Permanent), "{err}");
         }
         // So its first window is the permanent ladder's 10 s (less up to a quarter), not the
-        // transient 5 ms.
+        // transient ladder's 1 s.
         let b = Backoffs::default();
         let now = Instant::now();
         let f = b
@@ -440,24 +479,12 @@ mod tests {
     }
 
     #[test]
-    fn transient_delays_double_from_five_milliseconds_to_the_cap_above_a_one_second_floor() {
+    fn transient_delays_double_from_one_second_to_the_cap() {
         let p = Policy::default();
-        let steps: Vec<u128> = (1..=12)
-            .map(|n| p.step(Class::Transient, n).as_millis())
-            .collect();
-        assert_eq!(
-            steps,
-            [5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560, 4000, 4000]
-        );
-        let delays: Vec<u128> = (1..=12)
+        let delays: Vec<u128> = (1..=6)
             .map(|n| p.delay(Class::Transient, n).as_millis())
             .collect();
-        assert_eq!(
-            delays,
-            [
-                1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1280, 2560, 4000, 4000
-            ]
-        );
+        assert_eq!(delays, [1000, 2000, 4000, 4000, 4000, 4000]);
         assert_eq!(p.delay(Class::Transient, u32::MAX), Duration::from_secs(4));
     }
 
@@ -558,12 +585,51 @@ mod tests {
             gaps.iter().all(|g| *g >= Duration::from_secs(1)),
             "attempts closer than 1 s: {attempts:?}"
         );
-        assert!(attempts.len() <= 21, "{} attempts in 20 s", attempts.len());
+        // Windows of at least 1, 1.5, 3, 3, … s: 8 attempts in 20 s at most.
+        let most = Policy::default().most_attempts(Class::Transient, window);
+        assert_eq!(most, 8);
+        assert!(
+            attempts.len() <= most,
+            "{} attempts in 20 s",
+            attempts.len()
+        );
         // The ladder climbed past its floor (passes with nothing to write did not reset it).
         assert!(
             gaps.iter().any(|g| *g >= Duration::from_secs(3)),
             "the ladder never climbed: {attempts:?}"
         );
+    }
+
+    #[test]
+    fn the_most_attempts_follow_the_shortest_windows() {
+        let p = Policy::default();
+        let shortest: Vec<u128> = (1..=4)
+            .map(|n| p.shortest(Class::Transient, n).as_millis())
+            .collect();
+        assert_eq!(shortest, [1000, 1500, 3000, 3000]);
+        // At 0, 1, 2.5, 5.5, 8.5 s; then every 3 s.
+        assert_eq!(
+            p.most_attempts(Class::Transient, Duration::from_secs(10)),
+            5
+        );
+        assert_eq!(
+            p.most_attempts(Class::Transient, Duration::from_secs(60)),
+            22
+        );
+        // A throttle naming 1 s waits at least that.
+        let throttled = Class::Throttled {
+            retry_after: Some(Duration::from_secs(1)),
+        };
+        assert_eq!(p.most_attempts(throttled, Duration::from_secs(10)), 5);
+        // Every window drawn lies within the bounds this takes.
+        let b = Backoffs::default();
+        let now = Instant::now();
+        for n in 1..=8 {
+            let f = b
+                .failed(&pm(), G, &api_error(500, "InternalError", 0), now)
+                .unwrap();
+            assert!(f.delay >= p.shortest(Class::Transient, n), "{n}: {f:?}");
+        }
     }
 
     #[test]
@@ -632,8 +698,11 @@ mod tests {
     fn a_503_naming_a_wait_is_not_retried_before_it() {
         let b = Backoffs::default();
         let now = Instant::now();
-        // The server's 1 s (plus up to a quarter) allows one attempt per second: at 0,
-        // 1–1.25 s, …, 4–5 s.
+        // The server's 1 s (plus up to a quarter), then the ladder when it waits longer: at 0,
+        // 1–1.25 s, 2.5–3.25 s, then 3–4 s later.
+        let class = Class::Throttled {
+            retry_after: Some(Duration::from_secs(1)),
+        };
         let mut at = Duration::ZERO;
         let mut attempts = 0;
         while at < Duration::from_secs(5) {
@@ -641,15 +710,17 @@ mod tests {
                 .failed(&pm(), G, &api_error(503, "ServiceUnavailable", 1), now + at)
                 .unwrap();
             attempts += 1;
+            let (low, high) = window_bounds(class, attempts);
             assert!(
-                f.delay >= Duration::from_secs(1) && f.delay <= Duration::from_millis(1250),
-                "attempt {attempts}: {:?}",
+                f.delay >= low && f.delay <= high,
+                "attempt {attempts}: {:?} not in {low:?}..={high:?}",
                 f.delay
             );
+            assert!(f.delay >= Duration::from_secs(1), "{:?}", f.delay);
             assert_eq!(b.remaining(&pm(), G, now + at), Some(f.delay));
             at += f.delay;
         }
-        assert!((4..=5).contains(&attempts), "{attempts} attempts in 5 s");
+        assert_eq!(attempts, 3, "attempts in 5 s");
         // The same 503 without a wait is transient: the one-second floor, then the ladder.
         let other = ObjectRef::new("other").within("ns");
         let f = b

@@ -10,7 +10,7 @@ use portmapper_core::report::Report;
 use portmapper_core::writes::Phases;
 
 use crate::reconcile::context::Context;
-use crate::reconcile::execute::Pass;
+use crate::reconcile::execute::{Mode, Pass};
 
 /// The pods that left the pool still waiting on its gate (the index notes them), and their
 /// release ([`planner::released_pod_gates`]): True, `Released`, unless another PortMapping of
@@ -52,6 +52,7 @@ impl Departed {
             phases,
             report,
             released: self.names,
+            mode: Mode::All,
         }
     }
 }

@@ -1,10 +1,12 @@
 //! The one executor: it runs a pass as the core computed it ([`Phases`] and a [`Report`]) and
-//! decides nothing. Phases run in order, each with a few writes in flight, a phase whose
-//! guard phases failed is skipped; every error is kept; our slice writes are recorded in the
-//! index as they are sent and answered; the Events go through the PortMapping's warn-once
-//! ledger; the pods released from the pool are forgotten by the index once their release
-//! succeeded; the status is written when it changed (the "after writes failed" variant when a
-//! write failed); and the API server's warnings on these writes are announced once.
+//! the backoff shaped it ([`Mode`]), and decides nothing. Phases run in order, each with a few
+//! writes in flight, a phase whose guard phases failed is skipped; every error is kept (a
+//! probe sends one write at a time and stops at its first failure); our slice writes are
+//! recorded in the index as they are sent and answered; the Events go through the
+//! PortMapping's warn-once ledger; the pods released from the pool are forgotten by the index
+//! once their release succeeded; the status is written when it changed (the "after writes
+//! failed" variant when a write failed); and the API server's warnings on these writes are
+//! announced once.
 
 use std::collections::HashSet;
 use std::time::Instant;
@@ -35,6 +37,23 @@ pub struct Pass {
     /// The pods that left the pool, by name: the index forgets them once the release phase
     /// ([`PhaseKind::ReleasedGates`]) succeeded.
     pub released: Vec<String>,
+    /// How its writes go out.
+    pub mode: Mode,
+}
+
+/// How a pass's writes go out (set from the PortMapping's backoff, `reconcile/mod.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Every phase, a few writes in flight each; a failed write holds back only the phases it
+    /// guards, and the status reports the outcome.
+    #[default]
+    All,
+    /// The pass of a PortMapping that is backing off: one write at a time in phase order, and
+    /// nothing after the first failure (the rest waits for the next window), so a window of a
+    /// persistent fault costs one failed request whatever the churn changed. The status is
+    /// written only when it is news: a status the server refused is not sent again while the
+    /// probe's writes keep failing.
+    Probe,
 }
 
 /// What executing a pass came to.
@@ -61,7 +80,7 @@ pub async fn execute(
         key: &key,
         owner: pm.uid().unwrap_or_default(),
     };
-    let (mut errors, wake, failed) = run.phases(&pass.phases).await;
+    let (mut errors, wake, failed) = run.phases(&pass.phases, pass.mode).await;
     if !pass.released.is_empty() && !failed.contains(&PhaseKind::ReleasedGates) {
         ctx.index.lock().released(&key, &pass.released);
     }
@@ -74,11 +93,19 @@ pub async fn execute(
     let failed = Error::combine(std::mem::take(&mut errors));
     let status = match &failed {
         None => Some(pass.report.status.clone()),
-        Some(err) => after_writes(&pass.report.status, &err.to_string()),
+        Some(err) => {
+            let previous = ctx.states.known_status(pm).conditions;
+            after_writes(&pass.report.status, &err.to_string(), &previous)
+        }
     };
+    // A probe whose write failed does not re-send a status the server refused (its status
+    // write would fail beside it every window).
+    let repeat = pass.mode == Mode::Probe && failed.is_some();
     let status_error = match status {
-        Some(status) => run.status(pm, &status).await.err(),
-        None => None,
+        Some(status) if !(repeat && ctx.states.status_refused(&key, &status)) => {
+            run.status(pm, &status).await.err()
+        }
+        _ => None,
     };
     // The API server's warnings, once per PortMapping (not once per write).
     let warned: Vec<PlannedEvent> = writer.warnings().iter().map(|t| api_warning(t)).collect();
@@ -100,22 +127,33 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    /// Runs every phase in order; a phase whose guard phases failed is skipped. Returns every
-    /// failure, in order, whether a write asked for another pass, and the phases that failed.
-    async fn phases(&self, phases: &Phases) -> (Vec<Error>, bool, HashSet<PhaseKind>) {
+    /// Runs every phase in order; a phase whose guard phases failed is skipped (in a probe,
+    /// every phase after a failure). Returns every failure, in order, whether a write asked
+    /// for another pass, and the phases that failed or did not run.
+    async fn phases(&self, phases: &Phases, mode: Mode) -> (Vec<Error>, bool, HashSet<PhaseKind>) {
         let mut failed: HashSet<PhaseKind> = HashSet::new();
         let (mut errors, mut wake) = (Vec::new(), false);
         for phase in &phases.0 {
+            if mode == Mode::Probe && !errors.is_empty() {
+                failed.insert(phase.kind);
+                continue;
+            }
             if let Some(guard) = phase.only_if.iter().find(|k| failed.contains(k)) {
                 info!(portmapping = %self.key, phase = ?phase.kind, after = ?guard, "an earlier phase failed; this one waits for the next pass");
                 continue;
             }
-            let (phase_errors, phase_wake) = self.phase(phase).await;
+            let (phase_errors, phase_wake) = match mode {
+                Mode::All => self.phase(phase).await,
+                Mode::Probe => self.probe(phase).await,
+            };
             if !phase_errors.is_empty() {
                 failed.insert(phase.kind);
             }
             errors.extend(phase_errors);
             wake |= phase_wake;
+        }
+        if mode == Mode::Probe && !errors.is_empty() {
+            debug!(portmapping = %self.key, "probe failed; the other writes wait for the next window");
         }
         (errors, wake, failed)
     }
@@ -132,6 +170,19 @@ impl Run<'_> {
         let wake = results.iter().any(|(_, wake)| *wake);
         let errors = results.into_iter().filter_map(|(r, _)| r.err()).collect();
         (errors, wake)
+    }
+
+    /// One phase's writes one at a time, up to the first failure.
+    async fn probe(&self, phase: &Phase) -> (Vec<Error>, bool) {
+        let mut wake = false;
+        for write in &phase.writes {
+            let (result, woke) = self.write(write).await;
+            wake |= woke;
+            if let Err(err) = result {
+                return (vec![err], wake);
+            }
+        }
+        (Vec::new(), wake)
     }
 
     /// One write; true when its answer asks for another pass.
@@ -298,7 +349,11 @@ impl Run<'_> {
             return Ok(());
         }
         debug!(portmapping = %self.key, "status changed; applying");
-        if self.writer.apply_status(pm, &status).await? {
+        let written = self.writer.apply_status(pm, &status).await;
+        self.ctx
+            .states
+            .status_answered(self.key, planned, written.is_ok());
+        if written? {
             self.ctx.states.status_written(pm, &status);
         } else {
             debug!(portmapping = %self.key, "PortMapping gone; status not written");

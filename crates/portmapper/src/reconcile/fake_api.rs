@@ -90,6 +90,14 @@ impl FakeApi {
         self.respond(method, path, code, body);
     }
 
+    /// Drops every scripted failure: the server takes the writes again.
+    pub fn clear_failures(&self) {
+        self.script
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|s| !s.status.is_client_error() && !s.status.is_server_error());
+    }
+
     /// Every request so far, in order.
     pub fn requests(&self) -> Vec<Recorded> {
         self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()

@@ -278,10 +278,14 @@ async fn pass(
     pm: &PortMapping,
     key: &ObjectRef<PortMapping>,
 ) -> Result<Passed, Error> {
-    let planned = match plan::plan(ctx, pm, key).await? {
+    let mut planned = match plan::plan(ctx, pm, key).await? {
         plan::Next::Wait(wait) => return Ok(Passed::Waiting(wait)),
         plan::Next::Execute(planned) => planned,
     };
+    // Backing off: the pass probes the server with one write at a time.
+    if ctx.states.backoff.failing(key) {
+        planned.pass.mode = execute::Mode::Probe;
+    }
     let executed = execute::execute(ctx, writer, pm, &planned.pass).await;
     if let Some(err) = executed.failed {
         return Err(err);

@@ -11,6 +11,8 @@
 //! - **status written**: the status this operator last wrote, with the resourceVersion of the
 //!   object it was computed from: until our write reaches the cache, the cached object still
 //!   carries the older status, and comparing with it would re-send the same status.
+//! - **status refused**: the last status the server refused: a backing-off pass does not send
+//!   it again while its writes keep failing (`execute.rs`, `Mode::Probe`).
 //! - **gates written**: likewise for publication gates: each written gate is remembered with
 //!   the resourceVersion of the pod it was planned from; while the cache still shows that
 //!   version the same gate is not sent again.
@@ -26,6 +28,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use kube::runtime::reflector::ObjectRef;
 use portmapper_api::{PortMapping, PortMappingStatus};
+use portmapper_core::report::PlannedStatus;
 use portmapper_core::{EvalMemo, Ledger, PlannedEvent, PodGate};
 
 use crate::reconcile::backoff::Backoffs;
@@ -73,6 +76,8 @@ pub struct MappingState {
     memo: EvalMemo,
     ledger: Ledger,
     status_written: Option<(String, PortMappingStatus)>,
+    /// The last status the server refused, until a status write goes through.
+    status_refused: Option<PlannedStatus>,
     /// By pod UID and condition type.
     gates_written: HashMap<(String, String), SentGate>,
     settled: Option<Fingerprint>,
@@ -175,6 +180,33 @@ impl States {
         self.with(&ObjectRef::from_obj(pm), |s| {
             s.status_written = Some((rv, status.clone()));
         });
+    }
+
+    /// Records the answer to a write of `planned`: a refusal is remembered until a status write
+    /// goes through.
+    pub fn status_answered(&self, pm: &Key, planned: &PlannedStatus, ok: bool) {
+        self.with(pm, |s| {
+            s.status_refused = (!ok).then(|| planned.clone());
+        });
+    }
+
+    /// Whether `planned` says what the status the server refused last said: the same ports
+    /// and the same conditions (type, status, reason; a message naming another failed write is
+    /// no news).
+    pub fn status_refused(&self, pm: &Key, planned: &PlannedStatus) -> bool {
+        let said = |p: &PlannedStatus| {
+            let conditions: Vec<_> = p
+                .conditions
+                .iter()
+                .map(|c| (c.type_, c.status, c.reason.clone()))
+                .collect();
+            (conditions, p.publication.clone())
+        };
+        self.with(pm, |s| {
+            s.status_refused
+                .as_ref()
+                .is_some_and(|refused| said(refused) == said(planned))
+        })
     }
 
     /// Whether `gate`, planned from the pod at `pod_version`, was already written and the

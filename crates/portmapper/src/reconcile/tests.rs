@@ -1183,3 +1183,79 @@ async fn a_pass_that_writes_only_the_status_keeps_the_failures() {
         "the slice's failure is kept"
     );
 }
+
+/// A PortMapping that is backing off probes: its next pass sends one write at a time and
+/// stops at the first failure, and the status, which already says the writes fail, is not
+/// written again; once the writes go through, the pass runs in full again.
+#[tokio::test]
+async fn a_backing_off_pass_stops_at_its_first_failed_write() {
+    let w = World::new(
+        Some(two_port_service()),
+        vec![two_port_pod("pod-a", "10.244.0.1")],
+    );
+    for slice in ["web.http", "web.https"] {
+        w.api
+            .fail("PATCH", &format!("{SLICES}/{slice}"), 500, "InternalError");
+    }
+    let err = w.reconcile().await.unwrap_err();
+    crate::reconcile::error_policy(Arc::new(pm()), &err, w.ctx.clone());
+    let mut lines = w.api.take_lines();
+    lines[..2].sort();
+    assert_eq!(
+        lines,
+        [
+            format!("PATCH {SLICES}/web.http"),
+            format!("PATCH {SLICES}/web.https"),
+            format!("PATCH {STATUS}")
+        ]
+    );
+    // Past the window (the 1 s floor plus at most a quarter): one write, no status.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let err = w.reconcile().await.unwrap_err();
+    assert_eq!(w.api.take_lines(), [format!("PATCH {SLICES}/web.http")]);
+    assert!(
+        err.to_string()
+            .starts_with("applying EndpointSlice default/web.http"),
+        "{err}"
+    );
+    let failure = crate::reconcile::error_policy(Arc::new(pm()), &err, w.ctx.clone());
+    assert!(format!("{failure:?}").contains("requeue"), "{failure:?}");
+    // The server takes the writes again: the next pass (past the 2 s window) writes both
+    // slices and reports them.
+    w.api.clear_failures();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    w.reconcile().await.unwrap();
+    let lines = w.api.take_lines();
+    assert_eq!(
+        lines,
+        [
+            format!("PATCH {SLICES}/web.http"),
+            format!("PATCH {SLICES}/web.https"),
+            format!("PATCH {STATUS}")
+        ]
+    );
+    let key = kube::runtime::reflector::ObjectRef::from_obj(&pm());
+    assert!(!w.ctx.states.backoff.failing(&key));
+}
+
+/// Every write failing, the status too: a probe does not send again the status the server
+/// refused, so a window costs one request.
+#[tokio::test]
+async fn a_backing_off_pass_does_not_resend_a_refused_status() {
+    let w = World::new(Some(service()), vec![pod("pod-a", "10.244.0.1")]);
+    w.api
+        .fail("PATCH", &format!("{SLICES}/web.http"), 500, "InternalError");
+    w.api.fail("PATCH", STATUS, 500, "InternalError");
+    let err = w.reconcile().await.unwrap_err();
+    crate::reconcile::error_policy(Arc::new(pm()), &err, w.ctx.clone());
+    assert_eq!(
+        w.api.take_lines(),
+        [
+            format!("PATCH {SLICES}/web.http"),
+            format!("PATCH {STATUS}")
+        ]
+    );
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    w.reconcile().await.unwrap_err();
+    assert_eq!(w.api.take_lines(), [format!("PATCH {SLICES}/web.http")]);
+}

@@ -12,3 +12,4 @@ pub mod metrics;
 pub mod sync_metrics;
 pub mod telemetry;
 pub mod watch_health;
+pub mod watch_recovery;

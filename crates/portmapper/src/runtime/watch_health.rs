@@ -13,7 +13,10 @@
 //!   [`NO_PROGRESS_RELIST`] such re-watches in a row the watch starts over with a LIST, so the
 //!   store follows the objects even while a server keeps resetting every watch before its
 //!   first event arrives (issue 11's reset storm), as client-go's reflector relists after a
-//!   "very short watch" that received no items.
+//!   "very short watch" that received no items;
+//! - re-watches at once, whatever is left of its backoff, when another watch of the process
+//!   is answered again after watch requests failed (an API-server restart; see
+//!   [`Recovery`]).
 
 use std::collections::hash_map::RandomState;
 use std::fmt::Debug;
@@ -40,6 +43,7 @@ use tower::{BoxError, Service};
 use tracing::{debug, info, warn};
 
 use crate::runtime::metrics::{Metrics, WatchLabels, WatchRestartLabels};
+use crate::runtime::watch_recovery::Recovery;
 
 /// Re-watches in a row from one resourceVersion, each after an early end, before a watch
 /// relists. Two, not one: a single reset (an API-server restart, a load balancer closing idle
@@ -151,13 +155,31 @@ pub struct WatchHealth {
     inner: Arc<HealthInner>,
 }
 
-#[derive(Default)]
 struct HealthInner {
     policy: WatchPolicy,
     watches: Mutex<Vec<Weak<Liveness>>>,
+    /// The server answering the watches again: it cuts their pauses short.
+    recovery: Arc<Recovery>,
+}
+
+impl Default for HealthInner {
+    fn default() -> Self {
+        Self::new(WatchPolicy::default())
+    }
 }
 
 impl HealthInner {
+    fn new(policy: WatchPolicy) -> Self {
+        // At most one recovery per first backoff step: a server that answers and fails in
+        // turn wakes a watch no more often than its shortest pause would.
+        let recovery = Arc::new(Recovery::new(policy.backoff_initial));
+        Self {
+            policy,
+            watches: Mutex::new(Vec::new()),
+            recovery,
+        }
+    }
+
     /// The live watches whose requests have this key.
     fn lookup(&self, key: &str) -> Vec<Arc<Liveness>> {
         self.watches
@@ -174,10 +196,7 @@ impl WatchHealth {
     /// Health judged by `policy` (which also sets every watch's backoff).
     pub fn new(policy: WatchPolicy) -> Self {
         Self {
-            inner: Arc::new(HealthInner {
-                policy,
-                watches: Mutex::new(Vec::new()),
-            }),
+            inner: Arc::new(HealthInner::new(policy)),
         }
     }
 
@@ -210,7 +229,9 @@ impl WatchHealth {
                 started: None,
                 resumed_from: None,
                 repeats: 0,
+                failed_at: None,
             }),
+            recovery: self.inner.recovery.clone(),
             relist: tokio::sync::Notify::new(),
             what,
             key,
@@ -242,6 +263,8 @@ struct Liveness {
     /// Told when re-watches make no progress ([`NO_PROGRESS_RELIST`]); the watch's stream
     /// ([`resilient`]) starts over with a LIST.
     relist: tokio::sync::Notify,
+    /// The process's recoveries (shared by every watch).
+    recovery: Arc<Recovery>,
 }
 
 /// What the re-watch pacing remembers of the watch requests of one watch.
@@ -253,13 +276,21 @@ struct Pace {
     resumed_from: Option<String>,
     /// Consecutive early re-watches from that same resourceVersion.
     repeats: u32,
+    /// The recovery generation when its last request failed (None: it was answered).
+    failed_at: Option<u64>,
 }
 
 impl Liveness {
     /// The pause before a new watch resuming from `resource_version`: backs off while watches
     /// end sooner than `healthy_after` after they started. Asks for a relist when this is the
-    /// [`NO_PROGRESS_RELIST`]th early re-watch in a row from the same resourceVersion.
-    fn next_watch(&self, healthy_after: Duration, resource_version: Option<&str>) -> Duration {
+    /// [`NO_PROGRESS_RELIST`]th early re-watch in a row from the same resourceVersion. The
+    /// pause is cut short by a recovery after the returned generation (the one of this watch's
+    /// last failure, if its last request failed).
+    fn next_watch(
+        &self,
+        healthy_after: Duration,
+        resource_version: Option<&str>,
+    ) -> (Duration, u64) {
         let mut pace = self.pace.lock().unwrap_or_else(|p| p.into_inner());
         let early = pace
             .started
@@ -281,7 +312,30 @@ impl Liveness {
         }
         pace.resumed_from = resource_version.map(str::to_owned);
         pace.started = Some(Instant::now() + pause);
-        pause
+        let since = pace.failed_at.unwrap_or_else(|| self.recovery.generation());
+        (pause, since)
+    }
+
+    /// The answer to one of its requests: a 2xx is an answer (maybe the recovery), no
+    /// response or a 5xx a failure.
+    fn answered(&self, answer: Option<hyper::StatusCode>) {
+        let mut pace = self.pace.lock().unwrap_or_else(|p| p.into_inner());
+        match answer {
+            Some(code) if code.is_success() => {
+                pace.failed_at = None;
+                if self.recovery.answered() {
+                    info!(
+                        watch = self.what,
+                        "the API server answers watches again; waking the watches backing off"
+                    );
+                }
+            }
+            Some(code) if !code.is_server_error() => {}
+            _ => {
+                pace.failed_at.get_or_insert(self.recovery.generation());
+                self.recovery.failed();
+            }
+        }
     }
 
     fn touch(&self) {
@@ -347,7 +401,8 @@ struct Resilient<K: Resource + Clone + DeserializeOwned + Debug + Send + 'static
     live: Arc<Liveness>,
     metrics: Arc<Metrics>,
     inner: Option<BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>>,
-    pause: Option<Duration>,
+    /// The pause before the next attempt, and the recovery generation it began at.
+    pause: Option<(Duration, u64)>,
 }
 
 enum Step<T> {
@@ -366,8 +421,13 @@ where
         // Check silence a few times per threshold, so a stall is caught within ~1.25× of it.
         let check_every = (self.policy.stall_after / 4).max(Duration::from_millis(50));
         loop {
-            if let Some(pause) = self.pause.take() {
-                tokio::time::sleep(pause).await;
+            if let Some((pause, since)) = self.pause.take()
+                && self.live.recovery.pause(pause, since).await
+            {
+                debug!(
+                    watch = self.what,
+                    "the API server answers again; re-watching now"
+                );
             }
             let inner = self.inner.get_or_insert_with(|| {
                 self.live.touch();
@@ -387,11 +447,22 @@ where
                     self.recovered();
                     return Ok(event);
                 }
+                // The server answered that our resourceVersion is compacted away: the watcher
+                // relists now (its next watch request is paced like any early re-watch). A pause
+                // here kept the store behind for the backoff the outage before had grown.
+                Step::Item(Err(err)) if expired(&err) => {
+                    self.restarted("expired");
+                    debug!(
+                        watch = self.what,
+                        "resourceVersion expired (410); relisting"
+                    );
+                    return Err(err);
+                }
                 Step::Item(Err(err)) => {
                     let pause = self.backoff.failed();
                     self.restarted("error");
                     debug!(watch = self.what, ?pause, "watch failed; backing off");
-                    self.pause = Some(pause);
+                    self.pause = Some((pause, self.live.recovery.generation()));
                     return Err(err);
                 }
                 // kube's watcher never ends; if it does, start over.
@@ -431,7 +502,8 @@ where
                         // Dropping the stream closes the silent connection; the new watcher
                         // relists, so the store catches up even while watches keep stalling.
                         self.inner = None;
-                        self.pause = Some(self.backoff.failed());
+                        let since = self.live.recovery.generation();
+                        self.pause = Some((self.backoff.failed(), since));
                     }
                 }
             }
@@ -456,6 +528,17 @@ where
                 .get_or_create(&WatchLabels { watch: self.what })
                 .dec();
         }
+    }
+}
+
+/// Whether the server answered a watch request that its resourceVersion is too old (410
+/// Gone). Only watch requests, which the client paces ([`Liveness::next_watch`]): a LIST
+/// answered 410 backs off, or a server answering every LIST so would be listed without pause.
+fn expired(err: &watcher::Error) -> bool {
+    match err {
+        watcher::Error::WatchError(status) => status.code == 410,
+        watcher::Error::WatchStartFailed(kube::Error::Api(status)) => status.code == 410,
+        _ => false,
     }
 }
 
@@ -559,18 +642,28 @@ impl Service<Request<Body>> for Tracked {
         let healthy_after = self.health.policy.healthy_after;
         Box::pin(async move {
             if watch && let Some(live) = lives.first() {
-                let pause = live.next_watch(healthy_after, resumed_from.as_deref());
+                let (pause, since) = live.next_watch(healthy_after, resumed_from.as_deref());
                 if !pause.is_zero() {
                     debug!(
                         watch = live.what,
                         ?pause,
                         "watch ended early; pacing the re-watch"
                     );
-                    tokio::time::sleep(pause).await;
+                    if live.recovery.pause(pause, since).await {
+                        debug!(
+                            watch = live.what,
+                            "the API server answers again; re-watching now"
+                        );
+                    }
                 }
             }
             lives.iter().for_each(|l| l.touch());
-            let response = client.send(req).await.map_err(BoxError::from)?;
+            let response = client.send(req).await.map_err(BoxError::from);
+            let answer = response.as_ref().ok().map(Response::status);
+            if let Some(live) = lives.first() {
+                live.answered(answer);
+            }
+            let response = response?;
             lives.iter().for_each(|l| l.touch());
             if !watch || lives.is_empty() {
                 return Ok(response.map(|b| b.map_err(BoxError::from).boxed_unsync()));
@@ -654,6 +747,70 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(150)).await;
             assert_eq!(watches(Some("12"), 1), [false]);
         }
+    }
+
+    /// After an API-server restart every watch waits out its own backoff: the first watch
+    /// answered again wakes the others; a server error or no answer wakes nothing.
+    #[tokio::test]
+    async fn a_watch_answered_again_wakes_the_watches_pacing_their_rewatch() {
+        use hyper::StatusCode;
+        let health = WatchHealth::new(WatchPolicy {
+            backoff_initial: Duration::from_secs(600),
+            backoff_max: Duration::from_secs(600),
+            healthy_after: Duration::from_secs(600),
+            ..policy()
+        });
+        let pods = health.register("pods", "/api/v1/pods?|".into());
+        let slices = health.register(
+            "slices",
+            "/apis/discovery.k8s.io/v1/endpointslices?|".into(),
+        );
+        let healthy_after = health.policy().healthy_after;
+        // The pods watch ended early, and its re-watch found the server down.
+        assert_eq!(pods.next_watch(healthy_after, Some("1")).0, Duration::ZERO);
+        pods.answered(None);
+        slices.answered(Some(StatusCode::SERVICE_UNAVAILABLE));
+        let (pause, since) = pods.next_watch(healthy_after, Some("1"));
+        assert!(pause >= Duration::from_secs(600), "{pause:?}");
+        let waiting = {
+            let recovery = pods.recovery.clone();
+            tokio::spawn(async move { recovery.pause(pause, since).await })
+        };
+        // Still down: a 5xx or no answer is no recovery.
+        slices.answered(Some(StatusCode::INTERNAL_SERVER_ERROR));
+        slices.answered(None);
+        assert_eq!(health.inner.recovery.generation(), since);
+        // A 4xx is an answer of a server that is up, but no proof the watches are served.
+        slices.answered(Some(StatusCode::GONE));
+        assert_eq!(health.inner.recovery.generation(), since);
+        slices.answered(Some(StatusCode::OK));
+        let woken = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("the pause was cut short")
+            .unwrap();
+        assert!(woken);
+        assert_eq!(health.inner.recovery.generation(), since + 1);
+        // The next re-watch of the pods watch, from its failure before the recovery, is cut
+        // short at once too.
+        let (pause, since) = pods.next_watch(healthy_after, Some("1"));
+        assert!(pods.recovery.pause(pause, since).await);
+    }
+
+    #[test]
+    fn an_expired_resource_version_is_told_from_other_watch_errors() {
+        let status = |code| Box::new(kube::core::Status::failure("x", "Expired").with_code(code));
+        assert!(expired(&watcher::Error::WatchError(status(410))));
+        assert!(expired(&watcher::Error::WatchStartFailed(
+            kube::Error::Api(status(410))
+        )));
+        assert!(!expired(&watcher::Error::WatchError(status(500))));
+        assert!(!expired(&watcher::Error::WatchStartFailed(
+            kube::Error::Api(status(503))
+        )));
+        assert!(!expired(&watcher::Error::NoResourceVersion));
+        assert!(!expired(&watcher::Error::InitialListFailed(
+            kube::Error::Api(status(410))
+        )));
     }
 
     #[test]

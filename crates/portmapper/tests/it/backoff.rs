@@ -2,7 +2,9 @@
 //! PortMapping's writes while its pods change 20 times a second (Ready flips and
 //! port-annotation edits on random pods, [`crate::churn`]). The operator runs through its
 //! production client; the fault rules match only its requests. Every write it attempts is
-//! counted from the emulator's request log: no object is attempted and failed twice within a
+//! counted from the emulator's request log: at most [`most_requests`] in the window (the
+//! ladder's passes: the first tries every object that differs, each later one is a probe of
+//! one write, plus the status when it is news), no object attempted and failed twice within a
 //! second, no blackout, and the slices hold the churn's final membership within 5 s of the
 //! errors ending.
 
@@ -11,6 +13,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube_emulator::faults::{FaultAction, Rule};
+use portmapper::reconcile::backoff::{Class, Policy};
 
 use crate::churn::{self, Churn};
 use crate::faults::on_slice_writes;
@@ -118,6 +121,16 @@ pub fn at_most_one_per_second(window: Duration) -> usize {
     usize::try_from(window.as_secs()).unwrap() + 1
 }
 
+/// The most write requests a PortMapping of one Service with two ports (two slices) may make
+/// in `window` of persistent transient errors: at most [`Policy::most_attempts`] passes; the
+/// first tries both slices and the status; every later one is a probe (one failed write) or a
+/// status-only pass, and may add the status when it is news (the writes fail again after a
+/// pass that found the slices as published and said so).
+pub fn most_requests(window: Duration) -> usize {
+    let passes = Policy::default().most_attempts(Class::Transient, window);
+    3 + 2 * (passes - 1)
+}
+
 /// Which writes of the operator a fault meets.
 #[derive(Clone, Copy)]
 enum Meets {
@@ -179,23 +192,25 @@ async fn persistent_under_churn(
         "a slice write got through the fault"
     );
     assert!(during.slices > 0, "no slice write met the fault");
-    // A pass writes each object at most once, and a failed pass holds the next one back a
-    // second at least: no object fails twice within a second, nor more than once a second
-    // over the window.
-    let most = at_most_one_per_second(window);
+    // The ladder's passes (1, 1.5, 3, 3, … s apart at the shortest), each one probe after the
+    // first: the requests follow, and stay within one a second over the window.
+    let most = most_requests(window);
+    assert!(
+        during.all() <= most,
+        "{} write requests in {window:?} (≤ {most}): {during:?}",
+        during.all()
+    );
+    assert!(most <= at_most_one_per_second(window), "{most}");
+    let passes = Policy::default().most_attempts(Class::Transient, window);
+    assert!(
+        during.slices <= passes + 1,
+        "{} slice attempts in {window:?} (≤ {} passes, two slices in the first): {during:?}",
+        during.slices,
+        passes
+    );
     assert_eq!(
         during.busiest_failed_second, 1,
         "an object failed twice within a second: {during:?}"
-    );
-    assert!(
-        during.slices
-            <= most
-                * during
-                    .per_object
-                    .keys()
-                    .filter(|o| o.starts_with(name))
-                    .count(),
-        "more than one slice attempt a second in {window:?} (≤ {most} each): {during:?}"
     );
     match meets {
         // Every attempt failed: no object was written twice within a second.
