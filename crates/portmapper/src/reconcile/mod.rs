@@ -61,66 +61,64 @@ pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action
         name = %pm.name_any(),
         generation = pm.metadata.generation.unwrap_or_default(),
     );
-    // Inside the window a failure opened: write nothing, come back when it ends. Watch events
-    // (a pod flip, our own status write) trigger reconciles at once, whatever the error policy
-    // returned, so the window is enforced here.
-    let generation = pm.metadata.generation;
-    if let Some(wait) =
-        ctx.states
-            .backoff
-            .remaining(&pm_ref, generation, tokio::time::Instant::now())
-    {
-        debug!(portmapping = %pm_ref, wait_ms = wait.as_millis(), "backing off after a failure; writing nothing");
-        ctx.metrics
-            .reconciles
-            .get_or_create(&ResultLabels { result: "backoff" })
-            .inc();
-        return Ok(Action::requeue(wait));
-    }
-    // Part of a burst that follows its last write closely: this change waits for the batch
-    // window's end, and whatever else arrives meanwhile is planned with it.
-    if let Some(wait) = ctx
-        .states
-        .batches
-        .remaining(&pm_ref, tokio::time::Instant::now())
-    {
-        debug!(portmapping = %pm_ref, wait_ms = wait.as_millis(), "batching with the changes that follow; writing nothing yet");
-        ctx.metrics
-            .reconciles
-            .get_or_create(&ResultLabels { result: "batched" })
-            .inc();
+    if let Some(wait) = held_back(&ctx, &pm_ref, pm.metadata.generation) {
         return Ok(Action::requeue(wait));
     }
     let started = Instant::now();
     let (result, wrote) = reconcile_inner(&pm, &ctx, fingerprint)
         .instrument(span)
         .await;
-    if wrote == Sent::Objects {
-        ctx.states
-            .batches
-            .wrote(&pm_ref, tokio::time::Instant::now());
-    }
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
     record(&ctx.metrics, &result);
-    // Only writes that went through show the server takes them again; a pass with nothing to
-    // write (the churn came back to what is published), or only its status, keeps the ladder
-    // where it is.
+    after_pass(&ctx, &pm_ref, wrote, result.is_ok());
+    result
+}
+
+/// How long a pass of `pm_ref` waits before it may write, if it must: inside the window a
+/// failure opened (watch events, a pod flip or our own status write, trigger reconciles at once
+/// whatever the error policy returned, so the window is enforced here), or as part of a burst
+/// that follows its last write closely (it waits for the batch window's end, and whatever else
+/// arrives meanwhile is planned with it).
+fn held_back(
+    ctx: &Context,
+    pm_ref: &ObjectRef<PortMapping>,
+    generation: Option<i64>,
+) -> Option<Duration> {
+    let now = tokio::time::Instant::now();
+    let (wait, result) = if let Some(wait) = ctx.states.backoff.remaining(pm_ref, generation, now) {
+        debug!(portmapping = %pm_ref, wait_ms = wait.as_millis(), "backing off after a failure; writing nothing");
+        (wait, "backoff")
+    } else {
+        let wait = ctx.states.batches.remaining(pm_ref, now)?;
+        debug!(portmapping = %pm_ref, wait_ms = wait.as_millis(), "batching with the changes that follow; writing nothing yet");
+        (wait, "batched")
+    };
+    ctx.metrics
+        .reconciles
+        .get_or_create(&ResultLabels { result })
+        .inc();
+    Some(wait)
+}
+
+/// The bookkeeping after a pass of `pm_ref` that sent `wrote` and `succeeded` or not. Only
+/// writes that went through show the server takes them again; a pass with nothing to write (the
+/// churn came back to what is published), or only its status, keeps the ladder where it is.
+fn after_pass(ctx: &Context, pm_ref: &ObjectRef<PortMapping>, wrote: Sent, succeeded: bool) {
+    let now = tokio::time::Instant::now();
+    if wrote == Sent::Objects {
+        ctx.states.batches.wrote(pm_ref, now);
+    }
     match wrote {
-        Sent::Objects if result.is_ok() => {
-            if let Some(failures) = ctx.states.backoff.succeeded(&pm_ref) {
+        Sent::Objects if succeeded => {
+            if let Some(failures) = ctx.states.backoff.succeeded(pm_ref) {
                 info!(portmapping = %pm_ref, failures, "reconciled again after failures");
             }
         }
-        Sent::StatusOnly if result.is_ok() => {
-            ctx.states
-                .backoff
-                .held(&pm_ref, tokio::time::Instant::now());
-        }
+        Sent::StatusOnly if succeeded => ctx.states.backoff.held(pm_ref, now),
         _ => {}
     }
-    result
 }
 
 /// What a pass sent.

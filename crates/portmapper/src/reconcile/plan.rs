@@ -5,7 +5,7 @@
 //! operator: the prober's targets and the plan's metrics.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::ObjectRef;
@@ -22,7 +22,6 @@ use crate::reconcile::execute::Pass;
 use crate::reconcile::gather::{Gates, Gathered, Inputs};
 use crate::reconcile::stall::Stalled;
 use crate::runtime::error::Error;
-use crate::runtime::metrics::EvaluationLabels;
 
 /// A pass to execute, or a wait.
 pub enum Next {
@@ -88,21 +87,7 @@ fn planned(
     departed: Departed,
 ) -> Planned {
     let input = inputs.plan_input(pm, Timestamp::now());
-    let mut memo = ctx.states.take_memo(key);
-    let planning = Instant::now();
-    let planned = planner::plan_with_memo(&input, &mut memo);
-    ctx.metrics
-        .plan_duration
-        .observe(planning.elapsed().as_secs_f64());
-    let pass = memo.last_pass();
-    ctx.states.keep_memo(key, memo);
-    for (evaluation, n) in [("reused", pass.reused), ("evaluated", pass.evaluated)] {
-        ctx.metrics
-            .plan_pods
-            .get_or_create(&EvaluationLabels { evaluation })
-            .inc_by(u64::try_from(n).unwrap_or(u64::MAX));
-    }
-    let plan = match planned {
+    let plan = match crate::reconcile::plan_metrics::plan_timed(ctx, key, &input) {
         Ok(plan) => plan,
         Err(err) => {
             let pods: Vec<Arc<PodRecord>> = inputs.pods.iter().cloned().collect();

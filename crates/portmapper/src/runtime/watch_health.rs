@@ -467,47 +467,54 @@ where
                 }
                 // kube's watcher never ends; if it does, start over.
                 Step::Ended => self.inner = None,
-                Step::Relist => {
-                    info!(
-                        watch = self.what,
-                        relist_after = NO_PROGRESS_RELIST,
-                        "re-watches make no progress (each ended early, from one \
-                         resourceVersion); relisting"
-                    );
-                    self.restarted("no_progress");
-                    // The new watcher lists first; its watch is paced like any re-watch.
-                    self.inner = None;
-                }
-                Step::Check => {
-                    if self.live.stalled.load(Ordering::Acquire)
-                        && !self.live.silent(self.policy.stall_after)
-                        && self.live.open.load(Ordering::Acquire) > 0
-                    {
-                        // Heard from the server again (a bookmark counts).
-                        self.recovered();
-                    }
-                    if self.live.silent(self.policy.stall_after) {
-                        warn!(
-                            watch = self.what,
-                            stall_after = ?self.policy.stall_after,
-                            "watch open but silent (no event, no bookmark); restarting it"
-                        );
-                        if !self.live.stalled.swap(true, Ordering::AcqRel) {
-                            self.metrics
-                                .watches_stalled
-                                .get_or_create(&WatchLabels { watch: self.what })
-                                .inc();
-                        }
-                        self.restarted("stalled");
-                        // Dropping the stream closes the silent connection; the new watcher
-                        // relists, so the store catches up even while watches keep stalling.
-                        self.inner = None;
-                        let since = self.live.recovery.generation();
-                        self.pause = Some((self.backoff.failed(), since));
-                    }
-                }
+                Step::Relist => self.relist(),
+                Step::Check => self.check_silence(),
             }
         }
+    }
+
+    /// Re-watches make no progress: start over with a list.
+    fn relist(&mut self) {
+        info!(
+            watch = self.what,
+            relist_after = NO_PROGRESS_RELIST,
+            "re-watches make no progress (each ended early, from one \
+             resourceVersion); relisting"
+        );
+        self.restarted("no_progress");
+        // The new watcher lists first; its watch is paced like any re-watch.
+        self.inner = None;
+    }
+
+    /// Notes a stalled watch heard from again, and restarts one silent for too long.
+    fn check_silence(&mut self) {
+        if self.live.stalled.load(Ordering::Acquire)
+            && !self.live.silent(self.policy.stall_after)
+            && self.live.open.load(Ordering::Acquire) > 0
+        {
+            // Heard from the server again (a bookmark counts).
+            self.recovered();
+        }
+        if !self.live.silent(self.policy.stall_after) {
+            return;
+        }
+        warn!(
+            watch = self.what,
+            stall_after = ?self.policy.stall_after,
+            "watch open but silent (no event, no bookmark); restarting it"
+        );
+        if !self.live.stalled.swap(true, Ordering::AcqRel) {
+            self.metrics
+                .watches_stalled
+                .get_or_create(&WatchLabels { watch: self.what })
+                .inc();
+        }
+        self.restarted("stalled");
+        // Dropping the stream closes the silent connection; the new watcher relists, so the
+        // store catches up even while watches keep stalling.
+        self.inner = None;
+        let since = self.live.recovery.generation();
+        self.pause = Some((self.backoff.failed(), since));
     }
 
     fn restarted(&self, reason: &'static str) {
