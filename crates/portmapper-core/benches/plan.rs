@@ -152,6 +152,7 @@ fn run_memo(
             owned_endpoints: &[],
             native_slices: &[],
             gate_peers: portmapper_core::GatePeers::NONE,
+            gated: portmapper_core::planner::any_gated(pods),
             now: Timestamp::UNIX_EPOCH,
         },
         memo,
@@ -282,6 +283,7 @@ fn run(
         native_slices: &[],
         now: Timestamp::UNIX_EPOCH,
         gate_peers: portmapper_core::GatePeers::NONE,
+        gated: portmapper_core::planner::any_gated(pods),
     })
     .expect("plan")
 }

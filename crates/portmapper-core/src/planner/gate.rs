@@ -20,6 +20,7 @@
 //! condition carries the pod's `metadata.generation` as `observedGeneration` (KEP-5067).
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -152,6 +153,14 @@ pub fn deadline(pod: &PodRecord, seconds: i32) -> Option<Timestamp> {
     since
         .checked_add(SignedDuration::from_secs(i64::from(seconds)))
         .ok()
+}
+
+/// Whether a pod of `pods` lists any readiness gate ([`PlanInput::gated`] for a caller that
+/// does not count them as pods change).
+///
+/// [`PlanInput::gated`]: super::PlanInput::gated
+pub fn any_gated(pods: &[Arc<PodRecord>]) -> bool {
+    pods.iter().any(|p| !p.readiness_gates.is_empty())
 }
 
 /// Whether the PortMapping needs [`RELEASE_FINALIZER`]: a pod of its pool (`pods`) lists its

@@ -73,7 +73,8 @@ pub use evaluate::published_memberships;
 pub use gate::{
     FinalizerChange, GateChanges, GateSettings, GateTimeout, REASON_NO_ADDRESS,
     REASON_NOT_PUBLISHED, REASON_PUBLISHED, REASON_RELEASED, REASON_TIMED_OUT, RELEASE_FINALIZER,
-    deadline, needs_release_finalizer, release_finalizer, released_pod_gates, stalled_pod_gates,
+    any_gated, deadline, needs_release_finalizer, release_finalizer, released_pod_gates,
+    stalled_pod_gates,
 };
 pub use memo::{EvalMemo, PassStats};
 pub use teardown::teardown;
@@ -366,7 +367,10 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
         evaluate_and_emit(&ctx, input, &ours, &pool, &mut out, memo.as_deref_mut())?;
     settle_slices(&mut out, &held, pm.metadata.deletion_timestamp.is_some());
     plan_legacy(input, &ctx, &ids, &evaluated, &mut out)?;
-    out.set_gates(gate::pod_gates(&ctx, &evaluated.states));
+    // Without a gated pod in the pool there is no gate to set: no scan of the pool for one.
+    if input.gated {
+        out.set_gates(gate::pod_gates(&ctx, &evaluated.states));
+    }
     let listings = plan_status(&ctx, &evaluated, &mut out);
     if let Some(memo) = memo {
         memo.keep(evaluated.kept, evaluated.states, listings);

@@ -58,6 +58,10 @@ pub struct PlanInput<'a> {
     /// What the other PortMappings of the namespace do with publication gates
     /// ([`GatePeers::NONE`] when the caller knows of none).
     pub gate_peers: &'a GatePeers,
+    /// Whether a pod of `pods` lists a readiness gate ([`any_gated`](crate::planner::any_gated);
+    /// the operator's index counts them as pods change): without one, the plan skips the gates'
+    /// scans of the pool.
+    pub gated: bool,
 }
 
 /// The publication gates of the other PortMappings of the namespace, as they bear on this one.

@@ -308,6 +308,7 @@ impl World {
             native_slices: &self.native,
             now: self.now,
             gate_peers: &self.gate_peers,
+            gated: portmapper_core::planner::any_gated(&pods),
         };
         match memo {
             Some(memo) => plan_with_memo(&input, memo),

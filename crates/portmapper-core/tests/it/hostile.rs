@@ -407,6 +407,7 @@ fn a_service_label_the_api_would_refuse_fails_the_plan_with_nothing_written() {
         native_slices: &[],
         now: w.now,
         gate_peers: portmapper_core::GatePeers::NONE,
+        gated: portmapper_core::planner::any_gated(&pods),
     });
     match r {
         Err(portmapper_core::PlanError::InvalidRender { kind, name, .. }) => {

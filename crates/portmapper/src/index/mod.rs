@@ -190,6 +190,9 @@ pub struct Index {
     /// Pods enrolled in Istio ambient mode, counted per pool: without one (the common case) a
     /// reconcile does not look for them among every pool pod.
     ambient_by_pool: HashMap<PoolKey, usize>,
+    /// Pods that list a readiness gate, counted per pool: without one (the common case) a
+    /// pass skips the gates' scans of the pool.
+    gated_by_pool: HashMap<PoolKey, usize>,
 
     slices: HashMap<ObjectRef<EndpointSlice>, OwnedFootprint>,
     /// Our slices by controlling PortMapping UID.

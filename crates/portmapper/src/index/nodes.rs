@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::PartialObjectMeta;
+use portmapper_core::PodRecord;
 
 use super::{Index, PmKey, missing};
 
@@ -54,13 +55,19 @@ impl Index {
         out.into_iter().collect()
     }
 
-    /// Zones of the nodes the given pods run on.
-    pub fn zones_of<'a>(
-        &self,
-        nodes: impl IntoIterator<Item = &'a str>,
-    ) -> std::collections::BTreeMap<String, String> {
-        nodes
-            .into_iter()
+    /// Zones of the nodes `pods` run on (at least: when the pods outnumber the nodes, every
+    /// node's, for one lookup per node rather than one hash and one copy per pod: a large pool
+    /// runs on far fewer nodes than it has pods).
+    pub fn zones_of(&self, pods: &[&PodRecord]) -> std::collections::BTreeMap<String, String> {
+        if pods.len() > self.zones.len() {
+            return self
+                .zones
+                .iter()
+                .filter_map(|(node, zone)| Some((node.clone(), zone.clone()?)))
+                .collect();
+        }
+        pods.iter()
+            .filter_map(|p| p.node_name.as_deref())
             .filter_map(|n| Some((n.to_owned(), self.zone(n)?.to_owned())))
             .collect()
     }

@@ -1,6 +1,6 @@
 //! Pods, by the watch that sees them, their pools and nodes; whether each pod watch has listed.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -81,6 +81,7 @@ impl Index {
         self.note_returns(&footprint);
         self.collect_pod(&footprint, &mut affected);
         let ambient = is_ambient(&footprint.pod);
+        let gated = !footprint.pod.readiness_gates.is_empty();
         for pool in &footprint.pools {
             self.pods_by_pool
                 .entry(pool.clone())
@@ -88,6 +89,9 @@ impl Index {
                 .insert(footprint.pod.clone());
             if ambient {
                 *self.ambient_by_pool.entry(pool.clone()).or_default() += 1;
+            }
+            if gated {
+                *self.gated_by_pool.entry(pool.clone()).or_default() += 1;
             }
         }
         if let Some(node) = footprint.node() {
@@ -211,12 +215,13 @@ impl Index {
 
     pub(super) fn unregister_pod(&mut self, key: &PodKey, old: &PodFootprint) {
         let ambient = is_ambient(&old.pod);
+        let gated = !old.pod.readiness_gates.is_empty();
         for pool in &old.pools {
-            if ambient && let Some(n) = self.ambient_by_pool.get_mut(pool) {
-                *n -= 1;
-                if *n == 0 {
-                    self.ambient_by_pool.remove(pool);
-                }
+            if ambient {
+                uncount(&mut self.ambient_by_pool, pool);
+            }
+            if gated {
+                uncount(&mut self.gated_by_pool, pool);
             }
             if let Some(set) = self.pods_by_pool.get_mut(pool) {
                 set.remove(&key.pod.name);
@@ -253,6 +258,11 @@ impl Index {
         self.ambient_by_pool.contains_key(&PoolKey::of(pm))
     }
 
+    /// Whether a pod of the PortMapping's pool (by key and value) lists a readiness gate.
+    pub fn pool_has_gated(&self, pm: &PortMapping) -> bool {
+        self.gated_by_pool.contains_key(&PoolKey::of(pm))
+    }
+
     /// The pods of a PortMapping's pool (by key and value), as the pool's watch has them, by
     /// name: a stable input order, so plans do not depend on hash order. Shared, not copied
     /// (see [`PoolPods`]).
@@ -261,5 +271,15 @@ impl Index {
             .get_mut(&PoolKey::of(pm))
             .map(PoolPods::list)
             .unwrap_or_default()
+    }
+}
+
+/// Takes one off `pool`'s count, dropping the entry at zero.
+fn uncount(counts: &mut HashMap<PoolKey, usize>, pool: &PoolKey) {
+    if let Some(n) = counts.get_mut(pool) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(pool);
+        }
     }
 }

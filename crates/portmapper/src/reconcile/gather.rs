@@ -113,6 +113,8 @@ pub struct Inputs {
     /// A pool pod may be enrolled in Istio ambient mode: only then is the pool searched for
     /// the consumer caveat.
     pub ambient: bool,
+    /// A pool pod may list a readiness gate: only then is the pool searched for gates.
+    pub gated: bool,
     /// The slices this PortMapping may write.
     pub owned: Vec<Arc<EndpointSlice>>,
     /// PortMappings it takes over from.
@@ -148,6 +150,7 @@ impl Inputs {
             native_slices: &self.natives,
             now,
             gate_peers: &self.peers,
+            gated: self.gated,
         }
     }
 }
@@ -251,7 +254,8 @@ fn gates(ctx: &Context, pm: &PortMapping, key: &ObjectRef<PortMapping>) -> Gates
         .cloned()
         .collect();
     let refs: Vec<&PodRecord> = pods.iter().map(AsRef::as_ref).collect();
-    let peers = gate_peers(ctx, pm, key, &refs);
+    let gated = ctx.index.lock().pool_has_gated(pm);
+    let peers = gate_peers(ctx, pm, key, &refs, gated);
     Gates::Pool { pods, peers }
 }
 
@@ -273,7 +277,7 @@ async fn plan_inputs(
         .deletion_timestamp
         .is_none()
         .then_some(svc_name.as_str());
-    let (pods, ambient, take_over, mut held, in_doubt) = {
+    let (pods, ambient, gated, take_over, mut held, in_doubt) = {
         let mut idx = ctx.index.lock();
         // Slices of PortMappings this one beats for the Service are its to take over.
         let take_over = idx.losers_to(key);
@@ -285,6 +289,7 @@ async fn plan_inputs(
         (
             idx.pool_pods(pm),
             idx.pool_has_ambient(pm),
+            idx.pool_has_gated(pm),
             take_over,
             held,
             in_doubt,
@@ -307,19 +312,19 @@ async fn plan_inputs(
         live_endpoints(ctx, pm, ns, &svc_name, !natives.is_empty()).await?;
     let refs: Vec<&PodRecord> = pods.iter().map(AsRef::as_ref).collect();
     let zones = if ctx.settings.node_lookups {
-        let nodes = refs.iter().filter_map(|p| p.node_name.as_deref());
-        ctx.index.lock().zones_of(nodes)
+        ctx.index.lock().zones_of(&refs)
     } else {
         BTreeMap::new()
     };
     Ok(Inputs {
-        peers: gate_peers(ctx, pm, key, &refs),
+        peers: gate_peers(ctx, pm, key, &refs, gated),
         network: crate::reconcile::probing::results(&ctx.prober, pm),
         owned_endpoints: owned_endpoints(ctx, uid),
         read_server: read_server || endpoints_read,
         service,
         pods,
         ambient,
+        gated,
         owned,
         take_over,
         held,
@@ -353,12 +358,14 @@ fn gate_peers(
     pm: &PortMapping,
     key: &ObjectRef<PortMapping>,
     pods: &[&PodRecord],
+    pool_gated: bool,
 ) -> GatePeers {
     let own = pm.spec.gate_condition_type();
     // Older PortMappings of the same type matter only for pods that carry the gate; without
     // one, listing them cost O(PortMappings of the namespace) per reconcile (2.3 s of CPU per
-    // resync pass at 1,000 PortMappings).
-    let gated = pods.iter().any(|p| portmapper_core::has_gate(p, own));
+    // resync pass at 1,000 PortMappings). The index's count spares the scan of a pool without
+    // any gated pod.
+    let gated = pool_gated && pods.iter().any(|p| portmapper_core::has_gate(p, own));
     let (types, older) = ctx.index.lock().gate_peers(key, gated);
     let mut managed_by = BTreeMap::new();
     if older.is_empty() {

@@ -141,7 +141,10 @@ fn planned(
     let again = (probed.awaiting_first_result > 0)
         .then(|| soon(resync))
         .flatten();
-    let finalizer = planner::release_finalizer(pm, Some(&pods));
+    // No pod of the pool lists a gate (the index counts them): none of its pods can need the
+    // finalizer, and the scan is spared.
+    let gated: &[&PodRecord] = if inputs.gated { &pods } else { &[] };
+    let finalizer = planner::release_finalizer(pm, Some(gated));
     Planned {
         pass: departed.pass(Phases::of_plan(&plan, &pods), finalizer, report),
         again: at_deadline(resync, again, plan.gate_deadline),

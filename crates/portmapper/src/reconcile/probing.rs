@@ -471,6 +471,7 @@ mod tests {
             owned_endpoints: &[],
             native_slices: &[],
             gate_peers: portmapper_core::GatePeers::NONE,
+            gated: portmapper_core::planner::any_gated(&pods),
             now: k8s_openapi::jiff::Timestamp::now(),
         })
         .unwrap()

@@ -245,6 +245,7 @@ pub async fn pending_writes(client: &Client, ns: &str, name: &str) -> Vec<String
         native_slices: &[],
         now: Timestamp::now(),
         gate_peers: GatePeers::NONE,
+        gated: portmapper_core::planner::any_gated(&pods),
     };
     let plan = planner::plan(&input).expect("the final inputs plan");
     assert!(

@@ -421,6 +421,7 @@ fn plan_preview(
         native_slices: &[],
         now: Timestamp::UNIX_EPOCH,
         gate_peers: portmapper_core::GatePeers::NONE,
+        gated: portmapper_core::planner::any_gated(records),
     };
     // Every network result the planner looks up gets the assumed one, as the prober would
     // give it: the lookups of a plan do not depend on the results it reads, so a first plan

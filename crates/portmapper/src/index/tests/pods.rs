@@ -76,6 +76,34 @@ fn pools_know_whether_a_pod_is_enrolled_in_istio_ambient() {
 }
 
 #[test]
+fn pods_listing_a_readiness_gate_are_counted_per_pool() {
+    let mut index = index();
+    let web = pm("a", "web-1", "web", KeySource::Label, 10);
+    let plain = pod("a", "p1", &[(KEY, "web")], &[]);
+    let mut gated = plain.clone();
+    gated.spec.get_or_insert_default().readiness_gates =
+        Some(vec![k8s_openapi::api::core::v1::PodReadinessGate {
+            condition_type: "portmapper.dev/published".to_owned(),
+        }]);
+    let record = |p: &Pod| Arc::new(PodRecord::from(p.clone()));
+    index.apply_pod(&label(), record(&plain));
+    assert!(!index.pool_has_gated(&web));
+    index.apply_pod(&label(), record(&gated));
+    assert!(index.pool_has_gated(&web));
+    let api = pm("a", "api", "api", KeySource::Label, 10);
+    assert!(
+        !index.pool_has_gated(&api),
+        "another pool's count is its own"
+    );
+    index.apply_pod(&label(), record(&plain));
+    assert!(!index.pool_has_gated(&web), "the gate went");
+    index.apply_pod(&label(), record(&gated));
+    index.apply_pod(&label(), record(&gated));
+    index.delete_pod(&label(), &ObjectRef::new("p1").within("a"));
+    assert!(!index.pool_has_gated(&web), "the pod went, counted once");
+}
+
+#[test]
 fn a_pod_moving_between_pools_reaches_both_and_a_deleted_pod_its_last_pool() {
     let mut index = index();
     index.apply_pod(
