@@ -376,7 +376,11 @@ impl<'a> Ctx<'a> {
         )
         .await?;
         if std::env::var_os("BENCH_FLIP_TRACE").is_some() {
-            eprintln!("flip-trace {side:?} {} {ready} {:.1}", p.name, seen.first().as_secs_f64() * 1000.0);
+            eprintln!(
+                "flip-trace {side:?} {} {ready} {:.1}",
+                p.name,
+                seen.first().as_secs_f64() * 1000.0
+            );
         }
         tokio::time::sleep(self.cfg.settle).await;
         let v = self.obs.view();
