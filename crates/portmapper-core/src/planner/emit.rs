@@ -1,6 +1,6 @@
 //! Phase 2 of a plan: match live slices to groups by name, pack each group's endpoints into
 //! chunks ([`pack`](super::pack::pack)), and render the slices to write (unchanged ones are the
-//! live objects, shared).
+//! live objects, shared); [`evaluate_and_emit`] runs phase 1 ([`evaluate`]) before it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -8,7 +8,9 @@ use std::sync::Arc;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use super::PlanContext;
 use super::compare::{metadata_eq, ports_eq};
+use super::evaluate;
 use super::groups::{Group, SlicePort, desired_endpoint, positions};
 use super::kept_sets::{KeptSets, endpoints as kept_endpoints};
 use super::memo::EvalMemo;
@@ -19,7 +21,40 @@ use super::objects::{ANNOTATION_TRIGGER_TIME, DesiredEndpoint, slice_labels};
 use super::pack::{LiveChunk, pack};
 use super::trigger::{WrittenChunk, chunk_trigger_time, read_conditions};
 use super::types::{Deletion, Plan, PlanError, PlannedSlice, WriteAction};
-use super::{PlanContext, deletion};
+use crate::pod_record::PodRecord;
+
+/// Phases 1 and 2: evaluates the pool and emits the slices into `out`; returns the evaluation
+/// (for the status, the gates and the memo) and the port sets it kept.
+pub(crate) fn evaluate_and_emit<'a>(
+    ctx: &PlanContext<'a>,
+    ours: &[&'a Arc<EndpointSlice>],
+    pool: &[&Arc<PodRecord>],
+    input_pods: &[Arc<PodRecord>],
+    out: &mut Plan,
+    mut memo: Option<&mut EvalMemo>,
+) -> Result<(evaluate::Evaluated<'a>, Option<KeptSets>), PlanError> {
+    let ours_plain: Vec<&'a EndpointSlice> = ours.iter().map(|&s| s.as_ref()).collect();
+    let mut evaluated = evaluate::evaluate(
+        ctx,
+        &ours_plain,
+        &mut out.warnings,
+        memo.as_deref_mut().map(|m| (m, pool)),
+    );
+    if let Some(memo) = memo.as_deref_mut() {
+        memo.settle_context(ctx.hints, ctx.node_zones);
+    }
+    out.decisions = evaluated.decisions;
+    out.network_lookups = std::mem::take(&mut evaluated.lookups);
+    evaluate::to_input_indices(&mut out.network_lookups, ctx.pods, input_pods);
+    let assignment = assign_live(&evaluated.groups, ours, &mut out.deletions);
+    let mut sets = evaluated.sets.take();
+    let groups = std::mem::take(&mut evaluated.groups);
+    emit_slices(ctx, groups, &assignment, out, memo, sets.as_ref())?;
+    if let Some(sets) = sets.as_mut() {
+        sets.settle();
+    }
+    Ok((evaluated, sets))
+}
 
 /// Live slices per group, and chunk numbers each group may not create.
 pub(crate) struct Assignment<'a> {
@@ -54,10 +89,10 @@ pub(crate) fn assign_live<'a>(
                     a.live[g].push((chunk, s));
                 } else {
                     a.reserved[g].insert(chunk);
-                    deletions.push(deletion(&s.metadata));
+                    deletions.push(Deletion::of(&s.metadata));
                 }
             }
-            None => deletions.push(deletion(&s.metadata)),
+            None => deletions.push(Deletion::of(&s.metadata)),
         }
     }
     a
@@ -334,7 +369,7 @@ impl<'s> Emitter<'_, '_, 's, '_> {
             packing
                 .deleted
                 .iter()
-                .map(|&i| deletion(&live[i].1.metadata)),
+                .map(|&i| Deletion::of(&live[i].1.metadata)),
         );
         // Only read when a chunk of this group is written.
         let mut conditions: Option<Vec<&str>> = None;

@@ -17,9 +17,10 @@ use super::kept_sets::KeptSets;
 use super::memo::{DecisionCode, EvalMemo, KeptParts, KeptPort, Outcome, Outcomes};
 use super::naming::group_base_name;
 use super::objects::{DesiredEndpoint, KeptMember};
+use super::ports::{PortView, static_target};
 use super::status::{Listed, PodPortState};
 use super::types::{DecisionCounts, PlanWarning};
-use super::{Member, PlanContext, PortView, static_target};
+use super::{Member, PlanContext};
 use crate::check::{has_published_gate, is_no_result_yet, is_probed};
 use crate::decision::{Decision, Verdict};
 use crate::membership::{
@@ -909,4 +910,27 @@ fn merge_state(slot: &mut Option<PodPortState>, new: PodPortState) {
         None => new,
         Some(old) => old.merge(new),
     });
+}
+/// Re-points lookups from the pool (`pool`, a subsequence of `input`) to `PlanInput::pods`.
+/// Only built when something is probed, so a plan without network checks pays nothing.
+pub(crate) fn to_input_indices(
+    lookups: &mut [NetworkLookup],
+    pool: &[&PodRecord],
+    input: &[Arc<PodRecord>],
+) {
+    if lookups.is_empty() {
+        return;
+    }
+    let mut at = Vec::with_capacity(pool.len());
+    let mut rest = input.iter().enumerate();
+    for &pod in pool {
+        if let Some((i, _)) = rest.find(|(_, p)| std::ptr::eq(p.as_ref(), pod)) {
+            at.push(i);
+        }
+    }
+    for lookup in lookups {
+        if let Some(&i) = at.get(lookup.pod) {
+            lookup.pod = i;
+        }
+    }
 }

@@ -22,7 +22,7 @@ use super::objects::DesiredEndpoint;
 use super::objects::KeptMember;
 use super::objects::address_key;
 use super::port_sets::unique_base;
-use super::static_target;
+use super::ports::static_target;
 
 /// The port sets of every family.
 #[derive(Debug, Default)]

@@ -12,13 +12,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use portmapper_api::MANAGER;
 
 use super::compare::metadata_eq;
+use super::live::LiveEndpoints;
 use super::objects::{
     ANNOTATION_OVER_CAPACITY, ANNOTATION_TRIGGER_TIME, LABEL_HEADLESS, LABEL_MANAGED_BY,
     LABEL_SERVICE_NAME, LABEL_SKIP_MIRROR, RESERVED_LABELS, is_headless,
 };
-use super::types::{Deletion, PlanError, PlannedEndpoints, WriteAction};
-use super::{Member, PortView};
-use crate::ownership::{EndpointsOwner, endpoints_owner};
+use super::ports::PortView;
+use super::types::{Deletion, Plan, PlanError, PlanWarning, PlannedEndpoints, WriteAction};
+use super::{Member, PlanContext};
+use crate::ownership::EndpointsOwner;
 use crate::pod_record::PodRecord;
 
 /// The most addresses the native endpoints controller puts in one Endpoints object.
@@ -29,7 +31,6 @@ pub(crate) struct LegacyContext<'a> {
     pub svc_name: &'a str,
     pub namespace: &'a str,
     pub owner: &'a OwnerReference,
-    pub pm_uid: &'a str,
     pub pods: &'a [&'a PodRecord],
     pub ports: &'a [PortView<'a>],
     pub now: &'a str,
@@ -44,30 +45,60 @@ pub(crate) enum LegacyOutcome {
 
 type PortKey = (String, i32, String, Option<String>);
 
-/// Ours to delete: our own, or labelled ours without any controller (an orphan: the name is
-/// the Service's, so it is this PortMapping's to take back).
-fn is_ours(live: &Endpoints, pm_uid: &str) -> bool {
-    endpoints_owner(&live.metadata, pm_uid) == EndpointsOwner::Ours
-}
-
-/// The deletion of a live Endpoints object we own, if any (legacyEndpoints off, or teardown).
-pub(crate) fn owned_endpoints_deletion(live: Option<&Endpoints>, pm_uid: &str) -> Option<Deletion> {
-    live.filter(|e| is_ours(e, pm_uid)).map(|e| Deletion {
-        name: e.metadata.name.clone().unwrap_or_default(),
-        uid: e.metadata.uid.clone(),
+/// The deletion of a live Endpoints object we own, if any (legacyEndpoints off, or an
+/// ExternalName Service).
+pub(crate) fn owned_endpoints_deletion(live: Option<LiveEndpoints<'_>>) -> Option<Deletion> {
+    live.filter(LiveEndpoints::is_ours).map(|e| Deletion {
+        name: e.object.metadata.name.clone().unwrap_or_default(),
+        uid: e.object.metadata.uid.clone(),
     })
 }
 
-pub(crate) fn plan_endpoints(
+/// The legacy Endpoints object (`legacyEndpoints`) into `out`, or the deletion of ours.
+pub(crate) fn plan_legacy(
+    ctx: &PlanContext<'_>,
+    members: &[Member],
+    live: Option<LiveEndpoints<'_>>,
+    out: &mut Plan,
+) -> Result<(), PlanError> {
+    if !ctx.spec.legacy_endpoints {
+        out.endpoints_deletion = owned_endpoints_deletion(live);
+        return Ok(());
+    }
+    let now = ctx.now.to_string();
+    let legacy_ctx = LegacyContext {
+        service: ctx.service,
+        svc_name: ctx.svc_name,
+        namespace: ctx.namespace,
+        owner: ctx.owner,
+        pods: ctx.pods,
+        ports: ctx.ports,
+        now: &now,
+    };
+    match plan_endpoints(&legacy_ctx, members, live)? {
+        LegacyOutcome::Planned(p, truncated) => {
+            if let Some(total) = truncated {
+                out.warnings
+                    .push(PlanWarning::LegacyEndpointsTruncated { total });
+            }
+            out.endpoints = Some(*p);
+        }
+        LegacyOutcome::Foreign => out.warnings.push(PlanWarning::ForeignEndpoints),
+    }
+    Ok(())
+}
+
+fn plan_endpoints(
     ctx: &LegacyContext<'_>,
     members: &[Member],
-    live: Option<&Endpoints>,
+    live: Option<LiveEndpoints<'_>>,
 ) -> Result<LegacyOutcome, PlanError> {
     // The migration steps judge the object the same way, so what is planned here is what they
     // write (an object another manager labelled, without a controller, is not ours either).
-    if live.is_some_and(|l| endpoints_owner(&l.metadata, ctx.pm_uid) == EndpointsOwner::Foreign) {
+    if live.is_some_and(|l| l.owner == EndpointsOwner::Foreign) {
         return Ok(LegacyOutcome::Foreign);
     }
+    let live = live.map(|l| l.object);
     let (rendered, total) = subsets(ctx, members);
     let truncated = (total > MAX_ENDPOINTS_ADDRESSES).then_some(total);
     let mut desired = Endpoints {

@@ -18,14 +18,16 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ServiceSpec;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use portmapper_api::PortMappingSpec;
 
 use super::kept_sets::KeptSets;
 use super::objects::{HintMode, KeptMember};
 use super::status::{Listed, PodPortState};
+use super::types::{PlanError, PlanInput};
 use crate::decision::Verdict;
 use crate::pod_record::PodRecord;
+use crate::pool::pod_in_pool;
 
 /// Per-PortMapping memory of the last evaluation. Start with `EvalMemo::default()`, pass the same
 /// value to every [`plan_with_memo`](super::plan_with_memo) of that PortMapping.
@@ -757,6 +759,30 @@ fn realign(
         }
     }
     fresh
+}
+
+/// The pool's pods: through the memo (which remembers who was in the pool), or by checking
+/// every pod.
+pub(crate) fn pool_of<'i>(
+    input: &'i PlanInput<'_>,
+    namespace: &str,
+    owner: &OwnerReference,
+    memo: Option<&mut EvalMemo>,
+) -> Result<Vec<&'i Arc<PodRecord>>, PlanError> {
+    let spec = &input.port_mapping.spec;
+    let in_pool = |pod: &PodRecord| pod_in_pool(spec, namespace, pod);
+    if let Some(memo) = memo {
+        let service = input.service.spec.as_ref();
+        memo.begin(&owner.uid, spec, service, &input.gate_peers.types);
+        return Ok(memo.pool(input.pods, in_pool)?);
+    }
+    let mut pods = Vec::new();
+    for pod in input.pods {
+        if in_pool(pod)? {
+            pods.push(pod);
+        }
+    }
+    Ok(pods)
 }
 
 #[cfg(test)]

@@ -15,10 +15,12 @@
 use k8s_openapi::api::core::v1::Endpoints;
 use kube_validation::IpFamily;
 
+use super::live::Live;
+pub use super::live::LiveEndpoints;
 use super::types::{Deletion, Plan, PlanInput, PlannedEndpoints, PlannedSlice};
 pub use super::types::{NativeSlice, Step};
 use crate::EventReason;
-use crate::ownership::{EndpointsOwner, endpoints_owner};
+use crate::ownership::EndpointsOwner;
 
 /// `endpointslice.kubernetes.io/managed-by` of the native EndpointSlice controller.
 pub const NATIVE_MANAGER: &str = "endpointslice-controller.k8s.io";
@@ -27,8 +29,6 @@ pub const MIRROR_MANAGER: &str = "endpointslicemirroring-controller.k8s.io";
 
 /// Evidence and settings for one pass.
 pub struct Input<'a> {
-    /// The PortMapping's UID.
-    pub pm_uid: &'a str,
     pub selector_present: bool,
     pub legacy_endpoints: bool,
     pub native_cleanup: bool,
@@ -36,8 +36,8 @@ pub struct Input<'a> {
     pub publishing: bool,
     /// We publish at least one ready endpoint in the primary family (what Endpoints can carry).
     pub publishing_primary: bool,
-    /// The Endpoints object named after the Service, as read from the API.
-    pub live_endpoints: Option<&'a Endpoints>,
+    /// The Endpoints object named after the Service, as read from the API, and whose it is.
+    pub live_endpoints: Option<LiveEndpoints<'a>>,
     /// The planner's Endpoints (when `legacyEndpoints` is on and the object is not foreign).
     pub planned_endpoints: Option<&'a PlannedEndpoints>,
     /// The planner's deletion of our Endpoints object (`legacyEndpoints` off, or an
@@ -58,8 +58,8 @@ fn has_ready_addresses(endpoints: &Endpoints) -> bool {
 /// The steps due now.
 pub fn steps(input: &Input<'_>) -> Vec<Step> {
     let mut out = Vec::new();
-    let live = input.live_endpoints;
-    let live_owner = live.map(|e| endpoints_owner(&e.metadata, input.pm_uid));
+    let live = input.live_endpoints.map(|e| e.object);
+    let live_owner = input.live_endpoints.map(|e| e.owner);
     if input.selector_present {
         relinquish(live, live_owner, &mut out);
         return out;
@@ -240,7 +240,7 @@ fn native_leftovers(
 /// the Service's primary IP family, the one Endpoints can carry.
 pub(crate) fn plan_steps(
     input: &PlanInput<'_>,
-    pm_uid: &str,
+    live: &Live<'_>,
     primary: IpFamily,
     plan: &Plan,
 ) -> Vec<Step> {
@@ -248,20 +248,18 @@ pub(crate) fn plan_steps(
     let (publishing, publishing_primary) = publishing(&plan.slices, primary);
     let selector_present = has_selector(service);
     let mut out = steps(&Input {
-        pm_uid,
         selector_present,
         legacy_endpoints: input.port_mapping.spec.legacy_endpoints,
         native_cleanup: input.port_mapping.spec.native_cleanup,
         publishing,
         publishing_primary,
-        live_endpoints: input.live_endpoints,
+        live_endpoints: live.endpoints,
         planned_endpoints: plan.endpoints.as_ref(),
         endpoints_deletion: plan.endpoints_deletion.as_ref(),
         native_slices: input.native_slices,
     });
     out.extend(stray_endpoints(
-        input.owned_endpoints.iter().map(AsRef::as_ref),
-        pm_uid,
+        live.ours_endpoints.iter().copied(),
         service.metadata.name.as_deref(),
     ));
     out
@@ -292,17 +290,15 @@ fn publishing(slices: &[PlannedSlice], primary: IpFamily) -> (bool, bool) {
     (any, in_primary)
 }
 
-/// Deletions of Endpoints objects this PortMapping controls but no longer publishes: every one
-/// when its Service is gone (`service` None), else those named after another Service (its
-/// `serviceRef` moved). Orphans and other owners' objects are never listed.
+/// Deletions of the Endpoints objects of `ours` (those this PortMapping controls) it no longer
+/// publishes: every one when its Service is gone (`service` None), else those named after
+/// another Service (its `serviceRef` moved).
 pub fn stray_endpoints<'a>(
-    owned: impl IntoIterator<Item = &'a Endpoints>,
-    pm_uid: &str,
+    ours: impl IntoIterator<Item = &'a Endpoints>,
     service: Option<&str>,
 ) -> Vec<Step> {
-    let mut stray: Vec<(String, String)> = owned
+    let mut stray: Vec<(String, String)> = ours
         .into_iter()
-        .filter(|e| crate::ownership(&e.metadata, pm_uid).is_ours())
         .filter(|e| service.is_none_or(|svc| e.metadata.name.as_deref() != Some(svc)))
         .filter_map(|e| {
             Some((
@@ -330,6 +326,7 @@ mod tests {
     use portmapper_api::MANAGER;
 
     use super::*;
+    use crate::ownership::endpoints_owner;
 
     fn slice(family: &str, ready: &[bool]) -> PlannedSlice {
         use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointSlice};
@@ -427,7 +424,6 @@ mod tests {
 
     fn base<'a>(native_slices: &'a [NativeSlice]) -> Input<'a> {
         Input {
-            pm_uid: "o",
             selector_present: false,
             legacy_endpoints: false,
             native_cleanup: true,
@@ -465,7 +461,7 @@ mod tests {
         let abandoned = endpoints(&[], None, true);
         let mut input = base(&slices);
         input.selector_present = true;
-        input.live_endpoints = Some(&abandoned);
+        input.live_endpoints = Some(LiveEndpoints::of(&abandoned, "o"));
         assert!(steps(&input).is_empty());
     }
 
@@ -477,7 +473,7 @@ mod tests {
         ];
         let abandoned = endpoints(&[], None, true);
         let mut input = base(&slices);
-        input.live_endpoints = Some(&abandoned);
+        input.live_endpoints = Some(LiveEndpoints::of(&abandoned, "o"));
         assert_eq!(
             names(&steps(&input)),
             [
@@ -500,7 +496,7 @@ mod tests {
     fn a_lone_endpoints_object_without_native_slices_is_left_alone() {
         let abandoned = endpoints(&[], None, true);
         let mut input = base(&[]);
-        input.live_endpoints = Some(&abandoned);
+        input.live_endpoints = Some(LiveEndpoints::of(&abandoned, "o"));
         assert!(steps(&input).is_empty());
     }
 
@@ -510,7 +506,7 @@ mod tests {
         let abandoned = endpoints(&[], None, true);
         let mut input = base(&slices);
         input.native_cleanup = false;
-        input.live_endpoints = Some(&abandoned);
+        input.live_endpoints = Some(LiveEndpoints::of(&abandoned, "o"));
         assert!(steps(&input).is_empty());
     }
 
@@ -524,7 +520,7 @@ mod tests {
         let plan = planned();
         let mut input = base(&slices);
         input.legacy_endpoints = true;
-        input.live_endpoints = Some(&abandoned);
+        input.live_endpoints = Some(LiveEndpoints::of(&abandoned, "o"));
         input.planned_endpoints = Some(&plan);
         let steps = steps(&input);
         assert_eq!(
@@ -560,7 +556,7 @@ mod tests {
         let mut input = base(&[]);
         input.legacy_endpoints = true;
         input.publishing_primary = false;
-        input.live_endpoints = Some(&abandoned);
+        input.live_endpoints = Some(LiveEndpoints::of(&abandoned, "o"));
         input.planned_endpoints = Some(&plan);
         assert_eq!(
             names(&steps(&input)),
@@ -568,7 +564,7 @@ mod tests {
         );
         // An empty abandoned object is adopted at once.
         let empty = endpoints(&[], None, false);
-        input.live_endpoints = Some(&empty);
+        input.live_endpoints = Some(LiveEndpoints::of(&empty, "o"));
         assert_eq!(
             names(&steps(&input)),
             ["adopt-endpoints", "normal LegacyEndpointsAdopted"]
@@ -585,7 +581,7 @@ mod tests {
         let plan = planned();
         let mut input = base(&[]);
         input.legacy_endpoints = true;
-        input.live_endpoints = Some(&foreign);
+        input.live_endpoints = Some(LiveEndpoints::of(&foreign, "o"));
         input.planned_endpoints = Some(&plan);
         assert_eq!(names(&steps(&input)), ["warn EndpointsCollision"]);
     }
@@ -599,7 +595,7 @@ mod tests {
         );
         let mut input = base(&[]);
         input.selector_present = true;
-        input.live_endpoints = Some(&ours);
+        input.live_endpoints = Some(LiveEndpoints::of(&ours, "o"));
         assert_eq!(
             names(&steps(&input)),
             ["delete-endpoints web", "normal LegacyEndpointsRelinquished"]
@@ -630,7 +626,7 @@ mod tests {
         };
         let mut input = base(&[]);
         input.legacy_endpoints = true;
-        input.live_endpoints = Some(&ours);
+        input.live_endpoints = Some(LiveEndpoints::of(&ours, "o"));
         input.planned_endpoints = None;
         input.endpoints_deletion = Some(&deletion);
         assert_eq!(names(&steps(&input)), ["delete-endpoints web"]);
@@ -663,12 +659,17 @@ mod tests {
             with("other", Some("someone-else")),
             with("orphan", None),
         ];
+        // The planner passes the ones it controls (`live::classify`).
+        let ours: Vec<&Endpoints> = all
+            .iter()
+            .filter(|e| crate::ownership(&e.metadata, "pm-uid").is_ours())
+            .collect();
         assert_eq!(
-            names(&stray_endpoints(&all, "pm-uid", Some("web"))),
+            names(&stray_endpoints(ours.iter().copied(), Some("web"))),
             ["delete-endpoints old"]
         );
         assert_eq!(
-            names(&stray_endpoints(&all, "pm-uid", None)),
+            names(&stray_endpoints(ours.iter().copied(), None)),
             ["delete-endpoints old", "delete-endpoints web"]
         );
     }
@@ -685,7 +686,7 @@ mod tests {
         input.legacy_endpoints = true;
         // Publishing only in the secondary family: nothing an Endpoints object could carry.
         input.publishing_primary = false;
-        input.live_endpoints = Some(&abandoned);
+        input.live_endpoints = Some(LiveEndpoints::of(&abandoned, "o"));
         input.planned_endpoints = Some(&plan);
         assert_eq!(
             names(&steps(&input)),
@@ -706,7 +707,7 @@ mod tests {
         let mut input = base(&slices);
         input.legacy_endpoints = true;
         input.native_cleanup = false;
-        input.live_endpoints = Some(&abandoned);
+        input.live_endpoints = Some(LiveEndpoints::of(&abandoned, "o"));
         input.planned_endpoints = Some(&plan);
         assert_eq!(names(&steps(&input)), ["warn LegacyEndpointsNotAdopted"]);
     }
@@ -728,7 +729,7 @@ mod tests {
         let mut input = base(&[]);
         input.legacy_endpoints = true;
         input.native_cleanup = false;
-        input.live_endpoints = Some(&stripped);
+        input.live_endpoints = Some(LiveEndpoints::of(&stripped, "o"));
         input.planned_endpoints = Some(&plan);
         assert_eq!(names(&steps(&input)), ["apply-endpoints"]);
     }
@@ -745,7 +746,7 @@ mod tests {
         assert_eq!(endpoints_owner(&old.metadata, "o"), EndpointsOwner::Foreign);
         let slices = [native(NATIVE_MANAGER, "web-abc")];
         let mut input = base(&slices);
-        input.live_endpoints = Some(&old);
+        input.live_endpoints = Some(LiveEndpoints::of(&old, "o"));
         input.legacy_endpoints = true;
         assert_eq!(
             names(&steps(&input)),
@@ -776,7 +777,7 @@ mod tests {
         let plan = planned();
         let mut input = base(&[]);
         input.legacy_endpoints = true;
-        input.live_endpoints = Some(&abandoned);
+        input.live_endpoints = Some(LiveEndpoints::of(&abandoned, "o"));
         input.planned_endpoints = Some(&plan);
         let steps = steps(&input);
         let Step::AdoptEndpoints {

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use portmapper_api::status::MAX_EXCLUDED_LISTED;
 use portmapper_api::{ExcludedPod, PortStatus};
 
-use super::PortView;
+use super::ports::PortView;
+use super::types::Plan;
 use crate::pod_record::PodRecord;
 
 /// What happened to one pod on one port, merged across families.
@@ -76,6 +77,26 @@ pub(crate) struct Listed {
 pub(crate) struct ListingHint<'h> {
     pub last: &'h Listed,
     pub changed: &'h [usize],
+}
+
+/// The per-port status and its summary into `out`, from each (port, pod)'s `states`;
+/// `listed_before`: per port, what its status listed last pass (ports kept from the memo), the
+/// pods `changed` since then. Returns what each port's status lists now, for the memo.
+pub(crate) fn plan_status(
+    ports: &[PortView<'_>],
+    pods: &[&PodRecord],
+    states: &[Vec<Option<PodPortState>>],
+    (listed_before, changed): (&[Option<Listed>], &[usize]),
+    out: &mut Plan,
+) -> Vec<Listed> {
+    let hints: Vec<Option<ListingHint<'_>>> = listed_before
+        .iter()
+        .map(|l| l.as_ref().map(|last| ListingHint { last, changed }))
+        .collect();
+    let (statuses, listings) = port_statuses(ports, states, pods, &hints);
+    out.ports = statuses;
+    out.summary = summary(&out.ports);
+    listings
 }
 
 /// One status entry per Service port (none for the portless pseudo-port of a headless Service

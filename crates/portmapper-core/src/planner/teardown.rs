@@ -6,7 +6,6 @@
 use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use super::deletion;
 use super::migration::stray_endpoints;
 use super::types::{Deletion, Plan};
 use crate::ownership::ownership;
@@ -26,7 +25,12 @@ pub fn teardown<'a>(
         .filter(|s| s.metadata.uid.is_some() && ownership(&s.metadata, pm_uid).is_ours());
     Plan {
         deletions: every(ours),
-        migration: stray_endpoints(owned_endpoints, pm_uid, None),
+        migration: stray_endpoints(
+            owned_endpoints
+                .into_iter()
+                .filter(|e| ownership(&e.metadata, pm_uid).is_ours()),
+            None,
+        ),
         ..Plan::default()
     }
 }
@@ -34,7 +38,10 @@ pub fn teardown<'a>(
 /// Every slice of `ours` as a deletion, in name order: what goes when nothing may be published
 /// (the Service is gone, or is of type ExternalName).
 pub(super) fn every<'a>(ours: impl IntoIterator<Item = &'a EndpointSlice>) -> Vec<Deletion> {
-    let mut deletions: Vec<Deletion> = ours.into_iter().map(|s| deletion(&s.metadata)).collect();
+    let mut deletions: Vec<Deletion> = ours
+        .into_iter()
+        .map(|s| Deletion::of(&s.metadata))
+        .collect();
     deletions.sort();
     deletions
 }

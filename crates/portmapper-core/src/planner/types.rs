@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use portmapper_api::{PortMapping, PortStatus};
 
@@ -122,6 +123,16 @@ pub struct Deletion {
     pub name: String,
     /// UID of the object the planner saw (None if it had none).
     pub uid: Option<String>,
+}
+
+impl Deletion {
+    /// The deletion of the object `meta` describes, with its UID as a precondition.
+    pub fn of(meta: &ObjectMeta) -> Self {
+        Self {
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone(),
+        }
+    }
 }
 
 /// The desired legacy Endpoints object.
