@@ -8,6 +8,7 @@ pub mod crd;
 pub mod fields;
 pub mod network_key;
 pub mod reference;
+pub mod rules;
 mod selector;
 pub mod spec;
 pub mod status;
