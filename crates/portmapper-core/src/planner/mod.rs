@@ -177,6 +177,10 @@ fn ids(input: &PlanInput<'_>) -> Result<Ids, PlanError> {
     Ok(ids)
 }
 
+/// The phases in order, each in its own module: classify the live objects (`live`); for an
+/// ExternalName Service, delete what is ours (`external_name`); else evaluate the pool and emit
+/// the slices (`emit`), settle them against held names (`live`), then the legacy Endpoints
+/// (`legacy`), the gates (`gate`), the status (`status`) and the migration steps (`migration`).
 fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<Plan, PlanError> {
     let ids = ids(input)?;
     let (pm, service) = (input.port_mapping, input.service);
