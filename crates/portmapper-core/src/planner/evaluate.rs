@@ -911,6 +911,7 @@ fn merge_state(slot: &mut Option<PodPortState>, new: PodPortState) {
         Some(old) => old.merge(new),
     });
 }
+
 /// Re-points lookups from the pool (`pool`, a subsequence of `input`) to `PlanInput::pods`.
 /// Only built when something is probed, so a plan without network checks pays nothing.
 pub(crate) fn to_input_indices(
