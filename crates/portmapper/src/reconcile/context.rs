@@ -99,8 +99,9 @@ pub struct Context {
 impl Context {
     /// Drops everything this operator remembers about `pm`, wherever it is kept: its state,
     /// its failure backoff, its queued-reconcile count, its prober targets and its metric
-    /// series. Called when it is deleted, when it withdraws (its Service is gone), and on every
-    /// pass while this replica does not lead (a new leader re-reconciles everything).
+    /// series. Called when it is deleted, after a withdrawal (its Service is gone) whose teardown
+    /// went through (`execute::After`: a failing one keeps its backoff), and on every pass while
+    /// this replica does not lead (a new leader re-reconciles everything).
     pub fn forget(&self, pm: &ObjectRef<PortMapping>) {
         self.states.forget(pm);
         self.trigger.forget(pm);

@@ -10,7 +10,7 @@ use portmapper_core::report::Report;
 use portmapper_core::writes::Phases;
 
 use crate::reconcile::context::Context;
-use crate::reconcile::execute::{Mode, Pass};
+use crate::reconcile::execute::{After, Mode, Pass};
 
 /// The pods that left the pool still waiting on its gate (the index notes them), and their
 /// release ([`planner::released_pod_gates`]): True, `Released`, unless another PortMapping of
@@ -44,8 +44,15 @@ impl Departed {
         }
     }
 
-    /// The pass: the release, then `phases`, then the release finalizer's `finalizer` change.
-    pub fn pass(self, phases: Phases, finalizer: Option<FinalizerChange>, report: Report) -> Pass {
+    /// The pass: the release, then `phases`, then the release finalizer's `finalizer` change;
+    /// `after` once they ran.
+    pub fn pass(
+        self,
+        phases: Phases,
+        finalizer: Option<FinalizerChange>,
+        report: Report,
+        after: After,
+    ) -> Pass {
         let mut phases = self.phases.then(phases);
         phases.finalizer(finalizer);
         Pass {
@@ -53,6 +60,7 @@ impl Departed {
             report,
             released: self.names,
             mode: Mode::All,
+            after,
         }
     }
 }

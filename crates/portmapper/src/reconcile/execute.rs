@@ -26,6 +26,8 @@ use tracing::{debug, info, warn};
 
 use crate::index::own_writes::Answered;
 use crate::reconcile::context::Context;
+use crate::reconcile::plan_metrics::PlanMetrics;
+use crate::reconcile::probing::Targets;
 use crate::runtime::apply::Writer;
 use crate::runtime::error::Error;
 use crate::runtime::metrics::ResourceLabels;
@@ -39,6 +41,50 @@ pub struct Pass {
     pub released: Vec<String>,
     /// How its writes go out.
     pub mode: Mode,
+    /// What the rest of the operator learns from it once its writes ran.
+    pub after: After,
+}
+
+/// What a pass tells the rest of the operator, applied once its writes ran ([`After::apply`]):
+/// never before them, so a withdrawal whose teardown fails keeps its backoff.
+#[derive(Debug, Default)]
+pub struct After {
+    /// The prober's targets for the PortMapping.
+    pub probes: Probes,
+    /// The plan's metrics.
+    pub metrics: Option<PlanMetrics>,
+    /// The PortMapping withdrew (its Service is gone): once every write of the teardown went
+    /// through, everything remembered about it goes ([`Context::forget`]), its backoff included.
+    pub forget: bool,
+}
+
+/// What becomes of the PortMapping's prober targets.
+#[derive(Debug, Default)]
+pub enum Probes {
+    /// Left as they are.
+    #[default]
+    Keep,
+    /// The plan's lookups.
+    Set(Targets),
+    /// None: a stall publishes nothing new.
+    Drop,
+}
+
+impl After {
+    /// Applies it for `pm`, whose pass's writes all went through or not (`succeeded`).
+    pub fn apply(self, ctx: &Context, pm: &PortMapping, succeeded: bool) {
+        match self.probes {
+            Probes::Keep => {}
+            Probes::Set(targets) => targets.set(&ctx.prober),
+            Probes::Drop => crate::reconcile::probing::forget(&ctx.prober, pm),
+        }
+        if let Some(metrics) = self.metrics {
+            metrics.record(ctx);
+        }
+        if self.forget && succeeded {
+            ctx.forget(&ObjectRef::from_obj(pm));
+        }
+    }
 }
 
 /// How a pass's writes go out (set from the PortMapping's backoff, `reconcile/mod.rs`).

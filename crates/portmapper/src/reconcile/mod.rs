@@ -285,6 +285,8 @@ async fn pass(
         planned.pass.mode = execute::Mode::Probe;
     }
     let executed = execute::execute(ctx, writer, pm, &planned.pass).await;
+    let after = std::mem::take(&mut planned.pass.after);
+    after.apply(ctx, pm, executed.failed.is_none());
     if let Some(err) = executed.failed {
         return Err(err);
     }

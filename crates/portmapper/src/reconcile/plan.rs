@@ -18,8 +18,9 @@ use portmapper_core::writes::Phases;
 use crate::reconcile::again::{at_deadline, soon};
 use crate::reconcile::context::Context;
 use crate::reconcile::departed::Departed;
-use crate::reconcile::execute::Pass;
+use crate::reconcile::execute::{After, Pass, Probes};
 use crate::reconcile::gather::{Gates, Gathered, Inputs};
+use crate::reconcile::plan_metrics::PlanMetrics;
 use crate::reconcile::stall::Stalled;
 use crate::runtime::error::Error;
 
@@ -28,7 +29,7 @@ pub enum Next {
     /// An input is still loading: nothing is written; look again after this.
     Wait(Duration),
     /// Execute this.
-    Execute(Planned),
+    Execute(Box<Planned>),
 }
 
 /// A pass to execute, and how soon to look again when it succeeds.
@@ -64,15 +65,15 @@ pub async fn plan(
                 gates: &gates,
             };
             let (pass, again) = stalled.planned(ctx, pm, key, departed);
-            Next::Execute(Planned {
+            Next::Execute(Box::new(Planned {
                 pass,
                 again,
                 cache_only: false,
-            })
+            }))
         }
         Gathered::Plan(inputs) => {
             let departed = Departed::of(ctx, key, pm.spec.gate_condition_type());
-            Next::Execute(planned(ctx, pm, key, &inputs, departed))
+            Next::Execute(Box::new(planned(ctx, pm, key, &inputs, departed)))
         }
     })
 }
@@ -112,21 +113,14 @@ fn planned(
     };
     let pods: Vec<&PodRecord> = inputs.pods.iter().map(AsRef::as_ref).collect();
     // The prober watches exactly what this plan looked up.
-    let probed = crate::reconcile::probing::set_targets(
-        &ctx.prober,
+    let probed = crate::reconcile::probing::targets(
         pm,
         &inputs.service,
         &pods,
         &plan.network_lookups,
         &inputs.network,
     );
-    crate::reconcile::plan_metrics::record(
-        ctx,
-        key,
-        pm.spec.max_endpoints_per_slice,
-        inputs,
-        &plan,
-    );
+    let metrics = PlanMetrics::of(key, pm.spec.max_endpoints_per_slice, inputs, &plan);
     let facts = PlanFacts {
         plan: &plan,
         service: &inputs.service,
@@ -145,8 +139,13 @@ fn planned(
     // finalizer, and the scan is spared.
     let gated: &[&PodRecord] = if inputs.gated { &pods } else { &[] };
     let finalizer = planner::release_finalizer(pm, Some(gated));
+    let after = After {
+        probes: Probes::Set(probed),
+        metrics: Some(metrics),
+        forget: false,
+    };
     Planned {
-        pass: departed.pass(Phases::of_plan(&plan, &pods), finalizer, report),
+        pass: departed.pass(Phases::of_plan(&plan, &pods), finalizer, report, after),
         again: at_deadline(resync, again, plan.gate_deadline),
         // A held gate's timeout is a timer no event brings: never settled while one runs.
         cache_only: plan.network_lookups.is_empty()

@@ -9,7 +9,7 @@ use portmapper_api::PortMapping;
 use std::time::Instant;
 
 use portmapper_core::planner::{self, Plan, PlanError, PlanInput};
-use portmapper_core::sync_stats::sync_stats;
+use portmapper_core::sync_stats::{SyncStats, sync_stats};
 
 use crate::reconcile::context::Context;
 use crate::reconcile::gather::Inputs;
@@ -39,46 +39,74 @@ pub fn plan_timed(
     planned
 }
 
-/// The metrics of one plan: the native-parity sync figures, name collisions, the published
-/// gauges and the membership decisions.
-pub fn record(
-    ctx: &Context,
-    key: &ObjectRef<PortMapping>,
-    max_endpoints_per_slice: i32,
-    inputs: &Inputs,
-    plan: &Plan,
-) {
-    let ns = key.namespace.as_deref().unwrap_or_default();
-    let series = (ns, key.name.as_str());
-    let stats = sync_stats(
-        plan,
-        inputs.owned.iter().map(AsRef::as_ref),
-        usize::try_from(max_endpoints_per_slice).unwrap_or(1),
-    );
-    ctx.metrics.sync.planned(series, &stats);
-    let service = ServiceLabels {
-        namespace: ns.to_owned(),
-        service: inputs.service.name_any(),
-    };
-    ctx.metrics.feeds(series, &service);
-    if !plan.collisions.is_empty() {
-        ctx.metrics.name_collisions.get_or_create(&service).inc();
+/// What one plan tells the metrics: the native-parity sync figures, name collisions, the
+/// published gauges and the membership decisions. Computed with the plan, recorded once its pass
+/// ran ([`PlanMetrics::record`]).
+#[derive(Debug)]
+pub struct PlanMetrics {
+    /// The PortMapping's namespace and name: its series.
+    series: (String, String),
+    stats: SyncStats,
+    service: ServiceLabels,
+    collided: bool,
+    per_port: BTreeMap<(String, String), i64>,
+    slices: i64,
+    decisions: [(&'static str, u64); 3],
+}
+
+impl PlanMetrics {
+    /// The figures of `plan`, made from `inputs`.
+    pub fn of(
+        key: &ObjectRef<PortMapping>,
+        max_endpoints_per_slice: i32,
+        inputs: &Inputs,
+        plan: &Plan,
+    ) -> Self {
+        let ns = key.namespace.clone().unwrap_or_default();
+        let stats = sync_stats(
+            plan,
+            inputs.owned.iter().map(AsRef::as_ref),
+            usize::try_from(max_endpoints_per_slice).unwrap_or(1),
+        );
+        Self {
+            service: ServiceLabels {
+                namespace: ns.clone(),
+                service: inputs.service.name_any(),
+            },
+            series: (ns, key.name.clone()),
+            stats,
+            collided: !plan.collisions.is_empty(),
+            per_port: per_port(plan),
+            slices: slice_count(plan),
+            decisions: [
+                ("include", plan.decisions.include),
+                ("exclude", plan.decisions.exclude),
+                ("abstain", plan.decisions.abstain),
+            ],
+        }
     }
-    ctx.metrics
-        .set_published(series, service.clone(), &per_port(plan), slice_count(plan));
-    for (decision, n) in [
-        ("include", plan.decisions.include),
-        ("exclude", plan.decisions.exclude),
-        ("abstain", plan.decisions.abstain),
-    ] {
+
+    /// Records them.
+    pub fn record(&self, ctx: &Context) {
+        let series = (self.series.0.as_str(), self.series.1.as_str());
+        let service = &self.service;
+        ctx.metrics.sync.planned(series, &self.stats);
+        ctx.metrics.feeds(series, service);
+        if self.collided {
+            ctx.metrics.name_collisions.get_or_create(service).inc();
+        }
         ctx.metrics
-            .membership_checks
-            .get_or_create(&DecisionLabels {
-                namespace: service.namespace.clone(),
-                service: service.service.clone(),
-                decision,
-            })
-            .inc_by(n);
+            .set_published(series, service.clone(), &self.per_port, self.slices);
+        for (decision, n) in self.decisions {
+            ctx.metrics
+                .membership_checks
+                .get_or_create(&DecisionLabels {
+                    namespace: service.namespace.clone(),
+                    service: service.service.clone(),
+                    decision,
+                })
+                .inc_by(n);
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 //! prober watches.
 //!
 //! A reconcile never waits on a probe: it reads the results cached so far ([`results`]), plans
-//! with them, and hands the prober the lookups the plan reports ([`set_targets`], through
+//! with them, and hands the prober the lookups the plan reports ([`targets`], set after the pass through
 //! [`Prober::set_targets`], which keeps known targets' schedules and streaks). The planner
 //! reports a lookup whether or not a result exists, so a check without one (a new pod, every
 //! target of a restarted operator) is probed from that reconcile on, seeded with what is
@@ -102,48 +102,54 @@ pub fn results(prober: &Prober, pm: &PortMapping) -> NetworkDecisions {
     decisions(&prober.results(&key), success_threshold(pm))
 }
 
-/// The prober's work for one PortMapping after a plan.
-#[derive(Debug, Default, PartialEq, Eq)]
+/// The prober's work for one PortMapping after a plan, handed over once the pass ran
+/// ([`Targets::set`]).
+#[derive(Debug)]
 pub struct Targets {
-    /// Targets the prober watches for this PortMapping.
-    pub targets: usize,
+    key: MappingKey,
+    watched: Vec<Target>,
     /// Targets without a first result yet: the reconcile looks again soon while any remain.
     pub awaiting_first_result: usize,
 }
 
-/// Sets the PortMapping's targets to the network lookups of its plan (`pods` is the plan's
-/// `PlanInput::pods`, `network` what it read), keeping known targets' schedules and streaks.
-pub fn set_targets(
-    prober: &Prober,
+/// The PortMapping's targets: the network lookups of its plan (`pods` is the plan's
+/// `PlanInput::pods`, `network` what it read).
+pub fn targets(
     pm: &PortMapping,
     service: &Service,
     pods: &[&PodRecord],
     lookups: &[NetworkLookup],
     network: &NetworkDecisions,
 ) -> Targets {
-    let key = mapping_key(pm);
-    let targets = lookup_targets(pm, service, pods, lookups);
-    let watched = Targets {
-        targets: targets.len(),
-        awaiting_first_result: targets
-            .iter()
-            .filter(|t| {
-                let k = t.key();
-                network
-                    .get(&k.pod_uid, &k.port_name, k.family, k.position)
-                    .is_none()
-            })
-            .count(),
-    };
-    prober.set_targets(&key, targets);
+    let watched = lookup_targets(pm, service, pods, lookups);
+    let awaiting_first_result = watched
+        .iter()
+        .filter(|t| {
+            let k = t.key();
+            network
+                .get(&k.pod_uid, &k.port_name, k.family, k.position)
+                .is_none()
+        })
+        .count();
     debug!(
-        portmapping = %key,
-        targets = watched.targets,
-        awaiting = watched.awaiting_first_result,
+        portmapping = %mapping_key(pm),
+        targets = watched.len(),
+        awaiting = awaiting_first_result,
         decided = network.len(),
         "network checks watched"
     );
-    watched
+    Targets {
+        key: mapping_key(pm),
+        watched,
+        awaiting_first_result,
+    }
+}
+
+impl Targets {
+    /// Sets them as the PortMapping's targets, keeping known targets' schedules and streaks.
+    pub fn set(self, prober: &Prober) {
+        prober.set_targets(&self.key, self.watched);
+    }
 }
 
 fn success_threshold(pm: &PortMapping) -> u32 {

@@ -16,7 +16,7 @@ use portmapper_core::writes::Phases;
 use crate::reconcile::again::{at_deadline, soon};
 use crate::reconcile::context::Context;
 use crate::reconcile::departed::Departed;
-use crate::reconcile::execute::Pass;
+use crate::reconcile::execute::{After, Pass, Probes};
 use crate::reconcile::gather::Gates;
 
 /// A pass that publishes nothing new, and what it has.
@@ -39,10 +39,10 @@ impl Stalled<'_> {
     ) -> (Pass, Option<Duration>) {
         let (stall, live, gates) = (self.stall, self.live, self.gates);
         let pods = gates.pods();
-        let (phases, changes) = if let Stall::ServiceNotFound { .. } = stall {
+        let withdraws = matches!(stall, Stall::ServiceNotFound { .. });
+        let (phases, changes) = if withdraws {
             // Nothing is published any more: no gated pod stays True. Everything remembered
-            // goes with the slices.
-            ctx.forget(key);
+            // goes with the slices, once they went (`After::forget`).
             let uid = pm.uid().unwrap_or_default();
             let teardown = planner::teardown(
                 live.iter().map(AsRef::as_ref),
@@ -56,7 +56,6 @@ impl Stalled<'_> {
             )
         } else {
             // Its slices stay: gated pods they publish keep their condition.
-            crate::reconcile::probing::forget(&ctx.prober, pm);
             let changes = gates.stalled(pm, stall, live);
             (Phases::of_gates(&changes.gates, &pods), changes)
         };
@@ -66,10 +65,16 @@ impl Stalled<'_> {
             .extend(gate_timeouts(&changes.timeouts, key.namespace.as_deref()));
         let pool = gates.pool();
         let finalizer = planner::release_finalizer(pm, pool.as_deref());
+        // Nothing new is published: nothing to probe.
+        let after = After {
+            probes: Probes::Drop,
+            metrics: None,
+            forget: withdraws,
+        };
         let resync = ctx.settings.resync;
         let again = matches!(gates, Gates::Wait).then(|| soon(resync)).flatten();
         (
-            departed.pass(phases, finalizer, report),
+            departed.pass(phases, finalizer, report, after),
             at_deadline(resync, again, changes.deadline),
         )
     }

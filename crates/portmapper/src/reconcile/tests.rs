@@ -1259,3 +1259,85 @@ async fn a_backing_off_pass_does_not_resend_a_refused_status() {
     w.reconcile().await.unwrap_err();
     assert_eq!(w.api.take_lines(), [format!("PATCH {SLICES}/web.http")]);
 }
+
+/// Counts the WARN events logged while it is the thread's subscriber.
+struct WarningCount(Arc<std::sync::atomic::AtomicUsize>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for WarningCount {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if *event.metadata().level() == tracing::Level::WARN {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// A withdrawal whose teardown keeps failing backs off like any failing pass: its second
+/// failure waits longer than its first (the ladder climbs) and is not warned about again (the
+/// error did not change). The PortMapping is forgotten only once the teardown went through.
+#[tokio::test]
+async fn a_failing_withdrawal_climbs_its_backoff_and_warns_once() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let mut w = World::new(None, vec![pod("pod-a", "10.244.0.1")]);
+    let owner = json!([{"apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping",
+                        "name": "web", "uid": "pm-uid", "controller": true}]);
+    let mut ours = stored(&json!({
+        "metadata": {"name": "web.http", "labels": {
+            "endpointslice.kubernetes.io/managed-by": "portmapper.dev",
+            "kubernetes.io/service-name": "web"},
+            "ownerReferences": owner},
+        "addressType": "IPv4", "endpoints": [],
+    }));
+    ours.metadata.uid = Some("ours-uid".into());
+    w.slice_seen(ours);
+    w.api.fail(
+        "DELETE",
+        &format!("{SLICES}/web.http"),
+        500,
+        "InternalError",
+    );
+    let key = reflector::ObjectRef::from_obj(&pm());
+    let warnings = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let subscriber =
+        tracing::Dispatch::new(tracing_subscriber::registry().with(WarningCount(warnings.clone())));
+    let fail = |err| {
+        tracing::dispatcher::with_default(&subscriber, || {
+            crate::reconcile::error_policy(Arc::new(pm()), &err, w.ctx.clone())
+        });
+        let now = tokio::time::Instant::now();
+        w.ctx
+            .states
+            .backoff
+            .remaining(&key, Some(1), now)
+            .unwrap_or_default()
+    };
+    let err = w.reconcile().await.unwrap_err();
+    assert_eq!(w.api.take_lines(), [format!("DELETE {SLICES}/web.http")]);
+    let first = fail(err);
+    tokio::time::sleep(first + Duration::from_millis(100)).await;
+    let err = w.reconcile().await.unwrap_err();
+    let second = fail(err);
+    assert!(
+        second > first,
+        "the ladder climbs: {first:?}, then {second:?}"
+    );
+    // The second step's shortest window is 1.5 s; a restarted ladder's longest is 1.25 s.
+    assert!(second >= Duration::from_millis(1500), "{second:?}");
+    assert_eq!(
+        warnings.load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "the same error is warned about once"
+    );
+    assert_eq!(w.api.take_lines(), [format!("DELETE {SLICES}/web.http")]);
+    // Once the teardown goes through, its failures are forgotten with the rest.
+    w.api.clear_failures();
+    tokio::time::sleep(second + Duration::from_millis(100)).await;
+    w.reconcile().await.unwrap();
+    assert!(
+        w.ctx
+            .states
+            .backoff
+            .remaining(&key, Some(1), tokio::time::Instant::now())
+            .is_none()
+    );
+    assert!(!w.ctx.states.backoff.failing(&key));
+}
