@@ -77,6 +77,10 @@ macro_rules! check_kinds {
         /// The YAML names of the kinds a [`LeafCheck`] can set, in field order.
         pub const LEAF_KIND_NAMES: &[&str] = &[$($aname,)* $($nname,)*];
 
+        /// The YAML names of the network kinds (each has its own `timeoutSeconds`), in field
+        /// order.
+        pub const NETWORK_KIND_NAMES: &[&str] = &[$($nname,)*];
+
         /// A borrowed view of a check kind the reconcile evaluates from API objects.
         #[derive(Clone, Copy, Debug, PartialEq)]
         pub enum ApiKind<'a> {

@@ -333,15 +333,18 @@ fn probe_timeout_rule() -> String {
 /// Every network check's own `timeoutSeconds` is at most `spec.probe.periodSeconds`. A rule
 /// on the spec, the nearest node that sees both; `[…].all(period, …)` binds the (defaulted)
 /// period once without `cel.bind`, which older apiservers lack. Its cost is bounded by
-/// `ports` ≤ 100 × `checks` ≤ 16 × `anyOf` ≤ 16.
+/// `ports` ≤ 100 × `checks` ≤ 16 × `anyOf` ≤ 16. The kinds come from the `check_kinds!` table
+/// ([`crate::check::NETWORK_KIND_NAMES`]), so a new network kind is covered.
 fn check_timeouts_rule() -> String {
     let leaf = |v: &str| {
-        ["httpGet", "tcpSocket", "grpc", "webhook"]
+        crate::check::NETWORK_KIND_NAMES
+            .iter()
             .map(|k| {
                 format!(
                     "(!has({v}.{k}) || !has({v}.{k}.timeoutSeconds) || {v}.{k}.timeoutSeconds <= period)"
                 )
             })
+            .collect::<Vec<_>>()
             .join(" && ")
     };
     let check = format!(

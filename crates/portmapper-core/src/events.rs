@@ -8,9 +8,31 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
-/// The reason of an Event about a PortMapping.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum EventReason {
+/// Declares [`EventReason`] from its variants: the enum, [`EventReason::ALL`] and
+/// [`EventReason::as_str`] (the variant's name), so a new reason is in every list at once.
+macro_rules! event_reasons {
+    ($( $(#[$doc:meta])* $variant:ident, )*) => {
+        /// The reason of an Event about a PortMapping.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum EventReason {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        impl EventReason {
+            /// Every reason, in declaration order.
+            pub const ALL: &[EventReason] = &[$(Self::$variant,)*];
+
+            /// The reason as Events carry it.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => stringify!($variant),)*
+                }
+            }
+        }
+    };
+}
+
+event_reasons! {
     /// Warning: an ExternalName Service has no endpoints.
     ExternalNameUnsupported,
     /// Warning: `topology-mode: Auto` is not implemented.
@@ -49,32 +71,6 @@ pub enum EventReason {
     /// Warning: a gated pod was not published within `spec.readinessGate.timeoutSeconds`; its
     /// gate turned True (reason `TimedOut`).
     PublicationGateTimedOut,
-}
-
-impl EventReason {
-    /// The reason as Events carry it.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::ExternalNameUnsupported => "ExternalNameUnsupported",
-            Self::TopologyAwareHintsDisabled => "TopologyAwareHintsDisabled",
-            Self::PodAddressRejected => "PodAddressRejected",
-            Self::EndpointsCollision => "EndpointsCollision",
-            Self::LegacyEndpointsTruncated => "LegacyEndpointsTruncated",
-            Self::UnknownPort => "UnknownPort",
-            Self::EndpointSliceNameCollision => "EndpointSliceNameCollision",
-            Self::SelectorStillPresent => "SelectorStillPresent",
-            Self::IstioAmbient => "IstioAmbient",
-            Self::LocalTrafficPolicy => "LocalTrafficPolicy",
-            Self::ApiWarning => "ApiWarning",
-            Self::LegacyEndpointsRelinquished => "LegacyEndpointsRelinquished",
-            Self::LegacyEndpointsNotAdopted => "LegacyEndpointsNotAdopted",
-            Self::LegacyEndpointsAdoptionDeferred => "LegacyEndpointsAdoptionDeferred",
-            Self::LegacyEndpointsAdopted => "LegacyEndpointsAdopted",
-            Self::NativeCleanupDeferred => "NativeCleanupDeferred",
-            Self::NativeEndpointsCleanedUp => "NativeEndpointsCleanedUp",
-            Self::PublicationGateTimedOut => "PublicationGateTimedOut",
-        }
-    }
 }
 
 impl fmt::Display for EventReason {

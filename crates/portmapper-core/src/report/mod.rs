@@ -220,23 +220,43 @@ pub struct PlanFacts<'a> {
     pub previous: &'a [Condition],
 }
 
-/// Every Warning reason a plan's report speaks for: the API server's warnings are not among
-/// them (each is announced once per PortMapping).
-pub const PLAN_WARNINGS: [EventReason; 13] = [
-    EventReason::ExternalNameUnsupported,
-    EventReason::TopologyAwareHintsDisabled,
-    EventReason::PodAddressRejected,
-    EventReason::EndpointsCollision,
-    EventReason::LegacyEndpointsTruncated,
-    EventReason::UnknownPort,
-    EventReason::EndpointSliceNameCollision,
-    EventReason::SelectorStillPresent,
-    EventReason::IstioAmbient,
-    EventReason::LocalTrafficPolicy,
-    EventReason::LegacyEndpointsNotAdopted,
-    EventReason::LegacyEndpointsAdoptionDeferred,
-    EventReason::NativeCleanupDeferred,
-];
+/// Whether a plan's report speaks for `reason`: a Warning of that reason it no longer plans is
+/// re-armed ([`crate::Ledger::news`]). A match over every reason, so a new reason must be placed.
+pub const fn plan_speaks_for(reason: EventReason) -> bool {
+    use EventReason as R;
+    match reason {
+        R::ExternalNameUnsupported
+        | R::TopologyAwareHintsDisabled
+        | R::PodAddressRejected
+        | R::EndpointsCollision
+        | R::LegacyEndpointsTruncated
+        | R::UnknownPort
+        | R::EndpointSliceNameCollision
+        | R::SelectorStillPresent
+        | R::IstioAmbient
+        | R::LocalTrafficPolicy
+        | R::LegacyEndpointsNotAdopted
+        | R::LegacyEndpointsAdoptionDeferred
+        | R::NativeCleanupDeferred => true,
+        // Each of the API server's warnings is announced once per PortMapping.
+        R::ApiWarning => false,
+        // Once per timed-out pod UID while the ledger lasts ([`gate_timeouts`]).
+        R::PublicationGateTimedOut => false,
+        // Normal Events are not ledgered.
+        R::LegacyEndpointsRelinquished
+        | R::LegacyEndpointsAdopted
+        | R::NativeEndpointsCleanedUp => false,
+    }
+}
+
+/// Every Warning reason a plan's report speaks for ([`plan_speaks_for`]).
+pub fn plan_warnings() -> Vec<EventReason> {
+    EventReason::ALL
+        .iter()
+        .copied()
+        .filter(|r| plan_speaks_for(*r))
+        .collect()
+}
 
 /// The Warning Event reasons of the consumer caveats, in the order they are reported.
 pub const CAVEATS: [EventReason; 2] = [EventReason::IstioAmbient, EventReason::LocalTrafficPolicy];
@@ -281,7 +301,7 @@ impl Report {
                 },
             },
             events,
-            covers: PLAN_WARNINGS.to_vec(),
+            covers: plan_warnings(),
         }
     }
 

@@ -226,21 +226,13 @@ struct Published {
     terminating: Option<bool>,
 }
 
-/// The Service's families as the planner derives them: `spec.ipFamilies`, else the cluster
-/// IP's family, else IPv4.
+/// The Service's families as the planner derives them ([`portmapper_core::service_families`]),
+/// by address type.
 fn service_families(service: &Service) -> Vec<String> {
-    let spec = service.spec.as_ref();
-    if let Some(families) = spec
-        .and_then(|s| s.ip_families.as_ref())
-        .filter(|f| !f.is_empty())
-    {
-        return families.clone();
-    }
-    let cluster_ip = spec.and_then(|s| s.cluster_ip.as_deref());
-    match cluster_ip.and_then(|ip| ip.parse::<std::net::IpAddr>().ok()) {
-        Some(std::net::IpAddr::V6(_)) => vec!["IPv6".into()],
-        _ => vec!["IPv4".into()],
-    }
+    portmapper_core::service_families(service)
+        .into_iter()
+        .map(|f| f.as_str().to_owned())
+        .collect()
 }
 
 /// The pure part: the matrix from the PortMapping (spec, status), its Service (columns,
@@ -835,6 +827,25 @@ mod tests {
               reason not listed)"
             ]
         );
+    }
+
+    /// The planner's families: a family listed twice is one matrix, and without `ipFamilies`
+    /// the first of `clusterIPs` decides (this view once read only `clusterIP`, and listed
+    /// `ipFamilies` as written).
+    #[test]
+    fn families_are_the_planners_deduplicated_and_read_from_cluster_ips() {
+        let pm = pm(Value::Null);
+        let twice = service(
+            json!([{"name": "http", "port": 80}]),
+            Some(json!(["IPv6", "IPv6"])),
+        );
+        let families = |view: &View| -> Vec<String> {
+            view.families.iter().map(|f| f.family.clone()).collect()
+        };
+        assert_eq!(families(&matrix(&pm, &twice, &[])), ["IPv6"]);
+        let mut by_ips = service(json!([{"name": "http", "port": 80}]), None);
+        by_ips.spec.as_mut().unwrap().cluster_ips = Some(vec!["fd00::10".into()]);
+        assert_eq!(families(&matrix(&pm, &by_ips, &[])), ["IPv6"]);
     }
 
     #[test]
