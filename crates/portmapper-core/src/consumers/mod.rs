@@ -15,8 +15,9 @@ pub use local_policy::{
 
 /// The key of every port a slice lists (its name, else its number), in slice order: a
 /// port-set slice lists several, and each of them counts. A slice without ports (a headless
-/// Service without ports) stands for one port keyed `""`.
-fn port_keys(slice: &k8s_openapi::api::discovery::v1::EndpointSlice) -> Vec<String> {
+/// Service without ports) stands for one port keyed `""`. The consumer caveats name ports by
+/// it, and so does the operator's `port` metric label.
+pub fn port_keys(slice: &k8s_openapi::api::discovery::v1::EndpointSlice) -> Vec<String> {
     let keys: Vec<String> = slice
         .ports
         .iter()

@@ -116,20 +116,7 @@ fn per_port(plan: &Plan) -> BTreeMap<(String, String), i64> {
     for planned in &plan.slices {
         // Every port a slice lists publishes its endpoints (a port-set slice lists several);
         // a portless slice counts under "".
-        let mut ports: Vec<String> = planned
-            .slice
-            .ports
-            .iter()
-            .flatten()
-            .map(|p| {
-                p.name
-                    .clone()
-                    .unwrap_or_else(|| p.port.unwrap_or_default().to_string())
-            })
-            .collect();
-        if ports.is_empty() {
-            ports.push(String::new());
-        }
+        let ports = portmapper_core::consumers::port_keys(&planned.slice);
         let n = i64::try_from(planned.slice.endpoints.len()).unwrap_or(i64::MAX);
         for port in ports {
             *per_port
@@ -142,4 +129,56 @@ fn per_port(plan: &Plan) -> BTreeMap<(String, String), i64> {
 
 fn slice_count(plan: &Plan) -> i64 {
     i64::try_from(plan.slices.len()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use portmapper_core::WriteAction;
+    use portmapper_core::planner::{Plan, PlannedSlice};
+    use serde_json::json;
+
+    /// The `port` label is the consumers' port key: a named port by its name, an unnamed one
+    /// (the one port of a Service, `name: ""`) by its number, a portless slice `""`.
+    #[test]
+    fn published_endpoints_are_labelled_by_the_port_key() {
+        let slice = |name: &str, ports: serde_json::Value, endpoints: usize| PlannedSlice {
+            slice: Arc::new(
+                serde_json::from_value(json!({
+                    "metadata": {"name": name},
+                    "addressType": "IPv4",
+                    "ports": ports,
+                    "endpoints": (0..endpoints)
+                        .map(|i| json!({"addresses": [format!("10.0.0.{i}")]}))
+                        .collect::<Vec<_>>(),
+                }))
+                .unwrap(),
+            ),
+            action: WriteAction::Unchanged,
+        };
+        let plan = Plan {
+            slices: vec![
+                slice("a", json!([{"name": "", "port": 8080}]), 2),
+                slice(
+                    "b",
+                    json!([{"name": "http", "port": 80}, {"name": "https", "port": 443}]),
+                    1,
+                ),
+                slice("c", json!([]), 3),
+            ],
+            ..Plan::default()
+        };
+        let got: Vec<((String, String), i64)> = super::per_port(&plan).into_iter().collect();
+        let key = |port: &str| (port.to_owned(), "IPv4".to_owned());
+        assert_eq!(
+            got,
+            [
+                (key(""), 3),
+                (key("8080"), 2),
+                (key("http"), 1),
+                (key("https"), 1)
+            ]
+        );
+    }
 }
