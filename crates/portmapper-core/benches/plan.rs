@@ -18,12 +18,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use k8s_openapi::jiff::Timestamp;
 use portmapper_api::check::PortNamesCheck;
 use portmapper_api::{Check, KeySource, PortMapping, PortMappingSpec, PortRule, SliceGrouping};
-use portmapper_core::{
-    EvalMemo, NetworkDecisions, Plan, PlanInput, PodRecord, plan, plan_with_memo,
-};
+use portmapper_core::{EvalMemo, Plan, PlanInput, PodRecord, plan, plan_with_memo};
 
 const PODS: usize = 10_000;
 
@@ -140,20 +137,8 @@ fn run_memo(
 ) -> Plan {
     plan_with_memo(
         &PlanInput {
-            port_mapping: pm,
-            service: svc,
-            pods,
-            node_zones: &BTreeMap::new(),
-            network: &NetworkDecisions::new(),
             live_slices: live,
-            take_over: &[],
-            held_by_others: &BTreeMap::new(),
-            live_endpoints: None,
-            owned_endpoints: &[],
-            native_slices: &[],
-            gate_peers: portmapper_core::GatePeers::NONE,
-            gated: portmapper_core::planner::any_gated(pods),
-            now: Timestamp::UNIX_EPOCH,
+            ..PlanInput::first_publication(pm, svc, pods, &BTreeMap::new())
         },
         memo,
     )
@@ -270,20 +255,8 @@ fn run(
     live: &[Arc<EndpointSlice>],
 ) -> Plan {
     plan(&PlanInput {
-        port_mapping: pm,
-        service: svc,
-        pods,
-        node_zones: zones,
-        network: &NetworkDecisions::new(),
         live_slices: live,
-        take_over: &[],
-        held_by_others: &std::collections::BTreeMap::new(),
-        live_endpoints: None,
-        owned_endpoints: &[],
-        native_slices: &[],
-        now: Timestamp::UNIX_EPOCH,
-        gate_peers: portmapper_core::GatePeers::NONE,
-        gated: portmapper_core::planner::any_gated(pods),
+        ..PlanInput::first_publication(pm, svc, pods, zones)
     })
     .expect("plan")
 }

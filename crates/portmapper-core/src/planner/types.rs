@@ -65,6 +65,44 @@ pub struct PlanInput<'a> {
     pub gated: bool,
 }
 
+/// No network results (a first publication has none yet).
+static NO_RESULTS: std::sync::LazyLock<NetworkDecisions> =
+    std::sync::LazyLock::new(NetworkDecisions::new);
+
+/// No names held by others.
+static NONE_HELD: BTreeMap<String, HeldName> = BTreeMap::new();
+
+impl<'a> PlanInput<'a> {
+    /// The input of a first publication of `port_mapping` for `service` from `pods`: nothing
+    /// published yet, no network result, no name held by others, no other PortMapping's
+    /// gates, no legacy Endpoints, at the Unix epoch. Callers change what differs with struct
+    /// update syntax (`PlanInput { live_slices, ..PlanInput::first_publication(…) }`), so a new
+    /// planner input is written here and where the operator gathers it.
+    pub fn first_publication(
+        port_mapping: &'a PortMapping,
+        service: &'a Service,
+        pods: &'a [Arc<PodRecord>],
+        node_zones: &'a BTreeMap<String, String>,
+    ) -> Self {
+        Self {
+            port_mapping,
+            service,
+            pods,
+            node_zones,
+            network: &NO_RESULTS,
+            live_slices: &[],
+            take_over: &[],
+            held_by_others: &NONE_HELD,
+            live_endpoints: None,
+            owned_endpoints: &[],
+            native_slices: &[],
+            now: Timestamp::UNIX_EPOCH,
+            gate_peers: GatePeers::NONE,
+            gated: super::gate::any_gated(pods),
+        }
+    }
+}
+
 /// The publication gates of the other PortMappings of the namespace, as they bear on this one.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GatePeers {

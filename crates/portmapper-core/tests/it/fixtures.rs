@@ -295,20 +295,15 @@ impl World {
     ) -> Result<Plan, portmapper_core::PlanError> {
         let (pods, slices) = (self.shared_records(), self.slice_refs());
         let input = PlanInput {
-            port_mapping: &self.pm,
-            service: &self.service,
-            pods: &pods,
-            node_zones: &self.zones,
             network: &self.network,
             live_slices: &slices,
-            take_over: &[],
             held_by_others: &self.held,
             live_endpoints: self.endpoints.as_ref(),
             owned_endpoints: &self.owned_endpoints,
             native_slices: &self.native,
             now: self.now,
             gate_peers: &self.gate_peers,
-            gated: portmapper_core::planner::any_gated(&pods),
+            ..PlanInput::first_publication(&self.pm, &self.service, &pods, &self.zones)
         };
         match memo {
             Some(memo) => plan_with_memo(&input, memo),

@@ -394,20 +394,10 @@ fn a_service_label_the_api_would_refuse_fails_the_plan_with_nothing_written() {
     let w = World::new(port_mapping(&["http", "https"]), svc, seed_pods());
     let (pods, slices) = (w.shared_records(), w.slice_refs());
     let r = portmapper_core::plan(&portmapper_core::PlanInput {
-        port_mapping: &w.pm,
-        service: &w.service,
-        pods: &pods,
-        node_zones: &w.zones,
         network: &w.network,
         live_slices: &slices,
-        take_over: &[],
-        held_by_others: &std::collections::BTreeMap::new(),
-        live_endpoints: None,
-        owned_endpoints: &[],
-        native_slices: &[],
         now: w.now,
-        gate_peers: portmapper_core::GatePeers::NONE,
-        gated: portmapper_core::planner::any_gated(&pods),
+        ..portmapper_core::PlanInput::first_publication(&w.pm, &w.service, &pods, &w.zones)
     });
     match r {
         Err(portmapper_core::PlanError::InvalidRender { kind, name, .. }) => {

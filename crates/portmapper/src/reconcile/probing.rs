@@ -462,23 +462,13 @@ mod tests {
             .map(|&p| std::sync::Arc::new(p.clone()))
             .collect();
         plan(&PlanInput {
-            port_mapping: pm,
-            service: svc,
-            pods: &pods,
-            node_zones: &BTreeMap::new(),
             network,
             live_slices: &slices
                 .iter()
                 .map(|s| std::sync::Arc::new((*s).clone()))
                 .collect::<Vec<_>>(),
-            take_over: &[],
-            held_by_others: &BTreeMap::new(),
-            live_endpoints: None,
-            owned_endpoints: &[],
-            native_slices: &[],
-            gate_peers: portmapper_core::GatePeers::NONE,
-            gated: portmapper_core::planner::any_gated(&pods),
             now: k8s_openapi::jiff::Timestamp::now(),
+            ..PlanInput::first_publication(pm, svc, &pods, &BTreeMap::new())
         })
         .unwrap()
     }

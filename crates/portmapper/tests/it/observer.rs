@@ -26,7 +26,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
 use portmapper::controller::MANAGED_BY_SELECTOR;
 use portmapper_api::PortMapping;
-use portmapper_core::{GatePeers, NetworkDecisions, PlanInput, planner};
+use portmapper_core::{PlanInput, planner};
 use tokio::task::JoinHandle;
 
 use crate::harness::{Harness, eventually};
@@ -230,22 +230,12 @@ pub async fn pending_writes(client: &Client, ns: &str, name: &str) -> Vec<String
         .get_opt(&svc_name)
         .await
         .expect("the Endpoints");
+    // The tests using this check pods with API-object checks only (no prober results).
     let input = PlanInput {
-        port_mapping: &pm,
-        service: &service,
-        pods: &pods,
-        node_zones: &node_zones,
-        // The tests using this check pods with API-object checks only (no prober).
-        network: &NetworkDecisions::new(),
         live_slices: &live_slices,
-        take_over: &[],
-        held_by_others: &BTreeMap::new(),
         live_endpoints: live_endpoints.as_ref(),
-        owned_endpoints: &[],
-        native_slices: &[],
         now: Timestamp::now(),
-        gate_peers: GatePeers::NONE,
-        gated: portmapper_core::planner::any_gated(&pods),
+        ..PlanInput::first_publication(&pm, &service, &pods, &node_zones)
     };
     let plan = planner::plan(&input).expect("the final inputs plan");
     assert!(

@@ -407,22 +407,7 @@ fn plan_preview(
     assume: Assume,
     out: &mut Preview,
 ) -> Report {
-    let mut input = PlanInput {
-        port_mapping: pm,
-        service,
-        pods: records,
-        node_zones: &inputs.zones,
-        network: &NetworkDecisions::new(),
-        live_slices: &[],
-        take_over: &[],
-        held_by_others: &std::collections::BTreeMap::new(),
-        live_endpoints: None,
-        owned_endpoints: &[],
-        native_slices: &[],
-        now: Timestamp::UNIX_EPOCH,
-        gate_peers: portmapper_core::GatePeers::NONE,
-        gated: portmapper_core::planner::any_gated(records),
-    };
+    let mut input = PlanInput::first_publication(pm, service, records, &inputs.zones);
     // Every network result the planner looks up gets the assumed one, as the prober would
     // give it: the lookups of a plan do not depend on the results it reads, so a first plan
     // without results lists them for the second.
