@@ -8,8 +8,8 @@ use std::sync::Arc;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::PlanContext;
 use super::compare::{metadata_eq, ports_eq};
+use super::context::PlanContext;
 use super::evaluate;
 use super::groups::{Group, SlicePort, desired_endpoint, positions};
 use super::kept_sets::{KeptSets, endpoints as kept_endpoints};

@@ -12,6 +12,7 @@ use kube_validation::IpFamily;
 use portmapper_api::check::CheckKind;
 use portmapper_api::{SliceGrouping, TerminatingEndpoints};
 
+use super::context::{Member, PlanContext};
 use super::groups::{Group, SlicePort, cmp_endpoints, desired_endpoint, positions};
 use super::kept_sets::KeptSets;
 use super::memo::{DecisionCode, EvalMemo, KeptParts, KeptPort, Outcome, Outcomes};
@@ -20,7 +21,6 @@ use super::objects::{DesiredEndpoint, KeptMember};
 use super::ports::{PortView, static_target};
 use super::status::{Listed, PodPortState};
 use super::types::{DecisionCounts, PlanWarning};
-use super::{Member, PlanContext};
 use crate::check::{has_published_gate, is_no_result_yet, is_probed};
 use crate::decision::{Decision, Verdict};
 use crate::membership::{

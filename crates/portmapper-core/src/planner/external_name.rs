@@ -32,7 +32,7 @@ pub(crate) fn plan_external_name(input: &PlanInput<'_>, namespace: &str, live: &
     // Its slices go: no gated pod stays published.
     let gates = gate::stalled_pod_gates(
         &pool,
-        &gate::GateSettings::of(input.port_mapping, input.gate_peers, input.now),
+        &super::context::GateSettings::of(input.port_mapping, input.gate_peers, input.now),
         &[],
         (
             "ExternalName",

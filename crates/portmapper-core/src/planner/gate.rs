@@ -20,20 +20,19 @@
 //! condition carries the pod's `metadata.generation` as `observedGeneration` (KEP-5067).
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use portmapper_api::PortMapping;
 
-use super::PlanContext;
+use super::context::{GateSettings, PlanContext};
 use super::status::PodPortState;
+use super::types::PodGate;
 pub use super::types::{
     GateChanges, GateTimeout, REASON_NO_ADDRESS, REASON_NOT_PUBLISHED, REASON_PUBLISHED,
     REASON_RELEASED, REASON_TIMED_OUT,
 };
-use super::types::{GatePeers, PodGate};
 use crate::check::has_gate;
 use crate::pod_record::PodRecord;
 use crate::target::{is_terminal, is_terminating};
@@ -42,37 +41,6 @@ use crate::target::{is_terminal, is_terminating};
 /// released: without it a deletion while no operator runs (or during a leader change) would
 /// leave them False for good, with nothing left that names them.
 pub const RELEASE_FINALIZER: &str = "portmapper.dev/release-gates";
-
-/// How one PortMapping sets its gates.
-#[derive(Clone, Copy, Debug)]
-pub struct GateSettings<'a> {
-    /// `spec.readinessGate.conditionType`.
-    pub gate_type: &'a str,
-    /// `spec.readinessGate.timeoutSeconds`.
-    pub timeout_seconds: Option<i32>,
-    /// The PortMapping's name, for messages.
-    pub portmapping: &'a str,
-    /// The PortMapping is being deleted: its gates are released.
-    pub deleting: bool,
-    /// What the other PortMappings of the namespace do with gates.
-    pub peers: &'a GatePeers,
-    /// The time of this pass.
-    pub now: Timestamp,
-}
-
-impl<'a> GateSettings<'a> {
-    /// The settings of `pm` at `now`.
-    pub fn of(pm: &'a PortMapping, peers: &'a GatePeers, now: Timestamp) -> Self {
-        Self {
-            gate_type: pm.spec.gate_condition_type(),
-            timeout_seconds: pm.spec.gate_timeout_seconds(),
-            portmapping: pm.metadata.name.as_deref().unwrap_or_default(),
-            deleting: pm.metadata.deletion_timestamp.is_some(),
-            peers,
-            now,
-        }
-    }
-}
 
 /// What a pod's gate should say.
 struct Verdict {
@@ -153,14 +121,6 @@ pub fn deadline(pod: &PodRecord, seconds: i32) -> Option<Timestamp> {
     since
         .checked_add(SignedDuration::from_secs(i64::from(seconds)))
         .ok()
-}
-
-/// Whether a pod of `pods` lists any readiness gate ([`PlanInput::gated`] for a caller that
-/// does not count them as pods change).
-///
-/// [`PlanInput::gated`]: super::PlanInput::gated
-pub fn any_gated(pods: &[Arc<PodRecord>]) -> bool {
-    pods.iter().any(|p| !p.readiness_gates.is_empty())
 }
 
 /// Whether the PortMapping needs [`RELEASE_FINALIZER`]: a pod of its pool (`pods`) lists its

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use kube_validation::IpFamily;
 
-use super::PlanContext;
+use super::context::PlanContext;
 use super::objects::{DesiredEndpoint, EndpointFacts};
 
 /// One port a slice lists: a Service port (index into `PlanContext::ports`) and the number it

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use kube_validation::IpFamily;
 
-use super::PlanContext;
+use super::context::PlanContext;
 use super::groups::{Group, Lazy, SlicePort, cmp_endpoints, desired_endpoint};
 use super::objects::DesiredEndpoint;
 use super::objects::KeptMember;

@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use portmapper_api::MANAGER;
 
 use super::compare::metadata_eq;
+use super::context::{Member, PlanContext};
 use super::live::LiveEndpoints;
 use super::objects::{
     ANNOTATION_OVER_CAPACITY, ANNOTATION_TRIGGER_TIME, LABEL_HEADLESS, LABEL_MANAGED_BY,
@@ -19,7 +20,6 @@ use super::objects::{
 };
 use super::ports::PortView;
 use super::types::{Deletion, Plan, PlanError, PlanWarning, PlannedEndpoints, WriteAction};
-use super::{Member, PlanContext};
 use crate::ownership::EndpointsOwner;
 use crate::pod_record::PodRecord;
 

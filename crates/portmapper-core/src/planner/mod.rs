@@ -41,6 +41,7 @@
 //! - While the PortMapping is being deleted, no slice is created (existing ones still update).
 
 mod compare;
+mod context;
 mod emit;
 mod evaluate;
 mod external_name;
@@ -61,81 +62,27 @@ mod teardown;
 mod trigger;
 mod types;
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::Endpoint;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube_validation::IpFamily;
-use portmapper_api::PortMappingSpec;
-
 pub use compare::{endpoint_eq, metadata_eq, ports_eq};
+pub use context::GateSettings;
 pub use evaluate::published_memberships;
 pub use gate::{
-    FinalizerChange, GateChanges, GateSettings, GateTimeout, REASON_NO_ADDRESS,
-    REASON_NOT_PUBLISHED, REASON_PUBLISHED, REASON_RELEASED, REASON_TIMED_OUT, RELEASE_FINALIZER,
-    any_gated, deadline, needs_release_finalizer, release_finalizer, released_pod_gates,
-    stalled_pod_gates,
+    FinalizerChange, GateChanges, GateTimeout, REASON_NO_ADDRESS, REASON_NOT_PUBLISHED,
+    REASON_PUBLISHED, REASON_RELEASED, REASON_TIMED_OUT, RELEASE_FINALIZER, deadline,
+    needs_release_finalizer, release_finalizer, released_pod_gates, stalled_pod_gates,
 };
 pub use memo::{EvalMemo, PassStats};
 pub use teardown::teardown;
 pub use types::{
     DecisionCounts, Deletion, GatePeers, NameCollision, Plan, PlanError, PlanInput, PlanWarning,
-    PlannedEndpoints, PlannedSlice, PodGate, WriteAction,
+    PlannedEndpoints, PlannedSlice, PodGate, WriteAction, any_gated,
 };
 
 pub use ports::service_families;
 
 use crate::membership::publish_not_ready;
-use crate::network::NetworkDecisions;
 use crate::pod_record::PodRecord;
-use objects::{HintMode, hint_mode, owner_reference};
-use ports::PortView;
-
-/// A published (pod, port, family) member, kept for the legacy Endpoints rendering.
-pub(crate) struct Member {
-    pub pod: usize,
-    pub port: usize,
-    pub target: Option<i32>,
-    pub ready: bool,
-    pub endpoint: Endpoint,
-}
-
-/// What every phase of one plan reads.
-pub(crate) struct PlanContext<'a> {
-    pub spec: &'a PortMappingSpec,
-    pub service: &'a Service,
-    pub svc_name: &'a str,
-    pub namespace: &'a str,
-    pub owner: &'a OwnerReference,
-    /// Pool pods, in input order.
-    pub pods: &'a [&'a PodRecord],
-    /// Primary first.
-    pub families: &'a [IpFamily],
-    pub ports: &'a [PortView<'a>],
-    pub network: &'a NetworkDecisions,
-    pub node_zones: &'a BTreeMap<String, String>,
-    /// `publishNotReadyAddresses` in force.
-    pub pnr: bool,
-    pub hints: HintMode,
-    /// `PlanInput::now`: trigger times are never later.
-    pub now: k8s_openapi::jiff::Timestamp,
-    /// `spec.readinessGate.conditionType`.
-    pub gate_type: &'a str,
-    pub gate_peers: &'a GatePeers,
-    /// How the gates are set (type, timeout, deletion, peers, now).
-    pub gate: gate::GateSettings<'a>,
-}
-
-impl PlanContext<'_> {
-    /// The gate types podReady must not wait for.
-    pub fn gates(&self) -> crate::check::GateTypes<'_> {
-        crate::check::GateTypes {
-            own: self.gate_type,
-            peers: &self.gate_peers.types,
-        }
-    }
-}
+use context::PlanContext;
+use objects::{hint_mode, owner_reference};
 
 /// Computes the plan. Pure and deterministic: the same input always gives the same plan, and
 /// applying a plan then planning again gives a plan without writes.
@@ -220,7 +167,7 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
         now: input.now,
         gate_type: pm.spec.gate_condition_type(),
         gate_peers: input.gate_peers,
-        gate: gate::GateSettings::of(pm, input.gate_peers, input.now),
+        gate: GateSettings::of(pm, input.gate_peers, input.now),
     };
     let (evaluated, sets) = emit::evaluate_and_emit(
         &ctx,

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use kube_validation::IpFamily;
 
-use super::PlanContext;
+use super::context::PlanContext;
 use super::groups::{Group, SlicePort};
 use super::naming::{NamedPort, port_set_base_name};
 use super::objects::DesiredEndpoint;

@@ -59,7 +59,7 @@ pub struct PlanInput<'a> {
     /// What the other PortMappings of the namespace do with publication gates
     /// ([`GatePeers::NONE`] when the caller knows of none).
     pub gate_peers: &'a GatePeers,
-    /// Whether a pod of `pods` lists a readiness gate ([`any_gated`](crate::planner::any_gated);
+    /// Whether a pod of `pods` lists a readiness gate ([`any_gated`];
     /// the operator's index counts them as pods change): without one, the plan skips the gates'
     /// scans of the pool.
     pub gated: bool,
@@ -98,7 +98,7 @@ impl<'a> PlanInput<'a> {
             native_slices: &[],
             now: Timestamp::UNIX_EPOCH,
             gate_peers: GatePeers::NONE,
-            gated: super::gate::any_gated(pods),
+            gated: any_gated(pods),
         }
     }
 }
@@ -521,4 +521,10 @@ pub struct GateChanges {
     pub timeouts: Vec<GateTimeout>,
     /// The earliest moment a gate still held will time out: reconcile again then.
     pub deadline: Option<Timestamp>,
+}
+
+/// Whether a pod of `pods` lists any readiness gate ([`PlanInput::gated`] for a caller that
+/// does not count them as pods change).
+pub fn any_gated(pods: &[Arc<PodRecord>]) -> bool {
+    pods.iter().any(|p| !p.readiness_gates.is_empty())
 }
