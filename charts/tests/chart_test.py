@@ -192,6 +192,8 @@ def check_defaults() -> None:
         "PORTMAPPER_RESYNC_SECONDS": "300",
         "PORTMAPPER_BATCH_WINDOW_MS": "500",
         "PORTMAPPER_NODE_LOOKUPS": "true",
+        "PORTMAPPER_MAX_POD_WATCHES_PER_NAMESPACE": "16",
+        "PORTMAPPER_METRICS_MAX_PORT_SERIES": "16",
         "PORTMAPPER_LOG_LEVEL": "info,kube=warn",
         "PORTMAPPER_LOG_FORMAT": "json",
     }, e
@@ -288,6 +290,7 @@ def _tuning(objs: list[Obj]) -> None:
     assert (e["PORTMAPPER_CONCURRENCY"], e["PORTMAPPER_PROBE_CONCURRENCY"]) == ("16", "512"), e
     assert e["PORTMAPPER_RESYNC_SECONDS"] == "60", e
     assert e["PORTMAPPER_BATCH_WINDOW_MS"] == "0", e
+    assert e["PORTMAPPER_MAX_POD_WATCHES_PER_NAMESPACE"] == "4", e
     assert (e["PORTMAPPER_LOG_LEVEL"], e["PORTMAPPER_LOG_FORMAT"]) == ("debug", "text"), e
     assert e["EXTRA"] == "1", e
     assert one(objs, "Deployment")["spec"]["replicas"] == 3
@@ -314,6 +317,7 @@ def _metrics(objs: list[Obj]) -> None:
     assert svc["metadata"]["annotations"] == {"a": "b"}
     assert container(objs)["ports"][0]["containerPort"] == 9090
     assert env(objs)["PORTMAPPER_HTTP_ADDR"] == "0.0.0.0:9090"
+    assert env(objs)["PORTMAPPER_METRICS_MAX_PORT_SERIES"] == "0"
     sm = one(objs, "ServiceMonitor")
     assert sm["apiVersion"] == "monitoring.coreos.com/v1"
     assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
@@ -467,12 +471,13 @@ CASES: list[Case] = [
         _lease,
     ),
     (
-        "concurrency, probe concurrency, resync, batch window, logs, extra env, replicas",
+        "concurrency, probe concurrency, resync, batch window, pod watches, logs, extra env, replicas",
         {
             "concurrency": 16,
             "probeConcurrency": 512,
             "resyncSeconds": 60,
             "batchWindowMs": 0,
+            "maxPodWatchesPerNamespace": 4,
             "log": {"level": "debug", "format": "text"},
             "extraEnv": [{"name": "EXTRA", "value": "1"}],
             "replicaCount": 3,
@@ -493,6 +498,7 @@ CASES: list[Case] = [
         {
             "metrics": {
                 "port": 9090,
+                "maxPortSeries": 0,
                 "service": {"port": 9000, "type": "NodePort", "annotations": {"a": "b"}},
                 "serviceMonitor": {
                     "enabled": True,
@@ -610,6 +616,8 @@ INVALID: list[tuple[Obj, str]] = [
     ({"probeConcurrency": 5000}, "/probeConcurrency"),
     ({"resyncSeconds": 0}, "/resyncSeconds"),
     ({"batchWindowMs": 10001}, "/batchWindowMs"),
+    ({"maxPodWatchesPerNamespace": 0}, "/maxPodWatchesPerNamespace"),
+    ({"metrics": {"maxPortSeries": 4097}}, "/metrics/maxPortSeries"),
     ({"replicaCount": 0}, "/replicaCount"),
     ({"leaderElection": {"leaseDurationSeconds": 1}}, "/leaderElection/leaseDurationSeconds"),
     ({"leaderElection": {"leaseGraceSeconds": 15}}, "leaseGraceSeconds must be smaller"),

@@ -43,9 +43,45 @@ pub enum Stall {
     },
     /// The planner refused (a bug or a broken input: nothing is written).
     PlanFailed(String),
+    /// Its pool's label key is over its namespace's cap on pod watches: its pods are not
+    /// watched, so it plans nothing and keeps what it published.
+    TooManyPodWatches {
+        /// The namespace.
+        namespace: String,
+        /// Its pool's label key.
+        key: String,
+        /// The namespace's distinct label keys.
+        keys: usize,
+        /// The cap (`--max-pod-watches-per-namespace`).
+        cap: usize,
+    },
 }
 
 impl Stall {
+    /// What the stall says, in its gate message (and in its Stalled condition's, unless that
+    /// names the winner of a Service).
+    fn detail(&self) -> String {
+        match self {
+            Self::InvalidSpec(message) | Self::PlanFailed(message) => message.clone(),
+            Self::ServiceClaimed { winner, service } => {
+                format!("PortMapping {winner} publishes Service {service}")
+            }
+            Self::ServiceNotFound { namespace, service } => {
+                status::service_not_found_message(namespace, service)
+            }
+            Self::TooManyPodWatches {
+                namespace,
+                key,
+                keys,
+                cap,
+            } => format!(
+                "pod label key {key:?} is not watched: the PortMappings of namespace \
+                 {namespace} use {keys} distinct label keys and the operator watches at most \
+                 {cap} per namespace (--max-pod-watches-per-namespace), the oldest first"
+            ),
+        }
+    }
+
     /// The reason of the conditions and of the gated pods' condition.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -53,6 +89,7 @@ impl Stall {
             Self::ServiceClaimed { .. } => "ServiceClaimed",
             Self::ServiceNotFound { .. } => "ServiceNotFound",
             Self::PlanFailed(_) => "PlanFailed",
+            Self::TooManyPodWatches { .. } => "TooManyPodWatches",
         }
     }
 
@@ -67,20 +104,13 @@ impl Stall {
                 self.reason(),
                 status::service_not_found_message(namespace, service),
             ),
+            Self::TooManyPodWatches { .. } => status::stalled(self.reason(), self.detail()),
         }
     }
 
     /// The message of the publication gates it sets False on pods its slices do not publish.
     pub fn gate_message(&self, portmapping: &str) -> String {
-        let detail = match self {
-            Self::ServiceClaimed { winner, service } => {
-                format!("PortMapping {winner} publishes Service {service}")
-            }
-            Self::InvalidSpec(message) | Self::PlanFailed(message) => message.clone(),
-            Self::ServiceNotFound { namespace, service } => {
-                status::service_not_found_message(namespace, service)
-            }
-        };
+        let detail = self.detail();
         format!("PortMapping {portmapping} publishes nothing new: {detail}")
     }
 }

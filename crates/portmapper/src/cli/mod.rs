@@ -145,6 +145,15 @@ pub struct RunArgs {
     pub batch_window_ms: u64,
     /// Restart a watch that is open but has received nothing, not even a bookmark, for this many
     /// seconds (the API server bookmarks about once a minute); `/readyz` fails meanwhile.
+    /// Label-selected pod watches per namespace: one per distinct `pods.key` (`from: Label`)
+    /// of the namespace's PortMappings, oldest first; the PortMappings of keys over the cap
+    /// are Stalled (`TooManyPodWatches`) and keep what they published.
+    #[arg(long, env = "PORTMAPPER_MAX_POD_WATCHES_PER_NAMESPACE", default_value_t = crate::index::DEFAULT_MAX_POD_WATCHES as u32, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub max_pod_watches_per_namespace: u32,
+    /// `portmapper_endpoints_published` series per PortMapping: its first ports (by name),
+    /// the rest summed into one series per address type with `port="_other"`; 0 sums them all.
+    #[arg(long, env = "PORTMAPPER_METRICS_MAX_PORT_SERIES", default_value_t = crate::runtime::metrics::DEFAULT_MAX_PORT_SERIES as u32, value_parser = clap::value_parser!(u32).range(0..=4096))]
+    pub metrics_max_port_series: u32,
     #[arg(long, env = "PORTMAPPER_WATCH_STALL_SECONDS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub watch_stall_seconds: u64,
     #[command(flatten)]
@@ -166,6 +175,7 @@ impl RunArgs {
         RunConfig {
             kubeconfig: self.kubeconfig.clone(),
             http_addr: self.http_addr,
+            metrics_max_port_series: self.metrics_max_port_series as usize,
             leader,
             watch_policy: WatchPolicy {
                 stall_after: Duration::from_secs(self.watch_stall_seconds),
@@ -180,6 +190,7 @@ impl RunArgs {
                 probe_concurrency: usize::try_from(self.probe_concurrency)
                     .unwrap_or(portmapper_probe::DEFAULT_CONCURRENCY),
                 batch_window: Duration::from_millis(self.batch_window_ms),
+                max_pod_watches_per_namespace: self.max_pod_watches_per_namespace as usize,
             },
         }
     }

@@ -37,6 +37,8 @@ pub struct Settings {
     /// After a pass that wrote, how long the next pass of the same PortMapping waits (zero:
     /// none); see `batch_window.rs`.
     pub batch_window: Duration,
+    /// Label-selected pod watches per namespace (`index/pod_watches.rs`).
+    pub max_pod_watches_per_namespace: usize,
 }
 
 /// The reflector stores a reconcile reads.
@@ -164,6 +166,7 @@ impl Context {
                 instance: None,
                 probe_concurrency: 1,
                 batch_window: Duration::ZERO,
+                max_pod_watches_per_namespace: crate::index::DEFAULT_MAX_POD_WATCHES,
             },
             stores: Stores {
                 portmappings,
