@@ -37,6 +37,8 @@ pub struct Settings {
     /// After a pass that wrote, how long the next pass of the same PortMapping waits (zero:
     /// none); see `batch_window.rs`.
     pub batch_window: Duration,
+    /// What one PortMapping, and one namespace, may ask of the operator.
+    pub budgets: portmapper_core::budget::Budgets,
 }
 
 /// The reflector stores a reconcile reads.
@@ -164,6 +166,7 @@ impl Context {
                 instance: None,
                 probe_concurrency: 1,
                 batch_window: Duration::ZERO,
+                budgets: portmapper_core::budget::Budgets::default(),
             },
             stores: Stores {
                 portmappings,
