@@ -55,33 +55,12 @@ pub enum Stall {
         /// The cap (`--max-pod-watches-per-namespace`).
         cap: usize,
     },
+    /// It asks for more than one of the operator's budgets allows
+    /// ([`crate::budget`]): what it published stays, nothing new is probed or written.
+    OverBudget(crate::budget::OverBudget),
 }
 
 impl Stall {
-    /// What the stall says, in its gate message (and in its Stalled condition's, unless that
-    /// names the winner of a Service).
-    fn detail(&self) -> String {
-        match self {
-            Self::InvalidSpec(message) | Self::PlanFailed(message) => message.clone(),
-            Self::ServiceClaimed { winner, service } => {
-                format!("PortMapping {winner} publishes Service {service}")
-            }
-            Self::ServiceNotFound { namespace, service } => {
-                status::service_not_found_message(namespace, service)
-            }
-            Self::TooManyPodWatches {
-                namespace,
-                key,
-                keys,
-                cap,
-            } => format!(
-                "pod label key {key:?} is not watched: the PortMappings of namespace \
-                 {namespace} use {keys} distinct label keys and the operator watches at most \
-                 {cap} per namespace (--max-pod-watches-per-namespace), the oldest first"
-            ),
-        }
-    }
-
     /// The reason of the conditions and of the gated pods' condition.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -90,6 +69,7 @@ impl Stall {
             Self::ServiceNotFound { .. } => "ServiceNotFound",
             Self::PlanFailed(_) => "PlanFailed",
             Self::TooManyPodWatches { .. } => "TooManyPodWatches",
+            Self::OverBudget(over) => over.budget.reason(),
         }
     }
 
@@ -104,13 +84,37 @@ impl Stall {
                 self.reason(),
                 status::service_not_found_message(namespace, service),
             ),
-            Self::TooManyPodWatches { .. } => status::stalled(self.reason(), self.detail()),
+            Self::TooManyPodWatches {
+                namespace,
+                key,
+                keys,
+                cap,
+            } => status::stalled(
+                self.reason(),
+                status::pod_watches_message(namespace, key, *keys, *cap),
+            ),
+            Self::OverBudget(over) => status::stalled(self.reason(), over.message()),
         }
     }
 
     /// The message of the publication gates it sets False on pods its slices do not publish.
     pub fn gate_message(&self, portmapping: &str) -> String {
-        let detail = self.detail();
+        let detail = match self {
+            Self::ServiceClaimed { winner, service } => {
+                format!("PortMapping {winner} publishes Service {service}")
+            }
+            Self::InvalidSpec(message) | Self::PlanFailed(message) => message.clone(),
+            Self::ServiceNotFound { namespace, service } => {
+                status::service_not_found_message(namespace, service)
+            }
+            Self::OverBudget(over) => over.message(),
+            Self::TooManyPodWatches {
+                namespace,
+                key,
+                keys,
+                cap,
+            } => status::pod_watches_message(namespace, key, *keys, *cap),
+        };
         format!("PortMapping {portmapping} publishes nothing new: {detail}")
     }
 }
@@ -252,7 +256,8 @@ pub struct PlanFacts<'a> {
 
 /// Every Warning reason a plan's report speaks for: the API server's warnings are not among
 /// them (each is announced once per PortMapping).
-pub const PLAN_WARNINGS: [EventReason; 13] = [
+pub const PLAN_WARNINGS: [EventReason; 14] = [
+    EventReason::OverBudget,
     EventReason::ExternalNameUnsupported,
     EventReason::TopologyAwareHintsDisabled,
     EventReason::PodAddressRejected,
@@ -315,18 +320,27 @@ impl Report {
         }
     }
 
-    /// The report of a pass that publishes nothing new: its conditions, no Event.
+    /// The report of a pass that publishes nothing new: its conditions, and for a budget one
+    /// Warning, announced once per budget while the PortMapping stays over it.
     pub fn of_stall(stall: &Stall) -> Self {
         let publication = match stall {
             Stall::ServiceNotFound { .. } => Publication::Withdrawn,
             _ => Publication::Unchanged,
+        };
+        let events = match stall {
+            Stall::OverBudget(over) => vec![PlannedEvent::warning_of(
+                EventReason::OverBudget,
+                over.budget.flag(),
+                format!("publishes nothing new: it {}", over.message()),
+            )],
+            _ => Vec::new(),
         };
         Self {
             status: PlannedStatus {
                 conditions: stall.conditions(),
                 publication,
             },
-            events: Vec::new(),
+            events,
             covers: Vec::new(),
         }
     }

@@ -13,6 +13,15 @@ use crate::planner::migration::has_selector;
 use crate::planner::{Plan, PlanWarning};
 use crate::{ClaimRank, EventReason};
 
+/// Why a PortMapping's pool is not watched: its label key is over its namespace's cap.
+pub fn pod_watches_message(namespace: &str, key: &str, keys: usize, cap: usize) -> String {
+    format!(
+        "pod label key {key:?} is not watched: the PortMappings of namespace {namespace} use \
+         {keys} distinct label keys and the operator watches at most {cap} per namespace \
+         (--max-pod-watches-per-namespace), the oldest first"
+    )
+}
+
 /// Ready=False, Reconciling=False, Stalled=True: a user must change something.
 pub fn stalled(reason: &str, message: String) -> Vec<Desired> {
     vec![

@@ -39,6 +39,8 @@ pub struct Settings {
     pub batch_window: Duration,
     /// Label-selected pod watches per namespace (`index/pod_watches.rs`).
     pub max_pod_watches_per_namespace: usize,
+    /// What one PortMapping, and one namespace, may ask of the operator.
+    pub budgets: portmapper_core::budget::Budgets,
 }
 
 /// The reflector stores a reconcile reads.
@@ -167,6 +169,7 @@ impl Context {
                 probe_concurrency: 1,
                 batch_window: Duration::ZERO,
                 max_pod_watches_per_namespace: crate::index::DEFAULT_MAX_POD_WATCHES,
+                budgets: portmapper_core::budget::Budgets::default(),
             },
             stores: Stores {
                 portmappings,
