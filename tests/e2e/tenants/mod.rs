@@ -13,6 +13,7 @@
 
 mod budgets;
 mod published;
+mod watches;
 
 use std::collections::BTreeMap;
 use std::process::{Command, Output, Stdio};

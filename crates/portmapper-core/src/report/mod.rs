@@ -50,8 +50,6 @@ pub enum Stall {
         namespace: String,
         /// Its pool's label key.
         key: String,
-        /// The namespace's distinct label keys.
-        keys: usize,
         /// The cap (`--max-pod-watches-per-namespace`).
         cap: usize,
     },
@@ -87,11 +85,10 @@ impl Stall {
             Self::TooManyPodWatches {
                 namespace,
                 key,
-                keys,
                 cap,
             } => status::stalled(
                 self.reason(),
-                status::pod_watches_message(namespace, key, *keys, *cap),
+                status::pod_watches_message(namespace, key, *cap),
             ),
             Self::OverBudget(over) => status::stalled(self.reason(), over.message()),
         }
@@ -111,9 +108,8 @@ impl Stall {
             Self::TooManyPodWatches {
                 namespace,
                 key,
-                keys,
                 cap,
-            } => status::pod_watches_message(namespace, key, *keys, *cap),
+            } => status::pod_watches_message(namespace, key, *cap),
         };
         format!("PortMapping {portmapping} publishes nothing new: {detail}")
     }

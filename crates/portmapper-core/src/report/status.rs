@@ -14,11 +14,11 @@ use crate::planner::{Plan, PlanWarning};
 use crate::{ClaimRank, EventReason};
 
 /// Why a PortMapping's pool is not watched: its label key is over its namespace's cap.
-pub fn pod_watches_message(namespace: &str, key: &str, keys: usize, cap: usize) -> String {
+pub fn pod_watches_message(namespace: &str, key: &str, cap: usize) -> String {
     format!(
-        "pod label key {key:?} is not watched: the PortMappings of namespace {namespace} use \
-         {keys} distinct label keys and the operator watches at most {cap} per namespace \
-         (--max-pod-watches-per-namespace), the oldest first"
+        "pod label key {key:?} is not watched: the operator watches at most {cap} label keys \
+         per namespace (--max-pod-watches-per-namespace), and older PortMappings of namespace \
+         {namespace} use {cap} others"
     )
 }
 

@@ -17,11 +17,11 @@ use super::{Index, PmKey, PodSource};
 /// at the cap are 16,000 watches of one namespace each.
 pub const DEFAULT_MAX_POD_WATCHES: usize = 16;
 
-/// Why a PortMapping's pool is not watched: its namespace has more label keys than the cap.
+/// Why a PortMapping's pool is not watched: its namespace has more label keys than the cap,
+/// and older ones take the watches. (Not how many keys: that changes with every other
+/// PortMapping, and reporting it would rewrite every stalled status at each new key.)
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatchRefused {
-    /// The distinct label keys of the namespace's PortMappings.
-    pub keys: usize,
     /// The cap.
     pub cap: usize,
 }
@@ -81,7 +81,7 @@ impl Index {
         if keys <= cap || self.admitted_keys(ns).contains(&footprint.pool.key) {
             return None;
         }
-        Some(WatchRefused { keys, cap })
+        Some(WatchRefused { cap })
     }
 
     /// The PortMappings of `ns` whose keys were watched (`before`) and are not, or the

@@ -219,12 +219,11 @@ pub async fn gather(
         return Ok(gathered);
     };
     let refused = ctx.index.lock().watch_refused(key);
-    if let Some(WatchRefused { keys, cap }) = refused {
+    if let Some(WatchRefused { cap }) = refused {
         // Its pods are not watched, so nothing can be planned; what it published stays.
         let stall = Stall::TooManyPodWatches {
             namespace: ns.to_owned(),
             key: pm.spec.pods.key.clone(),
-            keys,
             cap,
         };
         return Ok(stalled(ctx, &uid, stall, Gates::None));
