@@ -12,6 +12,7 @@
 //! plane of `rbac.rs` and its one-at-a-time lock.
 
 mod budgets;
+mod metrics;
 mod published;
 mod watches;
 
