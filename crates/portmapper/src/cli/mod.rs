@@ -155,8 +155,6 @@ pub struct RunArgs {
     /// 0 writes at every change.
     #[arg(long, env = "PORTMAPPER_BATCH_WINDOW_MS", default_value_t = crate::reconcile::batch_window::DEFAULT_BATCH_WINDOW_MS, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub batch_window_ms: u64,
-    /// Restart a watch that is open but has received nothing, not even a bookmark, for this many
-    /// seconds (the API server bookmarks about once a minute); `/readyz` fails meanwhile.
     /// Label-selected pod watches per namespace: one per distinct `pods.key` (`from: Label`)
     /// of the namespace's PortMappings, oldest first; the PortMappings of keys over the cap
     /// are Stalled (`TooManyPodWatches`) and keep what they published.
@@ -166,6 +164,8 @@ pub struct RunArgs {
     /// the rest summed into one series per address type with `port="_other"`; 0 sums them all.
     #[arg(long, env = "PORTMAPPER_METRICS_MAX_PORT_SERIES", default_value_t = crate::runtime::metrics::DEFAULT_MAX_PORT_SERIES as u32, value_parser = clap::value_parser!(u32).range(0..=4096))]
     pub metrics_max_port_series: u32,
+    /// Restart a watch that is open but has received nothing, not even a bookmark, for this many
+    /// seconds (the API server bookmarks about once a minute); `/readyz` fails meanwhile.
     #[arg(long, env = "PORTMAPPER_WATCH_STALL_SECONDS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub watch_stall_seconds: u64,
     #[command(flatten)]
