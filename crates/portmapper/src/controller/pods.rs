@@ -4,9 +4,10 @@
 //! `index/pod_watches.rs`), and one namespace-wide watch per namespace that has annotation-keyed
 //! PortMappings (annotations cannot be selected server-side). Never cluster-wide: a pool holds
 //! pods of its own namespace only, so no other namespace's pods are listed or kept. The index
-//! keeps the pods (there is no reflector store of pods) and knows whether a watch has listed ([`crate::index::Index::pods_listed`]): a reconcile of a pool
-//! whose watch has not listed writes nothing rather than publish an empty pool. A watch starts
-//! when a PortMapping that needs it is seen ([`PodWatches::ensure`]) and stops when none does.
+//! keeps the pods (there is no reflector store of pods) and knows whether a watch has listed
+//! ([`crate::index::Index::pods_listed`]): a reconcile of a pool whose watch has not listed
+//! writes nothing rather than publish an empty pool. A watch starts when a PortMapping that
+//! needs it is seen ([`PodWatches::ensure`]) and stops when none does.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
