@@ -71,6 +71,9 @@ event_reasons! {
     /// Warning: a gated pod was not published within `spec.readinessGate.timeoutSeconds`; its
     /// gate turned True (reason `TimedOut`).
     PublicationGateTimedOut,
+    /// Warning: the PortMapping asks for more than an operator budget allows; it publishes
+    /// nothing new.
+    OverBudget,
 }
 
 impl fmt::Display for EventReason {
@@ -288,6 +291,7 @@ mod tests {
             R::NativeCleanupDeferred,
             R::NativeEndpointsCleanedUp,
             R::PublicationGateTimedOut,
+            R::OverBudget,
         ];
         for r in all {
             // The wire string is the variant's name: no typo can split one reason in two.

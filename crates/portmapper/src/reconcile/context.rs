@@ -37,6 +37,10 @@ pub struct Settings {
     /// After a pass that wrote, how long the next pass of the same PortMapping waits (zero:
     /// none); see `batch_window.rs`.
     pub batch_window: Duration,
+    /// Label-selected pod watches per namespace (`index/pod_watches.rs`).
+    pub max_pod_watches_per_namespace: usize,
+    /// What one PortMapping, and one namespace, may ask of the operator.
+    pub budgets: portmapper_core::budget::Budgets,
 }
 
 /// The reflector stores a reconcile reads.
@@ -92,6 +96,10 @@ pub struct Context {
     pub recorder: Recorder,
     /// Probes network checks outside reconciles; reconciles read its cached results.
     pub prober: portmapper_probe::Prober,
+    /// The targets probed through an identical one, per PortMapping.
+    pub probe_aliases: crate::reconcile::probe_aliases::ProbeAliases,
+    /// The probe targets each PortMapping declared, for its namespace's budget.
+    pub demands: crate::reconcile::demands::Demands,
     /// What the operator remembers per PortMapping.
     pub states: States,
 }
@@ -106,8 +114,10 @@ impl Context {
         self.states.forget(pm);
         self.trigger.forget(pm);
         let namespace = pm.namespace.as_deref().unwrap_or_default();
-        self.prober
-            .remove_mapping(&portmapper_probe::MappingKey::new(namespace, &pm.name));
+        let mapping = portmapper_probe::MappingKey::new(namespace, &pm.name);
+        self.prober.remove_mapping(&mapping);
+        self.probe_aliases.forget(&mapping);
+        self.demands.set(&mapping, 0);
         self.metrics.forget((namespace, &pm.name));
     }
 }
@@ -165,6 +175,8 @@ impl Context {
                 instance: None,
                 probe_concurrency: 1,
                 batch_window: Duration::ZERO,
+                max_pod_watches_per_namespace: crate::index::DEFAULT_MAX_POD_WATCHES,
+                budgets: portmapper_core::budget::Budgets::default(),
             },
             stores: Stores {
                 portmappings,
@@ -179,6 +191,8 @@ impl Context {
             leadership: Leadership::always(),
             metrics,
             prober,
+            probe_aliases: Default::default(),
+            demands: Default::default(),
             states: States::default(),
         };
         let feeds = TestFeeds {

@@ -75,8 +75,13 @@ impl After {
     pub fn apply(self, ctx: &Context, pm: &PortMapping, succeeded: bool) {
         match self.probes {
             Probes::Keep => {}
-            Probes::Set(targets) => targets.set(&ctx.prober),
-            Probes::Drop => crate::reconcile::probing::forget(&ctx.prober, pm),
+            Probes::Set(targets) => targets.set(&ctx.prober, &ctx.probe_aliases),
+            Probes::Drop => {
+                crate::reconcile::probing::forget(&ctx.prober, pm);
+                let mapping = crate::reconcile::probing::mapping_key(pm);
+                ctx.probe_aliases.forget(&mapping);
+                ctx.demands.set(&mapping, 0);
+            }
         }
         if let Some(metrics) = self.metrics {
             metrics.record(ctx);

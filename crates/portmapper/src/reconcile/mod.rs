@@ -8,6 +8,7 @@ mod again;
 pub mod backoff;
 pub mod batch_window;
 pub mod context;
+pub mod demands;
 mod departed;
 mod execute;
 #[cfg(test)]
@@ -15,6 +16,7 @@ pub(crate) mod fake_api;
 mod gather;
 mod plan;
 mod plan_metrics;
+pub mod probe_aliases;
 pub mod probing;
 mod stall;
 pub mod state;
