@@ -16,7 +16,7 @@ use crate::runtime::leader::{Election, LeaderConfig, Leadership};
 use crate::runtime::metrics::Metrics;
 use crate::runtime::watch_health::WatchPolicy;
 
-/// What `portmapper run` needs (built from its flags by the command line, `cli.rs`).
+/// What `portmapper run` needs (built from its flags by the command line, `cli/mod.rs`).
 #[derive(Debug, Clone)]
 pub struct RunConfig {
     /// Kubeconfig to use instead of the in-cluster config or `$KUBECONFIG`.

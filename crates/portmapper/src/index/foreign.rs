@@ -138,7 +138,7 @@ impl Index {
         held
     }
 
-    /// After a relist of native slices: forgets those not in `present`.
+    /// After a relist of the watch of slices not managed by us: forgets those not in `present`.
     pub fn retain_foreign_slices(&mut self, present: &HashSet<ForeignKey>) -> Vec<PmKey> {
         let gone = missing(self.foreign.keys(), present);
         self.delete_each(gone, Self::delete_foreign_slice)

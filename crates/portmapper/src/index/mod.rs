@@ -257,7 +257,8 @@ pub struct Index {
 
     /// Pods that left a PortMapping's pool (relabelled, annotation changed or removed, or gone
     /// from its watch) listing its gate type with a condition that is not True, by name: that
-    /// PortMapping releases them (`reconcile/plan.rs`), then forgets them here (`departed.rs`).
+    /// PortMapping's pass releases them (`reconcile/departed.rs`, run by `reconcile/execute.rs`),
+    /// then forgets them here (`index/departed.rs`).
     departed: HashMap<PmKey, BTreeMap<String, Arc<PodRecord>>>,
 }
 

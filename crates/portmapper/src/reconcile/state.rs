@@ -20,7 +20,7 @@
 //!   not changed since a pass that wrote nothing would plan the same nothing again (at 1,000
 //!   PortMappings, about 0.3 s of CPU every resync). "Its inputs have not changed" is read from
 //!   the PortMapping's resourceVersion and how many reconciles were queued for it
-//!   ([`crate::controller::watches::Trigger`] counts them: every watch event that touches it and every probe
+//!   ([`crate::index::trigger::Trigger`] counts them: every watch event that touches it and every probe
 //!   membership flip). Only a pass that read nothing but the caches may be taken as settled.
 
 use std::collections::HashMap;

@@ -36,7 +36,7 @@ use crate::runtime::http::Readiness;
 use crate::runtime::leader::Leadership;
 use crate::runtime::metrics::Metrics;
 
-/// What `portmapper demo` needs (built from its flags by the command line, `cli.rs`).
+/// What `portmapper demo` needs (built from its flags by the command line, `cli/mod.rs`).
 #[derive(Debug, Clone)]
 pub struct DemoConfig {
     /// Stop after this long (None: run until Ctrl-C).

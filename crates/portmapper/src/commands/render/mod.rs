@@ -33,7 +33,7 @@ use portmapper_core::{
     EventType, NetworkDecisions, PlanInput, PodRecord, Verdict, planner, pod_in_pool,
 };
 
-/// What `portmapper render` reads and prints (built from its flags by the command line, `cli.rs`).
+/// What `portmapper render` reads and prints (built from its flags by the command line, `cli/mod.rs`).
 #[derive(Debug, Clone)]
 pub struct RenderOptions {
     /// Manifest files or directories (read recursively: *.yaml, *.yml, *.json); `-` is stdin.

@@ -33,7 +33,7 @@ pub(crate) use portmapper_core::ownership::LABEL_SERVICE_NAME as SERVICE_NAME;
 /// `schema` of the JSON output; bumped on any incompatible change of its shape.
 pub const JSON_SCHEMA: &str = "portmapper.dev/status/v1";
 
-/// What `portmapper status` shows (built from its flags by the command line, `cli.rs`).
+/// What `portmapper status` shows (built from its flags by the command line, `cli/mod.rs`).
 #[derive(Debug, Clone)]
 pub struct StatusOptions {
     /// The PortMapping.
