@@ -123,6 +123,8 @@ async fn main() {
         instance: Some("bench".into()),
         batch_window: portmapper::reconcile::batch_window::default_batch_window(),
         probe_concurrency: 16,
+        probe_concurrency_per_namespace: None,
+        probe_concurrency_per_portmapping: None,
     };
     let task = tokio::spawn(controller::run(
         client.clone(),

@@ -152,8 +152,7 @@ fn start_prober(
     trigger: &Trigger,
     tasks: &mut tokio::task::JoinSet<()>,
 ) -> Result<portmapper_probe::Prober, Error> {
-    let (prober, events) =
-        crate::reconcile::probing::start(settings.probe_concurrency, executor, metrics)?;
+    let (prober, events) = crate::reconcile::probing::start(settings, executor, metrics)?;
     tasks.spawn(crate::reconcile::probing::forward_events(
         events,
         trigger.clone(),

@@ -34,6 +34,12 @@ pub struct Settings {
     pub instance: Option<String>,
     /// Network probes in flight at once, across all PortMappings.
     pub probe_concurrency: usize,
+    /// Network probes in flight at once for one namespace's PortMappings (None: half of
+    /// `probe_concurrency`).
+    pub probe_concurrency_per_namespace: Option<usize>,
+    /// Network probes in flight at once for one PortMapping (None: a quarter of
+    /// `probe_concurrency`).
+    pub probe_concurrency_per_portmapping: Option<usize>,
     /// After a pass that wrote, how long the next pass of the same PortMapping waits (zero:
     /// none); see `batch_window.rs`.
     pub batch_window: Duration,
@@ -146,25 +152,28 @@ impl Context {
         let (tx, queued) = futures::channel::mpsc::unbounded();
         let trigger = Trigger::new(tx);
         let index = SharedIndex::default();
-        let (prober, probe_events) =
-            crate::reconcile::probing::start(1, None, &metrics).expect("a prober starts");
         let (portmappings, pm_writer) = listed();
         let (services, svc_writer) = listed();
         let (slices, slice_writer) = listed();
         let (owned_endpoints, endpoints_writer) = listed();
         let (foreign_slices, foreign_writer) = listed();
+        let settings = Settings {
+            namespace: None,
+            concurrency: 1,
+            resync: Duration::from_secs(300),
+            node_lookups: false,
+            instance: None,
+            probe_concurrency: 1,
+            probe_concurrency_per_namespace: None,
+            probe_concurrency_per_portmapping: None,
+            batch_window: Duration::ZERO,
+        };
+        let (prober, probe_events) =
+            crate::reconcile::probing::start(&settings, None, &metrics).expect("a prober starts");
         let ctx = Self {
             recorder: Recorder::new(client.clone(), "portmapper".into()),
             client,
-            settings: Settings {
-                namespace: None,
-                concurrency: 1,
-                resync: Duration::from_secs(300),
-                node_lookups: false,
-                instance: None,
-                probe_concurrency: 1,
-                batch_window: Duration::ZERO,
-            },
+            settings,
             stores: Stores {
                 portmappings,
                 services,

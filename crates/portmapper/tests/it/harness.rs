@@ -270,6 +270,8 @@ impl Harness {
             // reconcile tests and measured by the scale bench.
             batch_window: Duration::ZERO,
             probe_concurrency: 16,
+            probe_concurrency_per_namespace: None,
+            probe_concurrency_per_portmapping: None,
         };
         adjust(&mut settings);
         let (metrics, shutdown, readiness) = (

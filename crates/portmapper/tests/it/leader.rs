@@ -70,6 +70,8 @@ async fn instance(h: &Harness, config: LeaderConfig) -> Instance {
         // reconcile tests and measured by the scale bench.
         batch_window: Duration::ZERO,
         probe_concurrency: 4,
+        probe_concurrency_per_namespace: None,
+        probe_concurrency_per_portmapping: None,
     };
     let metrics = Metrics::new();
     let (l, m, stop) = (leadership.clone(), metrics.clone(), shutdown.clone());
