@@ -286,6 +286,8 @@ def _lease(objs: list[Obj]) -> None:
 def _tuning(objs: list[Obj]) -> None:
     e = env(objs)
     assert (e["PORTMAPPER_CONCURRENCY"], e["PORTMAPPER_PROBE_CONCURRENCY"]) == ("16", "512"), e
+    assert e["PORTMAPPER_PROBE_CONCURRENCY_PER_NAMESPACE"] == "200", e
+    assert e["PORTMAPPER_PROBE_CONCURRENCY_PER_PORTMAPPING"] == "50", e
     assert e["PORTMAPPER_RESYNC_SECONDS"] == "60", e
     assert e["PORTMAPPER_BATCH_WINDOW_MS"] == "0", e
     assert (e["PORTMAPPER_LOG_LEVEL"], e["PORTMAPPER_LOG_FORMAT"]) == ("debug", "text"), e
@@ -467,10 +469,12 @@ CASES: list[Case] = [
         _lease,
     ),
     (
-        "concurrency, probe concurrency, resync, batch window, logs, extra env, replicas",
+        "concurrency, probe concurrency and its fair shares, resync, batch window, logs, extra env, replicas",
         {
             "concurrency": 16,
             "probeConcurrency": 512,
+            "probeConcurrencyPerNamespace": 200,
+            "probeConcurrencyPerPortMapping": 50,
             "resyncSeconds": 60,
             "batchWindowMs": 0,
             "log": {"level": "debug", "format": "text"},
@@ -608,6 +612,8 @@ INVALID: list[tuple[Obj, str]] = [
     ({"concurrency": 0}, "/concurrency"),
     ({"concurrency": 65}, "/concurrency"),
     ({"probeConcurrency": 5000}, "/probeConcurrency"),
+    ({"probeConcurrencyPerNamespace": -1}, "/probeConcurrencyPerNamespace"),
+    ({"probeConcurrencyPerPortMapping": 5000}, "/probeConcurrencyPerPortMapping"),
     ({"resyncSeconds": 0}, "/resyncSeconds"),
     ({"batchWindowMs": 10001}, "/batchWindowMs"),
     ({"replicaCount": 0}, "/replicaCount"),
