@@ -189,6 +189,9 @@ def check_defaults() -> None:
         "PORTMAPPER_LEASE_GRACE_SECONDS": "5",
         "PORTMAPPER_CONCURRENCY": "4",
         "PORTMAPPER_PROBE_CONCURRENCY": "64",
+        "PORTMAPPER_MAX_PROBE_TARGETS_PER_PORTMAPPING": "4096",
+        "PORTMAPPER_MAX_PROBE_TARGETS_PER_NAMESPACE": "16384",
+        "PORTMAPPER_MAX_SLICES_PER_PORTMAPPING": "2000",
         "PORTMAPPER_RESYNC_SECONDS": "300",
         "PORTMAPPER_BATCH_WINDOW_MS": "500",
         "PORTMAPPER_NODE_LOOKUPS": "true",
@@ -290,6 +293,9 @@ def _tuning(objs: list[Obj]) -> None:
     assert e["PORTMAPPER_PROBE_CONCURRENCY_PER_PORTMAPPING"] == "50", e
     assert e["PORTMAPPER_RESYNC_SECONDS"] == "60", e
     assert e["PORTMAPPER_BATCH_WINDOW_MS"] == "0", e
+    budgets = ("PORTMAPPER_MAX_PROBE_TARGETS_PER_PORTMAPPING", "PORTMAPPER_MAX_PROBE_TARGETS_PER_NAMESPACE",
+               "PORTMAPPER_MAX_SLICES_PER_PORTMAPPING")
+    assert tuple(e[k] for k in budgets) == ("100", "400", "50"), e
     assert (e["PORTMAPPER_LOG_LEVEL"], e["PORTMAPPER_LOG_FORMAT"]) == ("debug", "text"), e
     assert e["EXTRA"] == "1", e
     assert one(objs, "Deployment")["spec"]["replicas"] == 3
@@ -477,6 +483,7 @@ CASES: list[Case] = [
             "probeConcurrencyPerPortMapping": 50,
             "resyncSeconds": 60,
             "batchWindowMs": 0,
+            "budgets": {"probeTargetsPerPortMapping": 100, "probeTargetsPerNamespace": 400, "slicesPerPortMapping": 50},
             "log": {"level": "debug", "format": "text"},
             "extraEnv": [{"name": "EXTRA", "value": "1"}],
             "replicaCount": 3,
@@ -615,6 +622,8 @@ INVALID: list[tuple[Obj, str]] = [
     ({"probeConcurrencyPerNamespace": -1}, "/probeConcurrencyPerNamespace"),
     ({"probeConcurrencyPerPortMapping": 5000}, "/probeConcurrencyPerPortMapping"),
     ({"resyncSeconds": 0}, "/resyncSeconds"),
+    ({"budgets": {"probeTargetsPerPortMapping": 0}}, "/budgets/probeTargetsPerPortMapping"),
+    ({"budgets": {"slicesPerPortMapping": "many"}}, "/budgets/slicesPerPortMapping"),
     ({"batchWindowMs": 10001}, "/batchWindowMs"),
     ({"replicaCount": 0}, "/replicaCount"),
     ({"leaderElection": {"leaseDurationSeconds": 1}}, "/leaderElection/leaseDurationSeconds"),

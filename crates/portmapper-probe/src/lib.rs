@@ -81,6 +81,6 @@ pub use prober::{
 // The key vocabulary is the planner's (`portmapper-api`), re-exported for convenience.
 pub use portmapper_api::network_key::{CheckPosition, IpFamily, NetworkKey};
 pub use target::{
-    AddrError, CheckType, ContainerPort, MappingKey, Membership, NetworkCheck, PodAddr, PoolPod,
-    ServicePort, Target,
+    AddrError, CheckType, ContainerPort, MappingKey, Membership, MetadataSource, NetworkCheck,
+    PodAddr, PodMetadata, PoolPod, ServicePort, Target,
 };

@@ -38,8 +38,8 @@ async fn hanging_probes_never_delay_a_results_read() {
                     ..HttpGetCheck::default()
                 }),
             );
-            t.pod.name = format!("kafka-{i}");
-            t.pod.uid = format!("uid-{i}");
+            std::sync::Arc::make_mut(&mut t.pod).name = format!("kafka-{i}");
+            std::sync::Arc::make_mut(&mut t.pod).uid = format!("uid-{i}");
             t.initial_membership = Membership::Included;
             t
         })

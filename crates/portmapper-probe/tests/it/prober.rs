@@ -138,8 +138,8 @@ fn prober(exec: &Arc<Scripted>, concurrency: usize, start_jitter: bool) -> (Prob
 
 pub(crate) fn pod_target(pod: &str, initial: Membership, success: i32, failure: i32) -> Target {
     let mut t = target("10.244.1.5:8080".parse().unwrap(), http_get("/"));
-    t.pod.name = pod.into();
-    t.pod.uid = format!("uid-{pod}");
+    std::sync::Arc::make_mut(&mut t.pod).name = pod.into();
+    std::sync::Arc::make_mut(&mut t.pod).uid = format!("uid-{pod}");
     t.initial_membership = initial;
     t.settings = ProbeSettings {
         period_seconds: 10,
@@ -345,7 +345,7 @@ async fn recreated_pod_starts_from_its_new_initial_membership() {
     settle().await;
     assert_eq!(membership(&prober, &old), Membership::Excluded);
     let mut new = old.clone();
-    new.pod.uid = "uid-a-2".into();
+    std::sync::Arc::make_mut(&mut new.pod).uid = "uid-a-2".into();
     new.initial_membership = Membership::Included;
     exec.script("a", &[Step::Hang]);
     prober.set_targets(&mapping(), [new.clone()]);

@@ -145,6 +145,18 @@ pub struct RunArgs {
     /// hold its own share (default: a quarter of --probe-concurrency).
     #[arg(long, env = "PORTMAPPER_PROBE_CONCURRENCY_PER_PORTMAPPING", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub probe_concurrency_per_portmapping: Option<u32>,
+    /// Probe targets one PortMapping may ask for: network check positions over the Service's
+    /// ports × pool pods × IP families. Over it, the PortMapping is Stalled (reason
+    /// TooManyProbeTargets) and keeps what it published.
+    #[arg(long, env = "PORTMAPPER_MAX_PROBE_TARGETS_PER_PORTMAPPING", default_value_t = 4_096, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_probe_targets_per_portmapping: u32,
+    /// Probe targets the PortMappings of one namespace may hold together.
+    #[arg(long, env = "PORTMAPPER_MAX_PROBE_TARGETS_PER_NAMESPACE", default_value_t = 16_384, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_probe_targets_per_namespace: u32,
+    /// EndpointSlices one PortMapping may publish. Over it, the PortMapping is Stalled (reason
+    /// TooManySlices) and keeps what it published.
+    #[arg(long, env = "PORTMAPPER_MAX_SLICES_PER_PORTMAPPING", default_value_t = 2_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_slices_per_portmapping: u32,
     /// A change that follows a PortMapping's last write within a fifth of this many
     /// milliseconds (a burst: a rolling restart) waits until this long after that write, and
     /// the burst's changes share writes; a change after a quiet spell is written at once.
@@ -194,7 +206,17 @@ impl RunArgs {
                     .probe_concurrency_per_portmapping
                     .and_then(|n| usize::try_from(n).ok()),
                 batch_window: Duration::from_millis(self.batch_window_ms),
+                budgets: self.budgets(),
             },
+        }
+    }
+
+    fn budgets(&self) -> portmapper_core::budget::Budgets {
+        let size = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
+        portmapper_core::budget::Budgets {
+            probe_targets_per_portmapping: size(self.max_probe_targets_per_portmapping),
+            probe_targets_per_namespace: size(self.max_probe_targets_per_namespace),
+            slices_per_portmapping: size(self.max_slices_per_portmapping),
         }
     }
 }

@@ -43,6 +43,8 @@ pub struct Settings {
     /// After a pass that wrote, how long the next pass of the same PortMapping waits (zero:
     /// none); see `batch_window.rs`.
     pub batch_window: Duration,
+    /// What one PortMapping, and one namespace, may ask of the operator.
+    pub budgets: portmapper_core::budget::Budgets,
 }
 
 /// The reflector stores a reconcile reads.
@@ -167,6 +169,7 @@ impl Context {
             probe_concurrency_per_namespace: None,
             probe_concurrency_per_portmapping: None,
             batch_window: Duration::ZERO,
+            budgets: portmapper_core::budget::Budgets::default(),
         };
         let (prober, probe_events) =
             crate::reconcile::probing::start(&settings, None, &metrics).expect("a prober starts");
