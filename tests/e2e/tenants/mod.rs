@@ -12,6 +12,7 @@
 //! plane of `rbac.rs` and its one-at-a-time lock.
 
 mod budgets;
+mod probing;
 mod published;
 
 use std::collections::BTreeMap;
