@@ -102,6 +102,8 @@ pub struct Context {
     pub prober: portmapper_probe::Prober,
     /// What the operator remembers per PortMapping.
     pub states: States,
+    /// Reconcile passes running per namespace: no namespace holds every worker.
+    pub passes: crate::reconcile::namespace_share::NamespaceShare,
 }
 
 impl Context {
@@ -112,6 +114,7 @@ impl Context {
     pub fn forget(&self, pm: &ObjectRef<PortMapping>) {
         self.states.forget(pm);
         self.trigger.forget(pm);
+        self.passes.forget(pm);
         let namespace = pm.namespace.as_deref().unwrap_or_default();
         self.prober
             .remove_mapping(&portmapper_probe::MappingKey::new(namespace, &pm.name));
@@ -191,6 +194,7 @@ impl Context {
             metrics,
             prober,
             states: States::default(),
+            passes: crate::reconcile::namespace_share::NamespaceShare::new(1, None),
         };
         let feeds = TestFeeds {
             portmappings: pm_writer,
