@@ -208,3 +208,54 @@ fn slice_amplification_is_refused_at_admission_or_stalled_before_any_write() {
     );
     victim_unharmed(&world, &b, &watch);
 }
+
+#[test]
+fn a_namespace_over_its_probe_budget_stalls_its_newest_portmapping_only() {
+    let flags = ["--max-probe-targets-per-namespace=40"];
+    let Some(world) = World::start("tenant-nsbudget", &json!({}), &flags) else {
+        return;
+    };
+    let checks = json!({"defaultChecks": fan_out(1, 16)});
+    let a = world.tenant("a");
+    a.ready_pod(
+        "one-1",
+        json!({"example.com/group": "one"}),
+        json!({}),
+        "10.244.4.1",
+    );
+    a.ready_pod(
+        "two-1",
+        json!({"example.com/group": "two"}),
+        json!({}),
+        "10.244.4.2",
+    );
+    // 16 checks × 2 ports × 1 pod = 32 targets: within the namespace's 40.
+    a.create(&service("one", ports(2)));
+    a.create(&portmapping("one", "example.com/group", checks.clone()));
+    world.wait_for("the first PortMapping planned", || {
+        a.condition("one", "Stalled").0 == "False"
+    });
+    // 16 more would make 48: the second one is stalled, the first keeps probing.
+    a.create(&service("two", ports(1)));
+    a.create(&portmapping("two", "example.com/group", checks.clone()));
+    let (reason, message) = a.wait_condition("two", "Stalled", "True");
+    assert_eq!(reason, "TooManyProbeTargets", "{message}");
+    assert!(
+        message.contains("48") && message.contains("--max-probe-targets-per-namespace"),
+        "{message}"
+    );
+    assert_eq!(a.condition("one", "Stalled").0, "False");
+    // Another namespace has a budget of its own.
+    let b = world.tenant("b");
+    b.ready_pod(
+        "one-1",
+        json!({"example.com/group": "one"}),
+        json!({}),
+        "10.244.5.1",
+    );
+    b.create(&service("one", ports(2)));
+    b.create(&portmapping("one", "example.com/group", checks));
+    world.wait_for("the other namespace's PortMapping planned", || {
+        b.condition("one", "Stalled").0 == "False"
+    });
+}
