@@ -187,35 +187,7 @@ mod inner {
             first.as_millis()
         );
 
-        // The attacker: 16 pods × 8 ports × 16 webhook checks = 2,048 targets, every probe
-        // hanging for 60 s (within admission's 16 checks per port and the default budgets).
-        let a = world.tenant("a");
-        a.create(&service("hog", 9000..9008));
-        let checks: Vec<Value> = (0..16).map(|_| webhook(TARPIT, Some(60))).collect();
-        a.create(&portmapping(
-            "hog",
-            "example.com/group",
-            json!({"defaultChecks": checks, "probe": {"periodSeconds": 60, "timeoutSeconds": 1}}),
-        ));
-        for i in 1..=16 {
-            a.ready_pod(
-                &format!("hog-{i}"),
-                json!({"example.com/group": "hog"}),
-                json!({}),
-                &format!("10.244.2.{i}"),
-            );
-        }
-        world.wait_for("the attacker's probes hanging", || {
-            tarpit.open() >= PER_PORTMAPPING
-        });
-        let attack_started = Instant::now();
-        // Let every pod's targets reach the prober (a FIFO budget would fill all 64 permits).
-        world.wait_for("the attacker's 2,048 targets set", || {
-            let pm: Value =
-                serde_json::from_str(&a.ok(&["get", "pm", "hog", "-o", "json"])).unwrap();
-            pm["status"]["observedGeneration"] == pm["metadata"]["generation"]
-                && every_attacker_target_set(&pm)
-        });
+        let attack_started = attack(&world, &tarpit);
 
         let attacked = publish_latency(&world, &b, "web-3", "10.244.1.3", 2);
         let open = tarpit.open();
@@ -239,6 +211,40 @@ mod inner {
             fewest.get("p8080").is_some_and(|&n| n >= 1),
             "the victim's port emptied during the attack: {fewest:?}"
         );
+    }
+
+    /// Tenant a's attack: 16 pods × 8 ports × 16 webhook checks = 2,048 targets, every probe
+    /// hanging for 60 s (within admission's 16 checks per port and the default budgets). Returns
+    /// once its probes hang and every target is set, with the instant the first ones hung.
+    fn attack(world: &World, tarpit: &Tarpit) -> Instant {
+        let a = world.tenant("a");
+        a.create(&service("hog", 9000..9008));
+        let checks: Vec<Value> = (0..16).map(|_| webhook(TARPIT, Some(60))).collect();
+        a.create(&portmapping(
+            "hog",
+            "example.com/group",
+            json!({"defaultChecks": checks, "probe": {"periodSeconds": 60, "timeoutSeconds": 1}}),
+        ));
+        for i in 1..=16 {
+            a.ready_pod(
+                &format!("hog-{i}"),
+                json!({"example.com/group": "hog"}),
+                json!({}),
+                &format!("10.244.2.{i}"),
+            );
+        }
+        world.wait_for("the attacker's probes hanging", || {
+            tarpit.open() >= PER_PORTMAPPING
+        });
+        let started = Instant::now();
+        // Every pod's targets reach the prober (a FIFO budget would fill all 64 permits).
+        world.wait_for("the attacker's 2,048 targets set", || {
+            let pm: Value =
+                serde_json::from_str(&a.ok(&["get", "pm", "hog", "-o", "json"])).unwrap();
+            pm["status"]["observedGeneration"] == pm["metadata"]["generation"]
+                && every_attacker_target_set(&pm)
+        });
+        started
     }
 
     /// Whether the attacker's status counts all 16 pods as candidates on all 8 ports: the pass
