@@ -34,9 +34,10 @@ pub struct Budgets {
 }
 
 impl Default for Budgets {
-    /// Sized from the measured cost (`docs/security.md`): a PortMapping at its probe budget
-    /// costs a few MiB, a namespace at its own about 4× that, and 2,000 slices hold 200,000
-    /// endpoints at the default `maxEndpointsPerSlice`.
+    /// Sized from the measured cost (`docs/security.md`, about 5 KiB per target): a
+    /// PortMapping at its probe budget costs about 20 MiB, a namespace at its own about 80 MiB,
+    /// within the chart's 256 Mi; 2,000 slices hold 200,000 endpoints at the default
+    /// `maxEndpointsPerSlice`.
     fn default() -> Self {
         Self {
             probe_targets_per_portmapping: 4_096,

@@ -293,17 +293,6 @@ impl Prober {
     pub fn mapping_keys(&self) -> Vec<MappingKey> {
         self.inner.read().keys().cloned().collect()
     }
-
-    /// Targets probed for the PortMappings of `namespace`, `except` left out: what a
-    /// namespace's budget counts besides the PortMapping being judged.
-    pub fn targets_in_namespace(&self, namespace: &str, except: &MappingKey) -> usize {
-        self.inner
-            .read()
-            .iter()
-            .filter(|(key, _)| key.namespace == namespace && *key != except)
-            .map(|(_, targets)| targets.len())
-            .sum()
-    }
 }
 
 impl Drop for Prober {

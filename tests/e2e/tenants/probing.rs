@@ -121,8 +121,8 @@ mod inner {
         let _ = stream.write_all(response.as_bytes());
     }
 
-    fn webhook(addr: &str, timeout_seconds: Option<u32>) -> Value {
-        let mut check = json!({"url": format!("http://{addr}/review")});
+    fn webhook(addr: &str, path: &str, timeout_seconds: Option<u32>) -> Value {
+        let mut check = json!({"url": format!("http://{addr}/{path}")});
         if let Some(t) = timeout_seconds {
             check["timeoutSeconds"] = json!(t);
         }
@@ -176,7 +176,7 @@ mod inner {
         b.create(&portmapping(
             "web",
             "example.com/group",
-            json!({"defaultChecks": [webhook(DECIDER, None)]}),
+            json!({"defaultChecks": [webhook(DECIDER, "review", None)]}),
         ));
         let first = publish_latency(&world, &b, "web-1", "10.244.1.1", 0);
         let watch = b.watch_published("web");
@@ -219,7 +219,10 @@ mod inner {
     fn attack(world: &World, tarpit: &Tarpit) -> Instant {
         let a = world.tenant("a");
         a.create(&service("hog", 9000..9008));
-        let checks: Vec<Value> = (0..16).map(|_| webhook(TARPIT, Some(60))).collect();
+        // Distinct URLs: identical checks would be probed once per pod and port.
+        let checks: Vec<Value> = (0..16)
+            .map(|i| webhook(TARPIT, &format!("review-{i}"), Some(60)))
+            .collect();
         a.create(&portmapping(
             "hog",
             "example.com/group",

@@ -113,6 +113,8 @@ pub async fn run_probing_with(
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
         prober,
+        probe_aliases: Default::default(),
+        demands: Default::default(),
         client,
         settings: settings.clone(),
         stores: stores.clone(),

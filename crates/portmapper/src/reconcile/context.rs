@@ -100,6 +100,10 @@ pub struct Context {
     pub recorder: Recorder,
     /// Probes network checks outside reconciles; reconciles read its cached results.
     pub prober: portmapper_probe::Prober,
+    /// The targets probed through an identical one, per PortMapping.
+    pub probe_aliases: crate::reconcile::probe_aliases::ProbeAliases,
+    /// The probe targets each PortMapping declared, for its namespace's budget.
+    pub demands: crate::reconcile::demands::Demands,
     /// What the operator remembers per PortMapping.
     pub states: States,
     /// Reconcile passes running per namespace: no namespace holds every worker.
@@ -116,8 +120,10 @@ impl Context {
         self.trigger.forget(pm);
         self.passes.forget(pm);
         let namespace = pm.namespace.as_deref().unwrap_or_default();
-        self.prober
-            .remove_mapping(&portmapper_probe::MappingKey::new(namespace, &pm.name));
+        let mapping = portmapper_probe::MappingKey::new(namespace, &pm.name);
+        self.prober.remove_mapping(&mapping);
+        self.probe_aliases.forget(&mapping);
+        self.demands.set(&mapping, 0);
         self.metrics.forget((namespace, &pm.name));
     }
 }
@@ -193,6 +199,8 @@ impl Context {
             leadership: Leadership::always(),
             metrics,
             prober,
+            probe_aliases: Default::default(),
+            demands: Default::default(),
             states: States::default(),
             passes: crate::reconcile::namespace_share::NamespaceShare::new(1, None),
         };

@@ -318,7 +318,7 @@ async fn plan_inputs(
     };
     Ok(Inputs {
         peers: gate_peers(ctx, pm, key, &refs, gated),
-        network: crate::reconcile::probing::results(&ctx.prober, pm),
+        network: crate::reconcile::probing::results(&ctx.prober, &ctx.probe_aliases, pm),
         owned_endpoints: owned_endpoints(ctx, uid),
         read_server: read_server || endpoints_read,
         service,

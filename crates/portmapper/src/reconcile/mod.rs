@@ -8,6 +8,7 @@ mod again;
 pub mod backoff;
 pub mod batch_window;
 pub mod context;
+pub mod demands;
 mod departed;
 mod execute;
 #[cfg(test)]
@@ -16,6 +17,7 @@ mod gather;
 pub mod namespace_share;
 mod plan;
 mod plan_metrics;
+pub mod probe_aliases;
 pub mod probing;
 mod stall;
 pub mod state;

@@ -106,6 +106,7 @@ fn planned(
     // The prober watches exactly what this plan looked up.
     let probed = crate::reconcile::probing::set_targets(
         &ctx.prober,
+        &ctx.probe_aliases,
         pm,
         &inputs.service,
         &inputs.pods,
@@ -150,12 +151,14 @@ fn planned(
 
 /// Whether `pm`'s pass stays within the operator's budgets ([`budget`]), judged from its
 /// inputs before the planner runs; the namespace's budget counts what its other PortMappings
-/// probe now.
+/// declared ([`Demands`](crate::reconcile::demands::Demands)). Within them, its own figure is
+/// recorded for theirs.
 fn within_budget(ctx: &Context, pm: &PortMapping, inputs: &Inputs) -> Result<(), OverBudget> {
     let demand = budget::demand(&pm.spec, &inputs.service, inputs.pods.len());
     let key = crate::reconcile::probing::mapping_key(pm);
-    let others = ctx.prober.targets_in_namespace(&key.namespace, &key);
-    budget::judge(&ctx.settings.budgets, &demand, others)
+    budget::judge(&ctx.settings.budgets, &demand, ctx.demands.others(&key))?;
+    ctx.demands.set(&key, demand.probe_targets);
+    Ok(())
 }
 
 /// The pass of a PortMapping the planner does not publish for (`stall`): its slices stay.

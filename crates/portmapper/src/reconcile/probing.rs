@@ -31,6 +31,7 @@ use tracing::debug;
 
 use crate::index::trigger::Trigger;
 use crate::reconcile::context::Settings;
+use crate::reconcile::probe_aliases::{ProbeAliases, dedupe};
 use crate::runtime::error::Error;
 use crate::runtime::metrics::Metrics;
 
@@ -101,9 +102,12 @@ pub fn retain(prober: &Prober, alive: &HashSet<MappingKey>) {
 /// Reads the PortMapping's cached, damped results as planner decisions. Never waits on a
 /// probe: a target whose first probe has not finished has no entry (the planner reads
 /// Abstain).
-pub fn results(prober: &Prober, pm: &PortMapping) -> NetworkDecisions {
+/// Targets probed through an identical one read its result ([`ProbeAliases`]).
+pub fn results(prober: &Prober, aliases: &ProbeAliases, pm: &PortMapping) -> NetworkDecisions {
     let key = mapping_key(pm);
-    decisions(&prober.results(&key), success_threshold(pm))
+    let mut results = prober.results(&key);
+    aliases.expand(&key, &mut results);
+    decisions(&results, success_threshold(pm))
 }
 
 /// The prober's work for one PortMapping after a plan.
@@ -119,6 +123,7 @@ pub struct Targets {
 /// `PlanInput::pods`, `network` what it read), keeping known targets' schedules and streaks.
 pub fn set_targets(
     prober: &Prober,
+    aliases: &ProbeAliases,
     pm: &PortMapping,
     service: &Service,
     pods: &[Arc<PodRecord>],
@@ -126,7 +131,8 @@ pub fn set_targets(
     network: &NetworkDecisions,
 ) -> Targets {
     let key = mapping_key(pm);
-    let targets = lookup_targets(pm, service, pods, lookups);
+    let (targets, aliased) = dedupe(lookup_targets(pm, service, pods, lookups));
+    aliases.set(&key, aliased);
     let watched = Targets {
         targets: targets.len(),
         awaiting_first_result: targets
