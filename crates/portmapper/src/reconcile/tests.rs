@@ -1265,7 +1265,7 @@ async fn a_backing_off_pass_does_not_resend_a_refused_status() {
 #[tokio::test]
 async fn a_pass_over_its_namespaces_share_of_workers_waits_for_one_of_its_namespace() {
     let mut w = World::new(Some(service()), vec![pod("pod-a", "10.244.0.1")]);
-    while let Ok(Some(_)) = w.feeds.queued.try_next() {}
+    while w.feeds.queued.try_recv().is_ok() {}
     // The test context's share is one pass per namespace: another PortMapping of the
     // namespace holds it.
     let other = reflector::ObjectRef::new("other").within(NS);
@@ -1277,9 +1277,9 @@ async fn a_pass_over_its_namespaces_share_of_workers_waits_for_one_of_its_namesp
         Vec::<String>::new(),
         "deferred: no request"
     );
-    assert!(w.feeds.queued.try_next().is_err(), "not queued again yet");
+    assert!(w.feeds.queued.try_recv().is_err(), "not queued again yet");
     drop(held);
-    let queued = w.feeds.queued.try_next().unwrap().unwrap();
+    let queued = w.feeds.queued.try_recv().unwrap();
     assert_eq!(queued, reflector::ObjectRef::from_obj(&w.pm));
     w.reconcile().await.unwrap();
     assert_eq!(
