@@ -348,7 +348,7 @@ fn http_addr(log: &str) -> String {
 }
 
 /// A plain HTTP/1.0 GET on loopback: (status, body).
-fn http_get(addr: &str, path: &str) -> (u16, String) {
+pub(crate) fn http_get(addr: &str, path: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();

@@ -12,8 +12,10 @@
 //! plane of `rbac.rs` and its one-at-a-time lock.
 
 mod budgets;
+mod metrics;
 mod probing;
 mod published;
+mod watches;
 
 use std::collections::BTreeMap;
 use std::process::{Command, Output, Stdio};

@@ -43,6 +43,16 @@ pub enum Stall {
     },
     /// The planner refused (a bug or a broken input: nothing is written).
     PlanFailed(String),
+    /// Its pool's label key is over its namespace's cap on pod watches: its pods are not
+    /// watched, so it plans nothing and keeps what it published.
+    TooManyPodWatches {
+        /// The namespace.
+        namespace: String,
+        /// Its pool's label key.
+        key: String,
+        /// The cap (`--max-pod-watches-per-namespace`).
+        cap: usize,
+    },
     /// It asks for more than one of the operator's budgets allows
     /// ([`crate::budget`]): what it published stays, nothing new is probed or written.
     OverBudget(crate::budget::OverBudget),
@@ -56,6 +66,7 @@ impl Stall {
             Self::ServiceClaimed { .. } => "ServiceClaimed",
             Self::ServiceNotFound { .. } => "ServiceNotFound",
             Self::PlanFailed(_) => "PlanFailed",
+            Self::TooManyPodWatches { .. } => "TooManyPodWatches",
             Self::OverBudget(over) => over.budget.reason(),
         }
     }
@@ -70,6 +81,14 @@ impl Stall {
             Self::ServiceNotFound { namespace, service } => status::stalled(
                 self.reason(),
                 status::service_not_found_message(namespace, service),
+            ),
+            Self::TooManyPodWatches {
+                namespace,
+                key,
+                cap,
+            } => status::stalled(
+                self.reason(),
+                status::pod_watches_message(namespace, key, *cap),
             ),
             Self::OverBudget(over) => status::stalled(self.reason(), over.message()),
         }
@@ -86,6 +105,11 @@ impl Stall {
                 status::service_not_found_message(namespace, service)
             }
             Self::OverBudget(over) => over.message(),
+            Self::TooManyPodWatches {
+                namespace,
+                key,
+                cap,
+            } => status::pod_watches_message(namespace, key, *cap),
         };
         format!("PortMapping {portmapping} publishes nothing new: {detail}")
     }

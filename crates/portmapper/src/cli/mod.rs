@@ -163,6 +163,15 @@ pub struct RunArgs {
     /// 0 writes at every change.
     #[arg(long, env = "PORTMAPPER_BATCH_WINDOW_MS", default_value_t = crate::reconcile::batch_window::DEFAULT_BATCH_WINDOW_MS, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub batch_window_ms: u64,
+    /// Label-selected pod watches per namespace: one per distinct `pods.key` (`from: Label`)
+    /// of the namespace's PortMappings, oldest first; the PortMappings of keys over the cap
+    /// are Stalled (`TooManyPodWatches`) and keep what they published.
+    #[arg(long, env = "PORTMAPPER_MAX_POD_WATCHES_PER_NAMESPACE", default_value_t = crate::index::DEFAULT_MAX_POD_WATCHES as u32, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub max_pod_watches_per_namespace: u32,
+    /// `portmapper_endpoints_published` series per PortMapping: its first ports (by name),
+    /// the rest summed into one series per address type with `port="_other"`; 0 sums them all.
+    #[arg(long, env = "PORTMAPPER_METRICS_MAX_PORT_SERIES", default_value_t = crate::runtime::metrics::DEFAULT_MAX_PORT_SERIES as u32, value_parser = clap::value_parser!(u32).range(0..=4096))]
+    pub metrics_max_port_series: u32,
     /// Restart a watch that is open but has received nothing, not even a bookmark, for this many
     /// seconds (the API server bookmarks about once a minute); `/readyz` fails meanwhile.
     #[arg(long, env = "PORTMAPPER_WATCH_STALL_SECONDS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
@@ -186,6 +195,7 @@ impl RunArgs {
         RunConfig {
             kubeconfig: self.kubeconfig.clone(),
             http_addr: self.http_addr,
+            metrics_max_port_series: self.metrics_max_port_series as usize,
             leader,
             watch_policy: WatchPolicy {
                 stall_after: Duration::from_secs(self.watch_stall_seconds),
@@ -206,6 +216,7 @@ impl RunArgs {
                     .probe_concurrency_per_portmapping
                     .and_then(|n| usize::try_from(n).ok()),
                 batch_window: Duration::from_millis(self.batch_window_ms),
+                max_pod_watches_per_namespace: self.max_pod_watches_per_namespace as usize,
                 budgets: self.budgets(),
             },
         }

@@ -87,12 +87,10 @@ pub async fn run_probing_with(
         metrics: metrics.clone(),
     };
     let mut tasks = tokio::task::JoinSet::new();
-    let pods = PodWatches::new(
-        client.clone(),
-        settings.namespace.clone(),
-        index.clone(),
-        feeds.clone(),
-    );
+    index
+        .lock()
+        .limit_label_watches(Some(settings.max_pod_watches_per_namespace));
+    let pods = PodWatches::new(client.clone(), index.clone(), feeds.clone());
     let (portmappings, pm_events) =
         inputs::portmappings(&client, &settings.namespace, &index, &pods, &feeds);
     // A PortMapping whose status alone changed (our own status write coming back) is not

@@ -43,6 +43,8 @@ pub struct Settings {
     /// After a pass that wrote, how long the next pass of the same PortMapping waits (zero:
     /// none); see `batch_window.rs`.
     pub batch_window: Duration,
+    /// Label-selected pod watches per namespace (`index/pod_watches.rs`).
+    pub max_pod_watches_per_namespace: usize,
     /// What one PortMapping, and one namespace, may ask of the operator.
     pub budgets: portmapper_core::budget::Budgets,
 }
@@ -178,6 +180,7 @@ impl Context {
             probe_concurrency_per_namespace: None,
             probe_concurrency_per_portmapping: None,
             batch_window: Duration::ZERO,
+            max_pod_watches_per_namespace: crate::index::DEFAULT_MAX_POD_WATCHES,
             budgets: portmapper_core::budget::Budgets::default(),
         };
         let (prober, probe_events) =

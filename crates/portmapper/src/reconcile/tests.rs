@@ -116,7 +116,10 @@ impl World {
                 .services
                 .apply_watcher_event(&watcher::Event::Apply(service));
         }
-        let source = PodSource::Label("app".into());
+        let source = PodSource::Label {
+            namespace: NS.into(),
+            key: "app".into(),
+        };
         {
             let mut idx = ctx.index.lock();
             idx.apply_portmapping(&pm);
@@ -152,7 +155,10 @@ impl World {
     /// A pod event of the pool's watch: the index, then the reconciles it queues.
     fn pod_seen(&self, pod: Pod) {
         let affected = self.ctx.index.lock().apply_pod(
-            &PodSource::Label("app".into()),
+            &PodSource::Label {
+                namespace: NS.into(),
+                key: "app".into(),
+            },
             Arc::new(PodRecord::from(pod)),
         );
         self.queue(affected);
