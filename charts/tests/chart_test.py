@@ -291,6 +291,8 @@ def _lease(objs: list[Obj]) -> None:
 def _tuning(objs: list[Obj]) -> None:
     e = env(objs)
     assert (e["PORTMAPPER_CONCURRENCY"], e["PORTMAPPER_PROBE_CONCURRENCY"]) == ("16", "512"), e
+    assert e["PORTMAPPER_PROBE_CONCURRENCY_PER_NAMESPACE"] == "200", e
+    assert e["PORTMAPPER_PROBE_CONCURRENCY_PER_PORTMAPPING"] == "50", e
     assert e["PORTMAPPER_RESYNC_SECONDS"] == "60", e
     assert e["PORTMAPPER_BATCH_WINDOW_MS"] == "0", e
     assert e["PORTMAPPER_MAX_POD_WATCHES_PER_NAMESPACE"] == "4", e
@@ -477,10 +479,12 @@ CASES: list[Case] = [
         _lease,
     ),
     (
-        "concurrency, probe concurrency, resync, batch window, pod watches, logs, extra env, replicas",
+        "concurrency, probe concurrency and its fair shares, resync, batch window, pod watches, logs, extra env, replicas",
         {
             "concurrency": 16,
             "probeConcurrency": 512,
+            "probeConcurrencyPerNamespace": 200,
+            "probeConcurrencyPerPortMapping": 50,
             "resyncSeconds": 60,
             "batchWindowMs": 0,
             "maxPodWatchesPerNamespace": 4,
@@ -621,6 +625,8 @@ INVALID: list[tuple[Obj, str]] = [
     ({"concurrency": 0}, "/concurrency"),
     ({"concurrency": 65}, "/concurrency"),
     ({"probeConcurrency": 5000}, "/probeConcurrency"),
+    ({"probeConcurrencyPerNamespace": -1}, "/probeConcurrencyPerNamespace"),
+    ({"probeConcurrencyPerPortMapping": 5000}, "/probeConcurrencyPerPortMapping"),
     ({"resyncSeconds": 0}, "/resyncSeconds"),
     ({"budgets": {"probeTargetsPerPortMapping": 0}}, "/budgets/probeTargetsPerPortMapping"),
     ({"budgets": {"slicesPerPortMapping": "many"}}, "/budgets/slicesPerPortMapping"),

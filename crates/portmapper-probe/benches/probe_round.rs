@@ -149,8 +149,11 @@ async fn round(concurrency: usize, targets: Vec<Target>) -> Duration {
     let counter = Arc::new(RoundCounter::default());
     counter.want.store(targets.len(), Ordering::SeqCst);
     let (prober, _events) = Prober::network(
+        // One PortMapping: its share is the whole bound, so a round measures the global bound.
         ProberConfig {
             concurrency,
+            concurrency_per_namespace: Some(concurrency),
+            concurrency_per_mapping: Some(concurrency),
             start_jitter: false,
         },
         ExecutorConfig {

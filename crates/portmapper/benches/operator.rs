@@ -125,6 +125,8 @@ async fn main() {
         max_pod_watches_per_namespace: portmapper::index::DEFAULT_MAX_POD_WATCHES,
         budgets: portmapper_core::budget::Budgets::default(),
         probe_concurrency: 16,
+        probe_concurrency_per_namespace: None,
+        probe_concurrency_per_portmapping: None,
     };
     let task = tokio::spawn(controller::run(
         client.clone(),

@@ -13,6 +13,7 @@
 
 mod budgets;
 mod metrics;
+mod probing;
 mod published;
 mod watches;
 

@@ -88,8 +88,11 @@ async fn inner_probes_pod_ips_in_namespace() {
 
     // End to end through the prober: pod b's port goes down, pod a's stays.
     let (prober, mut events) = Prober::network(
+        // One PortMapping that may use the whole bound.
         ProberConfig {
             concurrency: 8,
+            concurrency_per_namespace: Some(8),
+            concurrency_per_mapping: Some(8),
             start_jitter: false,
         },
         ExecutorConfig::default(),

@@ -14,8 +14,11 @@ use crate::support::*;
 async fn hanging_probes_never_delay_a_results_read() {
     let hanging = HttpServer::start(LOCALHOST, Reply::Hang).await;
     let (prober, _events) = Prober::network(
+        // One PortMapping that may use the whole bound.
         ProberConfig {
             concurrency: 4,
+            concurrency_per_namespace: Some(4),
+            concurrency_per_mapping: Some(4),
             start_jitter: false,
         },
         ExecutorConfig {

@@ -137,6 +137,14 @@ pub struct RunArgs {
     /// Network probes in flight at once, across all PortMappings.
     #[arg(long, env = "PORTMAPPER_PROBE_CONCURRENCY", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub probe_concurrency: u32,
+    /// Network probes in flight at once for the PortMappings of one namespace, so one tenant's
+    /// hanging probes leave the rest to others (default: half of --probe-concurrency).
+    #[arg(long, env = "PORTMAPPER_PROBE_CONCURRENCY_PER_NAMESPACE", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub probe_concurrency_per_namespace: Option<u32>,
+    /// Network probes in flight at once for one PortMapping, so its hanging probes only ever
+    /// hold its own share (default: a quarter of --probe-concurrency).
+    #[arg(long, env = "PORTMAPPER_PROBE_CONCURRENCY_PER_PORTMAPPING", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub probe_concurrency_per_portmapping: Option<u32>,
     /// Probe targets one PortMapping may ask for: network check positions over the Service's
     /// ports × pool pods × IP families. Over it, the PortMapping is Stalled (reason
     /// TooManyProbeTargets) and keeps what it published.
@@ -201,6 +209,12 @@ impl RunArgs {
                 instance: identity,
                 probe_concurrency: usize::try_from(self.probe_concurrency)
                     .unwrap_or(portmapper_probe::DEFAULT_CONCURRENCY),
+                probe_concurrency_per_namespace: self
+                    .probe_concurrency_per_namespace
+                    .and_then(|n| usize::try_from(n).ok()),
+                probe_concurrency_per_portmapping: self
+                    .probe_concurrency_per_portmapping
+                    .and_then(|n| usize::try_from(n).ok()),
                 batch_window: Duration::from_millis(self.batch_window_ms),
                 max_pod_watches_per_namespace: self.max_pod_watches_per_namespace as usize,
                 budgets: self.budgets(),
@@ -417,6 +431,8 @@ mod tests {
             "--resync-seconds=7",
             "--node-lookups=false",
             "--probe-concurrency=3",
+            "--probe-concurrency-per-namespace=2",
+            "--probe-concurrency-per-portmapping=1",
             "--watch-stall-seconds=11",
             "--http-addr=127.0.0.1:9",
             "--kubeconfig=/tmp/kc",
@@ -429,6 +445,8 @@ mod tests {
         assert_eq!(config.settings.resync, Duration::from_secs(7));
         assert!(!config.settings.node_lookups);
         assert_eq!(config.settings.probe_concurrency, 3);
+        assert_eq!(config.settings.probe_concurrency_per_namespace, Some(2));
+        assert_eq!(config.settings.probe_concurrency_per_portmapping, Some(1));
         assert_eq!(config.watch_policy.stall_after, Duration::from_secs(11));
         assert_eq!(
             config.watch_policy.backoff_max,

@@ -26,6 +26,7 @@ use crate::controller::watches::Feeds;
 use crate::index::SharedIndex;
 use crate::index::trigger::Trigger;
 use crate::reconcile::context::{Context, Settings};
+use crate::reconcile::namespace_share::NamespaceShare;
 use crate::reconcile::state::States;
 use crate::runtime::error::Error;
 use crate::runtime::http::Readiness;
@@ -120,6 +121,7 @@ pub async fn run_probing_with(
         leadership: leadership.clone(),
         metrics: metrics.clone(),
         states: States::new(settings.batch_window),
+        passes: NamespaceShare::new(settings.concurrency, settings.namespace.as_deref()),
     });
     let synced = housekeeping::spawn(&mut tasks, stores, readiness, pods, ctx.clone());
     metrics.leader.set(i64::from(leadership.is_leader()));
@@ -152,8 +154,7 @@ fn start_prober(
     trigger: &Trigger,
     tasks: &mut tokio::task::JoinSet<()>,
 ) -> Result<portmapper_probe::Prober, Error> {
-    let (prober, events) =
-        crate::reconcile::probing::start(settings.probe_concurrency, executor, metrics)?;
+    let (prober, events) = crate::reconcile::probing::start(settings, executor, metrics)?;
     tasks.spawn(crate::reconcile::probing::forward_events(
         events,
         trigger.clone(),

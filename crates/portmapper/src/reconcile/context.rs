@@ -34,6 +34,12 @@ pub struct Settings {
     pub instance: Option<String>,
     /// Network probes in flight at once, across all PortMappings.
     pub probe_concurrency: usize,
+    /// Network probes in flight at once for one namespace's PortMappings (None: half of
+    /// `probe_concurrency`).
+    pub probe_concurrency_per_namespace: Option<usize>,
+    /// Network probes in flight at once for one PortMapping (None: a quarter of
+    /// `probe_concurrency`).
+    pub probe_concurrency_per_portmapping: Option<usize>,
     /// After a pass that wrote, how long the next pass of the same PortMapping waits (zero:
     /// none); see `batch_window.rs`.
     pub batch_window: Duration,
@@ -102,6 +108,8 @@ pub struct Context {
     pub demands: crate::reconcile::demands::Demands,
     /// What the operator remembers per PortMapping.
     pub states: States,
+    /// Reconcile passes running per namespace: no namespace holds every worker.
+    pub passes: crate::reconcile::namespace_share::NamespaceShare,
 }
 
 impl Context {
@@ -113,6 +121,7 @@ impl Context {
     pub fn forget(&self, pm: &ObjectRef<PortMapping>) {
         self.states.forget(pm);
         self.trigger.forget(pm);
+        self.passes.forget(pm);
         let namespace = pm.namespace.as_deref().unwrap_or_default();
         let mapping = portmapper_probe::MappingKey::new(namespace, &pm.name);
         self.prober.remove_mapping(&mapping);
@@ -157,27 +166,30 @@ impl Context {
         let (tx, queued) = futures::channel::mpsc::unbounded();
         let trigger = Trigger::new(tx);
         let index = SharedIndex::default();
-        let (prober, probe_events) =
-            crate::reconcile::probing::start(1, None, &metrics).expect("a prober starts");
         let (portmappings, pm_writer) = listed();
         let (services, svc_writer) = listed();
         let (slices, slice_writer) = listed();
         let (owned_endpoints, endpoints_writer) = listed();
         let (foreign_slices, foreign_writer) = listed();
+        let settings = Settings {
+            namespace: None,
+            concurrency: 1,
+            resync: Duration::from_secs(300),
+            node_lookups: false,
+            instance: None,
+            probe_concurrency: 1,
+            probe_concurrency_per_namespace: None,
+            probe_concurrency_per_portmapping: None,
+            batch_window: Duration::ZERO,
+            max_pod_watches_per_namespace: crate::index::DEFAULT_MAX_POD_WATCHES,
+            budgets: portmapper_core::budget::Budgets::default(),
+        };
+        let (prober, probe_events) =
+            crate::reconcile::probing::start(&settings, None, &metrics).expect("a prober starts");
         let ctx = Self {
             recorder: Recorder::new(client.clone(), "portmapper".into()),
             client,
-            settings: Settings {
-                namespace: None,
-                concurrency: 1,
-                resync: Duration::from_secs(300),
-                node_lookups: false,
-                instance: None,
-                probe_concurrency: 1,
-                batch_window: Duration::ZERO,
-                max_pod_watches_per_namespace: crate::index::DEFAULT_MAX_POD_WATCHES,
-                budgets: portmapper_core::budget::Budgets::default(),
-            },
+            settings,
             stores: Stores {
                 portmappings,
                 services,
@@ -194,6 +206,7 @@ impl Context {
             probe_aliases: Default::default(),
             demands: Default::default(),
             states: States::default(),
+            passes: crate::reconcile::namespace_share::NamespaceShare::new(1, None),
         };
         let feeds = TestFeeds {
             portmappings: pm_writer,

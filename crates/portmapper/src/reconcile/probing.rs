@@ -30,6 +30,7 @@ use portmapper_probe::{
 use tracing::debug;
 
 use crate::index::trigger::Trigger;
+use crate::reconcile::context::Settings;
 use crate::reconcile::probe_aliases::{ProbeAliases, dedupe};
 use crate::runtime::error::Error;
 use crate::runtime::metrics::Metrics;
@@ -50,15 +51,17 @@ impl std::fmt::Debug for CustomExecutor {
     }
 }
 
-/// Starts the operator's prober: probes over the network (or with `executor`), `concurrency`
-/// in flight at most, reporting to the operator's `/metrics`.
+/// Starts the operator's prober: probes over the network (or with `executor`), within the
+/// settings' probe concurrency bounds, reporting to the operator's `/metrics`.
 pub fn start(
-    concurrency: usize,
+    settings: &Settings,
     executor: Option<CustomExecutor>,
     metrics: &Metrics,
 ) -> Result<(Prober, ProbeEvents), Error> {
     let config = ProberConfig {
-        concurrency,
+        concurrency: settings.probe_concurrency,
+        concurrency_per_namespace: settings.probe_concurrency_per_namespace,
+        concurrency_per_mapping: settings.probe_concurrency_per_portmapping,
         ..ProberConfig::default()
     };
     let metrics = Arc::new(metrics.probe.clone());

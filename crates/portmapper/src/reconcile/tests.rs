@@ -1347,3 +1347,34 @@ async fn a_failing_withdrawal_climbs_its_backoff_and_warns_once() {
     );
     assert!(!w.ctx.states.backoff.failing(&key));
 }
+
+/// A pass that would let its namespace hold every reconcile worker gives its worker back at
+/// once and writes nothing; it is queued again when a pass of its namespace ends.
+#[tokio::test]
+async fn a_pass_over_its_namespaces_share_of_workers_waits_for_one_of_its_namespace() {
+    let mut w = World::new(Some(service()), vec![pod("pod-a", "10.244.0.1")]);
+    while w.feeds.queued.try_recv().is_ok() {}
+    // The test context's share is one pass per namespace: another PortMapping of the
+    // namespace holds it.
+    let other = reflector::ObjectRef::new("other").within(NS);
+    let held = w.ctx.passes.enter(&other, &w.ctx.trigger).unwrap();
+    let action = w.reconcile().await.unwrap();
+    assert_eq!(action, kube::runtime::controller::Action::await_change());
+    assert_eq!(
+        w.api.take_lines(),
+        Vec::<String>::new(),
+        "deferred: no request"
+    );
+    assert!(w.feeds.queued.try_recv().is_err(), "not queued again yet");
+    drop(held);
+    let queued = w.feeds.queued.try_recv().unwrap();
+    assert_eq!(queued, reflector::ObjectRef::from_obj(&w.pm));
+    w.reconcile().await.unwrap();
+    assert_eq!(
+        w.api.take_lines(),
+        [
+            format!("PATCH {SLICES}/web.http"),
+            format!("PATCH {STATUS}")
+        ]
+    );
+}

@@ -72,6 +72,8 @@ async fn instance(h: &Harness, config: LeaderConfig) -> Instance {
         max_pod_watches_per_namespace: portmapper::index::DEFAULT_MAX_POD_WATCHES,
         budgets: portmapper_core::budget::Budgets::default(),
         probe_concurrency: 4,
+        probe_concurrency_per_namespace: None,
+        probe_concurrency_per_portmapping: None,
     };
     let metrics = Metrics::new();
     let (l, m, stop) = (leadership.clone(), metrics.clone(), shutdown.clone());
