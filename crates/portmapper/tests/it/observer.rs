@@ -93,7 +93,8 @@ impl Observer {
             .collect();
         let state = Arc::new(Mutex::new(State::default()));
         let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
-        let stream = watcher::watcher(api, watcher::Config::default().labels(MANAGED_BY_SELECTOR));
+        let stream =
+            crate::harness::watch(api, watcher::Config::default().labels(MANAGED_BY_SELECTOR));
         let task = {
             let state = state.clone();
             tokio::spawn(async move {

@@ -799,7 +799,7 @@ fn watch_slices(h: &Harness, service: &str) -> (Arc<Mutex<Vec<SliceVersion>>>, J
         let seen = seen.clone();
         tokio::spawn(async move {
             let mut versions = std::collections::HashSet::new();
-            let mut stream = std::pin::pin!(watcher::watcher(api, config));
+            let mut stream = std::pin::pin!(watch(api, config));
             while let Some(event) = stream.next().await {
                 let slice = match event {
                     Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => s,
