@@ -15,6 +15,8 @@
 //! Rounds of each case: `PORTMAPPER_REAL_FAULT_ROUNDS` (1 in `make test`, 3 in `make soak`);
 //! the throttled window: `PORTMAPPER_BACKOFF_SECONDS` (10, 60 in `make soak`).
 //! `PORTMAPPER_REAL_FAULT_TRACE=1` prints the operator's requests from each fault on.
+//! `PORTMAPPER_REAL_FAULT_DEBUG=1` writes the operator's debug log (and kube-runtime's) to stderr:
+//! run `real_faults::` alone with it, as it installs the process's tracing subscriber.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -161,6 +163,12 @@ async fn api_answers(h: &Harness) -> Timestamp {
 /// A world on this module's plane: the churn pool of `name`, the operator as a ServiceAccount
 /// in process (production client), published, observed.
 async fn world(plane: &'static ControlPlane, name: &str, octet: u8) -> (Harness, Observer) {
+    if std::env::var_os("PORTMAPPER_REAL_FAULT_DEBUG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("portmapper=debug,kube_runtime=debug")
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let mut h = Harness::new_on(plane).await;
     let (config, _) = service_account(&h, "portmapper").await;
     churn::pool(&h, name, octet, churn::PODS).await;
