@@ -41,7 +41,7 @@ use crate::backoff::{Attempts, at_most_one_per_second, attempts, most_requests};
 use crate::churn::{self, Churn, Churned};
 use crate::harness::*;
 use crate::observer::Observer;
-use crate::procs::{Operator, env_count, seed};
+use crate::procs::{Operator, bound, env_count, seed};
 use crate::requests::Request;
 
 /// The target: converged within 5 s of the fault's end (the API server answering
@@ -260,14 +260,18 @@ fn report(case: &str, f: &Figures) {
         f.since_churn,
         f.since_back
     );
+    // Correctness bounds (the 5 s target in `make soak`): the operator's own waits are capped
+    // at 4 s (a write window) and 3.75 s (a re-watch), so 12 s is only exceeded by a wait that
+    // is not ours to take (kube's 30 s watch backoff, a resync) or by no convergence at all.
+    let bound = bound(CONVERGE, Duration::from_secs(12));
     assert!(
-        f.since_churn <= CONVERGE,
-        "{case}: converged {:?} after the churn ended (bound {CONVERGE:?})",
+        f.since_churn <= bound,
+        "{case}: converged {:?} after the churn ended (bound {bound:?})",
         f.since_churn
     );
     assert!(
-        f.since_back <= CONVERGE,
-        "{case}: converged {:?} after the API server answered again (bound {CONVERGE:?})",
+        f.since_back <= bound,
+        "{case}: converged {:?} after the API server answered again (bound {bound:?})",
         f.since_back
     );
 }
