@@ -189,9 +189,14 @@ def check_defaults() -> None:
         "PORTMAPPER_LEASE_GRACE_SECONDS": "5",
         "PORTMAPPER_CONCURRENCY": "4",
         "PORTMAPPER_PROBE_CONCURRENCY": "64",
+        "PORTMAPPER_MAX_PROBE_TARGETS_PER_PORTMAPPING": "4096",
+        "PORTMAPPER_MAX_PROBE_TARGETS_PER_NAMESPACE": "16384",
+        "PORTMAPPER_MAX_SLICES_PER_PORTMAPPING": "2000",
         "PORTMAPPER_RESYNC_SECONDS": "300",
         "PORTMAPPER_BATCH_WINDOW_MS": "500",
         "PORTMAPPER_NODE_LOOKUPS": "true",
+        "PORTMAPPER_MAX_POD_WATCHES_PER_NAMESPACE": "16",
+        "PORTMAPPER_METRICS_MAX_PORT_SERIES": "16",
         "PORTMAPPER_LOG_LEVEL": "info,kube=warn",
         "PORTMAPPER_LOG_FORMAT": "json",
     }, e
@@ -286,8 +291,14 @@ def _lease(objs: list[Obj]) -> None:
 def _tuning(objs: list[Obj]) -> None:
     e = env(objs)
     assert (e["PORTMAPPER_CONCURRENCY"], e["PORTMAPPER_PROBE_CONCURRENCY"]) == ("16", "512"), e
+    assert e["PORTMAPPER_PROBE_CONCURRENCY_PER_NAMESPACE"] == "200", e
+    assert e["PORTMAPPER_PROBE_CONCURRENCY_PER_PORTMAPPING"] == "50", e
     assert e["PORTMAPPER_RESYNC_SECONDS"] == "60", e
     assert e["PORTMAPPER_BATCH_WINDOW_MS"] == "0", e
+    assert e["PORTMAPPER_MAX_POD_WATCHES_PER_NAMESPACE"] == "4", e
+    budgets = ("PORTMAPPER_MAX_PROBE_TARGETS_PER_PORTMAPPING", "PORTMAPPER_MAX_PROBE_TARGETS_PER_NAMESPACE",
+               "PORTMAPPER_MAX_SLICES_PER_PORTMAPPING")
+    assert tuple(e[k] for k in budgets) == ("100", "400", "50"), e
     assert (e["PORTMAPPER_LOG_LEVEL"], e["PORTMAPPER_LOG_FORMAT"]) == ("debug", "text"), e
     assert e["EXTRA"] == "1", e
     assert one(objs, "Deployment")["spec"]["replicas"] == 3
@@ -314,6 +325,7 @@ def _metrics(objs: list[Obj]) -> None:
     assert svc["metadata"]["annotations"] == {"a": "b"}
     assert container(objs)["ports"][0]["containerPort"] == 9090
     assert env(objs)["PORTMAPPER_HTTP_ADDR"] == "0.0.0.0:9090"
+    assert env(objs)["PORTMAPPER_METRICS_MAX_PORT_SERIES"] == "0"
     sm = one(objs, "ServiceMonitor")
     assert sm["apiVersion"] == "monitoring.coreos.com/v1"
     assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
@@ -467,12 +479,16 @@ CASES: list[Case] = [
         _lease,
     ),
     (
-        "concurrency, probe concurrency, resync, batch window, logs, extra env, replicas",
+        "concurrency, probe concurrency and its fair shares, resync, batch window, pod watches, logs, extra env, replicas",
         {
             "concurrency": 16,
             "probeConcurrency": 512,
+            "probeConcurrencyPerNamespace": 200,
+            "probeConcurrencyPerPortMapping": 50,
             "resyncSeconds": 60,
             "batchWindowMs": 0,
+            "maxPodWatchesPerNamespace": 4,
+            "budgets": {"probeTargetsPerPortMapping": 100, "probeTargetsPerNamespace": 400, "slicesPerPortMapping": 50},
             "log": {"level": "debug", "format": "text"},
             "extraEnv": [{"name": "EXTRA", "value": "1"}],
             "replicaCount": 3,
@@ -493,6 +509,7 @@ CASES: list[Case] = [
         {
             "metrics": {
                 "port": 9090,
+                "maxPortSeries": 0,
                 "service": {"port": 9000, "type": "NodePort", "annotations": {"a": "b"}},
                 "serviceMonitor": {
                     "enabled": True,
@@ -608,8 +625,14 @@ INVALID: list[tuple[Obj, str]] = [
     ({"concurrency": 0}, "/concurrency"),
     ({"concurrency": 65}, "/concurrency"),
     ({"probeConcurrency": 5000}, "/probeConcurrency"),
+    ({"probeConcurrencyPerNamespace": -1}, "/probeConcurrencyPerNamespace"),
+    ({"probeConcurrencyPerPortMapping": 5000}, "/probeConcurrencyPerPortMapping"),
     ({"resyncSeconds": 0}, "/resyncSeconds"),
+    ({"budgets": {"probeTargetsPerPortMapping": 0}}, "/budgets/probeTargetsPerPortMapping"),
+    ({"budgets": {"slicesPerPortMapping": "many"}}, "/budgets/slicesPerPortMapping"),
     ({"batchWindowMs": 10001}, "/batchWindowMs"),
+    ({"maxPodWatchesPerNamespace": 0}, "/maxPodWatchesPerNamespace"),
+    ({"metrics": {"maxPortSeries": 4097}}, "/metrics/maxPortSeries"),
     ({"replicaCount": 0}, "/replicaCount"),
     ({"leaderElection": {"leaseDurationSeconds": 1}}, "/leaderElection/leaseDurationSeconds"),
     ({"leaderElection": {"leaseGraceSeconds": 15}}, "leaseGraceSeconds must be smaller"),

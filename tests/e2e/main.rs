@@ -17,3 +17,4 @@ mod env;
 mod examples;
 mod quickstart;
 mod rbac;
+mod tenants;

@@ -23,7 +23,7 @@ use crate::env::{Cluster, Proc, TempDir, bin, kubectl_available, repo};
 const WAIT: Duration = Duration::from_secs(30);
 
 /// The control plane of the cluster-wide scenarios, and the lock that runs them one at a time.
-fn cluster_wide() -> (&'static ControlPlane, std::sync::MutexGuard<'static, ()>) {
+pub(crate) fn cluster_wide() -> (&'static ControlPlane, std::sync::MutexGuard<'static, ()>) {
     static PLANE: OnceLock<ControlPlane> = OnceLock::new();
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -35,18 +35,18 @@ fn cluster_wide() -> (&'static ControlPlane, std::sync::MutexGuard<'static, ()>)
 
 /// The chart, installed for real in its release namespace, and a kubeconfig that acts as its
 /// ServiceAccount in the test's namespace.
-struct Install {
-    objects: Vec<Value>,
-    namespace: String,
+pub(crate) struct Install {
+    pub(crate) objects: Vec<Value>,
+    pub(crate) namespace: String,
     /// The Lease the chart's Role names (the Deployment's `PORTMAPPER_LEASE_NAME`).
     lease: String,
     user: String,
-    kubeconfig: std::path::PathBuf,
+    pub(crate) kubeconfig: std::path::PathBuf,
 }
 
 /// Renders the chart as release `pm-<test namespace>` in `<test namespace>-system`, applies it
 /// (server-side, as Helm would create it) and issues a token for its ServiceAccount.
-fn install(cluster: &Cluster, dir: &TempDir, values: &Value) -> Option<Install> {
+pub(crate) fn install(cluster: &Cluster, dir: &TempDir, values: &Value) -> Option<Install> {
     let release = format!("pm-{}", cluster.namespace);
     let namespace = format!("{}-system", cluster.namespace);
     let objects = crate::chart::render(&release, &namespace, values)?;
@@ -348,7 +348,7 @@ fn http_addr(log: &str) -> String {
 }
 
 /// A plain HTTP/1.0 GET on loopback: (status, body).
-fn http_get(addr: &str, path: &str) -> (u16, String) {
+pub(crate) fn http_get(addr: &str, path: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();

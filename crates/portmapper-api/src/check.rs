@@ -766,6 +766,20 @@ impl Check {
         self.view().kinds().chain(any_of)
     }
 
+    /// Network check positions this check holds, as admission counts them: its `anyOf`
+    /// entries that set a network kind, else one if it sets a network kind itself. Each is
+    /// probed per pool pod and family.
+    pub fn network_positions(&self) -> usize {
+        let networked = |k: CheckKind<'_>| matches!(k, CheckKind::Network(_));
+        match self.any_of.as_deref() {
+            Some(leaves) => leaves
+                .iter()
+                .filter(|l| l.view().kinds().any(networked))
+                .count(),
+            None => usize::from(self.view().kinds().any(networked)),
+        }
+    }
+
     /// `podReady: {}`.
     pub fn pod_ready() -> Self {
         Self {

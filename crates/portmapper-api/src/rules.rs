@@ -21,6 +21,18 @@ pub enum Rule<'a> {
     PortNumber(i64),
     /// Between `min` and `max`, inclusive.
     Between { value: i64, min: i64, max: i64 },
+    /// At most `max`; `detail` states the rule (a CEL rule's message).
+    AtMost {
+        value: i64,
+        max: i64,
+        detail: &'static str,
+    },
+    /// At least `min`; `detail` states the rule (a CEL rule's message).
+    AtLeast {
+        value: i64,
+        min: i64,
+        detail: &'static str,
+    },
     /// At most the value of the field `bound` (`max`).
     NotAbove {
         value: i64,
@@ -97,6 +109,8 @@ fn failures(rule: &Rule<'_>) -> Vec<String> {
             (*min..=*max).contains(value),
             &format!("must be between {min} and {max}, inclusive"),
         ),
+        Rule::AtMost { value, max, detail } => fails_with(value <= max, detail),
+        Rule::AtLeast { value, min, detail } => fails_with(value >= min, detail),
         Rule::NotAbove { value, max, bound } => {
             fails_with(value <= max, &format!("must not exceed {bound} ({max})"))
         }
@@ -146,9 +160,11 @@ fn error(r: &FieldRule<'_>, detail: String) -> FieldError {
         | Rule::StartsWith { value: v, .. }
         | Rule::HttpHeaderName(v)
         | Rule::HttpUrl(v) => FieldError::invalid(path, *v, detail),
-        Rule::PortNumber(n) | Rule::Between { value: n, .. } | Rule::NotAbove { value: n, .. } => {
-            FieldError::invalid(path, *n, detail)
-        }
+        Rule::PortNumber(n)
+        | Rule::Between { value: n, .. }
+        | Rule::NotAbove { value: n, .. }
+        | Rule::AtMost { value: n, .. }
+        | Rule::AtLeast { value: n, .. } => FieldError::invalid(path, *n, detail),
         Rule::PemCertificate(_) => FieldError::invalid(path, "<redacted>", detail),
         Rule::Unique { value, .. } => FieldError::duplicate(path, *value),
         Rule::OneOf { value, supported } => FieldError::not_supported(path, *value, supported),

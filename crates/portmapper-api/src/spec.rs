@@ -59,6 +59,10 @@ use crate::status::PortMappingStatus;
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new(check_timeouts_rule())
     .message("a check's timeoutSeconds must not exceed probe.periodSeconds"))]
+#[x_kube(validation = kube::core::Rule::new(ports_network_checks_rule())
+    .message(PORTS_NETWORK_CHECKS_MESSAGE))]
+#[x_kube(validation = kube::core::Rule::new(per_port_slice_floor_rule())
+    .message(PER_PORT_SLICE_FLOOR_MESSAGE))]
 pub struct PortMappingSpec {
     /// The Service (in this namespace) whose EndpointSlices are published. It must have no
     /// `spec.selector`; while it still has one, slices are published beside the native ones and a
@@ -78,6 +82,7 @@ pub struct PortMappingSpec {
     /// Checks for Service ports that have no entry in `ports`. Absent: `[podReady: {}]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 16))]
+    #[x_kube(validation = kube::core::Rule::new(port_network_checks_rule()).message(PORT_NETWORK_CHECKS_MESSAGE))]
     pub default_checks: Option<Vec<Check>>,
 
     /// What Service ports without an entry in `ports` publish: `UseDefaultChecks` (default) or
@@ -223,6 +228,7 @@ pub struct PortRule {
     /// the target port backs it.
     #[serde(default)]
     #[schemars(length(max = 16))]
+    #[x_kube(validation = kube::core::Rule::new(port_network_checks_rule()).message(PORT_NETWORK_CHECKS_MESSAGE))]
     pub checks: Vec<Check>,
 }
 
@@ -354,6 +360,65 @@ fn check_timeouts_rule() -> String {
          (!has(self.ports) || self.ports.all(p, !has(p.checks) || p.checks.all(c, {check}))) && \
          (!has(self.defaultChecks) || self.defaultChecks.all(c, {check})))",
         period = default_period()
+    )
+}
+
+/// Network checks one port's rules may hold, each `anyOf` entry counted: every one is probed
+/// per pool pod and family, so this bounds a port's probe fan-out (the operator bounds the
+/// rest: `crates/portmapper-core/src/budget.rs`).
+pub const MAX_NETWORK_CHECKS_PER_PORT: usize = 16;
+/// Network checks `spec.ports` may hold together, each `anyOf` entry counted.
+pub const MAX_NETWORK_CHECKS_IN_PORTS: usize = 64;
+/// The least `maxEndpointsPerSlice` under `sliceGrouping: PerPort`, where each Service port
+/// has slices of its own: with 1, a flip of one pod would rewrite one slice per port.
+pub const PER_PORT_MIN_ENDPOINTS_PER_SLICE: i32 = 10;
+
+pub(crate) const PORT_NETWORK_CHECKS_MESSAGE: &str = "at most 16 network checks (httpGet, tcpSocket, grpc, webhook) per port, each anyOf entry counted";
+pub(crate) const PORTS_NETWORK_CHECKS_MESSAGE: &str = "at most 64 network checks (httpGet, tcpSocket, grpc, webhook) over spec.ports, each anyOf entry counted";
+pub(crate) const PER_PORT_SLICE_FLOOR_MESSAGE: &str =
+    "maxEndpointsPerSlice must be at least 10 with sliceGrouping PerPort";
+
+/// CEL: whether `v` (a check or an `anyOf` entry) sets a network kind.
+fn is_network_cel(v: &str) -> String {
+    ["httpGet", "tcpSocket", "grpc", "webhook"]
+        .map(|k| format!("has({v}.{k})"))
+        .join(" || ")
+}
+
+/// CEL: the network checks of the check list `list`, each `anyOf` entry counted.
+fn network_checks_cel(list: &str) -> String {
+    format!(
+        "{list}.map(c, has(c.anyOf) ? c.anyOf.filter(l, {}).size() : ({} ? 1 : 0)).sum()",
+        is_network_cel("l"),
+        is_network_cel("c")
+    )
+}
+
+/// A port's checks (or `defaultChecks`) hold at most [`MAX_NETWORK_CHECKS_PER_PORT`] network
+/// checks. Cost: `checks` ≤ 16 × `anyOf` ≤ 16.
+fn port_network_checks_rule() -> String {
+    format!(
+        "{} <= {MAX_NETWORK_CHECKS_PER_PORT}",
+        network_checks_cel("self")
+    )
+}
+
+/// `spec.ports` holds at most [`MAX_NETWORK_CHECKS_IN_PORTS`] network checks. Cost: `ports`
+/// ≤ 100 × `checks` ≤ 16 × `anyOf` ≤ 16, as the timeout rule.
+fn ports_network_checks_rule() -> String {
+    format!(
+        "!has(self.ports) || self.ports.map(p, has(p.checks) ? {} : 0).sum() <= {MAX_NETWORK_CHECKS_IN_PORTS}",
+        network_checks_cel("p.checks")
+    )
+}
+
+/// `maxEndpointsPerSlice` ≥ [`PER_PORT_MIN_ENDPOINTS_PER_SLICE`] under `PerPort` (defaults
+/// spelled out, as in the timeout rules).
+fn per_port_slice_floor_rule() -> String {
+    format!(
+        "!has(self.sliceGrouping) || self.sliceGrouping != 'PerPort' || \
+         (has(self.maxEndpointsPerSlice) ? self.maxEndpointsPerSlice : {}) >= {PER_PORT_MIN_ENDPOINTS_PER_SLICE}",
+        default_max_endpoints_per_slice()
     )
 }
 

@@ -14,7 +14,12 @@ use kube_validation::field::{FieldError, FieldPath};
 use crate::check::{Check, CheckKind, EXACTLY_ONE_MESSAGE};
 use crate::fields::KeySource;
 use crate::rules::{self, FieldRule, Rule};
-use crate::spec::{GATE_PREFIX_MESSAGE, GATE_TIMEOUT_MAX_SECONDS, PortMappingSpec, ProbeSettings};
+use crate::spec::{
+    GATE_PREFIX_MESSAGE, GATE_TIMEOUT_MAX_SECONDS, MAX_NETWORK_CHECKS_IN_PORTS,
+    MAX_NETWORK_CHECKS_PER_PORT, PER_PORT_MIN_ENDPOINTS_PER_SLICE, PER_PORT_SLICE_FLOOR_MESSAGE,
+    PORT_NETWORK_CHECKS_MESSAGE, PORTS_NETWORK_CHECKS_MESSAGE, PortMappingSpec, ProbeSettings,
+    SliceGrouping,
+};
 
 /// Every problem in `spec`, in field order. Empty means valid.
 pub fn validate_spec(spec: &PortMappingSpec) -> Vec<FieldError> {
@@ -38,6 +43,16 @@ pub fn spec_rules(spec: &PortMappingSpec) -> Vec<FieldRule<'_>> {
         path: root.child("maxEndpointsPerSlice"),
         rule: between(spec.max_endpoints_per_slice, 1, 1000),
     });
+    if spec.slice_grouping == SliceGrouping::PerPort {
+        out.push(FieldRule {
+            path: root.child("maxEndpointsPerSlice"),
+            rule: Rule::AtLeast {
+                value: spec.max_endpoints_per_slice.into(),
+                min: PER_PORT_MIN_ENDPOINTS_PER_SLICE.into(),
+                detail: PER_PORT_SLICE_FLOOR_MESSAGE,
+            },
+        });
+    }
     probe(&root.child("probe"), &spec.probe, &mut out);
     if let Some(gate) = &spec.readiness_gate {
         let path = root.child("readinessGate");
@@ -108,6 +123,29 @@ fn ports<'a>(path: &FieldPath, spec: &'a PortMappingSpec, out: &mut Vec<FieldRul
         let period = spec.probe.period_seconds;
         checks(&path.child("checks"), &rule.checks, period, out);
     }
+    let in_ports: usize = spec.ports.iter().map(|r| network_checks(&r.checks)).sum();
+    out.push(FieldRule {
+        path: path.clone(),
+        rule: at_most(
+            in_ports,
+            MAX_NETWORK_CHECKS_IN_PORTS,
+            PORTS_NETWORK_CHECKS_MESSAGE,
+        ),
+    });
+}
+
+/// Network checks of a list, each `anyOf` entry counted ([`Check::network_positions`]).
+fn network_checks(checks: &[Check]) -> usize {
+    checks.iter().map(Check::network_positions).sum()
+}
+
+fn at_most<'a>(value: usize, max: usize, detail: &'static str) -> Rule<'a> {
+    let wide = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    Rule::AtMost {
+        value: wide(value),
+        max: wide(max),
+        detail,
+    }
 }
 
 fn probe<'a>(path: &FieldPath, probe: &ProbeSettings, out: &mut Vec<FieldRule<'a>>) {
@@ -136,6 +174,14 @@ fn probe<'a>(path: &FieldPath, probe: &ProbeSettings, out: &mut Vec<FieldRule<'a
 
 /// A list of checks; `period` is `spec.probe.periodSeconds`, which bounds every timeout.
 fn checks<'a>(path: &FieldPath, checks: &'a [Check], period: i32, out: &mut Vec<FieldRule<'a>>) {
+    out.push(FieldRule {
+        path: path.clone(),
+        rule: at_most(
+            network_checks(checks),
+            MAX_NETWORK_CHECKS_PER_PORT,
+            PORT_NETWORK_CHECKS_MESSAGE,
+        ),
+    });
     for (i, check) in checks.iter().enumerate() {
         let path = path.index(i);
         let Some(kind) = check.kind() else {

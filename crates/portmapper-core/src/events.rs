@@ -49,6 +49,9 @@ pub enum EventReason {
     /// Warning: a gated pod was not published within `spec.readinessGate.timeoutSeconds`; its
     /// gate turned True (reason `TimedOut`).
     PublicationGateTimedOut,
+    /// Warning: the PortMapping asks for more than an operator budget allows; it publishes
+    /// nothing new.
+    OverBudget,
 }
 
 impl EventReason {
@@ -73,6 +76,7 @@ impl EventReason {
             Self::NativeCleanupDeferred => "NativeCleanupDeferred",
             Self::NativeEndpointsCleanedUp => "NativeEndpointsCleanedUp",
             Self::PublicationGateTimedOut => "PublicationGateTimedOut",
+            Self::OverBudget => "OverBudget",
         }
     }
 }
@@ -292,6 +296,7 @@ mod tests {
             R::NativeCleanupDeferred,
             R::NativeEndpointsCleanedUp,
             R::PublicationGateTimedOut,
+            R::OverBudget,
         ];
         for r in all {
             // The wire string is the variant's name: no typo can split one reason in two.

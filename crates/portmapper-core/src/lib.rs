@@ -2,6 +2,7 @@
 //! client, no I/O: everything here is a function of its inputs, so the operator, the prober and
 //! the tests share one definition of what must be published.
 
+pub mod budget;
 pub mod check;
 pub mod claim;
 pub mod consumers;

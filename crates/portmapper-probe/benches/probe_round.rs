@@ -122,7 +122,8 @@ fn target(round: usize, index: usize, addr: SocketAddr, check: NetworkCheck) -> 
             uid: format!("uid-{round}-{}", index / PORTS),
             ips: vec![addr.ip()],
             ..PoolPod::default()
-        },
+        }
+        .into(),
         service: "bench".into(),
         port: ServicePort {
             name: format!("port-{}", index % PORTS),
@@ -132,7 +133,7 @@ fn target(round: usize, index: usize, addr: SocketAddr, check: NetworkCheck) -> 
         },
         family: IpFamily::V4,
         position: CheckPosition::top(0),
-        check,
+        check: check.into(),
         settings: ProbeSettings {
             period_seconds: 3600,
             timeout_seconds: 1,
@@ -148,8 +149,11 @@ async fn round(concurrency: usize, targets: Vec<Target>) -> Duration {
     let counter = Arc::new(RoundCounter::default());
     counter.want.store(targets.len(), Ordering::SeqCst);
     let (prober, _events) = Prober::network(
+        // One PortMapping: its share is the whole bound, so a round measures the global bound.
         ProberConfig {
             concurrency,
+            concurrency_per_namespace: Some(concurrency),
+            concurrency_per_mapping: Some(concurrency),
             start_jitter: false,
         },
         ExecutorConfig {

@@ -57,6 +57,7 @@ mod classify;
 mod damping;
 mod error;
 pub mod exec;
+mod fair;
 // The fuzz targets' case budget, shared with every crate's fuzz tests.
 #[cfg(test)]
 #[path = "../../../tests/support/fuzz_budget.rs"]
@@ -70,14 +71,16 @@ mod verdict;
 
 pub use exec::webhook::{MembershipDecision, MembershipReview, WebhookDecision};
 pub use exec::{ExecutorConfig, NetworkExecutor, ProbeExecutor, ProbeFuture, TlsConfigError};
+pub use fair::FairLimits;
 pub use metrics::{NoMetrics, ProbeMetrics, PrometheusProbeMetrics};
 pub use outcome::{Cause, Outcome, ProbeResult};
 pub use prober::{
     DEFAULT_CONCURRENCY, ProbeEvents, Prober, ProberConfig, ProberError, TargetResult,
+    default_per_mapping, default_per_namespace,
 };
 // The key vocabulary is the planner's (`portmapper-api`), re-exported for convenience.
 pub use portmapper_api::network_key::{CheckPosition, IpFamily, NetworkKey};
 pub use target::{
-    AddrError, CheckType, ContainerPort, MappingKey, Membership, NetworkCheck, PodAddr, PoolPod,
-    ServicePort, Target,
+    AddrError, CheckType, ContainerPort, MappingKey, Membership, MetadataSource, NetworkCheck,
+    PodAddr, PodMetadata, PoolPod, ServicePort, Target,
 };

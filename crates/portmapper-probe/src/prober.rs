@@ -13,12 +13,13 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Wea
 use std::time::Duration;
 
 use tokio::runtime::Handle;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::damping::Damper;
 use crate::exec::{ProbeExecutor, timed_out};
+use crate::fair::{FairLimits, FairScheduler};
 use crate::limits::{TIMEOUT_GRACE, clamp_period, clamp_threshold};
 use crate::metrics::ProbeMetrics;
 use crate::outcome::{Outcome, ProbeResult};
@@ -36,6 +37,12 @@ pub const DEFAULT_CONCURRENCY: usize = 128;
 pub struct ProberConfig {
     /// Most probes in flight at once, over all PortMappings.
     pub concurrency: usize,
+    /// Most probes in flight at once for the PortMappings of one namespace; `None`:
+    /// [`default_per_namespace`] of `concurrency`.
+    pub concurrency_per_namespace: Option<usize>,
+    /// Most probes in flight at once for one PortMapping; `None`: [`default_per_mapping`] of
+    /// `concurrency`.
+    pub concurrency_per_mapping: Option<usize>,
     /// Spread the first probe of targets starting `Included` over one period, so a restart does
     /// not probe every published pod at once. Targets starting `Excluded` (new pods) probe at
     /// once so they are included without waiting.
@@ -46,8 +53,38 @@ impl Default for ProberConfig {
     fn default() -> Self {
         Self {
             concurrency: DEFAULT_CONCURRENCY,
+            concurrency_per_namespace: None,
+            concurrency_per_mapping: None,
             start_jitter: true,
         }
+    }
+}
+
+/// The default share of one namespace: half the global bound, so one tenant's hanging probes
+/// leave the other half to everyone else.
+pub fn default_per_namespace(concurrency: usize) -> usize {
+    (concurrency / 2).max(1)
+}
+
+/// The default share of one PortMapping: a quarter of the global bound, so a namespace's
+/// other PortMappings keep permits while one of them hangs.
+pub fn default_per_mapping(concurrency: usize) -> usize {
+    (concurrency / 4).max(1)
+}
+
+impl ProberConfig {
+    /// The three bounds, defaults resolved and clamped to `1..=concurrency`.
+    pub fn limits(&self) -> FairLimits {
+        FairLimits {
+            total: self.concurrency,
+            per_namespace: self
+                .concurrency_per_namespace
+                .unwrap_or_else(|| default_per_namespace(self.concurrency)),
+            per_mapping: self
+                .concurrency_per_mapping
+                .unwrap_or_else(|| default_per_mapping(self.concurrency)),
+        }
+        .clamped()
     }
 }
 
@@ -98,7 +135,7 @@ struct Inner {
     config: ProberConfig,
     executor: Arc<dyn ProbeExecutor>,
     metrics: Arc<dyn ProbeMetrics>,
-    permits: Arc<Semaphore>,
+    permits: Arc<FairScheduler>,
     mappings: RwLock<Mappings>,
     events: mpsc::UnboundedSender<MappingKey>,
     runtime: Handle,
@@ -122,7 +159,7 @@ impl Prober {
     ) -> Result<(Self, ProbeEvents), ProberError> {
         let runtime = Handle::try_current()?;
         let (events, receiver) = mpsc::unbounded_channel();
-        let permits = Arc::new(Semaphore::new(config.concurrency.max(1)));
+        let permits = FairScheduler::new(config.limits());
         let inner = Inner {
             config,
             executor,
@@ -394,7 +431,7 @@ impl Worker {
             let target = inner.current_target(&self.mapping, &self.key, self.generation)?;
             (target, inner.executor.clone(), inner.permits.clone())
         };
-        let permit = permits.acquire_owned().await.ok()?;
+        let permit = permits.acquire(&self.mapping).await;
         let started = Instant::now();
         let timeout = target.timeout();
         let check_type = target.check.check_type();

@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use portmapper_api::ProbeSettings;
@@ -64,6 +65,85 @@ pub struct ContainerPort {
     pub protocol: String,
 }
 
+/// Where a pod's labels and annotations are read from when a webhook review is sent.
+///
+/// Only webhooks send them, and one pod has many targets (ports × checks × families): targets
+/// hold a shared source instead of copies, so a pod with 256 KiB of annotations costs its
+/// record once, whatever its fan-out.
+pub trait MetadataSource: Send + Sync + 'static {
+    /// `metadata.labels`.
+    fn labels(&self) -> BTreeMap<String, String>;
+    /// `metadata.annotations`.
+    fn annotations(&self) -> BTreeMap<String, String>;
+}
+
+/// Labels and annotations held as maps (tests, and callers without a record to share).
+struct OwnedMetadata {
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+}
+
+impl MetadataSource for OwnedMetadata {
+    fn labels(&self) -> BTreeMap<String, String> {
+        self.labels.clone()
+    }
+    fn annotations(&self) -> BTreeMap<String, String> {
+        self.annotations.clone()
+    }
+}
+
+/// A pod's labels and annotations, materialised only when read.
+#[derive(Clone)]
+pub struct PodMetadata(std::sync::Arc<dyn MetadataSource>);
+
+impl PodMetadata {
+    /// Metadata held as these maps.
+    pub fn new(labels: BTreeMap<String, String>, annotations: BTreeMap<String, String>) -> Self {
+        Self(std::sync::Arc::new(OwnedMetadata {
+            labels,
+            annotations,
+        }))
+    }
+
+    /// Metadata read from `source` on demand.
+    pub fn shared(source: std::sync::Arc<dyn MetadataSource>) -> Self {
+        Self(source)
+    }
+
+    /// The pod's labels, copied.
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        self.0.labels()
+    }
+
+    /// The pod's annotations, copied.
+    pub fn annotations(&self) -> BTreeMap<String, String> {
+        self.0.annotations()
+    }
+}
+
+impl Default for PodMetadata {
+    fn default() -> Self {
+        Self::new(BTreeMap::new(), BTreeMap::new())
+    }
+}
+
+impl PartialEq for PodMetadata {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+            || (self.labels() == other.labels() && self.annotations() == other.annotations())
+    }
+}
+
+impl Eq for PodMetadata {}
+
+impl fmt::Debug for PodMetadata {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Annotations may be large: the count says enough in a log.
+        let (labels, annotations) = (self.labels().len(), self.annotations().len());
+        write!(f, "PodMetadata({labels} labels, {annotations} annotations)")
+    }
+}
+
 /// The facts about one pool pod that probes need.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct PoolPod {
@@ -71,10 +151,8 @@ pub struct PoolPod {
     pub name: String,
     /// Pod uid.
     pub uid: String,
-    /// Pod labels (sent to webhooks).
-    pub labels: BTreeMap<String, String>,
-    /// Pod annotations (sent to webhooks).
-    pub annotations: BTreeMap<String, String>,
+    /// Pod labels and annotations (sent to webhooks).
+    pub metadata: PodMetadata,
     /// `status.podIPs`: the only addresses a probe of this pod may connect to.
     pub ips: Vec<IpAddr>,
     /// Declared container ports, to resolve named check ports.
@@ -106,8 +184,8 @@ pub enum Membership {
 /// One thing to probe: a check of one Service port for one pod and address family.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
-    /// The pool pod.
-    pub pod: PoolPod,
+    /// The pool pod, shared by every target of the pod and family.
+    pub pod: Arc<PoolPod>,
     /// Name of the Service the PortMapping publishes (sent to webhooks).
     pub service: String,
     /// The Service port.
@@ -116,8 +194,9 @@ pub struct Target {
     pub family: IpFamily,
     /// Where the check sits in the port's rules.
     pub position: CheckPosition,
-    /// The check.
-    pub check: NetworkCheck,
+    /// The check, shared by every target of its position (a webhook's `caBundle` may be
+    /// 64 KiB).
+    pub check: Arc<NetworkCheck>,
     /// `spec.probe` of the PortMapping.
     pub settings: ProbeSettings,
     /// Membership before the first probe: `Included` when the pod is published for this port
@@ -291,7 +370,8 @@ mod tests {
                     protocol: "TCP".into(),
                 }],
                 ..PoolPod::default()
-            },
+            }
+            .into(),
             service: "svc".into(),
             port: ServicePort {
                 name: "http".into(),
@@ -301,7 +381,7 @@ mod tests {
             },
             family: IpFamily::V4,
             position: CheckPosition::top(0),
-            check,
+            check: check.into(),
             settings: ProbeSettings::default(),
             initial_membership: Membership::Excluded,
         }
@@ -379,7 +459,8 @@ mod tests {
         t.check = NetworkCheck::TcpSocket(TcpSocketCheck {
             port: None,
             timeout_seconds: Some(120),
-        });
+        })
+        .into();
         assert_eq!(t.timeout(), crate::limits::MAX_TIMEOUT);
     }
 }

@@ -122,7 +122,11 @@ async fn main() {
         node_lookups: false,
         instance: Some("bench".into()),
         batch_window: portmapper::reconcile::batch_window::default_batch_window(),
+        max_pod_watches_per_namespace: portmapper::index::DEFAULT_MAX_POD_WATCHES,
+        budgets: portmapper_core::budget::Budgets::default(),
         probe_concurrency: 16,
+        probe_concurrency_per_namespace: None,
+        probe_concurrency_per_portmapping: None,
     };
     let task = tokio::spawn(controller::run(
         client.clone(),

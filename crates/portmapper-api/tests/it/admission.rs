@@ -69,6 +69,27 @@ fn webhook(extra: Value) -> Value {
     json!({"webhook": w})
 }
 
+/// A check list of `anyOf`s holding these many tcpSocket entries each (one check when 1).
+fn network_checks(sizes: &[usize]) -> Value {
+    let tcp = json!({"tcpSocket": {}});
+    sizes
+        .iter()
+        .map(|&n| match n {
+            1 => tcp.clone(),
+            n => json!({"anyOf": vec![tcp.clone(); n]}),
+        })
+        .collect()
+}
+
+/// `spec.ports` entries `p0`, `p1`, … with [`network_checks`] of one `anyOf` each.
+fn ports_with_network_checks(sizes: &[usize]) -> Value {
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| json!({"name": format!("p{i}"), "checks": network_checks(&[n])}))
+        .collect()
+}
+
 fn selector(expression: Value) -> Value {
     json!({"matchExpressions": [expression]})
 }
@@ -526,6 +547,39 @@ fn invalid_cases() -> Vec<Bad> {
             "Too many",
             EXTRA_FIELD,
         ),
+        // The probe fan-out one object may ask for (issue 37's H1).
+        same(
+            "17 network checks in one port, anyOf entries counted",
+            vec![("/spec/ports/0/checks", network_checks(&[9, 8]))],
+            "spec.ports[0].checks",
+            "at most 16 network checks",
+        ),
+        same(
+            "17 network checks in defaultChecks",
+            vec![("/spec/defaultChecks", network_checks(&[1, 16]))],
+            "spec.defaultChecks",
+            "at most 16 network checks",
+        ),
+        bad(
+            "65 network checks over spec.ports",
+            vec![(
+                "/spec/ports",
+                ports_with_network_checks(&[13, 13, 13, 13, 13]),
+            )],
+            "spec",
+            "at most 64 network checks",
+            "spec.ports",
+        ),
+        bad(
+            "PerPort with maxEndpointsPerSlice 9",
+            vec![
+                ("/spec/sliceGrouping", json!("PerPort")),
+                ("/spec/maxEndpointsPerSlice", json!(9)),
+            ],
+            "spec",
+            "must be at least 10 with sliceGrouping PerPort",
+            "spec.maxEndpointsPerSlice",
+        ),
     ];
     cases.sort_by_key(|c| c.name);
     cases
@@ -547,6 +601,17 @@ impl Bad {
 /// Valid edge cases: accepted at admission, no runtime error.
 fn valid_cases() -> Vec<(&'static str, Vec<(&'static str, Value)>)> {
     vec![
+        (
+            "16 network checks in one port, 64 over spec.ports",
+            vec![("/spec/ports", ports_with_network_checks(&[16, 16, 16, 16]))],
+        ),
+        (
+            "PerPort with maxEndpointsPerSlice 10",
+            vec![
+                ("/spec/sliceGrouping", json!("PerPort")),
+                ("/spec/maxEndpointsPerSlice", json!(10)),
+            ],
+        ),
         ("port 1", vec![(HTTP_GET_PORT, json!(1))]),
         ("port 65535", vec![(TCP_PORT, json!(65535))]),
         (

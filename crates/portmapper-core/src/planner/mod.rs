@@ -55,7 +55,7 @@ pub mod naming;
 pub mod objects;
 pub mod pack;
 mod port_sets;
-mod ports;
+pub(crate) mod ports;
 mod status;
 mod teardown;
 mod trigger;

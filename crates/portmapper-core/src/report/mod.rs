@@ -43,6 +43,19 @@ pub enum Stall {
     },
     /// The planner refused (a bug or a broken input: nothing is written).
     PlanFailed(String),
+    /// Its pool's label key is over its namespace's cap on pod watches: its pods are not
+    /// watched, so it plans nothing and keeps what it published.
+    TooManyPodWatches {
+        /// The namespace.
+        namespace: String,
+        /// Its pool's label key.
+        key: String,
+        /// The cap (`--max-pod-watches-per-namespace`).
+        cap: usize,
+    },
+    /// It asks for more than one of the operator's budgets allows
+    /// ([`crate::budget`]): what it published stays, nothing new is probed or written.
+    OverBudget(crate::budget::OverBudget),
 }
 
 impl Stall {
@@ -53,6 +66,8 @@ impl Stall {
             Self::ServiceClaimed { .. } => "ServiceClaimed",
             Self::ServiceNotFound { .. } => "ServiceNotFound",
             Self::PlanFailed(_) => "PlanFailed",
+            Self::TooManyPodWatches { .. } => "TooManyPodWatches",
+            Self::OverBudget(over) => over.budget.reason(),
         }
     }
 
@@ -67,6 +82,15 @@ impl Stall {
                 self.reason(),
                 status::service_not_found_message(namespace, service),
             ),
+            Self::TooManyPodWatches {
+                namespace,
+                key,
+                cap,
+            } => status::stalled(
+                self.reason(),
+                status::pod_watches_message(namespace, key, *cap),
+            ),
+            Self::OverBudget(over) => status::stalled(self.reason(), over.message()),
         }
     }
 
@@ -80,6 +104,12 @@ impl Stall {
             Self::ServiceNotFound { namespace, service } => {
                 status::service_not_found_message(namespace, service)
             }
+            Self::OverBudget(over) => over.message(),
+            Self::TooManyPodWatches {
+                namespace,
+                key,
+                cap,
+            } => status::pod_watches_message(namespace, key, *cap),
         };
         format!("PortMapping {portmapping} publishes nothing new: {detail}")
     }
@@ -222,7 +252,8 @@ pub struct PlanFacts<'a> {
 
 /// Every Warning reason a plan's report speaks for: the API server's warnings are not among
 /// them (each is announced once per PortMapping).
-pub const PLAN_WARNINGS: [EventReason; 13] = [
+pub const PLAN_WARNINGS: [EventReason; 14] = [
+    EventReason::OverBudget,
     EventReason::ExternalNameUnsupported,
     EventReason::TopologyAwareHintsDisabled,
     EventReason::PodAddressRejected,
@@ -285,18 +316,27 @@ impl Report {
         }
     }
 
-    /// The report of a pass that publishes nothing new: its conditions, no Event.
+    /// The report of a pass that publishes nothing new: its conditions, and for a budget one
+    /// Warning, announced once per budget while the PortMapping stays over it.
     pub fn of_stall(stall: &Stall) -> Self {
         let publication = match stall {
             Stall::ServiceNotFound { .. } => Publication::Withdrawn,
             _ => Publication::Unchanged,
+        };
+        let events = match stall {
+            Stall::OverBudget(over) => vec![PlannedEvent::warning_of(
+                EventReason::OverBudget,
+                over.budget.flag(),
+                format!("publishes nothing new: it {}", over.message()),
+            )],
+            _ => Vec::new(),
         };
         Self {
             status: PlannedStatus {
                 conditions: stall.conditions(),
                 publication,
             },
-            events: Vec::new(),
+            events,
             covers: Vec::new(),
         }
     }

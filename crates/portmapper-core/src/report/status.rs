@@ -13,6 +13,15 @@ use crate::planner::migration::has_selector;
 use crate::planner::{Plan, PlanWarning};
 use crate::{ClaimRank, EventReason};
 
+/// Why a PortMapping's pool is not watched: its label key is over its namespace's cap.
+pub fn pod_watches_message(namespace: &str, key: &str, cap: usize) -> String {
+    format!(
+        "pod label key {key:?} is not watched: the operator watches at most {cap} label keys \
+         per namespace (--max-pod-watches-per-namespace), and older PortMappings of namespace \
+         {namespace} use {cap} others"
+    )
+}
+
 /// Ready=False, Reconciling=False, Stalled=True: a user must change something.
 pub fn stalled(reason: &str, message: String) -> Vec<Desired> {
     vec![

@@ -72,7 +72,7 @@ impl NetworkExecutor {
         let timeout = target.timeout();
         let check_type = target.check.check_type();
         let probe = async {
-            let result = match &target.check {
+            let result = match target.check.as_ref() {
                 NetworkCheck::HttpGet(check) => http_get::probe(self, target, check).await,
                 NetworkCheck::TcpSocket(_) => tcp::probe(self, target).await,
                 NetworkCheck::Grpc(check) => grpc::probe(self, target, check).await,

@@ -141,8 +141,8 @@ impl MembershipReview {
             pod: ReviewPod {
                 name: target.pod.name.clone(),
                 uid: target.pod.uid.clone(),
-                labels: target.pod.labels.clone(),
-                annotations: target.pod.annotations.clone(),
+                labels: target.pod.metadata.labels(),
+                annotations: target.pod.metadata.annotations(),
             },
             port: ReviewPort {
                 name: target.port.name.clone(),

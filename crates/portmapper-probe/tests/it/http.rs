@@ -193,7 +193,7 @@ async fn ipv6_target_uses_the_pods_ipv6_address() {
     // A dual-stack pod: the IPv4 address answers 500 on another port; the IPv6 slice's probe
     // must use the IPv6 address.
     let mut t = target(v6_server.addr, http_get("/"));
-    t.pod.ips = vec![v4_server.addr.ip(), v6];
+    std::sync::Arc::make_mut(&mut t.pod).ips = vec![v4_server.addr.ip(), v6];
     t.family = portmapper_probe::IpFamily::V6;
     let result = probe(&t).await;
     assert_eq!(result.outcome, Outcome::Include, "{result:?}");

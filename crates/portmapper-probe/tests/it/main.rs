@@ -4,6 +4,7 @@
 // Helpers outside `#[test]` functions are test code too: a panic there is a test failure.
 #![allow(clippy::unwrap_used)]
 
+mod fairness;
 mod fuzz;
 mod grpc;
 mod http;

@@ -88,8 +88,11 @@ async fn inner_probes_pod_ips_in_namespace() {
 
     // End to end through the prober: pod b's port goes down, pod a's stays.
     let (prober, mut events) = Prober::network(
+        // One PortMapping that may use the whole bound.
         ProberConfig {
             concurrency: 8,
+            concurrency_per_namespace: Some(8),
+            concurrency_per_mapping: Some(8),
             start_jitter: false,
         },
         ExecutorConfig::default(),
@@ -99,8 +102,8 @@ async fn inner_probes_pod_ips_in_namespace() {
     let mut healthy = target(http.addr, http_get("/"));
     healthy.initial_membership = Membership::Included;
     let mut failing = target(down, http_get("/"));
-    failing.pod.name = "kafka-1".into();
-    failing.pod.uid = "uid-1".into();
+    std::sync::Arc::make_mut(&mut failing.pod).name = "kafka-1".into();
+    std::sync::Arc::make_mut(&mut failing.pod).uid = "uid-1".into();
     failing.initial_membership = Membership::Included;
     failing.settings.failure_threshold = 1;
     prober.set_targets(&mapping(), [healthy.clone(), failing.clone()]);

@@ -14,8 +14,11 @@ use crate::support::*;
 async fn hanging_probes_never_delay_a_results_read() {
     let hanging = HttpServer::start(LOCALHOST, Reply::Hang).await;
     let (prober, _events) = Prober::network(
+        // One PortMapping that may use the whole bound.
         ProberConfig {
             concurrency: 4,
+            concurrency_per_namespace: Some(4),
+            concurrency_per_mapping: Some(4),
             start_jitter: false,
         },
         ExecutorConfig {
@@ -35,8 +38,8 @@ async fn hanging_probes_never_delay_a_results_read() {
                     ..HttpGetCheck::default()
                 }),
             );
-            t.pod.name = format!("kafka-{i}");
-            t.pod.uid = format!("uid-{i}");
+            std::sync::Arc::make_mut(&mut t.pod).name = format!("kafka-{i}");
+            std::sync::Arc::make_mut(&mut t.pod).uid = format!("uid-{i}");
             t.initial_membership = Membership::Included;
             t
         })

@@ -19,16 +19,16 @@ use crate::support::*;
 /// Answers from a per-pod (or per `pod/port`) script; the last entry repeats. `Hang` never
 /// answers.
 #[derive(Default)]
-struct Scripted {
+pub(crate) struct Scripted {
     scripts: Mutex<HashMap<String, Vec<Step>>>,
-    calls: Mutex<Vec<(String, Instant)>>,
-    in_flight: AtomicUsize,
-    max_in_flight: AtomicUsize,
+    pub(crate) calls: Mutex<Vec<(String, Instant)>>,
+    pub(crate) in_flight: AtomicUsize,
+    pub(crate) max_in_flight: AtomicUsize,
     dropped_in_flight: AtomicUsize,
 }
 
 #[derive(Clone, Copy, Debug)]
-enum Step {
+pub(crate) enum Step {
     Answer(Outcome),
     /// Takes this long, then includes.
     Slow(Duration),
@@ -36,14 +36,14 @@ enum Step {
 }
 
 impl Scripted {
-    fn script(&self, pod: &str, steps: &[Step]) {
+    pub(crate) fn script(&self, pod: &str, steps: &[Step]) {
         self.scripts
             .lock()
             .unwrap()
             .insert(pod.into(), steps.to_vec());
     }
 
-    fn calls(&self, pod: &str) -> usize {
+    pub(crate) fn calls(&self, pod: &str) -> usize {
         self.calls
             .lock()
             .unwrap()
@@ -120,10 +120,14 @@ impl ProbeExecutor for Scripted {
     }
 }
 
+/// A prober whose only bound is `concurrency` (the fair shares are as large): the fair
+/// scheduler's own tests are in `fairness.rs`.
 fn prober(exec: &Arc<Scripted>, concurrency: usize, start_jitter: bool) -> (Prober, ProbeEvents) {
     Prober::new(
         ProberConfig {
             concurrency,
+            concurrency_per_namespace: Some(concurrency),
+            concurrency_per_mapping: Some(concurrency),
             start_jitter,
         },
         exec.clone(),
@@ -132,10 +136,10 @@ fn prober(exec: &Arc<Scripted>, concurrency: usize, start_jitter: bool) -> (Prob
     .unwrap()
 }
 
-fn pod_target(pod: &str, initial: Membership, success: i32, failure: i32) -> Target {
+pub(crate) fn pod_target(pod: &str, initial: Membership, success: i32, failure: i32) -> Target {
     let mut t = target("10.244.1.5:8080".parse().unwrap(), http_get("/"));
-    t.pod.name = pod.into();
-    t.pod.uid = format!("uid-{pod}");
+    std::sync::Arc::make_mut(&mut t.pod).name = pod.into();
+    std::sync::Arc::make_mut(&mut t.pod).uid = format!("uid-{pod}");
     t.initial_membership = initial;
     t.settings = ProbeSettings {
         period_seconds: 10,
@@ -151,7 +155,7 @@ fn membership(prober: &Prober, t: &Target) -> Membership {
 }
 
 /// Lets every runnable task run, without moving the paused clock.
-async fn settle() {
+pub(crate) async fn settle() {
     for _ in 0..20 {
         tokio::task::yield_now().await;
     }
@@ -160,7 +164,7 @@ async fn settle() {
 /// Lets the paused clock run for `d` plus 1 ms (timers round deadlines up to the next
 /// millisecond). With no I/O pending, tokio jumps straight to each due timer, so every probe
 /// runs at its exact scheduled instant.
-async fn advance(d: Duration) {
+pub(crate) async fn advance(d: Duration) {
     tokio::time::sleep(d + Duration::from_millis(1)).await;
     settle().await;
 }
@@ -341,7 +345,7 @@ async fn recreated_pod_starts_from_its_new_initial_membership() {
     settle().await;
     assert_eq!(membership(&prober, &old), Membership::Excluded);
     let mut new = old.clone();
-    new.pod.uid = "uid-a-2".into();
+    std::sync::Arc::make_mut(&mut new.pod).uid = "uid-a-2".into();
     new.initial_membership = Membership::Included;
     exec.script("a", &[Step::Hang]);
     prober.set_targets(&mapping(), [new.clone()]);
@@ -444,6 +448,7 @@ async fn every_finished_probe_is_counted_by_outcome_and_cause() {
         ProberConfig {
             concurrency: 4,
             start_jitter: false,
+            ..ProberConfig::default()
         },
         exec.clone(),
         metrics.clone(),

@@ -71,7 +71,7 @@ async fn only_the_ip_of_the_target_family_is_used() {
     assert!(result.reason.contains("no IPv6 address"), "{result:?}");
     assert_eq!(server.seen.connections(), 0);
 
-    t.pod.ips.clear();
+    std::sync::Arc::make_mut(&mut t.pod).ips.clear();
     t.family = portmapper_probe::IpFamily::V4;
     let result = probe(&t).await;
     assert_eq!(result.cause, Cause::InvalidCheck, "{result:?}");

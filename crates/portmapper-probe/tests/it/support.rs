@@ -11,7 +11,7 @@ use portmapper_api::ProbeSettings;
 use portmapper_api::check::{HttpGetCheck, Scheme, TcpSocketCheck};
 use portmapper_probe::{
     CheckPosition, ContainerPort, ExecutorConfig, IpFamily, MappingKey, Membership, NetworkCheck,
-    NetworkExecutor, PoolPod, ProbeResult, ServicePort, Target,
+    NetworkExecutor, PodMetadata, PoolPod, ProbeResult, ServicePort, Target,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -38,15 +38,18 @@ pub fn target(addr: SocketAddr, check: NetworkCheck) -> Target {
         pod: PoolPod {
             name: "kafka-0".into(),
             uid: "uid-0".into(),
-            labels: BTreeMap::from([("app".into(), "kafka".into())]),
-            annotations: BTreeMap::from([("example.com/ports".into(), "broker".into())]),
+            metadata: PodMetadata::new(
+                BTreeMap::from([("app".into(), "kafka".into())]),
+                BTreeMap::from([("example.com/ports".into(), "broker".into())]),
+            ),
             ips: vec![addr.ip()],
             ports: vec![ContainerPort {
                 name: "broker".into(),
                 port: addr.port(),
                 protocol: "TCP".into(),
             }],
-        },
+        }
+        .into(),
         service: "kafka".into(),
         port: ServicePort {
             name: "broker".into(),
@@ -60,7 +63,7 @@ pub fn target(addr: SocketAddr, check: NetworkCheck) -> Target {
             IpFamily::V6
         },
         position: CheckPosition::top(0),
-        check,
+        check: check.into(),
         settings: ProbeSettings::default(),
         initial_membership: Membership::Excluded,
     }

@@ -137,12 +137,41 @@ pub struct RunArgs {
     /// Network probes in flight at once, across all PortMappings.
     #[arg(long, env = "PORTMAPPER_PROBE_CONCURRENCY", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub probe_concurrency: u32,
+    /// Network probes in flight at once for the PortMappings of one namespace, so one tenant's
+    /// hanging probes leave the rest to others (default: half of --probe-concurrency).
+    #[arg(long, env = "PORTMAPPER_PROBE_CONCURRENCY_PER_NAMESPACE", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub probe_concurrency_per_namespace: Option<u32>,
+    /// Network probes in flight at once for one PortMapping, so its hanging probes only ever
+    /// hold its own share (default: a quarter of --probe-concurrency).
+    #[arg(long, env = "PORTMAPPER_PROBE_CONCURRENCY_PER_PORTMAPPING", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub probe_concurrency_per_portmapping: Option<u32>,
+    /// Probe targets one PortMapping may ask for: network check positions over the Service's
+    /// ports × pool pods × IP families. Over it, the PortMapping is Stalled (reason
+    /// TooManyProbeTargets) and keeps what it published.
+    #[arg(long, env = "PORTMAPPER_MAX_PROBE_TARGETS_PER_PORTMAPPING", default_value_t = 4_096, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_probe_targets_per_portmapping: u32,
+    /// Probe targets the PortMappings of one namespace may hold together.
+    #[arg(long, env = "PORTMAPPER_MAX_PROBE_TARGETS_PER_NAMESPACE", default_value_t = 16_384, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_probe_targets_per_namespace: u32,
+    /// EndpointSlices one PortMapping may publish. Over it, the PortMapping is Stalled (reason
+    /// TooManySlices) and keeps what it published.
+    #[arg(long, env = "PORTMAPPER_MAX_SLICES_PER_PORTMAPPING", default_value_t = 2_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_slices_per_portmapping: u32,
     /// A change that follows a PortMapping's last write within a fifth of this many
     /// milliseconds (a burst: a rolling restart) waits until this long after that write, and
     /// the burst's changes share writes; a change after a quiet spell is written at once.
     /// 0 writes at every change.
     #[arg(long, env = "PORTMAPPER_BATCH_WINDOW_MS", default_value_t = crate::reconcile::batch_window::DEFAULT_BATCH_WINDOW_MS, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub batch_window_ms: u64,
+    /// Label-selected pod watches per namespace: one per distinct `pods.key` (`from: Label`)
+    /// of the namespace's PortMappings, oldest first; the PortMappings of keys over the cap
+    /// are Stalled (`TooManyPodWatches`) and keep what they published.
+    #[arg(long, env = "PORTMAPPER_MAX_POD_WATCHES_PER_NAMESPACE", default_value_t = crate::index::DEFAULT_MAX_POD_WATCHES as u32, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub max_pod_watches_per_namespace: u32,
+    /// `portmapper_endpoints_published` series per PortMapping: its first ports (by name),
+    /// the rest summed into one series per address type with `port="_other"`; 0 sums them all.
+    #[arg(long, env = "PORTMAPPER_METRICS_MAX_PORT_SERIES", default_value_t = crate::runtime::metrics::DEFAULT_MAX_PORT_SERIES as u32, value_parser = clap::value_parser!(u32).range(0..=4096))]
+    pub metrics_max_port_series: u32,
     /// Restart a watch that is open but has received nothing, not even a bookmark, for this many
     /// seconds (the API server bookmarks about once a minute); `/readyz` fails meanwhile.
     #[arg(long, env = "PORTMAPPER_WATCH_STALL_SECONDS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
@@ -166,6 +195,7 @@ impl RunArgs {
         RunConfig {
             kubeconfig: self.kubeconfig.clone(),
             http_addr: self.http_addr,
+            metrics_max_port_series: self.metrics_max_port_series as usize,
             leader,
             watch_policy: WatchPolicy {
                 stall_after: Duration::from_secs(self.watch_stall_seconds),
@@ -179,8 +209,25 @@ impl RunArgs {
                 instance: identity,
                 probe_concurrency: usize::try_from(self.probe_concurrency)
                     .unwrap_or(portmapper_probe::DEFAULT_CONCURRENCY),
+                probe_concurrency_per_namespace: self
+                    .probe_concurrency_per_namespace
+                    .and_then(|n| usize::try_from(n).ok()),
+                probe_concurrency_per_portmapping: self
+                    .probe_concurrency_per_portmapping
+                    .and_then(|n| usize::try_from(n).ok()),
                 batch_window: Duration::from_millis(self.batch_window_ms),
+                max_pod_watches_per_namespace: self.max_pod_watches_per_namespace as usize,
+                budgets: self.budgets(),
             },
+        }
+    }
+
+    fn budgets(&self) -> portmapper_core::budget::Budgets {
+        let size = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
+        portmapper_core::budget::Budgets {
+            probe_targets_per_portmapping: size(self.max_probe_targets_per_portmapping),
+            probe_targets_per_namespace: size(self.max_probe_targets_per_namespace),
+            slices_per_portmapping: size(self.max_slices_per_portmapping),
         }
     }
 }
@@ -384,6 +431,8 @@ mod tests {
             "--resync-seconds=7",
             "--node-lookups=false",
             "--probe-concurrency=3",
+            "--probe-concurrency-per-namespace=2",
+            "--probe-concurrency-per-portmapping=1",
             "--watch-stall-seconds=11",
             "--http-addr=127.0.0.1:9",
             "--kubeconfig=/tmp/kc",
@@ -396,6 +445,8 @@ mod tests {
         assert_eq!(config.settings.resync, Duration::from_secs(7));
         assert!(!config.settings.node_lookups);
         assert_eq!(config.settings.probe_concurrency, 3);
+        assert_eq!(config.settings.probe_concurrency_per_namespace, Some(2));
+        assert_eq!(config.settings.probe_concurrency_per_portmapping, Some(1));
         assert_eq!(config.watch_policy.stall_after, Duration::from_secs(11));
         assert_eq!(
             config.watch_policy.backoff_max,

@@ -23,6 +23,8 @@ pub struct RunConfig {
     pub kubeconfig: Option<PathBuf>,
     /// Address of the HTTP server for `/metrics`, `/healthz` and `/readyz`.
     pub http_addr: SocketAddr,
+    /// Per-port series of `portmapper_endpoints_published` per PortMapping.
+    pub metrics_max_port_series: usize,
     /// The election; None: this process always writes.
     pub leader: Option<LeaderConfig>,
     /// How watches retry and when one counts as stalled.
@@ -35,7 +37,7 @@ pub struct RunConfig {
 pub async fn run(run: RunConfig) -> Result<(), Error> {
     let config = kube_config(run.kubeconfig.as_deref()).await?;
     let user_agent = crate::runtime::client::user_agent(run.settings.instance.as_deref());
-    let metrics = Metrics::new();
+    let metrics = Metrics::with_max_port_series(run.metrics_max_port_series);
     let readiness = Readiness::new(run.watch_policy);
     let shutdown = CancellationToken::new();
 

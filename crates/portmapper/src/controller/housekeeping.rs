@@ -59,5 +59,7 @@ async fn clean_up(pods: Arc<PodWatches>, ctx: Arc<Context>) {
             })
             .collect();
         crate::reconcile::probing::retain(&ctx.prober, &alive);
+        ctx.probe_aliases.retain(|k| alive.contains(k));
+        ctx.demands.retain(|k| alive.contains(k));
     }
 }

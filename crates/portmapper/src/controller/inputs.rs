@@ -44,15 +44,23 @@ pub fn portmappings(
         move |change| match change {
             Change::Apply(pm) => {
                 let applied = index.lock().apply_portmapping(pm);
-                if crate::index::pool_is_valid(pm) {
-                    pods.ensure(&PodSource::of(pm));
+                let source = PodSource::of(pm);
+                // Its label key, or one its change of key let in, within the namespace's cap.
+                pods.ensure_admitted(source.namespace());
+                if matches!(source, PodSource::Namespace(_)) && crate::index::pool_is_valid(pm) {
+                    pods.ensure(&source);
                 }
                 if let Some(source) = applied.reindex {
                     pods.reindex(&source);
                 }
                 applied.affected
             }
-            Change::Delete(pm) => index.lock().delete_portmapping(&ObjectRef::from_obj(pm)),
+            Change::Delete(pm) => {
+                let affected = index.lock().delete_portmapping(&ObjectRef::from_obj(pm));
+                // A key over the cap may be watched now.
+                pods.ensure_admitted(&pm.namespace().unwrap_or_default());
+                affected
+            }
             Change::Relisted(present) => index.lock().retain_portmappings(present),
         },
         feeds.clone(),

@@ -26,6 +26,7 @@ use crate::controller::watches::Feeds;
 use crate::index::SharedIndex;
 use crate::index::trigger::Trigger;
 use crate::reconcile::context::{Context, Settings};
+use crate::reconcile::namespace_share::NamespaceShare;
 use crate::reconcile::state::States;
 use crate::runtime::error::Error;
 use crate::runtime::http::Readiness;
@@ -86,12 +87,10 @@ pub async fn run_probing_with(
         metrics: metrics.clone(),
     };
     let mut tasks = tokio::task::JoinSet::new();
-    let pods = PodWatches::new(
-        client.clone(),
-        settings.namespace.clone(),
-        index.clone(),
-        feeds.clone(),
-    );
+    index
+        .lock()
+        .limit_label_watches(Some(settings.max_pod_watches_per_namespace));
+    let pods = PodWatches::new(client.clone(), index.clone(), feeds.clone());
     let (portmappings, pm_events) =
         inputs::portmappings(&client, &settings.namespace, &index, &pods, &feeds);
     // A PortMapping whose status alone changed (our own status write coming back) is not
@@ -112,6 +111,8 @@ pub async fn run_probing_with(
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
         prober,
+        probe_aliases: Default::default(),
+        demands: Default::default(),
         client,
         settings: settings.clone(),
         stores: stores.clone(),
@@ -120,6 +121,7 @@ pub async fn run_probing_with(
         leadership: leadership.clone(),
         metrics: metrics.clone(),
         states: States::new(settings.batch_window),
+        passes: NamespaceShare::new(settings.concurrency, settings.namespace.as_deref()),
     });
     let synced = housekeeping::spawn(&mut tasks, stores, readiness, pods, ctx.clone());
     metrics.leader.set(i64::from(leadership.is_leader()));
@@ -152,8 +154,7 @@ fn start_prober(
     trigger: &Trigger,
     tasks: &mut tokio::task::JoinSet<()>,
 ) -> Result<portmapper_probe::Prober, Error> {
-    let (prober, events) =
-        crate::reconcile::probing::start(settings.probe_concurrency, executor, metrics)?;
+    let (prober, events) = crate::reconcile::probing::start(settings, executor, metrics)?;
     tasks.spawn(crate::reconcile::probing::forward_events(
         events,
         trigger.clone(),

@@ -1,10 +1,13 @@
-//! Pod watches that follow the PortMappings: one label-selected watch per distinct label key
-//! (`labelSelector=<key>`, so the server sends only candidate pods), and one namespace-wide watch
-//! per namespace that has annotation-keyed PortMappings (annotations cannot be selected
-//! server-side). The index keeps the pods (there is no reflector store of pods) and knows
-//! whether a watch has listed ([`crate::index::Index::pods_listed`]): a reconcile of a pool
-//! whose watch has not listed writes nothing rather than publish an empty pool. A watch starts
-//! when a PortMapping that needs it is seen ([`PodWatches::ensure`]) and stops when none does.
+//! Pod watches that follow the PortMappings, each in one namespace: one label-selected watch per
+//! distinct label key of a namespace's PortMappings (`labelSelector=<key>`, so the server sends
+//! only candidate pods; at most `--max-pod-watches-per-namespace` keys, see
+//! `index/pod_watches.rs`), and one namespace-wide watch per namespace that has annotation-keyed
+//! PortMappings (annotations cannot be selected server-side). Never cluster-wide: a pool holds
+//! pods of its own namespace only, so no other namespace's pods are listed or kept. The index
+//! keeps the pods (there is no reflector store of pods) and knows whether a watch has listed
+//! ([`crate::index::Index::pods_listed`]): a reconcile of a pool whose watch has not listed
+//! writes nothing rather than publish an empty pool. A watch starts when a PortMapping that
+//! needs it is seen ([`PodWatches::ensure`]) and stops when none does.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -35,7 +38,6 @@ fn pod_key(name: &str, namespace: Option<&str>) -> ObjectRef<Pod> {
 /// The set of running pod watches.
 pub struct PodWatches {
     client: Client,
-    scope: Option<String>,
     index: SharedIndex,
     feeds: Feeds,
     running: Mutex<HashMap<PodSource, AbortHandle>>,
@@ -43,15 +45,9 @@ pub struct PodWatches {
 
 impl PodWatches {
     /// No watch runs until a PortMapping needs one.
-    pub fn new(
-        client: Client,
-        scope: Option<String>,
-        index: SharedIndex,
-        feeds: Feeds,
-    ) -> Arc<Self> {
+    pub fn new(client: Client, index: SharedIndex, feeds: Feeds) -> Arc<Self> {
         Arc::new(Self {
             client,
-            scope,
             index,
             feeds,
             running: Mutex::new(HashMap::new()),
@@ -67,18 +63,10 @@ impl PodWatches {
         if running.contains_key(source) {
             return;
         }
-        let (api, config) = match source {
-            PodSource::Label(key) => {
-                let api = match &self.scope {
-                    Some(ns) => Api::<WirePod>::namespaced(self.client.clone(), ns),
-                    None => Api::<WirePod>::all(self.client.clone()),
-                };
-                (api, watcher::Config::default().labels(key))
-            }
-            PodSource::Namespace(ns) => (
-                Api::<WirePod>::namespaced(self.client.clone(), ns),
-                watcher::Config::default(),
-            ),
+        let api = Api::<WirePod>::namespaced(self.client.clone(), source.namespace());
+        let config = match source {
+            PodSource::Label { key, .. } => watcher::Config::default().labels(key),
+            PodSource::Namespace(_) => watcher::Config::default(),
         };
         let (index, watched) = (self.index.clone(), source.clone());
         let task = consume(
@@ -122,9 +110,22 @@ impl PodWatches {
         }
     }
 
-    /// Stops watches no PortMapping needs any more.
+    /// Starts the label watches `ns` gets within its cap (a PortMapping of `ns` came, went or
+    /// changed key: a key over the cap may be let in).
+    pub fn ensure_admitted(&self, ns: &str) {
+        let admitted = self.index.lock().admitted_sources(ns);
+        for source in &admitted {
+            self.ensure(source);
+        }
+    }
+
+    /// Stops watches no PortMapping needs any more (or over a namespace's cap), and starts
+    /// those needed and not running (a relist of PortMappings let a key in).
     pub fn retain_needed(&self) {
         let needed: BTreeSet<PodSource> = self.index.lock().needed_sources();
+        for source in &needed {
+            self.ensure(source);
+        }
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         let mut stopped = Vec::new();
         running.retain(|source, task| {
@@ -170,7 +171,7 @@ mod tests {
             "items": [{"metadata": {"name": "a", "namespace": "default", "uid": "u-a",
                                     "labels": {"app": "x"}}}],
         });
-        api.respond("GET", "/api/v1/pods", 200, list);
+        api.respond("GET", "/api/v1/namespaces/default/pods", 200, list);
         let (tx, mut rx) = futures::channel::mpsc::unbounded();
         let feeds = Feeds {
             trigger: Trigger::new(tx),
@@ -178,8 +179,11 @@ mod tests {
             metrics: crate::runtime::metrics::Metrics::new(),
         };
         let index = SharedIndex::default();
-        let watches = PodWatches::new(api.client(), None, index.clone(), feeds);
-        let source = PodSource::Label("app".into());
+        let watches = PodWatches::new(api.client(), index.clone(), feeds);
+        let source = PodSource::Label {
+            namespace: "default".into(),
+            key: "app".into(),
+        };
         let (one, two) = (
             PmKey::new("one").within("default"),
             PmKey::new("two").within("default"),

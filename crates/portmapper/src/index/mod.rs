@@ -13,6 +13,7 @@ mod endpoints;
 mod foreign;
 mod nodes;
 pub mod own_writes;
+mod pod_watches;
 mod pods;
 pub mod pool_pods;
 pub mod portmappings;
@@ -38,14 +39,18 @@ use portmapper_core::{ClaimRank, PodRecord};
 use crate::index::own_writes::OwnWrites;
 use crate::index::pool_pods::PoolPods;
 
+pub use pod_watches::{DEFAULT_MAX_POD_WATCHES, WatchRefused};
+
 /// A PortMapping, by namespace and name.
 pub type PmKey = ObjectRef<PortMapping>;
 
-/// What one pod watch covers.
+/// What one pod watch covers. Every pod watch is namespaced: a pool never holds another
+/// namespace's pods, so no tenant's PortMapping makes the operator list or keep pods of
+/// namespaces it cannot see (a cluster-wide watch per key did, for every namespace).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PodSource {
-    /// Pods carrying the label key (in the watch scope).
-    Label(String),
+    /// Pods of `namespace` carrying the label `key`.
+    Label { namespace: String, key: String },
     /// Every pod of a namespace (annotation keys).
     Namespace(String),
 }
@@ -53,9 +58,20 @@ pub enum PodSource {
 impl PodSource {
     /// The watch a PortMapping's pool needs.
     pub fn of(pm: &PortMapping) -> Self {
+        let namespace = pm.namespace().unwrap_or_default();
         match pm.spec.pods.from {
-            KeySource::Label => Self::Label(pm.spec.pods.key.clone()),
-            KeySource::Annotation => Self::Namespace(pm.namespace().unwrap_or_default()),
+            KeySource::Label => Self::Label {
+                namespace,
+                key: pm.spec.pods.key.clone(),
+            },
+            KeySource::Annotation => Self::Namespace(namespace),
+        }
+    }
+
+    /// The namespace the watch lists.
+    pub fn namespace(&self) -> &str {
+        match self {
+            Self::Label { namespace, .. } | Self::Namespace(namespace) => namespace,
         }
     }
 }
@@ -128,6 +144,9 @@ struct PmFootprint {
     gate: String,
     /// [`semantic_version`](portmappings::semantic_version): what a change other than the status changes.
     version: Option<u64>,
+    /// Its pool is label-keyed and valid: it asks for a label-selected pod watch (an invalid
+    /// key is never watched).
+    label_watch: bool,
 }
 
 /// What a pod touches, and the pod itself: the index is the operator's only copy of the pods
@@ -177,6 +196,11 @@ pub struct Index {
     /// Annotation keys PortMappings of a namespace use, with how many use each: the keys a
     /// namespace-wide pod watch must index.
     annotation_keys: HashMap<String, HashMap<String, usize>>,
+    /// Per namespace, the label keys its valid label-keyed PortMappings use, with who uses
+    /// each: the label-selected pod watches the namespace asks for (`pod_watches.rs`).
+    label_keys: HashMap<String, HashMap<String, HashSet<PmKey>>>,
+    /// At most this many label-selected pod watches per namespace (`None`: no cap).
+    max_label_watches: Option<usize>,
     /// PortMappings by namespace and publication gate type: who else sets which gate.
     pms_by_gate: HashMap<String, BTreeMap<String, HashSet<PmKey>>>,
 

@@ -20,7 +20,7 @@ impl Index {
     pub(super) fn pools_of(&self, source: &PodSource, pod: &PodRecord) -> Vec<PoolKey> {
         let ns = pod.namespace.clone();
         match source {
-            PodSource::Label(key) => pod
+            PodSource::Label { key, .. } => pod
                 .labels
                 .get(key)
                 .map(|value| PoolKey {
@@ -56,6 +56,10 @@ impl Index {
     /// A pod was added or changed. Affected: the PortMappings of the pools it is in now or was
     /// in before, and those whose slices publish it (so a pod leaving the pool is withdrawn).
     pub fn apply_pod(&mut self, source: &PodSource, pod: Arc<PodRecord>) -> Vec<PmKey> {
+        if pod.namespace != source.namespace() {
+            // Never sent by a namespaced watch; never kept if one were.
+            return Vec::new();
+        }
         // Keys compare by name and namespace; the UID and version would be two more strings
         // per pod in every key copy.
         let key = PodKey {

@@ -50,6 +50,8 @@ fn footprint(pm: &PortMapping, ns: &str) -> PmFootprint {
         deleting: pm.meta().deletion_timestamp.is_some(),
         gate: pm.spec.gate_condition_type().to_owned(),
         version: semantic_version(pm),
+        label_watch: pm.spec.pods.from == portmapper_api::KeySource::Label
+            && super::pool_is_valid(pm),
     }
 }
 
@@ -71,6 +73,7 @@ impl Index {
             return out;
         }
         let mut affected: HashSet<PmKey> = HashSet::from([key.clone()]);
+        let watched_before = self.admitted_keys(&ns);
         let gate_peers_changed = previous
             .as_ref()
             .is_none_or(|old| old.gate != footprint.gate || old.deleting != footprint.deleting);
@@ -117,6 +120,7 @@ impl Index {
             affected.extend(wakes);
         }
         self.pms.insert(key, footprint);
+        affected.extend(self.admission_wakes(&ns, &watched_before));
         out.affected = affected.into_iter().collect();
         out
     }
@@ -128,6 +132,7 @@ impl Index {
         };
         self.departed.remove(key);
         let types_before = self.gate_types(&old.service.0);
+        let watched_before = self.admitted_keys(&old.service.0);
         self.unregister(key, &old);
         let mut affected: HashSet<PmKey> = self
             .pms_by_service
@@ -138,6 +143,8 @@ impl Index {
             .collect();
         // A gate type it shared may now be another's to set.
         affected.extend(self.gate_wakes(&old.service.0, &types_before, [&old.gate], &old.rank));
+        // A key over the cap may be watched now.
+        affected.extend(self.admission_wakes(&old.service.0, &watched_before));
         affected.into_iter().collect()
     }
 
@@ -163,6 +170,10 @@ impl Index {
             insert(&mut self.pms_by_name_prefix, cut, key.clone());
         }
         insert(&mut self.pms_by_pool, footprint.pool.clone(), key.clone());
+        if footprint.label_watch {
+            let keys = self.label_keys.entry(footprint.pool.namespace.clone());
+            insert(keys.or_default(), footprint.pool.key.clone(), key.clone());
+        }
         self.pms_by_gate
             .entry(footprint.service.0.clone())
             .or_default()
@@ -178,6 +189,14 @@ impl Index {
             remove(&mut self.pms_by_name_prefix, &cut, key);
         }
         remove(&mut self.pms_by_pool, &old.pool, key);
+        if old.label_watch
+            && let Some(keys) = self.label_keys.get_mut(&old.pool.namespace)
+        {
+            remove(keys, &old.pool.key, key);
+            if keys.is_empty() {
+                self.label_keys.remove(&old.pool.namespace);
+            }
+        }
         let ns = &old.service.0;
         if let Some(by_type) = self.pms_by_gate.get_mut(ns) {
             if let Some(set) = by_type.get_mut(&old.gate) {
@@ -310,17 +329,18 @@ impl Index {
         self.pms.keys()
     }
 
-    /// The pod watches the indexed PortMappings need.
+    /// The pod watches the indexed PortMappings need: every namespace's annotation watch, and
+    /// the label watches within each namespace's cap.
     pub fn needed_sources(&self) -> BTreeSet<PodSource> {
-        self.pms
+        let annotated = self
+            .pms
             .values()
-            .map(|f| {
-                if f.pool.annotation {
-                    PodSource::Namespace(f.pool.namespace.clone())
-                } else {
-                    PodSource::Label(f.pool.key.clone())
-                }
-            })
-            .collect()
+            .filter(|f| f.pool.annotation)
+            .map(|f| PodSource::Namespace(f.pool.namespace.clone()));
+        let labelled = self
+            .label_keys
+            .keys()
+            .flat_map(|ns| self.admitted_sources(ns));
+        annotated.chain(labelled).collect()
     }
 }

@@ -34,9 +34,19 @@ pub struct Settings {
     pub instance: Option<String>,
     /// Network probes in flight at once, across all PortMappings.
     pub probe_concurrency: usize,
+    /// Network probes in flight at once for one namespace's PortMappings (None: half of
+    /// `probe_concurrency`).
+    pub probe_concurrency_per_namespace: Option<usize>,
+    /// Network probes in flight at once for one PortMapping (None: a quarter of
+    /// `probe_concurrency`).
+    pub probe_concurrency_per_portmapping: Option<usize>,
     /// After a pass that wrote, how long the next pass of the same PortMapping waits (zero:
     /// none); see `batch_window.rs`.
     pub batch_window: Duration,
+    /// Label-selected pod watches per namespace (`index/pod_watches.rs`).
+    pub max_pod_watches_per_namespace: usize,
+    /// What one PortMapping, and one namespace, may ask of the operator.
+    pub budgets: portmapper_core::budget::Budgets,
 }
 
 /// The reflector stores a reconcile reads.
@@ -92,8 +102,14 @@ pub struct Context {
     pub recorder: Recorder,
     /// Probes network checks outside reconciles; reconciles read its cached results.
     pub prober: portmapper_probe::Prober,
+    /// The targets probed through an identical one, per PortMapping.
+    pub probe_aliases: crate::reconcile::probe_aliases::ProbeAliases,
+    /// The probe targets each PortMapping declared, for its namespace's budget.
+    pub demands: crate::reconcile::demands::Demands,
     /// What the operator remembers per PortMapping.
     pub states: States,
+    /// Reconcile passes running per namespace: no namespace holds every worker.
+    pub passes: crate::reconcile::namespace_share::NamespaceShare,
 }
 
 impl Context {
@@ -104,9 +120,12 @@ impl Context {
     pub fn forget(&self, pm: &ObjectRef<PortMapping>) {
         self.states.forget(pm);
         self.trigger.forget(pm);
+        self.passes.forget(pm);
         let namespace = pm.namespace.as_deref().unwrap_or_default();
-        self.prober
-            .remove_mapping(&portmapper_probe::MappingKey::new(namespace, &pm.name));
+        let mapping = portmapper_probe::MappingKey::new(namespace, &pm.name);
+        self.prober.remove_mapping(&mapping);
+        self.probe_aliases.forget(&mapping);
+        self.demands.set(&mapping, 0);
         self.metrics.forget((namespace, &pm.name));
     }
 }
@@ -146,25 +165,30 @@ impl Context {
         let (tx, queued) = futures::channel::mpsc::unbounded();
         let trigger = Trigger::new(tx);
         let index = SharedIndex::default();
-        let (prober, probe_events) =
-            crate::reconcile::probing::start(1, None, &metrics).expect("a prober starts");
         let (portmappings, pm_writer) = listed();
         let (services, svc_writer) = listed();
         let (slices, slice_writer) = listed();
         let (owned_endpoints, endpoints_writer) = listed();
         let (foreign_slices, foreign_writer) = listed();
+        let settings = Settings {
+            namespace: None,
+            concurrency: 1,
+            resync: Duration::from_secs(300),
+            node_lookups: false,
+            instance: None,
+            probe_concurrency: 1,
+            probe_concurrency_per_namespace: None,
+            probe_concurrency_per_portmapping: None,
+            batch_window: Duration::ZERO,
+            max_pod_watches_per_namespace: crate::index::DEFAULT_MAX_POD_WATCHES,
+            budgets: portmapper_core::budget::Budgets::default(),
+        };
+        let (prober, probe_events) =
+            crate::reconcile::probing::start(&settings, None, &metrics).expect("a prober starts");
         let ctx = Self {
             recorder: Recorder::new(client.clone(), "portmapper".into()),
             client,
-            settings: Settings {
-                namespace: None,
-                concurrency: 1,
-                resync: Duration::from_secs(300),
-                node_lookups: false,
-                instance: None,
-                probe_concurrency: 1,
-                batch_window: Duration::ZERO,
-            },
+            settings,
             stores: Stores {
                 portmappings,
                 services,
@@ -178,7 +202,10 @@ impl Context {
             leadership: Leadership::always(),
             metrics,
             prober,
+            probe_aliases: Default::default(),
+            demands: Default::default(),
             states: States::default(),
+            passes: crate::reconcile::namespace_share::NamespaceShare::new(1, None),
         };
         let feeds = TestFeeds {
             portmappings: pm_writer,

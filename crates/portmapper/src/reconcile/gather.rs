@@ -20,7 +20,7 @@ use portmapper_core::report::{Stall, status};
 use portmapper_core::{HeldName, NetworkDecisions, PodRecord};
 use tracing::debug;
 
-use crate::index::PodSource;
+use crate::index::{PodSource, WatchRefused};
 use crate::reconcile::context::Context;
 use crate::runtime::error::Error;
 
@@ -50,7 +50,8 @@ pub enum Gathered {
 
 /// What the gates of a stalled PortMapping are set from.
 pub enum Gates {
-    /// The gate type or the pool is invalid: no condition and no pods to name.
+    /// The gate type or the pool is invalid, or the pool is not watched (over its namespace's
+    /// cap): no condition and no pods to name.
     None,
     /// The pool's pods have not listed yet: the gates wait (a transient wait never flips a
     /// condition), and the pass looks again soon.
@@ -217,6 +218,16 @@ pub async fn gather(
         }
         return Ok(gathered);
     };
+    let refused = ctx.index.lock().watch_refused(key);
+    if let Some(WatchRefused { cap }) = refused {
+        // Its pods are not watched, so nothing can be planned; what it published stays.
+        let stall = Stall::TooManyPodWatches {
+            namespace: ns.to_owned(),
+            key: pm.spec.pods.key.clone(),
+            cap,
+        };
+        return Ok(stalled(ctx, &uid, stall, Gates::None));
+    }
     // The watch's first list first, then the pool: the index takes each pod of the first list
     // as it arrives, so a pool read before the list is done can miss its last pods.
     if !ctx.index.lock().pods_listed(&PodSource::of(pm), key) {
@@ -241,6 +252,10 @@ fn stalled(ctx: &Context, uid: &str, stall: Stall, gates: Gates) -> Gathered {
 
 /// What the gates of a stalled `pm` are set from.
 fn gates(ctx: &Context, pm: &PortMapping, key: &ObjectRef<PortMapping>) -> Gates {
+    if ctx.index.lock().watch_refused(key).is_some() {
+        // Never listed: its pods are not known.
+        return Gates::None;
+    }
     if !ctx.index.lock().pods_listed(&PodSource::of(pm), key) {
         return Gates::Wait;
     }
@@ -318,7 +333,7 @@ async fn plan_inputs(
     };
     Ok(Inputs {
         peers: gate_peers(ctx, pm, key, &refs, gated),
-        network: crate::reconcile::probing::results(&ctx.prober, pm),
+        network: crate::reconcile::probing::results(&ctx.prober, &ctx.probe_aliases, pm),
         owned_endpoints: owned_endpoints(ctx, uid),
         read_server: read_server || endpoints_read,
         service,

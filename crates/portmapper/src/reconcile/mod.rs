@@ -8,13 +8,16 @@ mod again;
 pub mod backoff;
 pub mod batch_window;
 pub mod context;
+pub mod demands;
 mod departed;
 mod execute;
 #[cfg(test)]
 pub(crate) mod fake_api;
 mod gather;
+pub mod namespace_share;
 mod plan;
 mod plan_metrics;
+pub mod probe_aliases;
 pub mod probing;
 mod stall;
 pub mod state;
@@ -64,6 +67,10 @@ pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action
     if let Some(wait) = held_back(&ctx, &pm_ref, pm.metadata.generation) {
         return Ok(Action::requeue(wait));
     }
+    let Some(_pass) = ctx.passes.enter(&pm_ref, &ctx.trigger) else {
+        debug!(portmapping = %pm_ref, "its namespace holds its share of reconcile workers; queued again when one of its passes ends");
+        return Ok(Action::await_change());
+    };
     let started = Instant::now();
     let (result, wrote) = reconcile_inner(&pm, &ctx, fingerprint)
         .instrument(span)

@@ -11,6 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::ObjectRef;
 use portmapper_api::PortMapping;
 use portmapper_core::PodRecord;
+use portmapper_core::budget::{self, OverBudget};
 use portmapper_core::planner;
 use portmapper_core::report::{PlanFacts, Report, Stall};
 use portmapper_core::writes::Phases;
@@ -86,37 +87,29 @@ fn planned(
     inputs: &Inputs,
     departed: Departed,
 ) -> Planned {
+    if let Err(over) = within_budget(ctx, pm, inputs) {
+        return stalled(ctx, pm, key, inputs, departed, Stall::OverBudget(over));
+    }
     let input = inputs.plan_input(pm, Timestamp::now());
     let plan = match crate::reconcile::plan_metrics::plan_timed(ctx, key, &input) {
         Ok(plan) => plan,
         Err(err) => {
-            let pods: Vec<Arc<PodRecord>> = inputs.pods.iter().cloned().collect();
-            let gates = Gates::Pool {
-                pods,
-                peers: inputs.peers.clone(),
-            };
             let stall = Stall::PlanFailed(err.to_string());
-            let stalled = Stalled {
-                stall: &stall,
-                live: &inputs.owned,
-                endpoints: &[],
-                gates: &gates,
-            };
-            let (pass, again) = stalled.planned(ctx, pm, key, departed);
-            return Planned {
-                pass,
-                again,
-                cache_only: false,
-            };
+            return stalled(ctx, pm, key, inputs, departed, stall);
         }
     };
+    let slices = plan.slices.len();
+    if let Err(over) = budget::judge_slices(&ctx.settings.budgets, slices, "the plan's slices") {
+        return stalled(ctx, pm, key, inputs, departed, Stall::OverBudget(over));
+    }
     let pods: Vec<&PodRecord> = inputs.pods.iter().map(AsRef::as_ref).collect();
     // The prober watches exactly what this plan looked up.
     let probed = crate::reconcile::probing::set_targets(
         &ctx.prober,
+        &ctx.probe_aliases,
         pm,
         &inputs.service,
-        &pods,
+        &inputs.pods,
         &plan.network_lookups,
         &inputs.network,
     );
@@ -153,5 +146,45 @@ fn planned(
             && inputs.natives.is_empty()
             && !inputs.read_server
             && plan.gate_deadline.is_none(),
+    }
+}
+
+/// Whether `pm`'s pass stays within the operator's budgets ([`budget`]), judged from its
+/// inputs before the planner runs; the namespace's budget counts what its other PortMappings
+/// declared ([`Demands`](crate::reconcile::demands::Demands)). Within them, its own figure is
+/// recorded for theirs.
+fn within_budget(ctx: &Context, pm: &PortMapping, inputs: &Inputs) -> Result<(), OverBudget> {
+    let demand = budget::demand(&pm.spec, &inputs.service, inputs.pods.len());
+    let key = crate::reconcile::probing::mapping_key(pm);
+    budget::judge(&ctx.settings.budgets, &demand, ctx.demands.others(&key))?;
+    ctx.demands.set(&key, demand.probe_targets);
+    Ok(())
+}
+
+/// The pass of a PortMapping the planner does not publish for (`stall`): its slices stay.
+fn stalled(
+    ctx: &Context,
+    pm: &PortMapping,
+    key: &ObjectRef<PortMapping>,
+    inputs: &Inputs,
+    departed: Departed,
+    stall: Stall,
+) -> Planned {
+    let pods: Vec<Arc<PodRecord>> = inputs.pods.iter().cloned().collect();
+    let gates = Gates::Pool {
+        pods,
+        peers: inputs.peers.clone(),
+    };
+    let stalled = Stalled {
+        stall: &stall,
+        live: &inputs.owned,
+        endpoints: &[],
+        gates: &gates,
+    };
+    let (pass, again) = stalled.planned(ctx, pm, key, departed);
+    Planned {
+        pass,
+        again,
+        cache_only: false,
     }
 }

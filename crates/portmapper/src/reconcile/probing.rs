@@ -12,23 +12,26 @@
 //! that (pod, port, family) stays, so a restart neither flaps nor empties a slice. A damped
 //! flip arrives on [`ProbeEvents`] and reconciles that PortMapping.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use portmapper_api::{NetworkKey, PortMapping};
+use portmapper_api::{CheckPosition, NetworkKey, PortMapping};
 use portmapper_core::target::service_port_protocol;
 use portmapper_core::{NetworkDecisions, NetworkLookup, PodRecord, Verdict, check_at, port_rules};
 use portmapper_probe::{
-    ContainerPort, ExecutorConfig, MappingKey, Membership, Outcome, PoolPod, ProbeEvents,
-    ProbeExecutor, Prober, ProberConfig, ServicePort, Target, TargetResult,
+    ContainerPort, ExecutorConfig, MappingKey, Membership, MetadataSource, NetworkCheck, Outcome,
+    PodMetadata, PoolPod, ProbeEvents, ProbeExecutor, Prober, ProberConfig, ServicePort, Target,
+    TargetResult,
 };
 use tracing::debug;
 
 use crate::index::trigger::Trigger;
+use crate::reconcile::context::Settings;
+use crate::reconcile::probe_aliases::{ProbeAliases, dedupe};
 use crate::runtime::error::Error;
 use crate::runtime::metrics::Metrics;
 
@@ -48,15 +51,17 @@ impl std::fmt::Debug for CustomExecutor {
     }
 }
 
-/// Starts the operator's prober: probes over the network (or with `executor`), `concurrency`
-/// in flight at most, reporting to the operator's `/metrics`.
+/// Starts the operator's prober: probes over the network (or with `executor`), within the
+/// settings' probe concurrency bounds, reporting to the operator's `/metrics`.
 pub fn start(
-    concurrency: usize,
+    settings: &Settings,
     executor: Option<CustomExecutor>,
     metrics: &Metrics,
 ) -> Result<(Prober, ProbeEvents), Error> {
     let config = ProberConfig {
-        concurrency,
+        concurrency: settings.probe_concurrency,
+        concurrency_per_namespace: settings.probe_concurrency_per_namespace,
+        concurrency_per_mapping: settings.probe_concurrency_per_portmapping,
         ..ProberConfig::default()
     };
     let metrics = Arc::new(metrics.probe.clone());
@@ -97,9 +102,12 @@ pub fn retain(prober: &Prober, alive: &HashSet<MappingKey>) {
 /// Reads the PortMapping's cached, damped results as planner decisions. Never waits on a
 /// probe: a target whose first probe has not finished has no entry (the planner reads
 /// Abstain).
-pub fn results(prober: &Prober, pm: &PortMapping) -> NetworkDecisions {
+/// Targets probed through an identical one read its result ([`ProbeAliases`]).
+pub fn results(prober: &Prober, aliases: &ProbeAliases, pm: &PortMapping) -> NetworkDecisions {
     let key = mapping_key(pm);
-    decisions(&prober.results(&key), success_threshold(pm))
+    let mut results = prober.results(&key);
+    aliases.expand(&key, &mut results);
+    decisions(&results, success_threshold(pm))
 }
 
 /// The prober's work for one PortMapping after a plan.
@@ -115,14 +123,16 @@ pub struct Targets {
 /// `PlanInput::pods`, `network` what it read), keeping known targets' schedules and streaks.
 pub fn set_targets(
     prober: &Prober,
+    aliases: &ProbeAliases,
     pm: &PortMapping,
     service: &Service,
-    pods: &[&PodRecord],
+    pods: &[Arc<PodRecord>],
     lookups: &[NetworkLookup],
     network: &NetworkDecisions,
 ) -> Targets {
     let key = mapping_key(pm);
-    let targets = lookup_targets(pm, service, pods, lookups);
+    let (targets, aliased) = dedupe(lookup_targets(pm, service, pods, lookups));
+    aliases.set(&key, aliased);
     let watched = Targets {
         targets: targets.len(),
         awaiting_first_result: targets
@@ -155,10 +165,14 @@ fn success_threshold(pm: &PortMapping) -> u32 {
 /// The plan's network lookups as prober targets. A lookup the prober cannot run is left out:
 /// a target port outside 1–65535 (the Service would not validate), or a position holding no
 /// network check (the spec changed under the plan: not possible with one spec).
+///
+/// A pod's facts and a position's check are built once and shared by their targets: a pod
+/// with many ports and checks costs one record (its metadata read from the index's own, only
+/// when a webhook review is sent), and a check one copy however many pods it probes.
 pub fn lookup_targets(
     pm: &PortMapping,
     service: &Service,
-    pods: &[&PodRecord],
+    pods: &[Arc<PodRecord>],
     lookups: &[NetworkLookup],
 ) -> Vec<Target> {
     if lookups.is_empty() {
@@ -170,6 +184,8 @@ pub fn lookup_targets(
         .and_then(|s| s.ports.as_deref())
         .unwrap_or_default();
     let service_name = service.name_any();
+    let settings = &pm.spec.probe;
+    let mut shared = Shared::default();
     let mut out = Vec::with_capacity(lookups.len());
     for lookup in lookups {
         let key = &lookup.key;
@@ -180,14 +196,11 @@ pub fn lookup_targets(
         let Ok(target_port) = u16::try_from(lookup.target_port) else {
             continue;
         };
-        let Some(check) = check_at(port_rules(&pm.spec, &key.port_name), key.position)
-            .and_then(|kind| kind.as_network())
-            .map(|kind| kind.cloned())
-        else {
+        let Some(check) = shared.check(pm, &key.port_name, key.position) else {
             continue;
         };
         out.push(Target {
-            pod: pool_pod(pod, lookup.address),
+            pod: shared.pod(lookup.pod, pod, lookup.address),
             service: service_name.clone(),
             port: ServicePort {
                 name: key.port_name.clone(),
@@ -198,7 +211,7 @@ pub fn lookup_targets(
             family: key.family,
             position: key.position,
             check,
-            settings: pm.spec.probe.clone(),
+            settings: settings.clone(),
             initial_membership: if lookup.published {
                 Membership::Included
             } else {
@@ -209,9 +222,60 @@ pub fn lookup_targets(
     out
 }
 
+/// The pod facts and checks already built for one plan's targets.
+#[derive(Default)]
+struct Shared {
+    pods: HashMap<(usize, IpAddr), Arc<PoolPod>>,
+    checks: HashMap<(String, CheckPosition), Option<Arc<NetworkCheck>>>,
+}
+
+impl Shared {
+    fn pod(&mut self, index: usize, pod: &Arc<PodRecord>, address: IpAddr) -> Arc<PoolPod> {
+        self.pods
+            .entry((index, address))
+            .or_insert_with(|| Arc::new(pool_pod(pod, address)))
+            .clone()
+    }
+
+    fn check(
+        &mut self,
+        pm: &PortMapping,
+        port: &str,
+        position: CheckPosition,
+    ) -> Option<Arc<NetworkCheck>> {
+        self.checks
+            .entry((port.to_owned(), position))
+            .or_insert_with(|| {
+                check_at(port_rules(&pm.spec, port), position)
+                    .and_then(|kind| kind.as_network())
+                    .map(|kind| Arc::new(kind.cloned()))
+            })
+            .clone()
+    }
+}
+
+/// A pod's labels and annotations, read from its index record when a webhook needs them.
+struct RecordMetadata(Arc<PodRecord>);
+
+impl MetadataSource for RecordMetadata {
+    fn labels(&self) -> BTreeMap<String, String> {
+        owned(&self.0.labels)
+    }
+    fn annotations(&self) -> BTreeMap<String, String> {
+        owned(&self.0.annotations)
+    }
+}
+
+fn owned(pairs: &portmapper_core::Pairs) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
 /// What a probe may know about a pod: its identity, metadata for webhooks, the one address of
 /// the family being published, and its declared container ports (for named check ports).
-fn pool_pod(pod: &PodRecord, address: IpAddr) -> PoolPod {
+fn pool_pod(pod: &Arc<PodRecord>, address: IpAddr) -> PoolPod {
     let containers = pod.containers.iter().chain(&pod.init_containers);
     let ports = containers
         .flat_map(|c| &c.ports)
@@ -223,17 +287,10 @@ fn pool_pod(pod: &PodRecord, address: IpAddr) -> PoolPod {
             })
         })
         .collect();
-    let map = |pairs: &portmapper_core::Pairs| {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect()
-    };
     PoolPod {
         name: pod.name.clone(),
         uid: pod.uid.clone(),
-        labels: map(&pod.labels),
-        annotations: map(&pod.annotations),
+        metadata: PodMetadata::shared(Arc::new(RecordMetadata(pod.clone()))),
         ips: vec![address],
         ports,
     }
@@ -444,6 +501,12 @@ mod tests {
         ]
     }
 
+    fn shared(pods: &[&PodRecord]) -> Vec<std::sync::Arc<PodRecord>> {
+        pods.iter()
+            .map(|&p| std::sync::Arc::new(p.clone()))
+            .collect()
+    }
+
     fn plan_of(
         pm: &PortMapping,
         svc: &Service,
@@ -485,7 +548,7 @@ mod tests {
         slices: &[&EndpointSlice],
     ) -> Vec<Target> {
         let plan = plan_of(pm, svc, pods, slices, &NetworkDecisions::new());
-        lookup_targets(pm, svc, pods, &plan.network_lookups)
+        lookup_targets(pm, svc, &shared(pods), &plan.network_lookups)
     }
 
     fn result(membership: Membership, last: ProbeResult, s: u32, f: u32) -> TargetResult {
@@ -610,7 +673,7 @@ mod tests {
         assert_eq!(network.len(), 2);
         let plan = plan_of(&pm, &svc, &pods, &slices, &network);
         assert_eq!(
-            lookup_targets(&pm, &svc, &pods, &plan.network_lookups),
+            lookup_targets(&pm, &svc, &shared(&pods), &plan.network_lookups),
             watched,
             "the results change nothing of what is probed"
         );

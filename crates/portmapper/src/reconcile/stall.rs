@@ -57,6 +57,9 @@ impl Stalled<'_> {
         } else {
             // Its slices stay: gated pods they publish keep their condition.
             crate::reconcile::probing::forget(&ctx.prober, pm);
+            let mapping = crate::reconcile::probing::mapping_key(pm);
+            ctx.probe_aliases.forget(&mapping);
+            ctx.demands.set(&mapping, 0);
             let changes = gates.stalled(pm, stall, live);
             (Phases::of_gates(&changes.gates, &pods), changes)
         };

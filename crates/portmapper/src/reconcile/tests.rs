@@ -116,7 +116,10 @@ impl World {
                 .services
                 .apply_watcher_event(&watcher::Event::Apply(service));
         }
-        let source = PodSource::Label("app".into());
+        let source = PodSource::Label {
+            namespace: NS.into(),
+            key: "app".into(),
+        };
         {
             let mut idx = ctx.index.lock();
             idx.apply_portmapping(&pm);
@@ -152,7 +155,10 @@ impl World {
     /// A pod event of the pool's watch: the index, then the reconciles it queues.
     fn pod_seen(&self, pod: Pod) {
         let affected = self.ctx.index.lock().apply_pod(
-            &PodSource::Label("app".into()),
+            &PodSource::Label {
+                namespace: NS.into(),
+                key: "app".into(),
+            },
             Arc::new(PodRecord::from(pod)),
         );
         self.queue(affected);
@@ -1258,4 +1264,35 @@ async fn a_backing_off_pass_does_not_resend_a_refused_status() {
     tokio::time::sleep(Duration::from_millis(1300)).await;
     w.reconcile().await.unwrap_err();
     assert_eq!(w.api.take_lines(), [format!("PATCH {SLICES}/web.http")]);
+}
+
+/// A pass that would let its namespace hold every reconcile worker gives its worker back at
+/// once and writes nothing; it is queued again when a pass of its namespace ends.
+#[tokio::test]
+async fn a_pass_over_its_namespaces_share_of_workers_waits_for_one_of_its_namespace() {
+    let mut w = World::new(Some(service()), vec![pod("pod-a", "10.244.0.1")]);
+    while w.feeds.queued.try_recv().is_ok() {}
+    // The test context's share is one pass per namespace: another PortMapping of the
+    // namespace holds it.
+    let other = reflector::ObjectRef::new("other").within(NS);
+    let held = w.ctx.passes.enter(&other, &w.ctx.trigger).unwrap();
+    let action = w.reconcile().await.unwrap();
+    assert_eq!(action, kube::runtime::controller::Action::await_change());
+    assert_eq!(
+        w.api.take_lines(),
+        Vec::<String>::new(),
+        "deferred: no request"
+    );
+    assert!(w.feeds.queued.try_recv().is_err(), "not queued again yet");
+    drop(held);
+    let queued = w.feeds.queued.try_recv().unwrap();
+    assert_eq!(queued, reflector::ObjectRef::from_obj(&w.pm));
+    w.reconcile().await.unwrap();
+    assert_eq!(
+        w.api.take_lines(),
+        [
+            format!("PATCH {SLICES}/web.http"),
+            format!("PATCH {STATUS}")
+        ]
+    );
 }

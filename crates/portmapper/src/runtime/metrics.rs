@@ -1,9 +1,11 @@
 //! Prometheus metrics (OpenMetrics text on `/metrics`).
 //!
-//! Labels are bounded: per-object series carry only namespace, service and port (as many as the
-//! PortMappings we manage: a port's series goes when the port does, a Service's series go when
-//! its PortMapping withdraws or is deleted); error series carry a fixed category, never an error
-//! string.
+//! Labels are bounded: per-object series carry only namespace, service and port (a port's series
+//! goes when the port does, a Service's series go when its PortMapping withdraws or is deleted);
+//! error series carry a fixed category, never an error string. A Service's port count is not
+//! bounded by Kubernetes, so a PortMapping has at most `--metrics-max-port-series` per-port
+//! series (its first ports by name), its other ports summed into one `port="_other"` series per
+//! address type: a tenant's 5,000-port Service adds a handful of series, not 5,000.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -14,6 +16,13 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Metric, Registry, Unit};
+
+/// `--metrics-max-port-series`'s default.
+pub const DEFAULT_MAX_PORT_SERIES: usize = 16;
+
+/// The `port` label of the series that sums the ports past the cap (a port name is a DNS
+/// label and a port number is digits: neither starts with `_`).
+pub const OTHER_PORTS: &str = "_other";
 
 /// Labels of per-Service series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
@@ -115,6 +124,8 @@ pub struct Metrics {
     /// The per-Service series each PortMapping (namespace, name) feeds, so they can be removed:
     /// prometheus-client families cannot be searched by a partial label set.
     fed: Mutex<HashMap<(String, String), FedSeries>>,
+    /// Per-port series per PortMapping before the rest are summed into `_other`.
+    max_port_series: usize,
 }
 
 /// Series one PortMapping has set.
@@ -212,8 +223,14 @@ fn register_with_unit<M: Metric + Clone>(
 const DECISIONS: [&str; 3] = ["include", "exclude", "abstain"];
 
 impl Metrics {
-    /// Registers every metric under the `portmapper_` prefix.
+    /// Registers every metric under the `portmapper_` prefix, with the default cap on per-port
+    /// series.
     pub fn new() -> Arc<Self> {
+        Self::with_max_port_series(DEFAULT_MAX_PORT_SERIES)
+    }
+
+    /// [`Metrics::new`], with at most `max_port_series` per-port series per PortMapping.
+    pub fn with_max_port_series(max_port_series: usize) -> Arc<Self> {
         let mut registry = Registry::with_prefix("portmapper");
         let probe = portmapper_probe::PrometheusProbeMetrics::default();
         probe.register(&mut registry);
@@ -248,6 +265,7 @@ impl Metrics {
             probe,
             sync,
             fed: Mutex::new(HashMap::new()),
+            max_port_series,
             registry,
         })
     }
@@ -269,14 +287,14 @@ impl Metrics {
             self.remove_series(entry);
         }
         let mut ports = BTreeSet::new();
-        for ((port, address_type), n) in per_port {
+        for ((port, address_type), n) in capped(per_port, self.max_port_series) {
             let labels = PortLabels {
                 namespace: service.namespace.clone(),
                 service: service.service.clone(),
-                port: port.clone(),
-                address_type: address_type.clone(),
+                port,
+                address_type,
             };
-            self.endpoints_published.get_or_create(&labels).set(*n);
+            self.endpoints_published.get_or_create(&labels).set(n);
             ports.insert(labels);
         }
         for gone in entry.ports.difference(&ports) {
@@ -287,6 +305,12 @@ impl Metrics {
             .set(slices);
         entry.ports = ports;
         entry.service = Some(service);
+    }
+
+    /// The number of `portmapper_endpoints_published` series.
+    pub fn port_series(&self) -> usize {
+        let fed = self.fed.lock().unwrap_or_else(|p| p.into_inner());
+        fed.values().map(|f| f.ports.len()).sum()
     }
 
     /// Removes every per-Service series a PortMapping fed (it withdrew or was deleted).
@@ -340,5 +364,89 @@ impl Metrics {
         self.api_writes
             .get_or_create(&WriteLabels { verb, resource })
             .inc();
+    }
+}
+
+/// The first `cap` (port, address type) counts as they are, the rest summed per address type
+/// under [`OTHER_PORTS`].
+fn capped(
+    per_port: &BTreeMap<(String, String), i64>,
+    cap: usize,
+) -> BTreeMap<(String, String), i64> {
+    let mut out: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for (i, ((port, address_type), n)) in per_port.iter().enumerate() {
+        let port = if i < cap {
+            port.clone()
+        } else {
+            OTHER_PORTS.to_owned()
+        };
+        *out.entry((port, address_type.clone())).or_default() += n;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service() -> ServiceLabels {
+        ServiceLabels {
+            namespace: "tenant-a".into(),
+            service: "wide".into(),
+        }
+    }
+
+    /// `portmapper_endpoints_published` lines in the exposition.
+    fn published_lines(metrics: &Metrics) -> Vec<String> {
+        let text = metrics.encode().expect("encodes");
+        text.lines()
+            .filter(|l| l.starts_with("portmapper_endpoints_published{"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn a_five_thousand_port_service_adds_the_cap_plus_one_series() {
+        let metrics = Metrics::with_max_port_series(16);
+        let per_port: BTreeMap<(String, String), i64> = (0..5_000)
+            .map(|i| ((format!("p{i:04}"), "IPv4".to_owned()), 2))
+            .collect();
+        metrics.set_published(("tenant-a", "wide"), service(), &per_port, 5_000);
+        let lines = published_lines(&metrics);
+        assert_eq!(lines.len(), 17, "16 ports and one _other series");
+        assert_eq!(metrics.port_series(), 17);
+        let other = lines
+            .iter()
+            .find(|l| l.contains("port=\"_other\""))
+            .expect("the other ports are summed");
+        assert!(other.ends_with(" 9968"), "4,984 ports × 2: {other}");
+        assert!(lines.iter().any(|l| l.contains("port=\"p0015\"")));
+        assert!(!lines.iter().any(|l| l.contains("port=\"p0016\"")));
+
+        // Dual-stack: one _other series per address type; fewer ports: _other goes.
+        let dual: BTreeMap<(String, String), i64> = ["IPv4", "IPv6"]
+            .iter()
+            .flat_map(|t| (0..20).map(move |i| ((format!("p{i:02}"), (*t).to_owned()), 1)))
+            .collect();
+        metrics.set_published(("tenant-a", "wide"), service(), &dual, 2);
+        assert_eq!(published_lines(&metrics).len(), 18);
+        let few: BTreeMap<(String, String), i64> =
+            [(("http".to_owned(), "IPv4".to_owned()), 3)].into();
+        metrics.set_published(("tenant-a", "wide"), service(), &few, 1);
+        assert_eq!(published_lines(&metrics).len(), 1);
+        metrics.forget(("tenant-a", "wide"));
+        assert!(published_lines(&metrics).is_empty());
+    }
+
+    #[test]
+    fn a_cap_of_zero_sums_every_port() {
+        let metrics = Metrics::with_max_port_series(0);
+        let per_port: BTreeMap<(String, String), i64> = (0..3)
+            .map(|i| ((format!("p{i}"), "IPv4".to_owned()), 1))
+            .collect();
+        metrics.set_published(("tenant-a", "wide"), service(), &per_port, 1);
+        let lines = published_lines(&metrics);
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].contains("port=\"_other\"") && lines[0].ends_with(" 3"));
     }
 }

@@ -269,7 +269,11 @@ impl Harness {
             // states (a deletion seen before its replacement); the window is tested in the
             // reconcile tests and measured by the scale bench.
             batch_window: Duration::ZERO,
+            max_pod_watches_per_namespace: portmapper::index::DEFAULT_MAX_POD_WATCHES,
+            budgets: portmapper_core::budget::Budgets::default(),
             probe_concurrency: 16,
+            probe_concurrency_per_namespace: None,
+            probe_concurrency_per_portmapping: None,
         };
         adjust(&mut settings);
         let (metrics, shutdown, readiness) = (

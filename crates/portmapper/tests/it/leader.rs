@@ -69,7 +69,11 @@ async fn instance(h: &Harness, config: LeaderConfig) -> Instance {
         // states (a deletion seen before its replacement); the window is tested in the
         // reconcile tests and measured by the scale bench.
         batch_window: Duration::ZERO,
+        max_pod_watches_per_namespace: portmapper::index::DEFAULT_MAX_POD_WATCHES,
+        budgets: portmapper_core::budget::Budgets::default(),
         probe_concurrency: 4,
+        probe_concurrency_per_namespace: None,
+        probe_concurrency_per_portmapping: None,
     };
     let metrics = Metrics::new();
     let (l, m, stop) = (leadership.clone(), metrics.clone(), shutdown.clone());

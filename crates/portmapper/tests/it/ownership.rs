@@ -84,6 +84,8 @@ async fn orphaned_slices_are_adopted_by_a_new_portmapping_for_their_service() {
     ready_pods(&h, "web", &[("pod-a", "http", "10.244.0.1")]).await;
     ready_pods(&h, "web", &[("pod-b", "http", "10.244.0.2")]).await;
     let mut pm = portmapping("web", "web");
+    // One endpoint per slice (two slices) needs PerPortSet: PerPort admits no fewer than 10.
+    pm["spec"]["sliceGrouping"] = json!("PerPortSet");
     pm["spec"]["maxEndpointsPerSlice"] = json!(1);
     h.create(pm.clone()).await;
     eventually("two chunks", T, || async {

@@ -116,7 +116,11 @@ pub async fn run(config: DemoConfig) -> Result<(), Error> {
         node_lookups: true,
         instance: Some("demo".into()),
         probe_concurrency: portmapper_probe::DEFAULT_CONCURRENCY,
+        probe_concurrency_per_namespace: None,
+        probe_concurrency_per_portmapping: None,
         batch_window: crate::reconcile::batch_window::default_batch_window(),
+        max_pod_watches_per_namespace: crate::index::DEFAULT_MAX_POD_WATCHES,
+        budgets: portmapper_core::budget::Budgets::default(),
     };
     let controller = tokio::spawn(controller::run_probing_with(
         client.clone(),

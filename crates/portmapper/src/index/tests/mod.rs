@@ -4,6 +4,7 @@
 mod departed;
 mod foreign;
 mod nodes;
+mod pod_watches;
 mod pods;
 mod portmappings;
 mod slices;
@@ -128,8 +129,16 @@ pub(super) fn names(mut keys: Vec<PmKey>) -> Vec<String> {
         .collect()
 }
 
+/// The label watch of namespace a.
 pub(super) fn label() -> PodSource {
-    PodSource::Label(KEY.into())
+    label_in("a")
+}
+
+pub(super) fn label_in(ns: &str) -> PodSource {
+    PodSource::Label {
+        namespace: ns.into(),
+        key: KEY.into(),
+    }
 }
 
 /// Two PortMappings of Service web in ns a, one of api in ns a, one of web in ns b.

@@ -10,10 +10,10 @@ fn a_pod_event_reaches_only_the_portmappings_of_its_pool() {
         names(index.apply_pod(&label(), Arc::new(PodRecord::from(p.clone())))),
         ["a/web-1", "a/web-2"]
     );
-    // Same value in another namespace, and another value: other pools.
+    // Same value in another namespace (its own watch), and another value: other pools.
     let q = pod("b", "p1", &[(KEY, "web")], &[]);
     assert_eq!(
-        names(index.apply_pod(&label(), Arc::new(PodRecord::from(q.clone())))),
+        names(index.apply_pod(&label_in("b"), Arc::new(PodRecord::from(q.clone())))),
         ["b/web"]
     );
     let r = pod("a", "p2", &[(KEY, "nobody")], &[]);
