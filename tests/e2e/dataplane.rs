@@ -50,10 +50,12 @@ mod inner {
     const NODE_B: &str = "10.0.0.11";
     const PROXY_METRICS: &str = "127.0.0.1:10249";
     const PROXY_HEALTHZ: &str = "127.0.0.1:10256";
-    /// How long routing may take to follow a change published through the API.
-    const FOLLOW: Duration = Duration::from_secs(5);
+    /// How long routing may take to follow a change published through the API: a correctness
+    /// bound (routing that never follows fails it), wide for a loaded 2-core machine; the time
+    /// taken is reported.
+    const FOLLOW: Duration = Duration::from_secs(15);
     /// ... and a change a probe has to notice first (period 1 s, failure threshold 1).
-    const FOLLOW_PROBE: Duration = Duration::from_secs(8);
+    const FOLLOW_PROBE: Duration = Duration::from_secs(20);
 
     /// kube-proxy for `node-a`, started once per inner process on its control plane, and the
     /// external client's namespace.
@@ -498,6 +500,8 @@ mod inner {
             quantile(0.5),
             quantile(0.99)
         );
+        // Correctness bound (kube-proxy's figure is printed above): programming slower than the
+        // routing bound on average means routing did not follow.
         assert!(
             sum / count < FOLLOW.as_secs_f64(),
             "programming took {} s on average",

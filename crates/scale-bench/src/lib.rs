@@ -430,6 +430,7 @@ async fn run_in(bins: &Binaries, cfg: &RunConfig, dir: &TempDir) -> Result<Repor
         Err(Error::Timeout(_)) => {
             // Not converged within the bound: report how far it got, measure nothing else.
             report.load_after = procs::load_average();
+            obs.stop().await;
             op.stop().await;
             emu.stop().await;
             return Ok(report);
@@ -483,6 +484,8 @@ async fn run_in(bins: &Binaries, cfg: &RunConfig, dir: &TempDir) -> Result<Repor
     }
     op.check_alive("portmapper")?;
     report.load_after = procs::load_average();
+    // The watches end before their server does.
+    obs.stop().await;
     op.stop().await;
     emu.stop().await;
     Ok(report)

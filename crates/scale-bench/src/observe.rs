@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
@@ -321,10 +322,11 @@ impl Observer {
         let (v, t) = (view.clone(), tx.clone());
         let selector = slice_selector.to_owned();
         tasks.push(tokio::spawn(async move {
-            let mut s = std::pin::pin!(watcher::watcher(
-                slices,
-                watcher::Config::default().labels(&selector)
-            ));
+            let slices = watcher::watcher(slices, watcher::Config::default().labels(&selector));
+            // The backoff's pause is what lets this task yield (and be aborted) while its
+            // server is gone: a failing request is answered at once, and without a pause the
+            // loop retried forever inside one poll.
+            let mut s = std::pin::pin!(slices.default_backoff());
             while let Some(ev) = s.next().await {
                 let now = Instant::now();
                 let Ok(ev) = ev else { continue };
@@ -351,7 +353,9 @@ impl Observer {
         let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
         let (v, t) = (view.clone(), tx.clone());
         tasks.push(tokio::spawn(async move {
-            let mut s = std::pin::pin!(watcher::watcher(pods, watcher::Config::default()));
+            let pods = watcher::watcher(pods, watcher::Config::default());
+            // Paced retries: see the slice watch above.
+            let mut s = std::pin::pin!(pods.default_backoff());
             while let Some(ev) = s.next().await {
                 let now = Instant::now();
                 let Ok(ev) = ev else { continue };
@@ -377,6 +381,16 @@ impl Observer {
         })
         .await?;
         Ok(obs)
+    }
+
+    /// Ends both watches and waits until they have: call it before their server stops, so no
+    /// watch is left retrying against a closed port.
+    pub async fn stop(mut self) {
+        for t in std::mem::take(&mut self.tasks) {
+            t.abort();
+            // Aborted (the only error of a task that never panics): nothing to report.
+            let _ = t.await;
+        }
     }
 
     /// The view, locked.

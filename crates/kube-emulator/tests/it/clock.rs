@@ -107,7 +107,8 @@ async fn the_default_clock_is_system_time() {
     let a = api.create(&PostParams::default(), &cm("a")).await.unwrap();
     let t = a.metadata.creation_timestamp.unwrap().0;
     let skew = jiff::Timestamp::now().duration_since(t).unsigned_abs();
-    assert!(skew < Duration::from_secs(5), "{skew:?}");
+    // Correctness bound: a manual or shifted clock is hours off; a request is not.
+    assert!(skew < Duration::from_secs(60), "{skew:?}");
 }
 
 #[tokio::test]

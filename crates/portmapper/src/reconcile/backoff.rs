@@ -39,6 +39,13 @@
 //! The exponent counts consecutive failures of the same class: a PortMapping that was throttled
 //! and then hits a forbidden write starts the permanent ladder from its first step.
 //!
+//! One exception: a denial (401, 403) right after transient failures of the same PortMapping
+//! (the API server was unreachable, and answers again) is retried once at the transient
+//! ladder's next step. A restarted kube-apiserver answers 403 to every request until its
+//! authorizer's cache has synced (about a second): on the permanent ladder that one denial
+//! held the PortMapping 7.5–10 s after the server was back. A second denial in a row climbs
+//! the permanent ladder.
+//!
 //! Jitter takes up to a quarter off each delay (never adds to it), so PortMappings that failed
 //! together spread out and the caps stay upper bounds. A floor (the server's `Retry-After`, the
 //! one-second minimum) is never shortened: up to a quarter of it is added instead.
@@ -182,6 +189,8 @@ struct Entry {
     not_before: Instant,
     /// The previous error, to log once per change.
     last_error: String,
+    /// A denial of this failing stretch was already retried at the transient pace.
+    graced: bool,
 }
 
 /// The failure counts and windows of every PortMapping (shared by all reconciles).
@@ -248,8 +257,25 @@ impl Backoffs {
             failures: 0,
             not_before: now,
             last_error: String::new(),
+            graced: false,
         });
         let stale = now.saturating_duration_since(entry.not_before) > self.policy.forget_after;
+        let class = if class == Class::Permanent
+            && Class::denied(err)
+            && entry.ladder == Ladder::Transient
+            && entry.failures > 0
+            && !stale
+            && !entry.graced
+        {
+            // The server was just unreachable: see the module doc.
+            entry.graced = true;
+            Class::Transient
+        } else {
+            class
+        };
+        if stale {
+            entry.graced = false;
+        }
         if entry.ladder != ladder(class) || stale {
             entry.ladder = ladder(class);
             entry.failures = 0;
@@ -742,12 +768,12 @@ mod tests {
             .unwrap();
         assert_eq!((f.failures, f.changed), (6, true));
         let f = b
-            .failed(&pm(), G, &api_error(403, "Forbidden", 0), now)
+            .failed(&pm(), G, &api_error(422, "Invalid", 0), now)
             .unwrap();
         assert_eq!((f.failures, f.changed), (1, true));
         assert!(f.delay >= Duration::from_millis(7500), "{:?}", f.delay);
         let f = b
-            .failed(&pm(), G, &api_error(403, "Forbidden", 0), now)
+            .failed(&pm(), G, &api_error(422, "Invalid", 0), now)
             .unwrap();
         assert_eq!((f.failures, f.changed), (2, false));
         // Another PortMapping is unaffected.
@@ -756,5 +782,33 @@ mod tests {
         assert_eq!(b.failed(&pm(), G, &Error::NotLeader, now), None);
         b.forget(&pm());
         assert_eq!(b.remaining(&pm(), G, now), None);
+    }
+    /// A restarted kube-apiserver answers 403 until its authorizer's cache has synced: the
+    /// first denial after transient failures (the server unreachable) is retried at the
+    /// transient pace, not 7.5–10 s later; the next climbs the permanent ladder.
+    #[test]
+    fn a_denial_right_after_transient_failures_is_retried_at_the_transient_pace_once() {
+        let b = Backoffs::default();
+        let now = Instant::now();
+        let forbidden = || api_error(403, "Forbidden", 0);
+        b.failed(&pm(), G, &api_error(503, "ServiceUnavailable", 0), now);
+        let f = b.failed(&pm(), G, &forbidden(), now).unwrap();
+        let (low, high) = window_bounds(Class::Transient, 2);
+        assert_eq!(f.failures, 2, "still on the transient ladder");
+        assert!(f.delay >= low && f.delay <= high, "{:?}", f.delay);
+        let f = b.failed(&pm(), G, &forbidden(), now).unwrap();
+        assert_eq!(f.failures, 1, "the permanent ladder's first step");
+        assert!(f.delay >= Duration::from_millis(7500), "{:?}", f.delay);
+        // Once per failing stretch: back to transient, a denial is permanent at once.
+        b.failed(&pm(), G, &api_error(500, "InternalError", 0), now);
+        let f = b.failed(&pm(), G, &forbidden(), now).unwrap();
+        assert!(f.delay >= Duration::from_millis(7500), "{:?}", f.delay);
+        // Only a denial: an invalid object after transient failures is permanent at once.
+        let other = ObjectRef::new("other").within("ns");
+        b.failed(&other, G, &api_error(500, "InternalError", 0), now);
+        let f = b
+            .failed(&other, G, &api_error(422, "Invalid", 0), now)
+            .unwrap();
+        assert!(f.delay >= Duration::from_millis(7500), "{:?}", f.delay);
     }
 }

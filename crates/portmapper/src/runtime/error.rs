@@ -221,6 +221,27 @@ impl Class {
         })
     }
 
+    /// Whether `err` is permanent only because the server denied it (401, 403): every member
+    /// of several failed writes that is permanent is a denial. Such an answer is also what a
+    /// restarted kube-apiserver gives every request until its authorizer's cache has synced.
+    pub fn denied(err: &Error) -> bool {
+        match err {
+            Error::Writes(all) => {
+                let permanent: Vec<&Error> = all
+                    .errors()
+                    .iter()
+                    .filter(|e| Self::of(e) == Some(Self::Permanent))
+                    .collect();
+                !permanent.is_empty() && permanent.into_iter().all(Self::denied)
+            }
+            Error::Kube {
+                source: kube::Error::Api(status),
+                ..
+            } => matches!(status.code, 401 | 403),
+            _ => false,
+        }
+    }
+
     /// Orders classes by how long their retry waits: transient < throttled < permanent.
     pub fn severity(self) -> u8 {
         match self {

@@ -124,6 +124,11 @@ impl WatchBackoff {
         base + Duration::from_millis(jitter)
     }
 
+    /// Starts over from the first step, whatever `healthy_after` says.
+    pub fn restart(&mut self) {
+        self.current = None;
+    }
+
     /// A success: starts over only if the last failure is `healthy_after` old.
     pub fn succeeded(&mut self) {
         if self
@@ -338,6 +343,14 @@ impl Liveness {
         }
     }
 
+    /// The server answered a watch: its resourceVersion is gone (410). It is up and serving,
+    /// so the re-watch after the relist is paced from the first step, not at the step an
+    /// outage before grew (a server answering every watch 410 is still paced: 1 s a watch).
+    fn expired(&self) {
+        let mut pace = self.pace.lock().unwrap_or_else(|p| p.into_inner());
+        pace.backoff.restart();
+    }
+
     fn touch(&self) {
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
     }
@@ -448,9 +461,12 @@ where
                     return Ok(event);
                 }
                 // The server answered that our resourceVersion is compacted away: the watcher
-                // relists now (its next watch request is paced like any early re-watch). A pause
-                // here kept the store behind for the backoff the outage before had grown.
+                // relists now (its next watch request is paced like any early re-watch, from the
+                // pacing's first step). A pause here, or the pacing the outage before had grown
+                // (up to 3.75 s), kept the store behind, and reconciles waiting to see their own
+                // writes with it.
                 Step::Item(Err(err)) if expired(&err) => {
+                    self.live.expired();
                     self.restarted("expired");
                     debug!(
                         watch = self.what,
@@ -801,6 +817,23 @@ mod tests {
         // short at once too.
         let (pause, since) = pods.next_watch(healthy_after, Some("1"));
         assert!(pods.recovery.pause(pause, since).await);
+    }
+
+    /// After an outage grew the re-watch pacing, a 410 (the server is up, the version gone)
+    /// paces the re-watch after the relist from the first step again.
+    #[test]
+    fn an_expired_watch_paces_its_rewatch_from_the_first_step() {
+        let health = WatchHealth::new(policy());
+        let live = health.register("pods", "/api/v1/pods?|".into());
+        let healthy_after = health.policy().healthy_after;
+        let mut last = Duration::ZERO;
+        for _ in 0..6 {
+            last = live.next_watch(healthy_after, Some("1")).0;
+        }
+        assert!(last >= Duration::from_millis(800), "grown: {last:?}");
+        live.expired();
+        let (pause, _) = live.next_watch(healthy_after, Some("2"));
+        assert!(pause <= Duration::from_millis(125), "{pause:?}");
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::faults::on_slice_writes;
 use crate::harness::*;
 use crate::log_capture;
 use crate::observer::Observer;
-use crate::procs::{env_count, seed};
+use crate::procs::{bound, env_count, seed};
 use crate::requests::Request;
 
 /// The target: converged within 5 s of the errors ending.
@@ -220,9 +220,12 @@ async fn persistent_under_churn(
         Meets::SliceWrites => assert!(during.busiest_second <= 2, "{during:?}"),
     }
     assert_eq!(during.other, 0, "{during:?}");
+    // Correctness bound (the 5 s target in `make soak`): the ladder's cap is 4 s, so a
+    // PortMapping waiting past 12 s was held by something other than its last window.
+    let bound = bound(CONVERGE, Duration::from_secs(12));
     assert!(
-        took <= CONVERGE,
-        "converged {took:?} after the errors ended"
+        took <= bound,
+        "converged {took:?} after the errors ended (bound {bound:?})"
     );
 }
 

@@ -20,7 +20,7 @@ use serde_json::json;
 
 use crate::harness::*;
 use crate::observer::Observer;
-use crate::procs::{Operator, env_count};
+use crate::procs::{Operator, bound, env_count};
 use crate::requests::Request;
 
 const SVC: &str = "fo";
@@ -201,10 +201,13 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
             "kill -9 of {}: {} wrote {kill9:?} later",
             leader.identity, standby.identity
         );
-        assert!(
-            kill9 <= Duration::from_secs(LEASE_SECONDS + 2),
-            "takeover after kill -9 took {kill9:?}"
+        // Correctness bound: the Lease expires after LEASE_SECONDS; 3 Leases (the target,
+        // Lease + 2 s, in `make soak`) is only exceeded if the standby missed the expiry.
+        let expiry = bound(
+            Duration::from_secs(LEASE_SECONDS + 2),
+            Duration::from_secs(3 * LEASE_SECONDS),
         );
+        assert!(kill9 <= expiry, "takeover after kill -9 took {kill9:?}");
 
         // 2. SIGTERM: the released Lease is taken by a running standby within 2 s.
         leader = standby;
@@ -219,8 +222,11 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
             "SIGTERM of {}: {} wrote {sigterm:?} later",
             leader.identity, standby.identity
         );
+        // Correctness bound: a takeover that waited for the Lease to expire comes at least
+        // LEASE_SECONDS - retry period (about 3.3 s) after the SIGTERM; 3 s tells the release
+        // from it with a second to spare over the 2 s target (asserted in `make soak`).
         assert!(
-            sigterm <= Duration::from_secs(2),
+            sigterm <= bound(Duration::from_secs(2), Duration::from_secs(3)),
             "takeover after SIGTERM took {sigterm:?}"
         );
         assert!(
@@ -243,10 +249,8 @@ async fn kill_9_sigterm_and_sigstop_of_the_leader_hand_over_to_a_single_writer()
             "SIGSTOP of {}: {} wrote {sigstop:?} later",
             paused.identity, standby.identity
         );
-        assert!(
-            sigstop <= Duration::from_secs(LEASE_SECONDS + 2),
-            "takeover after SIGSTOP took {sigstop:?}"
-        );
+        // Correctness bound: as for kill -9.
+        assert!(sigstop <= expiry, "takeover after SIGSTOP took {sigstop:?}");
         let resumed = Timestamp::now();
         paused.signal("CONT");
         // Proof it runs again: a request of its own (the Lease) after SIGCONT; then two more

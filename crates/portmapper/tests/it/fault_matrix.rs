@@ -50,8 +50,8 @@ fn counts(h: &Harness, name: &str, from: Duration) -> Counts {
 /// Bound for convergence after watch resets end. The per-watch re-watch backoff
 /// (`WatchBackoff`, 1 s doubling to 3 s, plus up to 25 % jitter) is not cut short when the
 /// resets stop, so the first watch that can make progress opens up to one step (≤ 3.75 s) after
-/// the fault ends, then relists; the issue's target is 5 s, the bound leaves 2 s for a loaded
-/// machine (measured figures in docs/reliability.md).
+/// the fault ends, then relists; the issue's target is 5 s, this leaves 2 s over it. Asserted in
+/// `make soak`; `make test` asserts the correctness bound (`procs::bound`).
 const AFTER_WATCH_RESETS: Duration = Duration::from_secs(7);
 
 /// Waits for a, b and c published and Ready within `bound`; checks the observer.
@@ -65,7 +65,8 @@ async fn converged(
 ) {
     wait_members_within(h, name, &["a", "b", "c"], TARGET + Duration::from_secs(10)).await;
     let took = from.elapsed();
-    eventually("Ready again", TARGET, || async {
+    // A wait, not a figure: the status follows the publication.
+    eventually("Ready again", TARGET + Duration::from_secs(10), || async {
         is_ready(h, name).await.then_some(())
     })
     .await;
@@ -75,6 +76,8 @@ async fn converged(
         "{case}: converged {took:?} after the fault ended; {versions} slice versions, no \
          blackout, no lasting duplicate"
     );
+    // Correctness bound in `make test` (the target in `make soak`): see `procs::bound`.
+    let bound = crate::procs::bound(bound, Duration::from_secs(12));
     assert!(
         took <= bound,
         "{case}: converged {took:?} after the fault (bound {bound:?})"

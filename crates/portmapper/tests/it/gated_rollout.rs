@@ -127,7 +127,7 @@ fn run_kubelet(client: Client, ns: &str) -> tokio::task::JoinHandle<()> {
     let next_ip = Arc::new(AtomicUsize::new(0));
     tokio::spawn(async move {
         let config = watcher::Config::default().labels("app=web");
-        let mut events = watcher::watcher(api.clone(), config).boxed();
+        let mut events = watch(api.clone(), config).boxed();
         while let Some(event) = events.next().await {
             let pods = match event {
                 Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => vec![pod],

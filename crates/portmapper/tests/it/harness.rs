@@ -594,6 +594,30 @@ where
     }
 }
 
+/// A test's own watch of `api`, paced after a failure (200 ms doubling to 1 s): while the
+/// API server is down every request fails at once, and a loop that skips the error without a
+/// pause never yields (it holds a worker at 100 %, and its task cannot be aborted or its
+/// runtime dropped).
+pub fn watch<K>(
+    api: Api<K>,
+    config: kube::runtime::watcher::Config,
+) -> impl futures::Stream<Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>>
++ Send
++ 'static
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    use kube::runtime::WatchStreamExt;
+    use portmapper::runtime::watch_health::{WatchBackoff, WatchPolicy};
+    let policy = WatchPolicy {
+        backoff_initial: Duration::from_millis(200),
+        backoff_max: Duration::from_secs(1),
+        healthy_after: Duration::from_secs(5),
+        ..WatchPolicy::default()
+    };
+    kube::runtime::watcher(api, config).backoff(WatchBackoff::new(&policy))
+}
+
 /// A selector-less Service (no namespace: the harness creates it in the test's).
 pub fn service(name: &str, ports: &[(&str, i32)]) -> Value {
     json!({

@@ -264,8 +264,10 @@ async fn a_running_standby_writes_within_two_seconds_of_the_release() {
         .at;
     let takeover = Duration::try_from(first_write.duration_since(release)).unwrap_or_default();
     println!("standby's first write {takeover:?} after the release");
+    // Correctness bound: the Lease is 15 s, so a takeover that waited for its expiry comes
+    // 10 s or more after the release; 8 s tells them apart under load (measured: ms).
     assert!(
-        takeover <= Duration::from_secs(2),
+        takeover <= Duration::from_secs(8),
         "standby wrote {takeover:?} after the release"
     );
     standby.stop().await;

@@ -416,9 +416,10 @@ async fn inner_hanging_probes_do_not_delay_reconciles() {
     .await;
     wait_members(&h, "slow", "metrics", &names[1..]).await;
     let latency = started.elapsed();
-    // A reconcile waiting on a probe would take the 30 s timeout; leave room for a loaded CI.
+    // Correctness bound: a reconcile waiting on a probe would take the 30 s timeout; 20 s
+    // leaves room for a loaded 2-core CI and still tells the two apart.
     assert!(
-        latency < Duration::from_secs(10),
+        latency < Duration::from_secs(20),
         "slice update took {latency:?} while probes hang"
     );
     let finished: u64 = ["timeout", "connection", "refused"]
@@ -427,7 +428,8 @@ async fn inner_hanging_probes_do_not_delay_reconciles() {
         .sum();
     assert_eq!(finished, 0, "the hanging probes were still in flight");
 
-    // Every reconcile so far finished well within the probes' 30 s timeout (8.192 s bucket).
+    // Correctness bound: every reconcile so far finished well within the probes' 30 s timeout
+    // (8.192 s bucket: a reconcile that waited on a probe lands in the 32.768 s one).
     let exposed = h.metrics.encode().unwrap();
     let count = metric_value(&exposed, "portmapper_reconcile_duration_seconds_count");
     let within = exposed
@@ -799,7 +801,7 @@ fn watch_slices(h: &Harness, service: &str) -> (Arc<Mutex<Vec<SliceVersion>>>, J
         let seen = seen.clone();
         tokio::spawn(async move {
             let mut versions = std::collections::HashSet::new();
-            let mut stream = std::pin::pin!(watcher::watcher(api, config));
+            let mut stream = std::pin::pin!(watch(api, config));
             while let Some(event) = stream.next().await {
                 let slice = match event {
                     Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => s,

@@ -53,6 +53,19 @@ pub fn env_count(var: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// The bound a convergence time is asserted against: the issue's `target` (a performance figure)
+/// in `make soak`, which sets `PORTMAPPER_ASSERT_TARGETS=1`; in `make test` the wider
+/// `correctness` bound, which only a wrong behaviour (a wait outside the operator's backoff caps,
+/// a missed event waiting for a resync) exceeds on a 2-core machine under load 4. The measured
+/// time is printed either way.
+pub fn bound(target: Duration, correctness: Duration) -> Duration {
+    if std::env::var_os("PORTMAPPER_ASSERT_TARGETS").is_some_and(|v| v == "1") {
+        target
+    } else {
+        correctness
+    }
+}
+
 /// One `portmapper run` process; killed (SIGKILL) when dropped so a failed test leaves nothing
 /// running.
 pub struct Operator {

@@ -15,6 +15,8 @@
 //! Rounds of each case: `PORTMAPPER_REAL_FAULT_ROUNDS` (1 in `make test`, 3 in `make soak`);
 //! the throttled window: `PORTMAPPER_BACKOFF_SECONDS` (10, 60 in `make soak`).
 //! `PORTMAPPER_REAL_FAULT_TRACE=1` prints the operator's requests from each fault on.
+//! `PORTMAPPER_REAL_FAULT_DEBUG=1` writes the operator's debug log (and kube-runtime's) to stderr:
+//! run `real_faults::` alone with it, as it installs the process's tracing subscriber.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -39,7 +41,7 @@ use crate::backoff::{Attempts, at_most_one_per_second, attempts, most_requests};
 use crate::churn::{self, Churn, Churned};
 use crate::harness::*;
 use crate::observer::Observer;
-use crate::procs::{Operator, env_count, seed};
+use crate::procs::{Operator, bound, env_count, seed};
 use crate::requests::Request;
 
 /// The target: converged within 5 s of the fault's end (the API server answering
@@ -161,6 +163,12 @@ async fn api_answers(h: &Harness) -> Timestamp {
 /// A world on this module's plane: the churn pool of `name`, the operator as a ServiceAccount
 /// in process (production client), published, observed.
 async fn world(plane: &'static ControlPlane, name: &str, octet: u8) -> (Harness, Observer) {
+    if std::env::var_os("PORTMAPPER_REAL_FAULT_DEBUG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("portmapper=debug,kube_runtime=debug")
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let mut h = Harness::new_on(plane).await;
     let (config, _) = service_account(&h, "portmapper").await;
     churn::pool(&h, name, octet, churn::PODS).await;
@@ -252,14 +260,18 @@ fn report(case: &str, f: &Figures) {
         f.since_churn,
         f.since_back
     );
+    // Correctness bounds (the 5 s target in `make soak`): the operator's own waits are capped
+    // at 4 s (a write window) and 3.75 s (a re-watch), so 12 s is only exceeded by a wait that
+    // is not ours to take (kube's 30 s watch backoff, a resync) or by no convergence at all.
+    let bound = bound(CONVERGE, Duration::from_secs(12));
     assert!(
-        f.since_churn <= CONVERGE,
-        "{case}: converged {:?} after the churn ended (bound {CONVERGE:?})",
+        f.since_churn <= bound,
+        "{case}: converged {:?} after the churn ended (bound {bound:?})",
         f.since_churn
     );
     assert!(
-        f.since_back <= CONVERGE,
-        "{case}: converged {:?} after the API server answered again (bound {CONVERGE:?})",
+        f.since_back <= bound,
+        "{case}: converged {:?} after the API server answered again (bound {bound:?})",
         f.since_back
     );
 }

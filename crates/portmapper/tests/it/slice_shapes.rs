@@ -60,7 +60,7 @@ fn watch_published(
         let mut seen: BTreeMap<String, EndpointSlice> = BTreeMap::new();
         // A (re)list is a state once it is complete.
         let mut listed = false;
-        let mut stream = watcher(api, config).boxed();
+        let mut stream = watch(api, config).boxed();
         while let Some(Ok(event)) = stream.next().await {
             match event {
                 watcher::Event::Apply(s) | watcher::Event::InitApply(s) => {

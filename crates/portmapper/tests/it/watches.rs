@@ -151,7 +151,8 @@ async fn a_stalled_watch_is_restarted_and_the_operator_converges() {
         h.metric("portmapper_watch_restarts_total{watch=\"pods\",reason=\"stalled\"}"),
         Some(1.0)
     );
-    eventually("stall cleared", Duration::from_secs(5), || async {
+    // A wait, not a figure: the metric and /readyz follow the restarted watch's first bytes.
+    eventually("stall cleared", Duration::from_secs(15), || async {
         (h.metric("portmapper_watches_stalled{watch=\"pods\"}") == Some(0.0)
             && h.readiness.reason().is_none())
         .then_some(())

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use scale_bench::{Binaries, Report, RunConfig, Shape};
 
+mod observer_stops;
 mod real;
 
 /// `NAME_BIN` if set, else the binary next to this test executable's `deps/` folder.
