@@ -53,8 +53,10 @@
 //! are refused, and loopback unless [`ExecutorConfig::allow_loopback`] is set (tests only).
 //! Webhook URLs are the one user-chosen destination.
 
+pub mod address;
 mod classify;
 mod damping;
+pub mod egress;
 mod error;
 pub mod exec;
 // The fuzz targets' case budget, shared with every crate's fuzz tests.
@@ -68,6 +70,7 @@ mod prober;
 mod target;
 mod verdict;
 
+pub use egress::{EgressError, WebhookEgress};
 pub use exec::webhook::{MembershipDecision, MembershipReview, WebhookDecision};
 pub use exec::{ExecutorConfig, NetworkExecutor, ProbeExecutor, ProbeFuture, TlsConfigError};
 pub use metrics::{NoMetrics, ProbeMetrics, PrometheusProbeMetrics};
