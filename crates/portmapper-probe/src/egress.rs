@@ -180,6 +180,7 @@ impl WebhookEgress {
         ))
     }
 
+    /// The host patterns, `{namespace}` filled in.
     fn hosts_text(&self, namespace: &str) -> String {
         if self.hosts.is_empty() {
             return "none".into();
@@ -198,6 +199,17 @@ impl WebhookEgress {
         }
         let shown: Vec<String> = self.cidrs.iter().map(IpNet::to_string).collect();
         shown.join(",")
+    }
+}
+
+impl fmt::Display for WebhookEgress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "hosts {}; IP addresses in {}",
+            self.hosts_text(NAMESPACE),
+            self.cidrs_text()
+        )
     }
 }
 

@@ -123,6 +123,7 @@ async fn main() {
         instance: Some("bench".into()),
         batch_window: portmapper::reconcile::batch_window::default_batch_window(),
         probe_concurrency: 16,
+        webhook_egress: Default::default(),
     };
     let task = tokio::spawn(controller::run(
         client.clone(),

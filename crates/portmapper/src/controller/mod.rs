@@ -153,7 +153,12 @@ fn start_prober(
     tasks: &mut tokio::task::JoinSet<()>,
 ) -> Result<portmapper_probe::Prober, Error> {
     let (prober, events) =
-        crate::reconcile::probing::start(settings.probe_concurrency, executor, metrics)?;
+        crate::reconcile::probing::start(
+            settings.probe_concurrency,
+            settings.webhook_egress.clone(),
+            executor,
+            metrics,
+        )?;
     tasks.spawn(crate::reconcile::probing::forward_events(
         events,
         trigger.clone(),

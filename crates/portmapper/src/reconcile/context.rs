@@ -37,6 +37,8 @@ pub struct Settings {
     /// After a pass that wrote, how long the next pass of the same PortMapping waits (zero:
     /// none); see `batch_window.rs`.
     pub batch_window: Duration,
+    /// Which hosts webhook URLs may name.
+    pub webhook_egress: portmapper_probe::WebhookEgress,
 }
 
 /// The reflector stores a reconcile reads.
@@ -147,7 +149,7 @@ impl Context {
         let trigger = Trigger::new(tx);
         let index = SharedIndex::default();
         let (prober, probe_events) =
-            crate::reconcile::probing::start(1, None, &metrics).expect("a prober starts");
+            crate::reconcile::probing::start(1, Default::default(), None, &metrics).expect("a prober starts");
         let (portmappings, pm_writer) = listed();
         let (services, svc_writer) = listed();
         let (slices, slice_writer) = listed();
@@ -164,6 +166,7 @@ impl Context {
                 instance: None,
                 probe_concurrency: 1,
                 batch_window: Duration::ZERO,
+                webhook_egress: Default::default(),
             },
             stores: Stores {
                 portmappings,

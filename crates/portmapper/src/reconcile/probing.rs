@@ -24,7 +24,7 @@ use portmapper_core::target::service_port_protocol;
 use portmapper_core::{NetworkDecisions, NetworkLookup, PodRecord, Verdict, check_at, port_rules};
 use portmapper_probe::{
     ContainerPort, ExecutorConfig, MappingKey, Membership, Outcome, PoolPod, ProbeEvents,
-    ProbeExecutor, Prober, ProberConfig, ServicePort, Target, TargetResult,
+    ProbeExecutor, Prober, ProberConfig, ServicePort, Target, TargetResult, WebhookEgress,
 };
 use tracing::debug;
 
@@ -49,9 +49,10 @@ impl std::fmt::Debug for CustomExecutor {
 }
 
 /// Starts the operator's prober: probes over the network (or with `executor`), `concurrency`
-/// in flight at most, reporting to the operator's `/metrics`.
+/// in flight at most, webhooks within `webhook_egress`, reporting to the operator's `/metrics`.
 pub fn start(
     concurrency: usize,
+    webhook_egress: WebhookEgress,
     executor: Option<CustomExecutor>,
     metrics: &Metrics,
 ) -> Result<(Prober, ProbeEvents), Error> {
@@ -62,7 +63,14 @@ pub fn start(
     let metrics = Arc::new(metrics.probe.clone());
     match executor {
         Some(CustomExecutor(executor)) => Prober::new(config, executor, metrics),
-        None => Prober::network(config, ExecutorConfig::default(), metrics),
+        None => {
+            tracing::info!(policy = %webhook_egress, "webhook egress policy");
+            let executor = ExecutorConfig {
+                webhook_egress,
+                ..ExecutorConfig::default()
+            };
+            Prober::network(config, executor, metrics)
+        }
     }
     .map_err(|e| Error::Config(format!("starting the prober: {e}")))
 }

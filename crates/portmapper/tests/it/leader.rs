@@ -70,6 +70,7 @@ async fn instance(h: &Harness, config: LeaderConfig) -> Instance {
         // reconcile tests and measured by the scale bench.
         batch_window: Duration::ZERO,
         probe_concurrency: 4,
+        webhook_egress: Default::default(),
     };
     let metrics = Metrics::new();
     let (l, m, stop) = (leadership.clone(), metrics.clone(), shutdown.clone());

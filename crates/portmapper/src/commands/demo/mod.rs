@@ -117,6 +117,7 @@ pub async fn run(config: DemoConfig) -> Result<(), Error> {
         instance: Some("demo".into()),
         probe_concurrency: portmapper_probe::DEFAULT_CONCURRENCY,
         batch_window: crate::reconcile::batch_window::default_batch_window(),
+        webhook_egress: portmapper_probe::WebhookEgress::default(),
     };
     let controller = tokio::spawn(controller::run_probing_with(
         client.clone(),
