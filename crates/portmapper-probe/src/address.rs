@@ -38,7 +38,8 @@ pub fn refusal(ip: IpAddr, allow_loopback: bool) -> Option<&'static str> {
                 let [a, b, c, d] = v6.octets()[12..] else {
                     return Some("NAT64");
                 };
-                return refusal_v4(Ipv4Addr::new(a, b, c, d), false).map(|_| "NAT64 of a refused IPv4 address");
+                return refusal_v4(Ipv4Addr::new(a, b, c, d), false)
+                    .map(|_| "NAT64 of a refused IPv4 address");
             }
             refusal_v6(v6, allow_loopback)
         }
@@ -135,7 +136,10 @@ mod tests {
         ] {
             assert_eq!(why(ip), None, "{ip}");
         }
-        assert_eq!(refusal("::ffff:127.0.0.1".parse().unwrap(), true), Some("IPv4-mapped IPv6"));
+        assert_eq!(
+            refusal("::ffff:127.0.0.1".parse().unwrap(), true),
+            Some("IPv4-mapped IPv6")
+        );
         assert_eq!(refusal("127.0.0.1".parse().unwrap(), true), None);
         assert_eq!(refusal("::1".parse().unwrap(), true), None);
     }

@@ -20,7 +20,8 @@ use ipnet::IpNet;
 /// namespace-qualified names. A tenant can then reach nothing through the operator that it
 /// cannot reach from its own namespace: not another namespace's Services (which may admit the
 /// operator's namespace), not the internet, not node or metadata addresses.
-pub const DEFAULT_ALLOWED_HOSTS: [&str; 2] = ["*.{namespace}.svc", "*.{namespace}.svc.cluster.local"];
+pub const DEFAULT_ALLOWED_HOSTS: [&str; 2] =
+    ["*.{namespace}.svc", "*.{namespace}.svc.cluster.local"];
 
 /// The placeholder label for the PortMapping's namespace.
 const NAMESPACE: &str = "{namespace}";
@@ -252,8 +253,8 @@ mod tests {
 
     #[test]
     fn cidrs_admit_ip_literals_in_canonical_form() {
-        let policy = WebhookEgress::new(["decider.platform.svc"], ["10.96.0.0/12", "fd00::/64"])
-            .unwrap();
+        let policy =
+            WebhookEgress::new(["decider.platform.svc"], ["10.96.0.0/12", "fd00::/64"]).unwrap();
         assert_eq!(policy.refusal("10.96.0.10", "shop"), None);
         assert_eq!(policy.refusal("::ffff:10.96.0.10", "shop"), None);
         assert_eq!(policy.refusal("fd00::10", "shop"), None);
@@ -264,7 +265,15 @@ mod tests {
 
     #[test]
     fn patterns_are_checked() {
-        for bad in ["*", "*.", "a.*.b", "a..b", "http://x", "x_y.svc", "*.{ns}.svc"] {
+        for bad in [
+            "*",
+            "*.",
+            "a.*.b",
+            "a..b",
+            "http://x",
+            "x_y.svc",
+            "*.{ns}.svc",
+        ] {
             let result = WebhookEgress::new([bad], [""; 0]);
             if bad == "*" {
                 assert!(result.is_ok());
@@ -278,6 +287,10 @@ mod tests {
         );
         let none = WebhookEgress::new([""], [""]).unwrap();
         assert_eq!(none, WebhookEgress::deny_all());
-        assert!(none.refusal("decider.shop.svc", "shop").unwrap().contains(": none)"));
+        assert!(
+            none.refusal("decider.shop.svc", "shop")
+                .unwrap()
+                .contains(": none)")
+        );
     }
 }

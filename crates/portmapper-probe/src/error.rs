@@ -71,7 +71,9 @@ pub enum ProbeError {
         source: io::Error,
     },
     /// Every DNS lookup slot stayed taken for the lookup's whole budget.
-    #[error("resolve webhook host {host}: no DNS lookup slot free within {budget:?} ({slots} lookups in flight)")]
+    #[error(
+        "resolve webhook host {host}: no DNS lookup slot free within {budget:?} ({slots} lookups in flight)"
+    )]
     ResolveBusy {
         /// Host name from the URL.
         host: String,

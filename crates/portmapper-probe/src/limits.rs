@@ -45,7 +45,8 @@ pub fn truncate_reason(mut reason: String) -> String {
 /// forge log lines, nor reorder what a reader sees.
 pub fn escape_controls(reason: String) -> String {
     let unsafe_char = |c: char| {
-        c.is_control() || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
     };
     if !reason.chars().any(unsafe_char) {
         return reason;

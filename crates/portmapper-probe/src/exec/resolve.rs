@@ -34,9 +34,10 @@ pub struct Resolver {
 impl Resolver {
     /// The system resolver with `slots` lookups in flight at most.
     pub fn system(slots: usize) -> Self {
-        Self::with_lookup(slots, Arc::new(|host: &str, port: u16| {
-            (host, port).to_socket_addrs().map(Iterator::collect)
-        }))
+        Self::with_lookup(
+            slots,
+            Arc::new(|host: &str, port: u16| (host, port).to_socket_addrs().map(Iterator::collect)),
+        )
     }
 
     /// A resolver calling `lookup` (tests count the threads it blocks).
@@ -148,10 +149,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_quick_lookup_answers() {
-        let resolver = Resolver::with_lookup(
-            1,
-            slow(Duration::ZERO, Arc::default(), Arc::default()),
-        );
+        let resolver =
+            Resolver::with_lookup(1, slow(Duration::ZERO, Arc::default(), Arc::default()));
         let addrs = resolver
             .resolve("decider.shop.svc", 8443, Duration::from_secs(5))
             .await

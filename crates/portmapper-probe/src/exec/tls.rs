@@ -132,7 +132,11 @@ impl Lru {
     /// share, else the overall least recently used one when the cache is full.
     fn insert(&mut self, key: BundleHash, namespace: &str, config: Arc<ClientConfig>) {
         self.clock += 1;
-        let own = self.entries.iter().filter(|e| e.namespace == namespace).count();
+        let own = self
+            .entries
+            .iter()
+            .filter(|e| e.namespace == namespace)
+            .count();
         let victim = if own >= MAX_CACHED_BUNDLES_PER_NAMESPACE {
             self.oldest(|e| e.namespace == namespace)
         } else if self.entries.len() >= MAX_CACHED_BUNDLES {
@@ -197,7 +201,10 @@ impl WebhookTls {
     #[cfg(test)]
     fn cached(&self) -> Vec<(BundleHash, String)> {
         let lru = self.lock();
-        lru.entries.iter().map(|e| (e.key, e.namespace.clone())).collect()
+        lru.entries
+            .iter()
+            .map(|e| (e.key, e.namespace.clone()))
+            .collect()
     }
 }
 
@@ -262,10 +269,14 @@ mod tests {
         let attacker = cached.iter().filter(|(_, ns)| ns == "attacker").count();
         assert_eq!(attacker, MAX_CACHED_BUNDLES_PER_NAMESPACE);
         assert!(cached.contains(&(hash(&victim), "victim".into())));
-        assert!(Arc::ptr_eq(&config, &tls.config("victim", Some(&victim)).unwrap()));
+        assert!(Arc::ptr_eq(
+            &config,
+            &tls.config("victim", Some(&victim)).unwrap()
+        ));
         // Full: the least recently used entry goes, not everything.
         for ns in 0..MAX_CACHED_BUNDLES {
-            tls.config(&format!("ns-{ns}"), Some(&bundle(100 + ns))).unwrap();
+            tls.config(&format!("ns-{ns}"), Some(&bundle(100 + ns)))
+                .unwrap();
         }
         let cached = tls.cached();
         assert_eq!(cached.len(), MAX_CACHED_BUNDLES);

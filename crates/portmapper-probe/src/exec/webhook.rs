@@ -243,7 +243,11 @@ async fn resolve(
     endpoint: &Endpoint,
     timeout: Duration,
 ) -> Result<SocketAddr, ProbeError> {
-    if let Some(why) = exec.config.webhook_egress.refusal(&endpoint.host, namespace) {
+    if let Some(why) = exec
+        .config
+        .webhook_egress
+        .refusal(&endpoint.host, namespace)
+    {
         return Err(ProbeError::EgressRefused(why));
     }
     let addrs: Vec<SocketAddr> = match endpoint.host.parse::<IpAddr>() {
@@ -268,7 +272,11 @@ async fn resolve(
     Err(ProbeError::InvalidCheck(format!(
         "webhook host {} resolves to no allowed address (refused: {})",
         endpoint.host,
-        if refused.is_empty() { "no address".to_owned() } else { refused.join(", ") }
+        if refused.is_empty() {
+            "no address".to_owned()
+        } else {
+            refused.join(", ")
+        }
     )))
 }
 

@@ -248,11 +248,22 @@ async fn webhooks_outside_the_egress_policy_are_refused_without_a_connection() {
     // Production's default: Services of the PortMapping's namespace (`shop`) only.
     let default = policed(WebhookEgress::default());
     for (url, named) in [
-        (format!("http://localhost:{port}/"), "webhook host localhost"),
-        (format!("http://127.0.0.1:{port}/"), "webhook address 127.0.0.1"),
-        (format!("http://[::ffff:127.0.0.1]:{port}/"), "webhook address 127.0.0.1"),
+        (
+            format!("http://localhost:{port}/"),
+            "webhook host localhost",
+        ),
+        (
+            format!("http://127.0.0.1:{port}/"),
+            "webhook address 127.0.0.1",
+        ),
+        (
+            format!("http://[::ffff:127.0.0.1]:{port}/"),
+            "webhook address 127.0.0.1",
+        ),
     ] {
-        let result = default.run(&mapping(), &pod_target(webhook(url, None))).await;
+        let result = default
+            .run(&mapping(), &pod_target(webhook(url, None)))
+            .await;
         assert_eq!(
             (result.outcome, result.cause),
             (Outcome::Abstain, Cause::InvalidCheck),
@@ -260,7 +271,9 @@ async fn webhooks_outside_the_egress_policy_are_refused_without_a_connection() {
         );
         assert!(
             result.reason.starts_with(&format!("webhook: {named}"))
-                && result.reason.contains("outside the operator's webhook egress policy"),
+                && result
+                    .reason
+                    .contains("outside the operator's webhook egress policy"),
             "{result:?}"
         );
     }
@@ -272,7 +285,9 @@ async fn webhooks_outside_the_egress_policy_are_refused_without_a_connection() {
         format!("http://localhost:{port}/"),
         format!("http://127.0.0.1:{port}/"),
     ] {
-        let result = allowed.run(&mapping(), &pod_target(webhook(url, None))).await;
+        let result = allowed
+            .run(&mapping(), &pod_target(webhook(url, None)))
+            .await;
         assert_eq!(result.outcome, Outcome::Include, "{result:?}");
     }
     assert_eq!(server.seen.connections(), 2);
@@ -280,7 +295,8 @@ async fn webhooks_outside_the_egress_policy_are_refused_without_a_connection() {
 
 #[tokio::test]
 async fn webhook_reasons_have_control_characters_escaped() {
-    let body = r#"{"decision":"Exclude","reason":"\u001b]52;c;aGk=\u0007\u001b[2J\r\nERROR forged line"}"#;
+    let body =
+        r#"{"decision":"Exclude","reason":"\u001b]52;c;aGk=\u0007\u001b[2J\r\nERROR forged line"}"#;
     let server = HttpServer::start(LOCALHOST, Reply::json(200, body)).await;
     let result = probe(&pod_target(webhook(
         format!("http://{}/", server.addr),

@@ -423,7 +423,9 @@ mod tests {
             WebhookEgress::new(["*.svc", "decider.example.com"], ["10.96.0.0/12"])
                 .expect("valid policy")
         );
-        let off = run_config(&["run", "--webhook-allowed-hosts="]).settings.webhook_egress;
+        let off = run_config(&["run", "--webhook-allowed-hosts="])
+            .settings
+            .webhook_egress;
         assert_eq!(off, WebhookEgress::deny_all());
         for bad in [
             "--webhook-allowed-hosts=http://x/",

@@ -152,13 +152,12 @@ fn start_prober(
     trigger: &Trigger,
     tasks: &mut tokio::task::JoinSet<()>,
 ) -> Result<portmapper_probe::Prober, Error> {
-    let (prober, events) =
-        crate::reconcile::probing::start(
-            settings.probe_concurrency,
-            settings.webhook_egress.clone(),
-            executor,
-            metrics,
-        )?;
+    let (prober, events) = crate::reconcile::probing::start(
+        settings.probe_concurrency,
+        settings.webhook_egress.clone(),
+        executor,
+        metrics,
+    )?;
     tasks.spawn(crate::reconcile::probing::forward_events(
         events,
         trigger.clone(),

@@ -149,7 +149,8 @@ impl Context {
         let trigger = Trigger::new(tx);
         let index = SharedIndex::default();
         let (prober, probe_events) =
-            crate::reconcile::probing::start(1, Default::default(), None, &metrics).expect("a prober starts");
+            crate::reconcile::probing::start(1, Default::default(), None, &metrics)
+                .expect("a prober starts");
         let (portmappings, pm_writer) = listed();
         let (services, svc_writer) = listed();
         let (slices, slice_writer) = listed();
