@@ -197,6 +197,9 @@ def check_defaults() -> None:
         "PORTMAPPER_NODE_LOOKUPS": "true",
         "PORTMAPPER_MAX_POD_WATCHES_PER_NAMESPACE": "16",
         "PORTMAPPER_METRICS_MAX_PORT_SERIES": "16",
+        # Webhooks may call Services of the PortMapping's own namespace only.
+        "PORTMAPPER_WEBHOOK_ALLOWED_HOSTS": "*.{namespace}.svc,*.{namespace}.svc.cluster.local",
+        "PORTMAPPER_WEBHOOK_ALLOWED_CIDRS": "",
         "PORTMAPPER_LOG_LEVEL": "info,kube=warn",
         "PORTMAPPER_LOG_FORMAT": "json",
     }, e
@@ -357,12 +360,42 @@ def _network_policy(objs: list[Obj]) -> None:
         "to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}],
     }, spec["egress"]
     assert spec["egress"][1]["ports"][0] == {"port": 53, "protocol": "UDP"}
+    # DNS goes to the cluster DNS pods only, not port 53 of any address.
+    assert spec["egress"][1]["to"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+        }
+    ], spec["egress"]
     assert spec["egress"][2] == {"to": [{"ipBlock": {"cidr": "10.244.0.0/16"}}]}, spec["egress"]
+    assert len(spec["egress"]) == 3, spec["egress"]
 
 
 def _network_policy_no_dns(objs: list[Obj]) -> None:
     egress = one(objs, "NetworkPolicy")["spec"]["egress"]
-    assert len(egress) == 1 and "to" not in egress[0], egress
+    assert egress == [
+        {
+            "ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}],
+            "to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}],
+        }
+    ], egress
+
+
+def _network_policy_node_local_dns(objs: list[Obj]) -> None:
+    egress = one(objs, "NetworkPolicy")["spec"]["egress"]
+    assert egress[1]["to"] == [{"ipBlock": {"cidr": "169.254.20.10/32"}}], egress
+
+
+def _webhook_egress(objs: list[Obj]) -> None:
+    e = env(objs)
+    assert e["PORTMAPPER_WEBHOOK_ALLOWED_HOSTS"] == "*.svc,decider.platform.svc", e
+    assert e["PORTMAPPER_WEBHOOK_ALLOWED_CIDRS"] == "10.96.0.0/12,fd00:10:96::/108", e
+
+
+def _webhooks_off(objs: list[Obj]) -> None:
+    e = env(objs)
+    # Empty values, which the operator reads as "refuse every host".
+    assert (e["PORTMAPPER_WEBHOOK_ALLOWED_HOSTS"], e["PORTMAPPER_WEBHOOK_ALLOWED_CIDRS"]) == ("", ""), e
 
 
 def _publication_gate(objs: list[Obj]) -> None:
@@ -564,7 +597,33 @@ CASES: list[Case] = [
         },
         _dashboard,
     ),
-    ("NetworkPolicy without DNS", {"networkPolicy": {"enabled": True, "dns": False}}, _network_policy_no_dns),
+    (
+        "NetworkPolicy without DNS",
+        {"networkPolicy": {"enabled": True, "dns": False, "apiServerCIDRs": ["10.0.0.1/32"]}},
+        _network_policy_no_dns,
+    ),
+    (
+        "NetworkPolicy with NodeLocal DNSCache",
+        {
+            "networkPolicy": {
+                "enabled": True,
+                "apiServerCIDRs": ["10.0.0.1/32"],
+                "dnsTo": [{"ipBlock": {"cidr": "169.254.20.10/32"}}],
+            }
+        },
+        _network_policy_node_local_dns,
+    ),
+    (
+        "webhook egress: every Service, a shared decider, Service CIDRs",
+        {
+            "webhookEgress": {
+                "allowedHosts": ["*.svc", "decider.platform.svc"],
+                "allowedCIDRs": ["10.96.0.0/12", "fd00:10:96::/108"],
+            }
+        },
+        _webhook_egress,
+    ),
+    ("webhooks off", {"webhookEgress": {"allowedHosts": [], "allowedCIDRs": []}}, _webhooks_off),
     ("PodDisruptionBudget off", {"podDisruptionBudget": {"enabled": False}}, _no_pdb),
     ("PodDisruptionBudget as a percentage", {"podDisruptionBudget": {"minAvailable": "50%"}}, _pdb_percent),
     ("existing ServiceAccount", {"serviceAccount": {"create": False, "name": "ops-sa"}}, _existing_sa),
@@ -651,6 +710,11 @@ INVALID: list[tuple[Obj, str]] = [
     ({"podDisruptionBudget": {"minAvailable": "half"}}, "/podDisruptionBudget/minAvailable"),
     ({"networkPolicy": {"apiServerCIDRs": ["10.0.0.1"]}}, "/networkPolicy/apiServerCIDRs"),
     ({"networkPolicy": {"apiServerPorts": []}}, "/networkPolicy/apiServerPorts"),
+    ({"networkPolicy": {"enabled": True}}, "networkPolicy.enabled needs networkPolicy.apiServerCIDRs"),
+    ({"webhookEgress": {"allowedHosts": ["https://decider.shop.svc"]}}, "/webhookEgress/allowedHosts/0"),
+    ({"webhookEgress": {"allowedHosts": ["a.*.svc"]}}, "/webhookEgress/allowedHosts/0"),
+    ({"webhookEgress": {"allowedCIDRs": ["10.96.0.10"]}}, "/webhookEgress/allowedCIDRs/0"),
+    ({"webhookEgress": {"allowHosts": ["*"]}}, "additional properties 'allowHosts' not allowed"),
     ({"securityContext": {"readOnlyRootFilesystem": False}}, "/securityContext/readOnlyRootFilesystem"),
     ({"securityContext": {"allowPrivilegeEscalation": True}}, "/securityContext/allowPrivilegeEscalation"),
     ({"securityContext": {"runAsUser": 0}}, "/securityContext/runAsUser"),

@@ -67,22 +67,48 @@ pub fn pod_failure(err: &ProbeError) -> ProbeResult {
         ProbeError::Http { .. } | ProbeError::Malformed { .. } => Cause::Protocol,
         ProbeError::HttpStatus { .. } => Cause::Status,
         ProbeError::Timeout(_) => Cause::Timeout,
-        // Pod-facing probes never resolve names; keep the match total without guessing.
-        ProbeError::Resolve { .. } => Cause::Connection,
+        // Pod-facing probes never resolve names nor consult the webhook policy; keep the
+        // match total without guessing.
+        ProbeError::Resolve { .. } | ProbeError::ResolveBusy { .. } => Cause::Connection,
+        ProbeError::EgressRefused(_) => Cause::InvalidCheck,
     };
     ProbeResult::exclude(cause, reason)
 }
 
 /// Classifies a failed webhook call: the webhook is the operator's dependency, so every failure
 /// to get a decision abstains.
+///
+/// The reason, which tenants read in status, names the kind of failure only: no address, OS
+/// error or TLS detail, so that status is no port scanner of the operator's network position.
+/// The full error is logged at debug level by the caller.
 pub fn webhook_failure(err: &ProbeError) -> ProbeResult {
-    let reason = format!("webhook: {err}");
     let cause = match err {
         ProbeError::Malformed { .. } => Cause::WebhookMalformed,
-        ProbeError::InvalidCheck(_) | ProbeError::Addr(_) => Cause::InvalidCheck,
+        ProbeError::InvalidCheck(_) | ProbeError::Addr(_) | ProbeError::EgressRefused(_) => {
+            Cause::InvalidCheck
+        }
         _ => local_cause_of(err).unwrap_or(Cause::WebhookUnavailable),
     };
-    ProbeResult::abstain(cause, reason)
+    ProbeResult::abstain(cause, format!("webhook: {}", webhook_reason(err, cause)))
+}
+
+/// What status says of a failed webhook call.
+fn webhook_reason(err: &ProbeError, cause: Cause) -> String {
+    match err {
+        // The pod's own address, the tenant's own URL or bundle, the policy: all safe and needed.
+        ProbeError::Addr(_)
+        | ProbeError::InvalidCheck(_)
+        | ProbeError::EgressRefused(_)
+        | ProbeError::Resolve { .. }
+        | ProbeError::ResolveBusy { .. }
+        | ProbeError::Timeout(_) => err.to_string(),
+        ProbeError::Malformed { detail, .. } => format!("malformed answer: {detail}"),
+        ProbeError::HttpStatus { status, .. } => format!("answered HTTP {}", status.as_u16()),
+        _ if cause != Cause::WebhookUnavailable => format!("operator-side failure ({cause})"),
+        ProbeError::Connect { .. } => "connection failed".into(),
+        ProbeError::Tls { .. } => "TLS handshake failed".into(),
+        ProbeError::Http { .. } => "HTTP exchange failed".into(),
+    }
 }
 
 /// Whether an error from a TLS stream is a transport failure (reset, EOF) rather than a TLS

@@ -70,4 +70,19 @@ pub enum ProbeError {
         #[source]
         source: io::Error,
     },
+    /// Every DNS lookup slot stayed taken for the lookup's whole budget.
+    #[error(
+        "resolve webhook host {host}: no DNS lookup slot free within {budget:?} ({slots} lookups in flight)"
+    )]
+    ResolveBusy {
+        /// Host name from the URL.
+        host: String,
+        /// Lookups allowed in flight.
+        slots: usize,
+        /// How long the lookup could wait.
+        budget: Duration,
+    },
+    /// The operator's webhook egress policy does not admit the URL's host: no connection made.
+    #[error("{0}")]
+    EgressRefused(String),
 }

@@ -29,7 +29,8 @@
 //! | Local resource exhaustion (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`) | Abstain | Abstain | `localResources` |
 //! | Webhook answered `Include` / `Exclude` / `Abstain` | — | as answered | `webhookDecision` |
 //! | Webhook answer not a decision document, or larger than 16 KiB | — | Abstain | `webhookMalformed` |
-//! | Webhook host does not resolve | — | Abstain | `webhookUnavailable` |
+//! | Webhook host does not resolve, or not in time | — | Abstain | `webhookUnavailable` |
+//! | Webhook host outside the [`WebhookEgress`] policy, or resolving to refused addresses only | — | Abstain | `invalidCheck` |
 //!
 //! `EHOSTUNREACH` counts as the pod's: on a pod network it means the neighbour (the pod) did not
 //! answer, which is what a dead pod looks like; a missing route on the operator's side is
@@ -49,12 +50,17 @@
 //! the check names on that pod. Checks have no host field; the HTTP request target is a path
 //! sent over a socket already connected to the pod; redirects are never followed; timeouts are
 //! capped at 60 s, headers at 16 (16 KiB) and bodies at [`limits::MAX_HTTP_BODY_BYTES`].
-//! Unspecified, multicast, broadcast and link-local IPs (cloud metadata addresses among them)
-//! are refused, and loopback unless [`ExecutorConfig::allow_loopback`] is set (tests only).
-//! Webhook URLs are the one user-chosen destination.
+//! Addresses refused by [`address::refusal`] (unspecified, multicast, broadcast, link-local,
+//! cloud metadata, IPv6 spellings of IPv4 addresses) are never dialled, and loopback only when
+//! [`ExecutorConfig::allow_loopback`] is set (tests only). Webhook URLs are the one user-chosen
+//! destination: their hosts must pass the [`WebhookEgress`] policy, and their addresses the
+//! same [`address::refusal`] as pod IPs. Reasons have control characters escaped, and a webhook
+//! failure's reason names its kind only (no address, body or OS error).
 
+pub mod address;
 mod classify;
 mod damping;
+pub mod egress;
 mod error;
 pub mod exec;
 mod fair;
@@ -69,6 +75,7 @@ mod prober;
 mod target;
 mod verdict;
 
+pub use egress::{EgressError, WebhookEgress};
 pub use exec::webhook::{MembershipDecision, MembershipReview, WebhookDecision};
 pub use exec::{ExecutorConfig, NetworkExecutor, ProbeExecutor, ProbeFuture, TlsConfigError};
 pub use fair::FairLimits;

@@ -40,6 +40,28 @@ pub fn truncate_reason(mut reason: String) -> String {
     reason
 }
 
+/// Escapes control characters (ESC, CR, LF, …) and the Unicode bidirectional controls as
+/// `\u{1b}`, so a reason from a webhook can neither drive a terminal that prints status nor
+/// forge log lines, nor reorder what a reader sees.
+pub fn escape_controls(reason: String) -> String {
+    let unsafe_char = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !reason.chars().any(unsafe_char) {
+        return reason;
+    }
+    let mut out = String::with_capacity(reason.len() + 8);
+    for c in reason.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// `timeoutSeconds` as a duration within [`MIN_TIMEOUT`, `MAX_TIMEOUT`].
 pub fn clamp_timeout(seconds: i32) -> Duration {
     Duration::from_secs(u64::try_from(seconds).unwrap_or(0)).clamp(MIN_TIMEOUT, MAX_TIMEOUT)
@@ -67,6 +89,15 @@ mod tests {
         assert!(cut.len() <= MAX_REASON_BYTES);
         assert!(cut.ends_with('…'));
         assert_eq!(truncate_reason("short".into()), "short");
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(
+            escape_controls("a\u{1b}]52;c;x\u{7}\r\nb\u{202e}c".into()),
+            "a\\u{1b}]52;c;x\\u{7}\\u{d}\\u{a}b\\u{202e}c"
+        );
+        assert_eq!(escape_controls("plain é …".into()), "plain é …");
     }
 
     #[test]

@@ -109,12 +109,14 @@ pub struct ProbeResult {
 }
 
 impl ProbeResult {
-    /// A result with its reason truncated to the status-friendly limit.
+    /// A result with its reason's control characters escaped and cut to the status-friendly
+    /// limit.
     pub fn new(outcome: Outcome, cause: Cause, reason: impl Into<String>) -> Self {
+        use crate::limits::{escape_controls, truncate_reason};
         Self {
             outcome,
             cause,
-            reason: crate::limits::truncate_reason(reason.into()),
+            reason: truncate_reason(escape_controls(reason.into())),
         }
     }
 

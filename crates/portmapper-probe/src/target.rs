@@ -234,8 +234,9 @@ pub enum AddrError {
         /// Wanted family.
         family: &'static str,
     },
-    /// The pod IP is one a pod never legitimately has (unspecified, multicast, broadcast,
-    /// link-local such as a cloud metadata address, or loopback when not allowed).
+    /// The pod IP is one a pod never legitimately has (see [`crate::address::refusal`]:
+    /// unspecified, multicast, broadcast, link-local, cloud metadata, IPv6 spellings of IPv4
+    /// addresses, or loopback when not allowed).
     #[error("pod {pod} address {ip} is not a usable pod IP ({why})")]
     Unusable {
         /// Pod name.
@@ -291,7 +292,7 @@ impl Target {
                 pod: self.pod.name.clone(),
                 family: self.family.as_str(),
             })?;
-        if let Some(why) = unusable(&ip, allow_loopback) {
+        if let Some(why) = crate::address::refusal(ip, allow_loopback) {
             return Err(AddrError::Unusable {
                 pod: self.pod.name.clone(),
                 ip,
@@ -330,26 +331,6 @@ impl Target {
             self.pod_ip(allow_loopback)?,
             self.pod_port()?,
         )))
-    }
-}
-
-/// Why an IP can never be a pod's, or `None` when it can.
-fn unusable(ip: &IpAddr, allow_loopback: bool) -> Option<&'static str> {
-    if ip.is_unspecified() {
-        return Some("unspecified");
-    }
-    if ip.is_multicast() {
-        return Some("multicast");
-    }
-    if ip.is_loopback() && !allow_loopback {
-        return Some("loopback");
-    }
-    match ip {
-        IpAddr::V4(v4) if v4.is_broadcast() => Some("broadcast"),
-        IpAddr::V4(v4) if v4.is_link_local() => Some("link-local"),
-        IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => Some("link-local"),
-        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => Some("IPv4-mapped"),
-        _ => None,
     }
 }
 
@@ -438,6 +419,7 @@ mod tests {
             "224.0.0.1",
             "255.255.255.255",
             "127.0.0.1",
+            "100.100.100.200",
         ] {
             let t = target(&[ip], tcp(None));
             assert!(
@@ -446,6 +428,15 @@ mod tests {
             );
         }
         assert!(target(&["127.0.0.1"], tcp(None)).pod_addr(true).is_ok());
+        // IPv6 spellings of IPv4 addresses are refused, loopback allowed or not.
+        for ip in ["::ffff:10.244.1.5", "::ffff:127.0.0.1"] {
+            let mut t = target(&[ip], tcp(None));
+            t.family = IpFamily::V6;
+            assert!(
+                matches!(t.pod_addr(true), Err(AddrError::Unusable { .. })),
+                "{ip}"
+            );
+        }
         assert!(matches!(
             target(&["fd00::1"], tcp(None)).pod_addr(false),
             Err(AddrError::NoAddress { .. })

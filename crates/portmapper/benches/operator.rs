@@ -127,6 +127,7 @@ async fn main() {
         probe_concurrency: 16,
         probe_concurrency_per_namespace: None,
         probe_concurrency_per_portmapping: None,
+        webhook_egress: Default::default(),
     };
     let task = tokio::spawn(controller::run(
         client.clone(),

@@ -3,6 +3,7 @@
 mod conn;
 mod grpc;
 mod http_get;
+pub mod resolve;
 mod tcp;
 mod tls;
 pub mod webhook;
@@ -16,6 +17,7 @@ use rustls::ClientConfig;
 pub use tls::TlsConfigError;
 
 use crate::classify;
+use crate::egress::WebhookEgress;
 use crate::error::ProbeError;
 use crate::outcome::ProbeResult;
 use crate::target::{CheckType, MappingKey, NetworkCheck, Target};
@@ -39,6 +41,10 @@ pub struct ExecutorConfig {
     pub allow_loopback: bool,
     /// `User-Agent` of HTTP probes and webhook calls.
     pub user_agent: String,
+    /// Which hosts webhook URLs may name.
+    pub webhook_egress: WebhookEgress,
+    /// Webhook host name lookups in flight at most (each blocks one thread).
+    pub dns_lookups: usize,
 }
 
 impl Default for ExecutorConfig {
@@ -46,6 +52,8 @@ impl Default for ExecutorConfig {
         Self {
             allow_loopback: false,
             user_agent: concat!("portmapper-probe/", env!("CARGO_PKG_VERSION")).to_owned(),
+            webhook_egress: WebhookEgress::default(),
+            dns_lookups: resolve::DEFAULT_DNS_LOOKUPS,
         }
     }
 }
@@ -55,15 +63,18 @@ pub struct NetworkExecutor {
     config: ExecutorConfig,
     unverified_tls: Arc<ClientConfig>,
     webhook_tls: tls::WebhookTls,
+    resolver: resolve::Resolver,
 }
 
 impl NetworkExecutor {
-    /// An executor with its TLS configurations built.
+    /// An executor with its TLS configurations built and the system's CA certificates read
+    /// (once, here: never inside a probe).
     pub fn new(config: ExecutorConfig) -> Result<Self, TlsConfigError> {
         Ok(Self {
-            config,
             unverified_tls: tls::unverified()?,
-            webhook_tls: tls::WebhookTls::default(),
+            webhook_tls: tls::WebhookTls::new()?,
+            resolver: resolve::Resolver::system(config.dns_lookups),
+            config,
         })
     }
 

@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{ACCEPT, CONNECTION, CONTENT_TYPE, HOST, HeaderValue, USER_AGENT};
@@ -28,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use super::NetworkExecutor;
 use super::conn::{self, connect};
+use crate::address;
 use crate::classify;
 use crate::error::ProbeError;
 use crate::limits::MAX_WEBHOOK_BODY_BYTES;
@@ -168,7 +170,7 @@ pub(super) async fn probe(
         Err(err) => return classify::pod_failure(&err.into()),
     };
     let review = MembershipReview::new(mapping, target, address);
-    match call(exec, check, &review).await {
+    match call(exec, mapping, target, check, &review).await {
         Ok(decision) => {
             let outcome = match decision.decision {
                 WebhookDecision::Include => Outcome::Include,
@@ -182,7 +184,11 @@ pub(super) async fn probe(
             };
             ProbeResult::new(outcome, Cause::WebhookDecision, reason)
         }
-        Err(err) => classify::webhook_failure(&err),
+        Err(err) => {
+            // Status gets a short, generic reason; the whole story is for the administrator.
+            tracing::debug!(portmapping = %mapping, pod = %target.pod.name, url = %check.url, error = %err, "webhook call failed");
+            classify::webhook_failure(&err)
+        }
     }
 }
 
@@ -229,39 +235,55 @@ fn endpoint(url: &str) -> Result<Endpoint, ProbeError> {
     })
 }
 
-/// Resolves the webhook host and refuses addresses no webhook should have.
-async fn resolve(exec: &NetworkExecutor, endpoint: &Endpoint) -> Result<SocketAddr, ProbeError> {
+/// Checks the host against the egress policy, resolves it, and picks the first address the
+/// operator may connect to. Nothing is looked up or dialled for a host the policy refuses.
+async fn resolve(
+    exec: &NetworkExecutor,
+    namespace: &str,
+    endpoint: &Endpoint,
+    timeout: Duration,
+) -> Result<SocketAddr, ProbeError> {
+    if let Some(why) = exec
+        .config
+        .webhook_egress
+        .refusal(&endpoint.host, namespace)
+    {
+        return Err(ProbeError::EgressRefused(why));
+    }
     let addrs: Vec<SocketAddr> = match endpoint.host.parse::<IpAddr>() {
         Ok(ip) => vec![SocketAddr::new(ip, endpoint.port)],
-        Err(_) => tokio::net::lookup_host((endpoint.host.as_str(), endpoint.port))
-            .await
-            .map_err(|source| ProbeError::Resolve {
-                host: endpoint.host.clone(),
-                source,
-            })?
-            .collect(),
+        // Half the probe's time at most, so a slow resolver is named as such in status.
+        Err(_) => {
+            let budget = (timeout / 2).max(Duration::from_millis(500));
+            exec.resolver
+                .resolve(&endpoint.host, endpoint.port, budget)
+                .await?
+        }
     };
-    let allowed = |ip: &IpAddr| {
-        !(ip.is_unspecified()
-            || ip.is_multicast()
-            || (ip.is_loopback() && !exec.config.allow_loopback)
-            || matches!(ip, IpAddr::V4(v4) if v4.is_link_local() || v4.is_broadcast())
-            || matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80))
-    };
-    addrs
-        .iter()
-        .copied()
-        .find(|a| allowed(&a.ip()))
-        .ok_or_else(|| {
-            ProbeError::InvalidCheck(format!(
-                "webhook host {} resolves to no allowed address ({addrs:?})",
-                endpoint.host
-            ))
-        })
+    let mut refused = Vec::new();
+    for addr in &addrs {
+        match address::refusal(addr.ip(), exec.config.allow_loopback) {
+            // The canonical form is dialled: one spelling per address.
+            None => return Ok(SocketAddr::new(addr.ip().to_canonical(), addr.port())),
+            Some(why) if !refused.contains(&why) => refused.push(why),
+            Some(_) => {}
+        }
+    }
+    Err(ProbeError::InvalidCheck(format!(
+        "webhook host {} resolves to no allowed address (refused: {})",
+        endpoint.host,
+        if refused.is_empty() {
+            "no address".to_owned()
+        } else {
+            refused.join(", ")
+        }
+    )))
 }
 
 async fn call(
     exec: &NetworkExecutor,
+    mapping: &MappingKey,
+    target: &Target,
     check: &WebhookCheck,
     review: &MembershipReview,
 ) -> Result<MembershipDecision, ProbeError> {
@@ -282,10 +304,12 @@ async fn call(
         )
         .body(Full::new(Bytes::from(body)))
         .map_err(|e| ProbeError::InvalidCheck(format!("webhook request: {e}")))?;
-    let addr = resolve(exec, &endpoint).await?;
+    let addr = resolve(exec, &mapping.namespace, &endpoint, target.timeout()).await?;
     let stream = connect(addr).await?;
     let answer = if endpoint.https {
-        let config = exec.webhook_tls.config(check.ca_bundle.as_deref())?;
+        let config = exec
+            .webhook_tls
+            .config(&mapping.namespace, check.ca_bundle.as_deref())?;
         let name = ServerName::try_from(endpoint.host.clone()).map_err(|e| {
             ProbeError::InvalidCheck(format!("webhook host {:?}: {e}", endpoint.host))
         })?;
@@ -307,12 +331,19 @@ async fn call(
             detail: format!("answer exceeds {MAX_WEBHOOK_BODY_BYTES} bytes"),
         });
     }
-    serde_json::from_slice(&answer.body).map_err(|e| ProbeError::Malformed {
-        addr,
-        detail: format!(
-            "not a decision document ({e}): {}",
-            conn::excerpt(&answer.body)
-        ),
+    serde_json::from_slice(&answer.body).map_err(|e| {
+        // The body is never echoed: a 2xx answer of any internal service would otherwise be
+        // readable in the tenant's status. Only its kind is said.
+        tracing::debug!(%addr, error = %e, body = %conn::excerpt(&answer.body), "webhook answer is not a decision document");
+        let detail = if e.is_data() {
+            r#"not a decision document (want {"decision": "Include" | "Exclude" | "Abstain"})"#
+        } else {
+            "not a decision document (not JSON)"
+        };
+        ProbeError::Malformed {
+            addr,
+            detail: detail.into(),
+        }
     })
 }
 

@@ -4,7 +4,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use portmapper_api::check::{HttpGetCheck, HttpHeader};
-use portmapper_probe::{Cause, ExecutorConfig, NetworkCheck, NetworkExecutor, Outcome};
+use portmapper_probe::{
+    Cause, ExecutorConfig, NetworkCheck, NetworkExecutor, Outcome, WebhookEgress,
+};
 
 use crate::grpc::{GrpcServer, grpc};
 use crate::support::*;
@@ -97,4 +99,28 @@ async fn production_executor_refuses_loopback_pod_ips() {
         assert!(result.reason.contains("loopback"), "{result:?}");
     }
     assert_eq!(http.seen.connections(), 0);
+}
+
+/// `loopback_webhooks_need_the_loopback_allowance` with loopback spelled as an IPv4-mapped
+/// IPv6 address, under a policy that admits every IP literal: the address rule alone refuses it.
+#[tokio::test]
+async fn mapped_loopback_webhooks_are_refused() {
+    let server = HttpServer::start(LOCALHOST, Reply::json(200, r#"{"decision":"Include"}"#)).await;
+    let production = NetworkExecutor::new(ExecutorConfig {
+        webhook_egress: WebhookEgress::allow_all(),
+        ..ExecutorConfig::default()
+    })
+    .unwrap();
+    for host in ["[::ffff:127.0.0.1]", "[::ffff:7f00:1]", "[64:ff9b::7f00:1]"] {
+        let url = format!("http://{host}:{}/", server.addr.port());
+        let t = crate::webhook::pod_target(crate::webhook::webhook(url, None));
+        let result = production.run(&mapping(), &t).await;
+        assert_eq!(
+            (result.outcome, result.cause),
+            (Outcome::Abstain, Cause::InvalidCheck),
+            "{host}: {result:?}"
+        );
+        assert!(result.reason.contains("no allowed address"), "{result:?}");
+    }
+    assert_eq!(server.seen.connections(), 0);
 }

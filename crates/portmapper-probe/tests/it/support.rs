@@ -11,7 +11,7 @@ use portmapper_api::ProbeSettings;
 use portmapper_api::check::{HttpGetCheck, Scheme, TcpSocketCheck};
 use portmapper_probe::{
     CheckPosition, ContainerPort, ExecutorConfig, IpFamily, MappingKey, Membership, NetworkCheck,
-    NetworkExecutor, PodMetadata, PoolPod, ProbeResult, ServicePort, Target,
+    NetworkExecutor, PodMetadata, PoolPod, ProbeResult, ServicePort, Target, WebhookEgress,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -23,10 +23,12 @@ pub fn mapping() -> MappingKey {
     MappingKey::new("shop", "kafka")
 }
 
-/// An executor that may probe loopback, since loopback stands in for pod IPs here.
+/// An executor that may probe loopback, since loopback stands in for pod IPs here, and call
+/// webhooks anywhere (the egress policy has tests of its own).
 pub fn executor() -> NetworkExecutor {
     NetworkExecutor::new(ExecutorConfig {
         allow_loopback: true,
+        webhook_egress: WebhookEgress::allow_all(),
         ..ExecutorConfig::default()
     })
     .unwrap()

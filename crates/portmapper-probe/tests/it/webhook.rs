@@ -1,7 +1,10 @@
 //! `webhook` against a real HTTP(S) decider.
 
 use portmapper_api::check::WebhookCheck;
-use portmapper_probe::{Cause, MembershipReview, NetworkCheck, Outcome, Target};
+use portmapper_probe::{
+    Cause, ExecutorConfig, MembershipReview, NetworkCheck, NetworkExecutor, Outcome, Target,
+    WebhookEgress,
+};
 
 use crate::support::*;
 
@@ -225,4 +228,133 @@ async fn a_url_with_a_query_and_no_path_posts_to_the_root() {
         "{}",
         requests[0].0
     );
+}
+
+/// An executor with production's policy (or `egress`) that still lets loopback stand in for
+/// cluster addresses, so only the policy can refuse the test's servers.
+fn policed(egress: WebhookEgress) -> NetworkExecutor {
+    NetworkExecutor::new(ExecutorConfig {
+        allow_loopback: true,
+        webhook_egress: egress,
+        ..ExecutorConfig::default()
+    })
+    .unwrap()
+}
+
+#[tokio::test]
+async fn webhooks_outside_the_egress_policy_are_refused_without_a_connection() {
+    let server = HttpServer::start(LOCALHOST, Reply::json(200, r#"{"decision":"Include"}"#)).await;
+    let port = server.addr.port();
+    // Production's default: Services of the PortMapping's namespace (`shop`) only.
+    let default = policed(WebhookEgress::default());
+    for (url, named) in [
+        (
+            format!("http://localhost:{port}/"),
+            "webhook host localhost",
+        ),
+        (
+            format!("http://127.0.0.1:{port}/"),
+            "webhook address 127.0.0.1",
+        ),
+        (
+            format!("http://[::ffff:127.0.0.1]:{port}/"),
+            "webhook address 127.0.0.1",
+        ),
+    ] {
+        let result = default
+            .run(&mapping(), &pod_target(webhook(url, None)))
+            .await;
+        assert_eq!(
+            (result.outcome, result.cause),
+            (Outcome::Abstain, Cause::InvalidCheck),
+            "{result:?}"
+        );
+        assert!(
+            result.reason.starts_with(&format!("webhook: {named}"))
+                && result
+                    .reason
+                    .contains("outside the operator's webhook egress policy"),
+            "{result:?}"
+        );
+    }
+    assert_eq!(server.seen.connections(), 0);
+
+    // The administrator's allowlist admits exactly what it names.
+    let allowed = policed(WebhookEgress::new(["localhost"], ["127.0.0.0/8"]).unwrap());
+    for url in [
+        format!("http://localhost:{port}/"),
+        format!("http://127.0.0.1:{port}/"),
+    ] {
+        let result = allowed
+            .run(&mapping(), &pod_target(webhook(url, None)))
+            .await;
+        assert_eq!(result.outcome, Outcome::Include, "{result:?}");
+    }
+    assert_eq!(server.seen.connections(), 2);
+}
+
+#[tokio::test]
+async fn webhook_reasons_have_control_characters_escaped() {
+    let body =
+        r#"{"decision":"Exclude","reason":"\u001b]52;c;aGk=\u0007\u001b[2J\r\nERROR forged line"}"#;
+    let server = HttpServer::start(LOCALHOST, Reply::json(200, body)).await;
+    let result = probe(&pod_target(webhook(
+        format!("http://{}/", server.addr),
+        None,
+    )))
+    .await;
+    assert_eq!(result.outcome, Outcome::Exclude, "{result:?}");
+    assert_eq!(
+        result.reason,
+        r"webhook: \u{1b}]52;c;aGk=\u{7}\u{1b}[2J\u{d}\u{a}ERROR forged line"
+    );
+    assert!(!result.reason.chars().any(char::is_control));
+}
+
+#[tokio::test]
+async fn answers_that_are_not_decisions_are_not_echoed() {
+    for (body, kind) in [
+        ("SECRET=hunter2", "not JSON"),
+        (r#"{"token":"hunter2"}"#, "want"),
+        (r#"{"decision":"hunter2"}"#, "want"),
+    ] {
+        let server = HttpServer::start(LOCALHOST, Reply::json(200, body)).await;
+        let result = probe(&pod_target(webhook(
+            format!("http://{}/internal/token", server.addr),
+            None,
+        )))
+        .await;
+        assert_eq!(
+            (result.outcome, result.cause),
+            (Outcome::Abstain, Cause::WebhookMalformed),
+            "{result:?}"
+        );
+        assert!(
+            result
+                .reason
+                .starts_with("webhook: malformed answer: not a decision document"),
+            "{result:?}"
+        );
+        assert!(result.reason.contains(kind), "{result:?}");
+        assert!(!result.reason.contains("hunter2"), "{result:?}");
+    }
+}
+
+/// Status says what kind of failure, never where: no address, port or OS error text that would
+/// map the operator's network for whoever reads it.
+#[tokio::test]
+async fn failure_reasons_name_no_address() {
+    let down = refused_addr(LOCALHOST).await;
+    let status = HttpServer::start(LOCALHOST, Reply::json(503, "{}")).await;
+    for (addr, reason) in [
+        (down, "webhook: connection failed"),
+        (status.addr, "webhook: answered HTTP 503"),
+    ] {
+        let result = probe(&pod_target(webhook(format!("http://{addr}/"), None))).await;
+        assert_eq!(
+            (result.outcome, result.cause, result.reason.as_str()),
+            (Outcome::Abstain, Cause::WebhookUnavailable, reason),
+            "{result:?}"
+        );
+    }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::builder::PossibleValue;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use portmapper_probe::WebhookEgress;
 
 use crate::commands::render::{Assume, Format, RenderOptions};
 use crate::commands::run::RunConfig;
@@ -176,6 +177,16 @@ pub struct RunArgs {
     /// seconds (the API server bookmarks about once a minute); `/readyz` fails meanwhile.
     #[arg(long, env = "PORTMAPPER_WATCH_STALL_SECONDS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub watch_stall_seconds: u64,
+    /// Host names webhook URLs may name, comma-separated: exact names, `*.` and a suffix
+    /// (`*.svc` matches any name ending in `.svc`), or `*` for any; the label `{namespace}`
+    /// stands for the PortMapping's namespace. The default admits the Services of the
+    /// PortMapping's own namespace only. Empty refuses every name.
+    #[arg(long, env = "PORTMAPPER_WEBHOOK_ALLOWED_HOSTS", value_delimiter = ',', default_values_t = portmapper_probe::egress::DEFAULT_ALLOWED_HOSTS.map(String::from), value_parser = host_pattern)]
+    pub webhook_allowed_hosts: Vec<String>,
+    /// CIDRs of IP addresses webhook URLs may name as their host, comma-separated (default:
+    /// none, so webhooks name hosts). Loopback, link-local and metadata addresses stay refused.
+    #[arg(long, env = "PORTMAPPER_WEBHOOK_ALLOWED_CIDRS", value_delimiter = ',', value_parser = cidr)]
+    pub webhook_allowed_cidrs: Vec<String>,
     #[command(flatten)]
     pub leader: LeaderArgs,
     /// Kubeconfig to use instead of the in-cluster config or `$KUBECONFIG`.
@@ -218,6 +229,7 @@ impl RunArgs {
                 batch_window: Duration::from_millis(self.batch_window_ms),
                 max_pod_watches_per_namespace: self.max_pod_watches_per_namespace as usize,
                 budgets: self.budgets(),
+                webhook_egress: self.webhook_egress(),
             },
         }
     }
@@ -230,6 +242,26 @@ impl RunArgs {
             slices_per_portmapping: size(self.max_slices_per_portmapping),
         }
     }
+
+    /// The webhook egress policy (each entry was checked when the flags were parsed).
+    fn webhook_egress(&self) -> WebhookEgress {
+        WebhookEgress::new(&self.webhook_allowed_hosts, &self.webhook_allowed_cidrs)
+            .unwrap_or_else(|_| WebhookEgress::deny_all())
+    }
+}
+
+/// One `--webhook-allowed-hosts` entry, checked.
+fn host_pattern(text: &str) -> Result<String, String> {
+    WebhookEgress::new([text], [""; 0])
+        .map(|_| text.to_owned())
+        .map_err(|e| e.to_string())
+}
+
+/// One `--webhook-allowed-cidrs` entry, checked.
+fn cidr(text: &str) -> Result<String, String> {
+    WebhookEgress::new([""; 0], [text])
+        .map(|_| text.to_owned())
+        .map_err(|e| e.to_string())
 }
 
 /// Leader election through a coordination.k8s.io Lease.
@@ -417,6 +449,37 @@ mod tests {
         match parse(args).command {
             Command::Run(run) => run.config(),
             other => panic!("not run: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn webhook_egress_flags_become_the_policy() {
+        let default = run_config(&["run"]).settings.webhook_egress;
+        assert_eq!(default, WebhookEgress::default());
+        assert!(default.refusal("decider.shop.svc", "shop").is_none());
+        assert!(default.refusal("decider.other.svc", "shop").is_some());
+        let set = run_config(&[
+            "run",
+            "--webhook-allowed-hosts=*.svc,decider.example.com",
+            "--webhook-allowed-cidrs=10.96.0.0/12",
+        ])
+        .settings
+        .webhook_egress;
+        assert_eq!(
+            set,
+            WebhookEgress::new(["*.svc", "decider.example.com"], ["10.96.0.0/12"])
+                .expect("valid policy")
+        );
+        let off = run_config(&["run", "--webhook-allowed-hosts="])
+            .settings
+            .webhook_egress;
+        assert_eq!(off, WebhookEgress::deny_all());
+        for bad in [
+            "--webhook-allowed-hosts=http://x/",
+            "--webhook-allowed-cidrs=10.0.0.1",
+        ] {
+            let err = Cli::try_parse_from(["portmapper", "run", bad]).expect_err(bad);
+            assert!(err.to_string().contains("want"), "{err}");
         }
     }
 

@@ -47,6 +47,8 @@ pub struct Settings {
     pub max_pod_watches_per_namespace: usize,
     /// What one PortMapping, and one namespace, may ask of the operator.
     pub budgets: portmapper_core::budget::Budgets,
+    /// Which hosts webhook URLs may name.
+    pub webhook_egress: portmapper_probe::WebhookEgress,
 }
 
 /// The reflector stores a reconcile reads.
@@ -183,6 +185,7 @@ impl Context {
             batch_window: Duration::ZERO,
             max_pod_watches_per_namespace: crate::index::DEFAULT_MAX_POD_WATCHES,
             budgets: portmapper_core::budget::Budgets::default(),
+            webhook_egress: Default::default(),
         };
         let (prober, probe_events) =
             crate::reconcile::probing::start(&settings, None, &metrics).expect("a prober starts");

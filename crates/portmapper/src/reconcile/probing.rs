@@ -52,7 +52,8 @@ impl std::fmt::Debug for CustomExecutor {
 }
 
 /// Starts the operator's prober: probes over the network (or with `executor`), within the
-/// settings' probe concurrency bounds, reporting to the operator's `/metrics`.
+/// settings' probe concurrency bounds, webhooks within their egress policy, reporting to the
+/// operator's `/metrics`.
 pub fn start(
     settings: &Settings,
     executor: Option<CustomExecutor>,
@@ -67,7 +68,15 @@ pub fn start(
     let metrics = Arc::new(metrics.probe.clone());
     match executor {
         Some(CustomExecutor(executor)) => Prober::new(config, executor, metrics),
-        None => Prober::network(config, ExecutorConfig::default(), metrics),
+        None => {
+            let webhook_egress = settings.webhook_egress.clone();
+            tracing::info!(policy = %webhook_egress, "webhook egress policy");
+            let executor = ExecutorConfig {
+                webhook_egress,
+                ..ExecutorConfig::default()
+            };
+            Prober::network(config, executor, metrics)
+        }
     }
     .map_err(|e| Error::Config(format!("starting the prober: {e}")))
 }

@@ -274,6 +274,10 @@ impl Harness {
             probe_concurrency: 16,
             probe_concurrency_per_namespace: None,
             probe_concurrency_per_portmapping: None,
+            // The deciders of the webhook tests stand at pod-network addresses (10.244.x.y) of
+            // the test's network namespace: the flag an administrator would pass.
+            webhook_egress: portmapper_probe::WebhookEgress::new([""; 0], ["10.244.0.0/16"])
+                .expect("a valid CIDR"),
         };
         adjust(&mut settings);
         let (metrics, shutdown, readiness) = (

@@ -74,6 +74,7 @@ async fn instance(h: &Harness, config: LeaderConfig) -> Instance {
         probe_concurrency: 4,
         probe_concurrency_per_namespace: None,
         probe_concurrency_per_portmapping: None,
+        webhook_egress: Default::default(),
     };
     let metrics = Metrics::new();
     let (l, m, stop) = (leadership.clone(), metrics.clone(), shutdown.clone());

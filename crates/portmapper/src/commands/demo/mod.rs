@@ -121,6 +121,7 @@ pub async fn run(config: DemoConfig) -> Result<(), Error> {
         batch_window: crate::reconcile::batch_window::default_batch_window(),
         max_pod_watches_per_namespace: crate::index::DEFAULT_MAX_POD_WATCHES,
         budgets: portmapper_core::budget::Budgets::default(),
+        webhook_egress: portmapper_probe::WebhookEgress::default(),
     };
     let controller = tokio::spawn(controller::run_probing_with(
         client.clone(),

@@ -1,0 +1,170 @@
+//! Webhook host name lookups on a bounded number of threads.
+//!
+//! The system resolver (`getaddrinfo`) is kept on purpose: it applies the pod's
+//! `/etc/resolv.conf` (search list, `ndots`) and `/etc/hosts` exactly as every other program in
+//! the cluster does, and needs no new dependency. Its one danger is that it blocks a thread and
+//! cannot be cancelled: tokio's `lookup_host` gives it a blocking-pool thread that outlives the
+//! probe's timeout, so slow lookups used to pile up towards the pool's 512 threads. Here a lookup
+//! first takes one of a fixed number of slots and holds it until its thread returns, so at most
+//! that many threads ever block on DNS; a lookup that gets no slot, or no answer, within its
+//! budget abstains with a reason saying so.
+
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use crate::error::ProbeError;
+
+/// Default number of lookups in flight, over all webhooks.
+pub const DEFAULT_DNS_LOOKUPS: usize = 16;
+
+/// A blocking lookup of (host, port).
+pub type LookupFn = dyn Fn(&str, u16) -> io::Result<Vec<SocketAddr>> + Send + Sync;
+
+/// Resolves names on at most `slots` blocking threads at a time.
+pub struct Resolver {
+    slots: Arc<Semaphore>,
+    size: usize,
+    lookup: Arc<LookupFn>,
+}
+
+impl Resolver {
+    /// The system resolver with `slots` lookups in flight at most.
+    pub fn system(slots: usize) -> Self {
+        Self::with_lookup(
+            slots,
+            Arc::new(|host: &str, port: u16| (host, port).to_socket_addrs().map(Iterator::collect)),
+        )
+    }
+
+    /// A resolver calling `lookup` (tests count the threads it blocks).
+    pub fn with_lookup(slots: usize, lookup: Arc<LookupFn>) -> Self {
+        let size = slots.max(1);
+        Self {
+            slots: Arc::new(Semaphore::new(size)),
+            size,
+            lookup,
+        }
+    }
+
+    /// The addresses of `host`, within `budget` (waiting for a slot included).
+    pub async fn resolve(
+        &self,
+        host: &str,
+        port: u16,
+        budget: Duration,
+    ) -> Result<Vec<SocketAddr>, ProbeError> {
+        let deadline = tokio::time::Instant::now() + budget;
+        let busy = || ProbeError::ResolveBusy {
+            host: host.to_owned(),
+            slots: self.size,
+            budget,
+        };
+        let permit = tokio::time::timeout_at(deadline, self.slots.clone().acquire_owned())
+            .await
+            .map_err(|_| busy())?
+            // The semaphore is never closed.
+            .map_err(|_| busy())?;
+        let (lookup, name) = (self.lookup.clone(), host.to_owned());
+        let thread = tokio::task::spawn_blocking(move || {
+            // Held until the lookup returns, however long after the probe gave up.
+            let _permit = permit;
+            lookup(&name, port)
+        });
+        let resolve_err = |source| ProbeError::Resolve {
+            host: host.to_owned(),
+            source,
+        };
+        match tokio::time::timeout_at(deadline, thread).await {
+            Err(_) => Err(resolve_err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no answer within {budget:?}"),
+            ))),
+            Ok(Err(join)) => Err(resolve_err(io::Error::other(join.to_string()))),
+            Ok(Ok(result)) => result.map_err(resolve_err),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A lookup that blocks its thread for `hold` and records how many threads block at once.
+    fn slow(hold: Duration, now: Arc<AtomicUsize>, peak: Arc<AtomicUsize>) -> Arc<LookupFn> {
+        Arc::new(move |_: &str, port: u16| {
+            let inside = now.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(inside, Ordering::SeqCst);
+            std::thread::sleep(hold);
+            now.fetch_sub(1, Ordering::SeqCst);
+            Ok(vec![SocketAddr::from(([10, 96, 0, 10], port))])
+        })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn slow_lookups_never_block_more_threads_than_slots() {
+        const SLOTS: usize = 4;
+        let (now, peak) = (Arc::default(), Arc::new(AtomicUsize::new(0)));
+        let resolver = Arc::new(Resolver::with_lookup(
+            SLOTS,
+            slow(Duration::from_millis(400), now, peak.clone()),
+        ));
+        // Three waves of 64 lookups, each giving up long before the lookups return.
+        let mut busy = 0;
+        let mut timed_out = 0;
+        for _ in 0..3 {
+            let calls = (0..64).map(|_| {
+                let resolver = resolver.clone();
+                tokio::spawn(async move {
+                    resolver
+                        .resolve("x.tarpit.example", 80, Duration::from_millis(50))
+                        .await
+                })
+            });
+            for call in futures_join(calls).await {
+                match call {
+                    Err(ProbeError::ResolveBusy { slots, .. }) => {
+                        assert_eq!(slots, SLOTS);
+                        busy += 1;
+                    }
+                    Err(ProbeError::Resolve { source, .. }) => {
+                        assert_eq!(source.kind(), io::ErrorKind::TimedOut);
+                        timed_out += 1;
+                    }
+                    other => panic!("a 400 ms lookup answered within 50 ms: {other:?}"),
+                }
+            }
+        }
+        let peak = peak.load(Ordering::SeqCst);
+        assert!(peak <= SLOTS, "{peak} threads blocked in lookups at once");
+        assert!(peak >= 1, "the lookups ran");
+        assert_eq!(busy + timed_out, 192);
+        assert!(busy >= 192 - 3 * SLOTS, "{busy} lookups found no slot");
+    }
+
+    #[tokio::test]
+    async fn a_quick_lookup_answers() {
+        let resolver =
+            Resolver::with_lookup(1, slow(Duration::ZERO, Arc::default(), Arc::default()));
+        let addrs = resolver
+            .resolve("decider.shop.svc", 8443, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(addrs, vec![SocketAddr::from(([10, 96, 0, 10], 8443))]);
+    }
+
+    async fn futures_join<T: Send + 'static>(
+        handles: impl Iterator<Item = tokio::task::JoinHandle<T>>,
+    ) -> Vec<T> {
+        let mut out = Vec::new();
+        for handle in handles.collect::<Vec<_>>() {
+            out.push(handle.await.unwrap());
+        }
+        out
+    }
+}
