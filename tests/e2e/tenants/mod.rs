@@ -16,6 +16,7 @@ mod metrics;
 mod probing;
 mod published;
 mod watches;
+mod webhook;
 
 use std::collections::BTreeMap;
 use std::process::{Command, Output, Stdio};
