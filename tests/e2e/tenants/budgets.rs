@@ -8,7 +8,7 @@
 
 use serde_json::{Value, json};
 
-use super::{World, portmapping, service};
+use super::{World, portmapping, service, victim, victim_unharmed};
 
 /// `n` × `anyOf` of `m` tcpSocket checks on a port the pod does not declare.
 fn fan_out(n: usize, m: usize) -> Value {
@@ -20,46 +20,6 @@ fn fan_out(n: usize, m: usize) -> Value {
 /// Port numbers from 8000, `n` of them.
 fn ports(n: u16) -> impl Iterator<Item = u16> {
     8000..8000 + n
-}
-
-/// The victim: Service `web` of tenant `b`, one pod published, watched from now on.
-fn victim<'w>(world: &'w World) -> (super::Tenant<'w>, super::PublishedWatch) {
-    let b = world.tenant("b");
-    b.create(&service("web", [8080]));
-    b.create(&portmapping("web", "example.com/group", json!({})));
-    b.ready_pod(
-        "web-1",
-        json!({"example.com/group": "web"}),
-        json!({}),
-        "10.244.1.1",
-    );
-    world.wait_for("the victim's pod published", || {
-        b.published("web")
-            .get("p8080")
-            .is_some_and(|a| a.len() == 1)
-    });
-    let watch = b.watch_published("web");
-    (b, watch)
-}
-
-/// The victim is served as before: a new pod is published, and no port ever emptied.
-fn victim_unharmed(world: &World, b: &super::Tenant<'_>, watch: &super::PublishedWatch) {
-    b.ready_pod(
-        "web-2",
-        json!({"example.com/group": "web"}),
-        json!({}),
-        "10.244.1.2",
-    );
-    world.wait_for("the victim's new pod published", || {
-        b.published("web")
-            .get("p8080")
-            .is_some_and(|a| a.len() == 2)
-    });
-    let fewest = watch.fewest();
-    assert!(
-        fewest.values().all(|&n| n >= 1),
-        "a victim port emptied during the attack: {fewest:?}"
-    );
 }
 
 #[test]

@@ -383,6 +383,46 @@ impl Tenant<'_> {
     }
 }
 
+/// The victim: Service `web` of tenant `b`, one pod published, watched from now on.
+pub fn victim(world: &World) -> (Tenant<'_>, PublishedWatch) {
+    let b = world.tenant("b");
+    b.create(&service("web", [8080]));
+    b.create(&portmapping("web", "example.com/group", json!({})));
+    b.ready_pod(
+        "web-1",
+        json!({"example.com/group": "web"}),
+        json!({}),
+        "10.244.1.1",
+    );
+    world.wait_for("the victim's pod published", || {
+        b.published("web")
+            .get("p8080")
+            .is_some_and(|a| a.len() == 1)
+    });
+    let watch = b.watch_published("web");
+    (b, watch)
+}
+
+/// The victim is served as before: a new pod is published, and no port ever emptied.
+pub fn victim_unharmed(world: &World, b: &Tenant<'_>, watch: &PublishedWatch) {
+    b.ready_pod(
+        "web-2",
+        json!({"example.com/group": "web"}),
+        json!({}),
+        "10.244.1.2",
+    );
+    world.wait_for("the victim's new pod published", || {
+        b.published("web")
+            .get("p8080")
+            .is_some_and(|a| a.len() == 2)
+    });
+    let fewest = watch.fewest();
+    assert!(
+        fewest.values().all(|&n| n >= 1),
+        "a victim port emptied during the attack: {fewest:?}"
+    );
+}
+
 /// A pod object (never scheduled: there is no kubelet; the test writes its status).
 pub fn pod(name: &str, labels: Value, annotations: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
