@@ -199,7 +199,6 @@ def check_defaults() -> None:
         "PORTMAPPER_METRICS_MAX_PORT_SERIES": "16",
         # Webhooks may call Services of the PortMapping's own namespace only.
         "PORTMAPPER_WEBHOOK_ALLOWED_HOSTS": "*.{namespace}.svc,*.{namespace}.svc.cluster.local",
-        "PORTMAPPER_WEBHOOK_ALLOWED_CIDRS": "",
         "PORTMAPPER_LOG_LEVEL": "info,kube=warn",
         "PORTMAPPER_LOG_FORMAT": "json",
     }, e
@@ -394,8 +393,10 @@ def _webhook_egress(objs: list[Obj]) -> None:
 
 def _webhooks_off(objs: list[Obj]) -> None:
     e = env(objs)
-    # Empty values, which the operator reads as "refuse every host".
-    assert (e["PORTMAPPER_WEBHOOK_ALLOWED_HOSTS"], e["PORTMAPPER_WEBHOOK_ALLOWED_CIDRS"]) == ("", ""), e
+    # An empty host list, which the operator reads as "refuse every name"; no CIDRs (the
+    # flag's default: no IP literal).
+    assert e["PORTMAPPER_WEBHOOK_ALLOWED_HOSTS"] == "", e
+    assert "PORTMAPPER_WEBHOOK_ALLOWED_CIDRS" not in e, e
 
 
 def _publication_gate(objs: list[Obj]) -> None:
