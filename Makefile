@@ -86,7 +86,7 @@ soak:
 	  $(CARGO) test -p portmapper --locked --features demo --test it -- backoff:: real_faults::
 
 ## realkube: the real control plane (etcd, kube-apiserver, kube-controller-manager, kube-proxy from
-## the Kubernetes Go modules; tools/realkube), one multi-call binary, CoreDNS and istiod. Rebuilt only
+## the Kubernetes Go modules; tools/realkube), one multi-call binary, CoreDNS, istiod and Contour. Rebuilt only
 ## when their sources change: the cold build takes about 6 minutes on 2 cores, a relink about 15 s.
 REALKUBE := $(CURDIR)/target/realkube/realkube
 REALKUBE_SRC := $(wildcard tools/realkube/*.go) tools/realkube/go.mod tools/realkube/go.sum
@@ -103,7 +103,11 @@ COREDNS_SRC := $(wildcard tools/coredns/*.go) tools/coredns/go.mod tools/coredns
 # Istio's own ADS client), a module of its own for the same reason: the consumer of tests/e2e/istio.rs.
 ISTIOD := $(CURDIR)/target/realkube/istiod
 ISTIOD_SRC := $(wildcard tools/istiod/*.go) tools/istiod/go.mod tools/istiod/go.sum
-realkube: $(REALKUBE) $(COREDNS) $(ISTIOD)
+# Contour (tools/contour: a module holding only the pin, `contour` built as its tool) and its CRDs,
+# copied from the module next to the binary: the Ingress implementation of tests/e2e/contour.rs.
+CONTOUR := $(CURDIR)/target/realkube/contour
+CONTOUR_SRC := tools/contour/go.mod tools/contour/go.sum
+realkube: $(REALKUBE) $(COREDNS) $(ISTIOD) $(CONTOUR) $(CONTOUR)-crds.yaml
 $(REALKUBE): $(REALKUBE_SRC)
 	@test -n "$(K8S_VERSION)" || { echo "make realkube: no k8s.io/kubernetes version in tools/realkube/go.mod" >&2; exit 1; }
 	cd tools/realkube && CGO_ENABLED=0 go build -p 2 -buildvcs=false -ldflags "$(REALKUBE_LDFLAGS)" -o $(REALKUBE).tmp .
@@ -116,6 +120,14 @@ $(COREDNS): $(COREDNS_SRC)
 $(ISTIOD): $(ISTIOD_SRC)
 	cd tools/istiod && CGO_ENABLED=0 go build -p 2 -buildvcs=false -ldflags "-s -w" -o $(ISTIOD).tmp .
 	mv $(ISTIOD).tmp $(ISTIOD)
+
+$(CONTOUR): $(CONTOUR_SRC)
+	cd tools/contour && CGO_ENABLED=0 go build -p 2 -buildvcs=false -ldflags "-s -w" -o $(CONTOUR).tmp github.com/projectcontour/contour/cmd/contour
+	mv $(CONTOUR).tmp $(CONTOUR)
+
+$(CONTOUR)-crds.yaml: $(CONTOUR)
+	cd tools/contour && cat "$$(go list -m -f '{{.Dir}}' github.com/projectcontour/contour)/examples/contour/01-crds.yaml" > $@.tmp
+	mv $@.tmp $@
 
 ## realkube-check: gofmt and go vet of the Go modules under tools/. With the builds' CGO_ENABLED=0, so
 ## vet reuses their compiled dependencies (with cgo on it compiles every dependency again: for

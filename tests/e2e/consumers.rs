@@ -261,8 +261,9 @@ pub(crate) fn canonical_dual_stack(
 
 /// The view a consumer should have: for each of `services`, each port's cluster (named by
 /// `cluster_name(service, port)`) lists every address of each of the port's members, at the
-/// port, HEALTHY.
+/// port, with `health`.
 pub(crate) fn expected(
+    health: &str,
     services: &[&str],
     cluster_name: impl Fn(&str, (u16, &str)) -> String,
     ips: &BTreeMap<&str, Vec<String>>,
@@ -274,7 +275,7 @@ pub(crate) fn expected(
             let set = view.entry(cluster_name(service, *port)).or_default();
             for pod in *pods {
                 for ip in &ips[pod] {
-                    set.insert(format!("{ip} {} HEALTHY", port.0));
+                    set.insert(format!("{ip} {} {health}", port.0));
                 }
             }
         }

@@ -150,6 +150,7 @@ fn istio_sidecar_eds_lists_exactly_each_ports_members() {
     let mut sidecar = sidecar(istiod, &ns, &clusters);
     let expected = |members: &[((u16, &str), &[&str])]| -> View {
         consumers::expected(
+            "HEALTHY",
             &services,
             |s, (port, _)| cluster_name(s, &ns, port),
             &ips,

