@@ -14,7 +14,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use test_support::realkube::{CONTROLLERS, ControlPlane};
+use test_support::realkube::ControlPlane;
 
 use crate::env::{Cluster, Proc};
 
@@ -37,10 +37,11 @@ pub(crate) const CANONICAL: [(&str, &str); 4] = [
 pub(crate) type View = BTreeMap<String, BTreeSet<String>>;
 
 /// The control plane the consumers run on, started by the first test that asks; it stops with
-/// the test binary.
+/// the test binary. etcd and kube-apiserver only: the operator writes the slices, and no test
+/// here needs a controller of kube-controller-manager.
 pub(crate) fn plane() -> &'static ControlPlane {
     static PLANE: OnceLock<ControlPlane> = OnceLock::new();
-    PLANE.get_or_init(|| ControlPlane::start(CONTROLLERS))
+    PLANE.get_or_init(|| ControlPlane::start(""))
 }
 
 pub(crate) fn free_port() -> u16 {
