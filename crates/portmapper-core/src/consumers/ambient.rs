@@ -1,7 +1,8 @@
 //! Istio ambient mode: istiod gives a pod every port of each Service whose EndpointSlices name it
-//! by `targetRef` (istio/istio `pilot/pkg/serviceregistry/kube/controller/ambient/workloads.go`:
-//! `matchingServicesWithoutSelectors`, then `constructServices` over all Service ports), so for
-//! ambient clients a pod published on one port of a PortMapping is a backend of all of them.
+//! by `targetRef` (istio/istio `pilot/pkg/serviceregistry/ambient/workloads.go`, under
+//! `kube/controller/ambient/` up to 1.29: `matchingServicesWithoutSelectors`, then
+//! `constructServices` over all Service ports), so for ambient clients a pod published on one
+//! port of a PortMapping is a backend of all of them; `tests/e2e/istio.rs` shows it with istiod.
 //! Pods enrolled in ambient carry `ambient.istio.io/redirection: enabled`, set by the Istio CNI
 //! once redirection works (istio/istio `pkg/config/constants/constants.go`,
 //! `AmbientRedirectionEnabled`); that annotation is the signal, so no new watch is needed.
