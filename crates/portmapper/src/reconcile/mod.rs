@@ -1,15 +1,13 @@
-//! One reconcile: gather the inputs from the caches and the index ([`gather`]), plan them with
-//! `portmapper-core` into writes and a report ([`plan`]), and hand both to the one executor
-//! ([`execute`]), over the PortMapping's one state ([`state`]). Reads come from reflector
+//! One reconcile: one [`pass`] that gathers the inputs from the caches and the index
+//! ([`gather`]), plans them with `portmapper-core` into writes and a report ([`plan`]), and
+//! hands both to the one executor ([`execute`]), over the PortMapping's one state ([`state`]). Reads come from reflector
 //! stores and the index; the API server is read only for slice names in doubt and an Endpoints
 //! object our cache does not hold.
 
-mod again;
 pub mod backoff;
 pub mod batch_window;
 pub mod context;
 pub mod demands;
-mod departed;
 mod execute;
 #[cfg(test)]
 pub(crate) mod fake_api;
@@ -19,7 +17,6 @@ mod plan;
 mod plan_metrics;
 pub mod probe_aliases;
 pub mod probing;
-mod stall;
 pub mod state;
 #[cfg(test)]
 mod tests;
@@ -38,6 +35,7 @@ use crate::runtime::error::Error;
 use crate::runtime::metrics::{CategoryLabels, Metrics, ResultLabels};
 use crate::runtime::sync_metrics::SyncResult;
 use context::Context;
+use gather::{Gathered, Wait};
 use state::Fingerprint;
 
 /// Entry point for the Controller.
@@ -228,18 +226,18 @@ async fn reconcile_inner(
     let result = pass(ctx, &writer, pm, &key).await;
     ctx.metrics.sync.ended(match &result {
         Ok(Passed::Ran { .. }) => SyncResult::Success,
-        Ok(Passed::Waiting(_)) => SyncResult::Stale,
+        Ok(Passed::Wait(_)) => SyncResult::Stale,
         Err(_) => SyncResult::Error,
     });
     let wrote = Sent::of(&writer);
-    let result =
-        result.map(|passed| Action::requeue(again(ctx, &writer, &key, passed, fingerprint)));
+    let result = result
+        .map(|passed| Action::requeue(requeue_after(ctx, &writer, &key, passed, fingerprint)));
     (result, wrote)
 }
 
 /// How soon to look again after a pass that came to `passed`; a pass that read only caches and
 /// wrote nothing settles the PortMapping (see `state.rs`).
-fn again(
+fn requeue_after(
     ctx: &Context,
     writer: &Writer<'_>,
     key: &ObjectRef<PortMapping>,
@@ -247,7 +245,7 @@ fn again(
     fingerprint: Fingerprint,
 ) -> Duration {
     match passed {
-        Passed::Waiting(wait) => wait,
+        Passed::Wait(Wait(wait)) => wait,
         Passed::Ran {
             again: Some(again), ..
         } => again,
@@ -265,8 +263,8 @@ fn again(
 
 /// What a pass came to.
 enum Passed {
-    /// An input is still loading: nothing was written; look again after this.
-    Waiting(Duration),
+    /// An input is still loading: nothing was written.
+    Wait(Wait),
     /// It executed.
     Ran {
         /// Look again this soon (`None`: at the resync).
@@ -276,16 +274,17 @@ enum Passed {
     },
 }
 
-/// One pass as the leader: plan (from what it gathers), then execute.
+/// One pass as the leader: gather, plan, execute.
 async fn pass(
     ctx: &Context,
     writer: &Writer<'_>,
     pm: &PortMapping,
     key: &ObjectRef<PortMapping>,
 ) -> Result<Passed, Error> {
-    let mut planned = match plan::plan(ctx, pm, key).await? {
-        plan::Next::Wait(wait) => return Ok(Passed::Waiting(wait)),
-        plan::Next::Execute(planned) => planned,
+    let mut planned = match gather::gather(ctx, pm, key).await? {
+        Gathered::Wait(wait) => return Ok(Passed::Wait(wait)),
+        Gathered::Stalled(stalled) => plan::stalled(ctx, pm, key, *stalled),
+        Gathered::Plan(inputs) => plan::plan(ctx, pm, key, *inputs),
     };
     // Backing off: the pass probes the server with one write at a time.
     if ctx.states.backoff.failing(key) {
