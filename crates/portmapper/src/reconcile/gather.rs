@@ -153,7 +153,6 @@ pub async fn gather(
     pm: &PortMapping,
     key: &ObjectRef<PortMapping>,
 ) -> Result<Gathered, Error> {
-    let ns = key.namespace.as_deref().unwrap_or_default();
     let uid = pm.uid().ok_or(Error::MissingMetadata("uid"))?;
     if !ctx.stores.synced() {
         debug!(portmapping = %key, "caches not synced yet; writing nothing");
@@ -168,6 +167,31 @@ pub async fn gather(
         debug!(portmapping = %key, "own writes not in the cache yet; waiting");
         return Ok(Gathered::Wait(Wait::OWN_WRITES));
     }
+    let service = match service(ctx, pm, key, &uid) {
+        Ok(service) => service,
+        Err(stalled) => return Ok(Gathered::Stalled(stalled)),
+    };
+    // The watch's first list first, then the pool: the index takes each pod of the first list
+    // as it arrives, so a pool read before the list is done can miss its last pods.
+    if !ctx.index.lock().pods_listed(&PodSource::of(pm), key) {
+        // Not even status: a restart must not flap a Ready PortMapping while caches sync.
+        debug!(portmapping = %key, "pod cache not synced yet; writing nothing");
+        return Ok(Gathered::Wait(Wait::PENDING));
+    }
+    let inputs = plan_inputs(ctx, pm, key, &uid, service).await?;
+    Ok(Gathered::Plan(Box::new(inputs)))
+}
+
+/// The Service `pm` publishes for, or the stall that keeps it from publishing: its spec is
+/// invalid, another PortMapping claims the Service, the Service is gone, or its pods are not
+/// watched.
+fn service(
+    ctx: &Context,
+    pm: &PortMapping,
+    key: &ObjectRef<PortMapping>,
+    uid: &str,
+) -> Result<Arc<Service>, Box<Stalled>> {
+    let ns = key.namespace.as_deref().unwrap_or_default();
     let errors = portmapper_api::validate::validate_spec(&pm.spec);
     if let Some(message) = status::invalid_spec_message(&errors) {
         // An invalid gate type or pool says neither which condition nor which pods.
@@ -180,13 +204,8 @@ pub async fn gather(
         } else {
             gates(ctx, pm, key)
         };
-        return Ok(Gathered::Stalled(Box::new(stalled(
-            ctx,
-            key,
-            &uid,
-            Stall::InvalidSpec(message),
-            gates,
-        ))));
+        let stall = Stall::InvalidSpec(message);
+        return Err(Box::new(stalled(ctx, key, uid, stall, gates)));
     }
     let service = &pm.spec.service_ref.name;
     let winner = ctx.index.lock().service_winner(key);
@@ -197,13 +216,7 @@ pub async fn gather(
             winner: winner.name,
             service: service.clone(),
         };
-        return Ok(Gathered::Stalled(Box::new(stalled(
-            ctx,
-            key,
-            &uid,
-            stall,
-            gates(ctx, pm, key),
-        ))));
+        return Err(Box::new(stalled(ctx, key, uid, stall, gates(ctx, pm, key))));
     }
     let Some(service) = ctx.stores.services.get(&ObjectRef::new(service).within(ns)) else {
         // The Service is gone: take our slices and Endpoints back, as the upstream
@@ -212,9 +225,9 @@ pub async fn gather(
             namespace: ns.to_owned(),
             service: service.clone(),
         };
-        let mut stalled = stalled(ctx, key, &uid, stall, gates(ctx, pm, key));
-        stalled.endpoints = owned_endpoints(ctx, &uid);
-        return Ok(Gathered::Stalled(Box::new(stalled)));
+        let mut stalled = Box::new(stalled(ctx, key, uid, stall, gates(ctx, pm, key)));
+        stalled.endpoints = owned_endpoints(ctx, uid);
+        return Err(stalled);
     };
     let refused = ctx.index.lock().watch_refused(key);
     if let Some(WatchRefused { cap }) = refused {
@@ -224,23 +237,9 @@ pub async fn gather(
             key: pm.spec.pods.key.clone(),
             cap,
         };
-        return Ok(Gathered::Stalled(Box::new(stalled(
-            ctx,
-            key,
-            &uid,
-            stall,
-            Gates::None,
-        ))));
+        return Err(Box::new(stalled(ctx, key, uid, stall, Gates::None)));
     }
-    // The watch's first list first, then the pool: the index takes each pod of the first list
-    // as it arrives, so a pool read before the list is done can miss its last pods.
-    if !ctx.index.lock().pods_listed(&PodSource::of(pm), key) {
-        // Not even status: a restart must not flap a Ready PortMapping while caches sync.
-        debug!(portmapping = %key, "pod cache not synced yet; writing nothing");
-        return Ok(Gathered::Wait(Wait::PENDING));
-    }
-    let inputs = plan_inputs(ctx, pm, key, &uid, service).await?;
-    Ok(Gathered::Plan(Box::new(inputs)))
+    Ok(service)
 }
 
 /// A stall, with the slices the PortMapping controls (they stay) and its gates.

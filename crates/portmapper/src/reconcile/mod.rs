@@ -81,6 +81,109 @@ pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action
     result
 }
 
+/// The pass's result, and what it sent.
+async fn reconcile_inner(
+    pm: &PortMapping,
+    ctx: &Context,
+    fingerprint: Fingerprint,
+) -> (Result<Action, Error>, Sent) {
+    let Some(ns) = pm.namespace() else {
+        return (Err(Error::MissingMetadata("namespace")), Sent::Nothing);
+    };
+    // A PortMapping held by a finalizer or a foreground deletion is still reconciled, like the
+    // native controller's terminating Services: its slices stay accurate until they are
+    // collected, and the planner creates nothing new that would race the garbage collector.
+    let key = ObjectRef::from_obj(pm);
+    if !ctx.leadership.is_leader() {
+        // Followers keep caches warm and write nothing; a new leader re-reconciles everything
+        // and seeds its probes from the live slices.
+        ctx.forget(&key);
+        return (Ok(Action::await_change()), Sent::Nothing);
+    }
+    let writer = Writer::new(&ctx.client, &ns, &ctx.leadership, &ctx.metrics);
+    let result = pass(ctx, &writer, pm, &key).await;
+    ctx.metrics.sync.ended(match &result {
+        Ok(Passed::Ran { .. }) => SyncResult::Success,
+        Ok(Passed::Wait(_)) => SyncResult::Stale,
+        Err(_) => SyncResult::Error,
+    });
+    let wrote = Sent::of(&writer);
+    let result = result
+        .map(|passed| Action::requeue(requeue_after(ctx, &writer, &key, passed, fingerprint)));
+    (result, wrote)
+}
+
+/// One pass as the leader: gather, plan, execute.
+async fn pass(
+    ctx: &Context,
+    writer: &Writer<'_>,
+    pm: &PortMapping,
+    key: &ObjectRef<PortMapping>,
+) -> Result<Passed, Error> {
+    let mut planned = match gather::gather(ctx, pm, key).await? {
+        Gathered::Wait(wait) => return Ok(Passed::Wait(wait)),
+        Gathered::Stalled(stalled) => plan::stalled(ctx, pm, key, *stalled),
+        Gathered::Plan(inputs) => plan::plan(ctx, pm, key, *inputs),
+    };
+    // Backing off: the pass probes the server with one write at a time.
+    if ctx.states.backoff.failing(key) {
+        planned.pass.mode = execute::Mode::Probe;
+    }
+    let executed = execute::execute(ctx, writer, pm, &planned.pass).await;
+    planned.after.apply(ctx, pm, executed.failed.is_none());
+    if let Some(err) = executed.failed {
+        return Err(err);
+    }
+    Ok(Passed::Ran {
+        // Our write met someone else's change: plan again at once.
+        again: if executed.wake {
+            Some(Duration::ZERO)
+        } else {
+            planned.again
+        },
+        cache_only: planned.cache_only,
+    })
+}
+
+/// What a pass came to.
+enum Passed {
+    /// An input is still loading: nothing was written.
+    Wait(Wait),
+    /// It executed.
+    Ran {
+        /// Look again this soon (`None`: at the resync).
+        again: Option<Duration>,
+        /// It read only caches (see [`plan::Planned::cache_only`]).
+        cache_only: bool,
+    },
+}
+
+/// How soon to look again after a pass that came to `passed`; a pass that read only caches and
+/// wrote nothing settles the PortMapping (see `state.rs`).
+fn requeue_after(
+    ctx: &Context,
+    writer: &Writer<'_>,
+    key: &ObjectRef<PortMapping>,
+    passed: Passed,
+    fingerprint: Fingerprint,
+) -> Duration {
+    match passed {
+        Passed::Wait(Wait(wait)) => wait,
+        Passed::Ran {
+            again: Some(again), ..
+        } => again,
+        Passed::Ran {
+            again: None,
+            cache_only,
+        } => {
+            if cache_only && writer.wrote_nothing() {
+                ctx.states.settled(key, fingerprint);
+            }
+            resync_after(ctx, key)
+        }
+    }
+}
+
 /// How long a pass of `pm_ref` waits before it may write, if it must: inside the window a
 /// failure opened (watch events, a pod flip or our own status write, trigger reconciles at once
 /// whatever the error policy returned, so the window is enforced here), or as part of a burst
@@ -202,110 +305,6 @@ fn resync_delay(resync: Duration, fraction: u32, since_epoch: Duration) -> Durat
 
 /// Resyncs come due on multiples of this since the process started.
 const RESYNC_SLOT: Duration = Duration::from_millis(100);
-
-/// The pass's result, and what it sent.
-async fn reconcile_inner(
-    pm: &PortMapping,
-    ctx: &Context,
-    fingerprint: Fingerprint,
-) -> (Result<Action, Error>, Sent) {
-    let Some(ns) = pm.namespace() else {
-        return (Err(Error::MissingMetadata("namespace")), Sent::Nothing);
-    };
-    // A PortMapping held by a finalizer or a foreground deletion is still reconciled, like the
-    // native controller's terminating Services: its slices stay accurate until they are
-    // collected, and the planner creates nothing new that would race the garbage collector.
-    let key = ObjectRef::from_obj(pm);
-    if !ctx.leadership.is_leader() {
-        // Followers keep caches warm and write nothing; a new leader re-reconciles everything
-        // and seeds its probes from the live slices.
-        ctx.forget(&key);
-        return (Ok(Action::await_change()), Sent::Nothing);
-    }
-    let writer = Writer::new(&ctx.client, &ns, &ctx.leadership, &ctx.metrics);
-    let result = pass(ctx, &writer, pm, &key).await;
-    ctx.metrics.sync.ended(match &result {
-        Ok(Passed::Ran { .. }) => SyncResult::Success,
-        Ok(Passed::Wait(_)) => SyncResult::Stale,
-        Err(_) => SyncResult::Error,
-    });
-    let wrote = Sent::of(&writer);
-    let result = result
-        .map(|passed| Action::requeue(requeue_after(ctx, &writer, &key, passed, fingerprint)));
-    (result, wrote)
-}
-
-/// How soon to look again after a pass that came to `passed`; a pass that read only caches and
-/// wrote nothing settles the PortMapping (see `state.rs`).
-fn requeue_after(
-    ctx: &Context,
-    writer: &Writer<'_>,
-    key: &ObjectRef<PortMapping>,
-    passed: Passed,
-    fingerprint: Fingerprint,
-) -> Duration {
-    match passed {
-        Passed::Wait(Wait(wait)) => wait,
-        Passed::Ran {
-            again: Some(again), ..
-        } => again,
-        Passed::Ran {
-            again: None,
-            cache_only,
-        } => {
-            if cache_only && writer.wrote_nothing() {
-                ctx.states.settled(key, fingerprint);
-            }
-            resync_after(ctx, key)
-        }
-    }
-}
-
-/// What a pass came to.
-enum Passed {
-    /// An input is still loading: nothing was written.
-    Wait(Wait),
-    /// It executed.
-    Ran {
-        /// Look again this soon (`None`: at the resync).
-        again: Option<Duration>,
-        /// It read only caches (see [`plan::Planned::cache_only`]).
-        cache_only: bool,
-    },
-}
-
-/// One pass as the leader: gather, plan, execute.
-async fn pass(
-    ctx: &Context,
-    writer: &Writer<'_>,
-    pm: &PortMapping,
-    key: &ObjectRef<PortMapping>,
-) -> Result<Passed, Error> {
-    let mut planned = match gather::gather(ctx, pm, key).await? {
-        Gathered::Wait(wait) => return Ok(Passed::Wait(wait)),
-        Gathered::Stalled(stalled) => plan::stalled(ctx, pm, key, *stalled),
-        Gathered::Plan(inputs) => plan::plan(ctx, pm, key, *inputs),
-    };
-    // Backing off: the pass probes the server with one write at a time.
-    if ctx.states.backoff.failing(key) {
-        planned.pass.mode = execute::Mode::Probe;
-    }
-    let executed = execute::execute(ctx, writer, pm, &planned.pass).await;
-    let after = std::mem::take(&mut planned.pass.after);
-    after.apply(ctx, pm, executed.failed.is_none());
-    if let Some(err) = executed.failed {
-        return Err(err);
-    }
-    Ok(Passed::Ran {
-        // Our write met someone else's change: plan again at once.
-        again: if executed.wake {
-            Some(Duration::ZERO)
-        } else {
-            planned.again
-        },
-        cache_only: planned.cache_only,
-    })
-}
 
 /// Records the outcome of one reconcile in the metrics.
 fn record(metrics: &Metrics, result: &Result<Action, Error>) {

@@ -22,9 +22,11 @@ use crate::reconcile::gather::{Departed, Gates, Inputs, Stalled, Wait};
 use crate::reconcile::plan_metrics::PlanMetrics;
 use crate::runtime::metrics::EvaluationLabels;
 
-/// A pass to execute, and how soon to look again when it succeeds.
+/// A pass to execute, what it tells the rest of the operator once its writes ran, and how
+/// soon to look again when it succeeds.
 pub struct Planned {
     pub pass: Pass,
+    pub after: After,
     /// Look again this soon (`None`: at the resync).
     pub again: Option<Duration>,
     /// Every input came from watch-fed caches: if it also writes nothing, the pass may be
@@ -89,7 +91,8 @@ pub fn plan(
     };
     let release = Release::of(key, pm, &inputs.departed);
     Planned {
-        pass: release.then(Phases::of_plan(&plan, &pods), finalizer, report, after),
+        pass: release.then(Phases::of_plan(&plan, &pods), finalizer, report),
+        after,
         again: at_deadline(resync, again, plan.gate_deadline),
         // A held gate's timeout is a timer no event brings: never settled while one runs.
         cache_only: plan.network_lookups.is_empty()
@@ -153,7 +156,8 @@ pub fn stalled(
     };
     let release = Release::of(key, pm, &departed);
     Planned {
-        pass: release.then(phases, finalizer, report, after),
+        pass: release.then(phases, finalizer, report),
+        after,
         again: at_deadline(resync, again, changes.deadline),
         cache_only: false,
     }
@@ -227,15 +231,8 @@ impl Release {
         }
     }
 
-    /// The pass: the release, then `phases`, then the release finalizer's `finalizer` change;
-    /// `after` once they ran.
-    fn then(
-        self,
-        phases: Phases,
-        finalizer: Option<FinalizerChange>,
-        report: Report,
-        after: After,
-    ) -> Pass {
+    /// The pass: the release, then `phases`, then the release finalizer's `finalizer` change.
+    fn then(self, phases: Phases, finalizer: Option<FinalizerChange>, report: Report) -> Pass {
         let mut phases = self.phases.then(phases);
         phases.finalizer(finalizer);
         Pass {
@@ -243,7 +240,6 @@ impl Release {
             report,
             released: self.names,
             mode: Mode::All,
-            after,
         }
     }
 }
