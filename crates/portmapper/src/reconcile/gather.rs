@@ -1,6 +1,7 @@
 //! Gathering a pass's inputs: whether the PortMapping can plan at all (its spec is valid, it
-//! publishes its Service, the Service exists, its pool's pods have listed), and everything a
-//! plan reads, from the reflector stores and the index. Two inputs may need the API server:
+//! publishes its Service, the Service exists, its pool's pods have listed), or must wait for an
+//! input still loading, and everything a plan or a stall reads (the pods that left the pool
+//! among them), from the reflector stores and the index. Two inputs may need the API server:
 //! slice names in doubt (one GET each) and the Endpoints object named after the Service when
 //! our cache does not hold it.
 
@@ -26,7 +27,7 @@ use crate::runtime::error::Error;
 
 /// An input still loading, and how soon to look again for it (its watch event normally wakes
 /// the PortMapping first; this bounds a lost event). Before any plan it holds the whole pass
-/// back ([`Gathered::Wait`]); in a stall, the gates ([`Gates::Wait`]); in a plan, the look
+/// back ([`Gathered::Wait`]); in a stall, the gates ([`GatePool::Wait`]); in a plan, the look
 /// again while probe targets lack a first result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Wait(pub Duration);
@@ -61,12 +62,14 @@ pub struct Stalled {
     pub live: Vec<Arc<EndpointSlice>>,
     /// With the Service gone: the Endpoints objects it controls, to take back too.
     pub endpoints: Vec<Arc<Endpoints>>,
-    pub gates: Gates,
+    /// The pool its gates are set from.
+    pub pool: GatePool,
+    /// The pods that left its pool: released first.
     pub departed: Departed,
 }
 
-/// What the gates of a stalled PortMapping are set from.
-pub enum Gates {
+/// The pool the gates of a stalled PortMapping are set from.
+pub enum GatePool {
     /// The gate type or the pool is invalid, or the pool is not watched (over its namespace's
     /// cap): no condition and no pods to name.
     None,
@@ -74,27 +77,27 @@ pub enum Gates {
     /// condition).
     Wait(Wait),
     /// The pool's pods and what the other PortMappings do with gates.
-    Pool {
+    Listed {
         pods: Vec<Arc<PodRecord>>,
         peers: GatePeers,
     },
 }
 
-impl Gates {
-    /// The pool's pods (none unless [`Gates::Pool`]).
+impl GatePool {
+    /// The pool's pods (none unless [`GatePool::Listed`]).
     pub fn pods(&self) -> Vec<&PodRecord> {
         match self {
-            Self::Pool { pods, .. } => pods.iter().map(AsRef::as_ref).collect(),
+            Self::Listed { pods, .. } => pods.iter().map(AsRef::as_ref).collect(),
             Self::None | Self::Wait(_) => Vec::new(),
         }
     }
 
     /// The pool's pods as the release finalizer reads them: `None` while they have not listed
     /// (the gates are undecided); none when the pool is invalid.
-    pub fn pool(&self) -> Option<Vec<&PodRecord>> {
+    pub fn listed(&self) -> Option<Vec<&PodRecord>> {
         match self {
             Self::Wait(_) => None,
-            Self::None | Self::Pool { .. } => Some(self.pods()),
+            Self::None | Self::Listed { .. } => Some(self.pods()),
         }
     }
 }
@@ -141,6 +144,7 @@ pub struct Inputs {
     /// Whether an input was read from the API server (names in doubt, the Endpoints object):
     /// such a pass is never taken as settled (it may change without an event we see).
     pub read_server: bool,
+    /// The pods that left its pool: released first.
     pub departed: Departed,
 }
 
@@ -199,13 +203,13 @@ fn service(
             || errors
                 .iter()
                 .any(|e| e.field.starts_with("spec.readinessGate"));
-        let gates = if pool_invalid {
-            Gates::None
+        let pool = if pool_invalid {
+            GatePool::None
         } else {
-            gates(ctx, pm, key)
+            gate_pool(ctx, pm, key)
         };
         let stall = Stall::InvalidSpec(message);
-        return Err(Box::new(stalled(ctx, key, uid, stall, gates)));
+        return Err(Box::new(stalled(ctx, key, uid, stall, pool)));
     }
     let service = &pm.spec.service_ref.name;
     let winner = ctx.index.lock().service_winner(key);
@@ -216,7 +220,13 @@ fn service(
             winner: winner.name,
             service: service.clone(),
         };
-        return Err(Box::new(stalled(ctx, key, uid, stall, gates(ctx, pm, key))));
+        return Err(Box::new(stalled(
+            ctx,
+            key,
+            uid,
+            stall,
+            gate_pool(ctx, pm, key),
+        )));
     }
     let Some(service) = ctx.stores.services.get(&ObjectRef::new(service).within(ns)) else {
         // The Service is gone: take our slices and Endpoints back, as the upstream
@@ -225,7 +235,7 @@ fn service(
             namespace: ns.to_owned(),
             service: service.clone(),
         };
-        let mut stalled = Box::new(stalled(ctx, key, uid, stall, gates(ctx, pm, key)));
+        let mut stalled = Box::new(stalled(ctx, key, uid, stall, gate_pool(ctx, pm, key)));
         stalled.endpoints = owned_endpoints(ctx, uid);
         return Err(stalled);
     };
@@ -237,37 +247,37 @@ fn service(
             key: pm.spec.pods.key.clone(),
             cap,
         };
-        return Err(Box::new(stalled(ctx, key, uid, stall, Gates::None)));
+        return Err(Box::new(stalled(ctx, key, uid, stall, GatePool::None)));
     }
     Ok(service)
 }
 
-/// A stall, with the slices the PortMapping controls (they stay) and its gates.
+/// A stall, with the slices the PortMapping controls (they stay) and its gates' pool.
 fn stalled(
     ctx: &Context,
     key: &ObjectRef<PortMapping>,
     uid: &str,
     stall: Stall,
-    gates: Gates,
+    pool: GatePool,
 ) -> Stalled {
     Stalled {
         // Its own slices only: no orphan is adopted and nothing is taken over while stalled.
         live: owned_slices(ctx, "", uid, &[], None),
         endpoints: Vec::new(),
         stall,
-        gates,
+        pool,
         departed: Departed::of(ctx, key),
     }
 }
 
-/// What the gates of a stalled `pm` are set from.
-fn gates(ctx: &Context, pm: &PortMapping, key: &ObjectRef<PortMapping>) -> Gates {
+/// The pool the gates of a stalled `pm` are set from.
+fn gate_pool(ctx: &Context, pm: &PortMapping, key: &ObjectRef<PortMapping>) -> GatePool {
     if ctx.index.lock().watch_refused(key).is_some() {
         // Never listed: its pods are not known.
-        return Gates::None;
+        return GatePool::None;
     }
     if !ctx.index.lock().pods_listed(&PodSource::of(pm), key) {
-        return Gates::Wait(Wait::PENDING);
+        return GatePool::Wait(Wait::PENDING);
     }
     let ns = key.namespace.as_deref().unwrap_or_default();
     let pods: Vec<Arc<PodRecord>> = ctx
@@ -281,7 +291,7 @@ fn gates(ctx: &Context, pm: &PortMapping, key: &ObjectRef<PortMapping>) -> Gates
     let refs: Vec<&PodRecord> = pods.iter().map(AsRef::as_ref).collect();
     let gated = ctx.index.lock().pool_has_gated(pm);
     let peers = gate_peers(ctx, pm, key, &refs, gated);
-    Gates::Pool { pods, peers }
+    GatePool::Listed { pods, peers }
 }
 
 /// Every input of a plan of `pm` for `service`.

@@ -18,7 +18,7 @@ use portmapper_core::writes::Phases;
 
 use crate::reconcile::context::Context;
 use crate::reconcile::execute::{After, Mode, Pass, Probes};
-use crate::reconcile::gather::{Departed, Gates, Inputs, Stalled, Wait};
+use crate::reconcile::gather::{Departed, GatePool, Inputs, Stalled, Wait};
 use crate::reconcile::plan_metrics::PlanMetrics;
 use crate::runtime::metrics::EvaluationLabels;
 
@@ -114,10 +114,10 @@ pub fn stalled(
         stall,
         live,
         endpoints,
-        gates,
+        pool,
         departed,
     } = stalled;
-    let pods = gates.pods();
+    let pods = pool.pods();
     let withdraws = matches!(stall, Stall::ServiceNotFound { .. });
     let (phases, changes) = if withdraws {
         // Nothing is published any more: no gated pod stays True. Everything remembered
@@ -128,21 +128,21 @@ pub fn stalled(
             endpoints.iter().map(AsRef::as_ref),
             &uid,
         );
-        let changes = gate_changes(&gates, pm, &stall, &[]);
+        let changes = gate_changes(&pool, pm, &stall, &[]);
         (
             Phases::of_teardown(&teardown, &changes.gates, &pods),
             changes,
         )
     } else {
         // Its slices stay: gated pods they publish keep their condition.
-        let changes = gate_changes(&gates, pm, &stall, &live);
+        let changes = gate_changes(&pool, pm, &stall, &live);
         (Phases::of_gates(&changes.gates, &pods), changes)
     };
     let mut report = Report::of_stall(&stall);
     report
         .events
         .extend(gate_timeouts(&changes.timeouts, key.namespace.as_deref()));
-    let finalizer = planner::release_finalizer(pm, gates.pool().as_deref());
+    let finalizer = planner::release_finalizer(pm, pool.listed().as_deref());
     // Nothing new is published: nothing to probe.
     let after = After {
         probes: Probes::Drop,
@@ -150,9 +150,9 @@ pub fn stalled(
         forget: withdraws,
     };
     let resync = ctx.settings.resync;
-    let again = match gates {
-        Gates::Wait(wait) => wait.before(resync),
-        Gates::None | Gates::Pool { .. } => None,
+    let again = match pool {
+        GatePool::Wait(wait) => wait.before(resync),
+        GatePool::None | GatePool::Listed { .. } => None,
     };
     let release = Release::of(key, pm, &departed);
     Planned {
@@ -170,7 +170,7 @@ fn stall_of(inputs: Inputs, stall: Stall) -> Stalled {
         stall,
         live: inputs.owned,
         endpoints: Vec::new(),
-        gates: Gates::Pool {
+        pool: GatePool::Listed {
             pods: inputs.pods.iter().cloned().collect(),
             peers: inputs.peers,
         },
@@ -182,12 +182,12 @@ fn stall_of(inputs: Inputs, stall: Stall) -> Stalled {
 /// that `live` does not publish, naming `stall` (until its timeout); released when `pm` is
 /// being deleted.
 fn gate_changes(
-    gates: &Gates,
+    pool: &GatePool,
     pm: &PortMapping,
     stall: &Stall,
     live: &[std::sync::Arc<k8s_openapi::api::discovery::v1::EndpointSlice>],
 ) -> GateChanges {
-    let Gates::Pool { pods, peers } = gates else {
+    let GatePool::Listed { pods, peers } = pool else {
         return GateChanges::default();
     };
     let pods: Vec<&PodRecord> = pods.iter().map(AsRef::as_ref).collect();
