@@ -4,8 +4,10 @@
 //! report); this step puts them in order and adds what the plan tells the rest of the operator
 //! (the prober's targets, the plan's metrics) and when to look again.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
@@ -185,13 +187,13 @@ fn gate_changes(
     pool: &GatePool,
     pm: &PortMapping,
     stall: &Stall,
-    live: &[std::sync::Arc<k8s_openapi::api::discovery::v1::EndpointSlice>],
+    live: &[Arc<EndpointSlice>],
 ) -> GateChanges {
     let GatePool::Listed { pods, peers } = pool else {
         return GateChanges::default();
     };
     let pods: Vec<&PodRecord> = pods.iter().map(AsRef::as_ref).collect();
-    let live: Vec<_> = live.iter().map(AsRef::as_ref).collect();
+    let live: Vec<&EndpointSlice> = live.iter().map(AsRef::as_ref).collect();
     let settings = planner::GateSettings::of(pm, peers, Timestamp::now());
     planner::stalled_pod_gates(
         &pods,
