@@ -47,7 +47,8 @@ pub fn plan(
     if let Err(over) = within_budget(ctx, pm, &inputs) {
         return stalled(ctx, pm, key, stall_of(inputs, Stall::OverBudget(over)));
     }
-    let plan = match plan_timed(ctx, key, &plan_input(&inputs, pm, Timestamp::now())) {
+    let input = plan_input(&inputs, pm, Timestamp::now());
+    let plan = match plan_timed(ctx, key, &input) {
         Ok(plan) => plan,
         Err(err) => {
             let stall = Stall::PlanFailed(err.to_string());
@@ -67,7 +68,7 @@ pub fn plan(
         &plan.network_lookups,
         &inputs.network,
     );
-    let metrics = PlanMetrics::of(key, pm.spec.max_endpoints_per_slice, &inputs, &plan);
+    let metrics = PlanMetrics::of(key, &input, &plan);
     let facts = PlanFacts {
         plan: &plan,
         service: &inputs.service,

@@ -6,11 +6,10 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use portmapper_api::PortMapping;
-use portmapper_core::planner::Plan;
+use portmapper_core::planner::{Plan, PlanInput};
 use portmapper_core::sync_stats::{SyncStats, sync_stats};
 
 use crate::reconcile::context::Context;
-use crate::reconcile::gather::Inputs;
 use crate::runtime::metrics::{DecisionLabels, ServiceLabels};
 
 /// What one plan tells the metrics: the native-parity sync figures, name collisions, the
@@ -29,23 +28,19 @@ pub struct PlanMetrics {
 }
 
 impl PlanMetrics {
-    /// The figures of `plan`, made from `inputs`.
-    pub fn of(
-        key: &ObjectRef<PortMapping>,
-        max_endpoints_per_slice: i32,
-        inputs: &Inputs,
-        plan: &Plan,
-    ) -> Self {
+    /// The figures of `plan`, made from `input`.
+    pub fn of(key: &ObjectRef<PortMapping>, input: &PlanInput<'_>, plan: &Plan) -> Self {
         let ns = key.namespace.clone().unwrap_or_default();
+        let max_endpoints_per_slice = input.port_mapping.spec.max_endpoints_per_slice;
         let stats = sync_stats(
             plan,
-            inputs.owned.iter().map(AsRef::as_ref),
+            input.live_slices.iter().map(AsRef::as_ref),
             usize::try_from(max_endpoints_per_slice).unwrap_or(1),
         );
         Self {
             service: ServiceLabels {
                 namespace: ns.clone(),
-                service: inputs.service.name_any(),
+                service: input.service.name_any(),
             },
             series: (ns, key.name.clone()),
             stats,
