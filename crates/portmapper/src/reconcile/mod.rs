@@ -1,8 +1,8 @@
 //! One reconcile: one [`pass`] that gathers the inputs from the caches and the index
 //! ([`gather`]), plans them with `portmapper-core` into writes and a report ([`plan`]), and
-//! hands both to the one executor ([`execute`]), over the PortMapping's one state ([`state`]). Reads come from reflector
-//! stores and the index; the API server is read only for slice names in doubt and an Endpoints
-//! object our cache does not hold.
+//! hands both to the one executor ([`execute`]), over the PortMapping's one state ([`state`]).
+//! Reads come from reflector stores and the index; the API server is read only for slice names
+//! in doubt and an Endpoints object our cache does not hold.
 
 pub mod backoff;
 pub mod batch_window;
