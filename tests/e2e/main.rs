@@ -10,6 +10,7 @@
 
 mod admission;
 mod chart;
+mod cilium;
 mod dataplane;
 mod demo;
 mod dns;
