@@ -16,6 +16,7 @@ mod demo;
 mod dns;
 mod env;
 mod examples;
+mod gitops;
 mod quickstart;
 mod rbac;
 mod tenants;
