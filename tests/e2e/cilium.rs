@@ -474,6 +474,41 @@ fn cilium_frontends_hold_exactly_each_ports_members_on_both_shapes_and_follow_ch
     let fresh_dir = TempDir::new("cilium-fresh");
     let mut fresh = CiliumLb::start(&cluster, &fresh_dir);
     check(&mut fresh, &both, joined, FIRST);
+
+    // A live switch of `web` to per-port slices moves every pod to a new slice (written before
+    // the old ones go): the running Cilium's view is printed, a fresh Cilium judges the slices.
+    cluster.ok(&[
+        "patch",
+        "pm",
+        "web",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"sliceGrouping":"PerPort"}}"#,
+    ]);
+    cluster.eventually(
+        &[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=web",
+            "-o",
+            "name",
+        ],
+        FOLLOW,
+        |o| o.lines().all(|l| !l.contains("http-https")) && o.contains("/web.https\n"),
+    );
+    let switched = fresh.settled("web", Duration::from_secs(2));
+    eprintln!(
+        "cilium: after the live switch of web to per-port slices, the running Cilium's view {}",
+        if switched == expect(&pods, BOTH, joined) {
+            "is exact".to_string()
+        } else {
+            format!("is NOT the published membership: {switched:#?}")
+        }
+    );
+    let after_dir = TempDir::new("cilium-after");
+    let mut after = CiliumLb::start(&cluster, &after_dir);
+    check(&mut after, &both, joined, FIRST);
     for (change, took) in &report {
         eprintln!(
             "cilium: followed {change} in {} ms (API write to Cilium's frontends and BPF map, \
