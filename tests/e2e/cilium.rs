@@ -13,7 +13,7 @@
 //! the BPF programs that read them (socket LB, tc) are not run.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
@@ -40,7 +40,7 @@ struct CiliumLb {
 impl CiliumLb {
     fn start(cluster: &Cluster, dir: &TempDir) -> Self {
         let log = dir.0.join("cilium-lb.log");
-        let mut child = Command::new(test_support::realkube::cilium_lb())
+        let child = Command::new(test_support::realkube::cilium_lb())
             .arg(format!(
                 "--k8s-kubeconfig-path={}",
                 cluster.kubeconfig.display()
@@ -53,6 +53,11 @@ impl CiliumLb {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("cilium-lb starts");
+        Self::with(child, log)
+    }
+
+    /// Reads the snapshots `child` prints (its stderr goes to `log`).
+    fn with(mut child: std::process::Child, log: std::path::PathBuf) -> Self {
         let stdout = child.stdout.take().unwrap();
         let (tx, snapshots) = channel();
         std::thread::spawn(move || {
@@ -687,4 +692,182 @@ fn cilium_uses_terminating_endpoints_only_when_no_ready_one_is_left() {
         ),
         FOLLOW,
     );
+}
+
+/// The `externalTrafficPolicy: Local` hazard (docs/consumers.md, kube-proxy) with Cilium's
+/// kube-proxy replacement: its HealthCheckNodePort server (`pkg/loadbalancer/healthserver`, run
+/// by `cilium-lb` as node `node-a`) counts the node's active backends over every port of the
+/// Service, so node A, whose only pod serves http, answers 200 with `localEndpoints: 1`, while
+/// Cilium's external NodePort frontend for https on that node has no backend: a load balancer
+/// sends https there and it is dropped. portmapper's `LocalTrafficPolicy` caveat fires in the
+/// same run.
+#[test]
+fn cilium_health_check_passes_a_node_serving_one_port_for_every_port() {
+    if !kubectl_available() {
+        return;
+    }
+    let cluster = Cluster::realkube("cilium-local");
+    if !cluster.plays_kubelet() {
+        return;
+    }
+    let dir = TempDir::new("cilium-local");
+    for (i, (pod, node, ports)) in [("a", "node-a", "http"), ("d", "node-b", "https")]
+        .iter()
+        .enumerate()
+    {
+        apply(
+            &cluster,
+            &json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": pod, "labels": {"example.com/pool": "lb"},
+                             "annotations": {"example.com/ports": ports}},
+                "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}}),
+        );
+        let ip = format!("10.244.35.{}", i + 1);
+        set_status(
+            &cluster,
+            pod,
+            &(ip, format!("fd00:10:244:35::{}", i + 1)),
+            true,
+        );
+    }
+    apply(
+        &cluster,
+        &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "lb"},
+            "spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local",
+                     "ports": [{"name": "http", "port": 80, "targetPort": 8080},
+                               {"name": "https", "port": 443, "targetPort": 8443}]}}),
+    );
+    apply(
+        &cluster,
+        &json!({"apiVersion": "portmapper.dev/v1alpha1", "kind": "PortMapping",
+            "metadata": {"name": "lb"},
+            "spec": {"serviceRef": {"name": "lb"}, "pods": {"key": "example.com/pool"},
+                     "defaultChecks": [{"podReady": {}}, {"portNames": {"key": "example.com/ports"}}]}}),
+    );
+    let log = dir.0.join("cilium-lb.log");
+    let child = Command::new(test_support::realkube::cilium_lb())
+        .arg(format!(
+            "--k8s-kubeconfig-path={}",
+            cluster.kubeconfig.display()
+        ))
+        .arg(format!("--namespace={}", cluster.namespace))
+        .arg("--fake-maps")
+        .env("K8S_NODE_NAME", "node-a")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("cilium-lb starts");
+    let mut cilium = CiliumLb::with(child, log);
+    let _operator = cluster.operator();
+    let pods = Pods(BTreeMap::from([
+        ("a", ("10.244.35.1".to_string(), String::new())),
+        ("d", ("10.244.35.2".to_string(), String::new())),
+    ]));
+    cilium.wait(
+        &cluster,
+        "lb",
+        &expect(
+            &pods,
+            &["IPv4"],
+            &[("http", 8080, &["a"]), ("https", 8443, &["d"])],
+        ),
+        FIRST,
+    );
+    let node_ports = |port: usize| {
+        cluster.ok(&[
+            "get",
+            "svc",
+            "lb",
+            "-o",
+            &format!("jsonpath={{.spec.ports[{port}].nodePort}}"),
+        ])
+    };
+    // The external NodePort frontends on node A: only the local pod's port has a backend.
+    let https_external = format!("0.0.0.0:{}/TCP", node_ports(1));
+    let http_external = format!("0.0.0.0:{}/TCP", node_ports(0));
+    let backends_of = |snapshot: &Value, address: &str| -> Vec<String> {
+        snapshot["frontends"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|fe| fe["address"] == address)
+            .flat_map(|fe| fe["backends"].as_array().cloned().unwrap_or_default())
+            .map(|be| be["address"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let start = Instant::now();
+    loop {
+        let http = backends_of(&cilium.last, &http_external);
+        let https = backends_of(&cilium.last, &https_external);
+        let has_frontends = cilium.last["frontends"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|fe| fe["address"] == https_external);
+        if http == ["10.244.35.1:8080/TCP"] && https.is_empty() && has_frontends {
+            break;
+        }
+        assert!(
+            start.elapsed() < FOLLOW,
+            "node A's external NodePort frontends: http {http:?}, https {https:?}; last: {}",
+            cilium.last
+        );
+        if let Ok(snapshot) = cilium.snapshots.recv_timeout(Duration::from_millis(200)) {
+            cilium.last = snapshot;
+        }
+    }
+    // Cilium's health check node port answers for node A: 200, one local endpoint.
+    let health = format!(
+        "{}:{}",
+        cilium.last["healthAddress"].as_str().unwrap(),
+        cluster
+            .ok(&[
+                "get",
+                "svc",
+                "lb",
+                "-o",
+                "jsonpath={.spec.healthCheckNodePort}"
+            ])
+            .trim()
+    );
+    let start = Instant::now();
+    let answer = loop {
+        let text = http_get(&health);
+        if text.starts_with("HTTP/1.0 200 ") || text.starts_with("HTTP/1.1 200 ") {
+            break text;
+        }
+        assert!(
+            start.elapsed() < FOLLOW,
+            "Cilium's health check at {health} answered {text:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let body: Value =
+        serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap_or_default()).unwrap();
+    assert_eq!(body["localEndpoints"], 1, "{answer}");
+    eprintln!("cilium: node A (http only) answers its health check node port: {answer:?}");
+    // portmapper says so.
+    cluster.eventually(
+        &[
+            "get",
+            "pm",
+            "lb",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"ConsumerCaveat\")].reason}",
+        ],
+        FOLLOW,
+        |out| out == "LocalTrafficPolicy",
+    );
+}
+
+/// `GET /` over plain HTTP/1.0: the whole answer, status line first ("" if nothing answers).
+fn http_get(addr: &str) -> String {
+    let Ok(mut conn) = std::net::TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = conn.write_all(b"GET / HTTP/1.0\r\nHost: health\r\n\r\n");
+    let mut answer = String::new();
+    let _ = conn.read_to_string(&mut answer);
+    answer
 }

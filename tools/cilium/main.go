@@ -13,7 +13,10 @@
 //
 // Each snapshot has every frontend of the namespace given by --namespace (all if empty), with its
 // Service, port name, status and the backends the writer selected for it, and the service BPF
-// map as the datapath reads it: per frontend address, the backend addresses in its slots.
+// map as the datapath reads it: per frontend address, the backend addresses in its slots. The
+// HealthCheckNodePort server (pkg/loadbalancer/healthserver, part of the same cells) answers for
+// eTP=Local Services on the snapshot's healthAddress, counting the local backends of the node
+// named by K8S_NODE_NAME.
 package main
 
 import (
@@ -45,6 +48,7 @@ import (
 	"github.com/cilium/cilium/pkg/lbipamconfig"
 	"github.com/cilium/cilium/pkg/loadbalancer"
 	lbcell "github.com/cilium/cilium/pkg/loadbalancer/cell"
+	"github.com/cilium/cilium/pkg/loadbalancer/healthserver"
 	"github.com/cilium/cilium/pkg/loadbalancer/maps"
 	"github.com/cilium/cilium/pkg/loadbalancer/writer"
 	"github.com/cilium/cilium/pkg/maglev"
@@ -100,6 +104,10 @@ type Snapshot struct {
 	Frontends []Frontend `json:"frontends"`
 	// Maps is the service BPF map: frontend address → its entries.
 	Maps map[string]ServiceEntry `json:"maps"`
+	// HealthAddress is the loopback address Cilium's HealthCheckNodePort server listens on in
+	// this test configuration (one per process), on each eTP=Local Service's
+	// spec.healthCheckNodePort; cilium-agent listens on the node's addresses.
+	HealthAddress string `json:"healthAddress"`
 }
 
 var (
@@ -243,6 +251,7 @@ func printLoop(ctx context.Context) error {
 			last = body
 			seq++
 			snap.Seq = seq
+			snap.HealthAddress = healthserver.ChooseHealthServerLoopbackAddressForTesting().String()
 			snap.Time = time.Now().UTC().Format(time.RFC3339Nano)
 			if err := out.Encode(snap); err != nil {
 				return err
