@@ -10,11 +10,13 @@
 
 mod admission;
 mod chart;
+mod cilium;
 mod dataplane;
 mod demo;
 mod dns;
 mod env;
 mod examples;
+mod gitops;
 mod quickstart;
 mod rbac;
 mod tenants;

