@@ -4,8 +4,9 @@
 //! server through its lifecycle, and the test asserts what docs/install.md ("Flux and kstatus")
 //! promises: InProgress until the operator has observed the latest generation, Current once
 //! published, Failed while `Stalled` is True (an invalid spec, a Service claimed by another
-//! PortMapping), Terminating while deleted, then NotFound — and the one gap kstatus leaves,
-//! a PortMapping the operator has not written status for yet, which it calls Current.
+//! PortMapping), Terminating while deleted, then NotFound. A PortMapping the operator has not
+//! written status for yet is InProgress too: the CRD stores it with `observedGeneration: 0`
+//! (without a status kstatus would call it Current).
 //!
 //! Argo CD's health check (docs/install.md, "Health in Argo CD") is run in Lua 5.1 by
 //! `charts/tests/chart_test.py`: gitops-engine, which would run it as Argo CD does, does not
@@ -142,11 +143,11 @@ fn kstatus_follows_a_portmapping_through_its_lifecycle_as_install_md_promises() 
     apply(&cluster, &db);
     let mut figures = Vec::new();
 
-    // Created, no status yet (the operator is not running): kstatus has nothing to judge and
-    // says Current. This is the gap docs/install.md names: Flux's wait would pass here.
+    // Created, no status written yet (the operator is not running): the CRD's default status
+    // (`observedGeneration: 0`) makes it InProgress, so Flux's wait does not pass here.
     let created = kstatus(&cluster, "db");
-    assert_eq!(created["status"], "Current", "{created}");
-    assert!(created["observedGeneration"].is_null(), "{created}");
+    assert_eq!(created["status"], "InProgress", "{created}");
+    assert_eq!(created["observedGeneration"], 0, "{created}");
 
     // Published: Current, at the latest generation, Ready.
     let operator = cluster.operator();

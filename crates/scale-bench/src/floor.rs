@@ -148,8 +148,10 @@ async fn server_cpu(
     objects: &[(String, Value)],
     server: u32,
 ) -> Result<ServerCpu, Error> {
-    let changes: Vec<(String, Value)> =
-        objects.iter().map(|(n, o)| (n.clone(), changed(o))).collect();
+    let changes: Vec<(String, Value)> = objects
+        .iter()
+        .map(|(n, o)| (n.clone(), changed(o)))
+        .collect();
     let mut out = ServerCpu {
         apply_create: server_cpu_per_write(api, objects, Write::Apply, server).await?,
         apply_change: server_cpu_per_write(api, &changes, Write::Apply, server).await?,
