@@ -131,7 +131,9 @@ def check_defaults() -> None:
     assert kinds(objs) == sorted(
         [
             ("ClusterRole", "portmapper"),
+            ("ClusterRole", "portmapper-edit"),
             ("ClusterRole", "portmapper-nodes"),
+            ("ClusterRole", "portmapper-view"),
             ("ClusterRoleBinding", "portmapper"),
             ("ClusterRoleBinding", "portmapper-nodes"),
             ("Deployment", "portmapper"),
@@ -156,6 +158,21 @@ def check_defaults() -> None:
         ("ClusterRole", "", "", "pods", "watch"),
         ("ClusterRole", "", "", "pods/status", "patch"),
     }, pod_rules
+    # The user roles: aggregated into admin/edit (manage) and view (read), bound to no one.
+    edit, view = one(objs, "ClusterRole", "portmapper-edit"), one(objs, "ClusterRole", "portmapper-view")
+    aggregate = "rbac.authorization.k8s.io/aggregate-to-"
+    assert {k for k in edit["metadata"]["labels"] if k.startswith(aggregate)} == {aggregate + "admin", aggregate + "edit"}
+    assert view["metadata"]["labels"][aggregate + "view"] == "true"
+    assert edit["rules"] == [
+        {
+            "apiGroups": ["portmapper.dev"],
+            "resources": ["portmappings"],
+            "verbs": ["create", "delete", "deletecollection", "patch", "update"],
+        }
+    ]
+    assert view["rules"][0]["verbs"] == ["get", "list", "watch"]
+    bound = {o["roleRef"]["name"] for o in objs if o["kind"].endswith("Binding")}
+    assert not bound & {"portmapper-edit", "portmapper-view"}, bound
     deploy = one(objs, "Deployment")
     assert deploy["spec"]["replicas"] == 2
     pod = deploy["spec"]["template"]["spec"]
@@ -259,7 +276,8 @@ def _watch_namespace(objs: list[Obj]) -> None:
     binding = one(objs, "RoleBinding", "portmapper")
     assert binding["metadata"]["namespace"] == "team-a"
     assert binding["subjects"][0]["namespace"] == NAMESPACE
-    assert [o["metadata"]["name"] for o in objs if o["kind"] == "ClusterRole"] == ["portmapper-nodes"]
+    cluster_roles = [o["metadata"]["name"] for o in objs if o["kind"] == "ClusterRole"]
+    assert cluster_roles == ["portmapper-nodes", "portmapper-edit", "portmapper-view"], cluster_roles
     assert ("Role", "team-a", "discovery.k8s.io", "endpointslices", "patch") in rules(objs)
     # The gate's pod writes stay in the watched namespace too.
     assert [r for r in rules(objs) if r[3] == "pods/status"] == [
@@ -272,7 +290,8 @@ def _watch_namespace(objs: list[Obj]) -> None:
 def _no_nodes(objs: list[Obj]) -> None:
     assert not [r for r in rules(objs) if r[3] == "nodes"], rules(objs)
     assert env(objs)["PORTMAPPER_NODE_LOOKUPS"] == "false"
-    assert [o["metadata"]["name"] for o in objs if o["kind"] == "ClusterRole"] == ["portmapper"]
+    cluster_roles = [o["metadata"]["name"] for o in objs if o["kind"] == "ClusterRole"]
+    assert cluster_roles == ["portmapper", "portmapper-edit", "portmapper-view"], cluster_roles
 
 
 def _no_leader(objs: list[Obj]) -> None:
@@ -447,6 +466,11 @@ def _sa_annotations(objs: list[Obj]) -> None:
 def _no_rbac(objs: list[Obj]) -> None:
     for kind in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"):
         none_of(objs, kind)
+
+
+def _no_user_roles(objs: list[Obj]) -> None:
+    names = [o["metadata"]["name"] for o in objs if o["kind"] == "ClusterRole"]
+    assert not [n for n in names if n.endswith(("-edit", "-view"))], names
 
 
 def _names(objs: list[Obj]) -> None:
@@ -634,6 +658,7 @@ CASES: list[Case] = [
         _sa_annotations,
     ),
     ("rbac.create=false", {"rbac": {"create": False}}, _no_rbac),
+    ("no aggregation to the user roles", {"rbac": {"aggregateToUserRoles": False}}, _no_user_roles),
     ("fullnameOverride and nameOverride", {"fullnameOverride": "pm", "nameOverride": "pmapper"}, _names),
     ("nameOverride alone", {"nameOverride": "pmapper"}, _name_override),
     (

@@ -10,6 +10,7 @@
 
 mod admission;
 mod chart;
+mod cilium;
 mod consumers;
 mod contour;
 mod dataplane;
@@ -17,6 +18,7 @@ mod demo;
 mod dns;
 mod env;
 mod examples;
+mod gitops;
 mod istio;
 mod quickstart;
 mod rbac;

@@ -135,7 +135,7 @@ fn access(verb: &str, group: &str, resource: &str) -> Access {
 fn granted(objects: &[Value]) -> BTreeMap<Access, Vec<String>> {
     let mut out: BTreeMap<Access, Vec<String>> = BTreeMap::new();
     for o in objects {
-        if !matches!(o["kind"].as_str(), Some("Role" | "ClusterRole")) {
+        if !matches!(o["kind"].as_str(), Some("Role" | "ClusterRole")) || for_users(o) {
             continue;
         }
         for rule in o["rules"].as_array().unwrap() {
@@ -164,11 +164,21 @@ fn granted(objects: &[Value]) -> BTreeMap<Access, Vec<String>> {
     out
 }
 
+/// Whether `role` is one of the chart's roles for users (aggregated into `edit` and `view`),
+/// not the operator's.
+fn for_users(role: &Value) -> bool {
+    role["metadata"]["labels"].as_object().is_some_and(|l| {
+        l.keys()
+            .any(|k| k.starts_with("rbac.authorization.k8s.io/aggregate-to-"))
+    })
+}
+
 /// Whether some rule grants `key` for a request in `namespace` (empty: cluster-wide, e.g. an
 /// all-namespaces watch): a ClusterRole rule anywhere, a Role rule only in its own namespace.
 fn in_scope(objects: &[Value], key: &Access, namespace: &str) -> bool {
     objects.iter().any(|o| {
         let scope_ok = match o["kind"].as_str() {
+            _ if for_users(o) => false,
             Some("ClusterRole") => true,
             Some("Role") => o["metadata"]["namespace"] == namespace,
             _ => false,

@@ -33,6 +33,10 @@ pub const MAX_EXCLUDED_LISTED: usize = 20;
 /// Observed state of a PortMapping.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+// A new PortMapping is stored with `observedGeneration: 0`, so kstatus (what Flux waits with)
+// reads it as InProgress until the operator's first status: without a status it would be
+// Current, and a `wait` would pass before anything was published.
+#[schemars(extend("default" = {"observedGeneration": 0}))]
 pub struct PortMappingStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -70,7 +70,8 @@ pub enum ProbeError {
         #[source]
         source: io::Error,
     },
-    /// Every DNS lookup slot stayed taken for the lookup's whole budget.
+    /// Every DNS lookup slot (the namespace's share or the operator's) stayed taken for the
+    /// lookup's whole budget.
     #[error(
         "resolve webhook host {host}: no DNS lookup slot free within {budget:?} ({slots} lookups in flight)"
     )]

@@ -462,7 +462,7 @@ async fn run_in(bins: &Binaries, cfg: &RunConfig, dir: &TempDir) -> Result<Repor
     report.emulator_mem_kib = procs::memory_kib(emu.pid)?;
 
     if cfg.floors {
-        report.floor = Some(floor::measure(&client, NS, MANAGED_BY).await?);
+        report.floor = Some(floor::measure(&client, NS, MANAGED_BY, None).await?);
     }
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);

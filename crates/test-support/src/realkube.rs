@@ -67,12 +67,11 @@ pub fn coredns() -> PathBuf {
     bin
 }
 
-/// istiod (Istio's pilot-discovery, with our `eds` ADS client as a subcommand; `tools/istiod`):
-/// `ISTIOD_BIN`, else `target/realkube/istiod` (`make realkube` builds it).
-pub fn istiod() -> PathBuf {
-    let bin = std::env::var_os("ISTIOD_BIN")
+/// A consumer built by `make realkube` into `target/realkube/<name>`, or `<ENV>` when set.
+fn tool(name: &str, env: &str) -> PathBuf {
+    let bin = std::env::var_os(env)
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/realkube/istiod"));
+        .unwrap_or_else(|| repo().join("target/realkube").join(name));
     assert!(
         bin.exists(),
         "{} is not built: run `make realkube` (needs Go; make test does)",
@@ -81,18 +80,28 @@ pub fn istiod() -> PathBuf {
     bin
 }
 
-/// Contour (`tools/contour`): `CONTOUR_BIN`, else `target/realkube/contour` (`make realkube`
-/// builds it, and copies Contour's CRDs next to it: [`contour_crds`]).
+/// Cilium's load-balancing control plane (`tools/cilium`, cilium v1.20.2): `CILIUM_LB_BIN`,
+/// else `target/realkube/cilium-lb`.
+pub fn cilium_lb() -> PathBuf {
+    tool("cilium-lb", "CILIUM_LB_BIN")
+}
+
+/// kstatus, as Flux computes it (`tools/kstatus`, sigs.k8s.io/cli-utils v0.37.2):
+/// `KSTATUS_BIN`, else `target/realkube/kstatus`.
+pub fn kstatus() -> PathBuf {
+    tool("kstatus", "KSTATUS_BIN")
+}
+
+/// istiod (Istio's pilot-discovery, with our `eds` ADS client as a subcommand; `tools/istiod`):
+/// `ISTIOD_BIN`, else `target/realkube/istiod`.
+pub fn istiod() -> PathBuf {
+    tool("istiod", "ISTIOD_BIN")
+}
+
+/// Contour (`tools/contour`, v1.33.8): `CONTOUR_BIN`, else `target/realkube/contour`;
+/// `make realkube` copies Contour's CRDs next to it ([`contour_crds`]).
 pub fn contour() -> PathBuf {
-    let bin = std::env::var_os("CONTOUR_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/realkube/contour"));
-    assert!(
-        bin.exists(),
-        "{} is not built: run `make realkube` (needs Go; make test does)",
-        bin.display()
-    );
-    bin
+    tool("contour", "CONTOUR_BIN")
 }
 
 /// Contour's CRDs (`examples/contour/01-crds.yaml` of the module `tools/contour` pins), next to

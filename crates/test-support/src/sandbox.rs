@@ -97,6 +97,8 @@ pub fn run_inner(sandbox: Sandbox, inner: Inner<'_>) -> bool {
     };
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
+    // The inner tests' figures; libtest shows them with `--nocapture` or on failure.
+    eprintln!("{}: inner output:\n{stderr}", inner.what);
     assert!(
         out.status.success(),
         "inner tests failed:\n{stdout}\n{stderr}"

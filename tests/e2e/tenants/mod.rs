@@ -12,6 +12,8 @@
 //! plane of `rbac.rs` and its one-at-a-time lock.
 
 mod budgets;
+mod caches;
+mod dns;
 mod metrics;
 mod probing;
 mod published;

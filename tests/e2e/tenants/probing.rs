@@ -26,7 +26,7 @@ fn hanging_webhooks_of_one_tenant_do_not_delay_another_tenants_new_pod() {
     );
 }
 
-mod inner {
+pub(super) mod inner {
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::sync::Arc;
@@ -82,7 +82,7 @@ mod inner {
     }
 
     /// A webhook that answers every review `Include` at once.
-    fn decider(addr: &str) {
+    pub(in crate::tenants) fn decider(addr: &str) {
         let listener = TcpListener::bind(addr).expect("the decider listens");
         std::thread::spawn(move || {
             for stream in listener.incoming().map_while(Result::ok) {

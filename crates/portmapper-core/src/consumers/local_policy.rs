@@ -106,7 +106,7 @@ impl fmt::Display for LocalPolicyCaveat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "Service {} has externalTrafficPolicy: Local, and kube-proxy's health check passes a node with a ready endpoint of any port, so a load balancer also sends these ports to nodes where kube-proxy has no local endpoint and drops them: ",
+            "Service {} has externalTrafficPolicy: Local, and the health check of kube-proxy (and of Cilium's kube-proxy replacement) passes a node with a ready endpoint of any port (MetalLB announces from such nodes too), so a load balancer also sends these ports to nodes that have no local endpoint for them and drop them: ",
             self.service
         )?;
         for (i, port) in self.ports.iter().enumerate() {

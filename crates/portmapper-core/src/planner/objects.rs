@@ -27,6 +27,11 @@ pub const ANNOTATION_TOPOLOGY_MODE: &str = "service.kubernetes.io/topology-mode"
 /// The deprecated `service.kubernetes.io/topology-aware-hints` (wins over topology-mode).
 pub const ANNOTATION_TOPOLOGY_AWARE_HINTS: &str = "service.kubernetes.io/topology-aware-hints";
 
+/// The only Service annotations the planner reads (`hint_mode`). The operator's cache keeps
+/// these and drops the rest: a Service may carry 256 KiB of annotations nobody here reads.
+pub const SERVICE_ANNOTATIONS_READ: [&str; 2] =
+    [ANNOTATION_TOPOLOGY_AWARE_HINTS, ANNOTATION_TOPOLOGY_MODE];
+
 /// Labels the native controller never copies from the Service.
 pub const RESERVED_LABELS: [&str; 3] = [LABEL_SERVICE_NAME, LABEL_MANAGED_BY, LABEL_HEADLESS];
 
@@ -86,7 +91,7 @@ pub fn hint_mode(service: &Service) -> (HintMode, Option<&'static str>) {
     let annotations = service.metadata.annotations.as_ref();
     let get = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
     // The deprecated annotation wins, as in the native controller.
-    let auto = [ANNOTATION_TOPOLOGY_AWARE_HINTS, ANNOTATION_TOPOLOGY_MODE]
+    let auto = SERVICE_ANNOTATIONS_READ
         .into_iter()
         .find(|k| get(k).is_some())
         .filter(|k| matches!(get(k), Some("Auto" | "auto")));

@@ -8,13 +8,18 @@
 //! first takes one of a fixed number of slots and holds it until its thread returns, so at most
 //! that many threads ever block on DNS; a lookup that gets no slot, or no answer, within its
 //! budget abstains with a reason saying so.
+//!
+//! A namespace holds at most a quarter of the slots: a tenant whose webhook hosts sit in a zone
+//! that never answers ties up its own share only, and every other namespace's lookups find a
+//! slot (threat analysis M5).
 
+use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ProbeError;
 
@@ -24,10 +29,15 @@ pub const DEFAULT_DNS_LOOKUPS: usize = 16;
 /// A blocking lookup of (host, port).
 pub type LookupFn = dyn Fn(&str, u16) -> io::Result<Vec<SocketAddr>> + Send + Sync;
 
-/// Resolves names on at most `slots` blocking threads at a time.
+/// Resolves names on at most `slots` blocking threads at a time, a quarter of them per
+/// namespace.
 pub struct Resolver {
     slots: Arc<Semaphore>,
     size: usize,
+    /// Each namespace's share, while it has lookups in flight (entries go with their last
+    /// permit).
+    shares: Mutex<HashMap<String, Arc<Semaphore>>>,
+    share: usize,
     lookup: Arc<LookupFn>,
 }
 
@@ -46,32 +56,51 @@ impl Resolver {
         Self {
             slots: Arc::new(Semaphore::new(size)),
             size,
+            shares: Mutex::default(),
+            share: (size / 4).max(1),
             lookup,
         }
     }
 
-    /// The addresses of `host`, within `budget` (waiting for a slot included).
+    /// Namespace `namespace`'s share; forgets the shares no lookup holds.
+    fn share_of(&self, namespace: &str) -> Arc<Semaphore> {
+        let mut shares = self.shares.lock().unwrap_or_else(|e| e.into_inner());
+        // A held permit keeps a second reference to its semaphore.
+        shares.retain(|_, share| Arc::strong_count(share) > 1);
+        shares
+            .entry(namespace.to_owned())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.share)))
+            .clone()
+    }
+
+    /// The addresses of `host`, looked up for a webhook of `namespace`, within `budget`
+    /// (waiting for a slot included).
     pub async fn resolve(
         &self,
+        namespace: &str,
         host: &str,
         port: u16,
         budget: Duration,
     ) -> Result<Vec<SocketAddr>, ProbeError> {
         let deadline = tokio::time::Instant::now() + budget;
-        let busy = || ProbeError::ResolveBusy {
+        let busy = |slots| ProbeError::ResolveBusy {
             host: host.to_owned(),
-            slots: self.size,
+            slots,
             budget,
         };
-        let permit = tokio::time::timeout_at(deadline, self.slots.clone().acquire_owned())
-            .await
-            .map_err(|_| busy())?
-            // The semaphore is never closed.
-            .map_err(|_| busy())?;
+        let acquire = |semaphore: Arc<Semaphore>, slots| async move {
+            match tokio::time::timeout_at(deadline, semaphore.acquire_owned()).await {
+                Ok(Ok(permit)) => Ok::<OwnedSemaphorePermit, ProbeError>(permit),
+                // Timed out (the semaphores are never closed).
+                _ => Err(busy(slots)),
+            }
+        };
+        let own = acquire(self.share_of(namespace), self.share).await?;
+        let any = acquire(self.slots.clone(), self.size).await?;
         let (lookup, name) = (self.lookup.clone(), host.to_owned());
         let thread = tokio::task::spawn_blocking(move || {
             // Held until the lookup returns, however long after the probe gave up.
-            let _permit = permit;
+            let _permits = (own, any);
             lookup(&name, port)
         });
         let resolve_err = |source| ProbeError::Resolve {
@@ -114,22 +143,25 @@ mod tests {
             SLOTS,
             slow(Duration::from_millis(400), now, peak.clone()),
         ));
-        // Three waves of 64 lookups, each giving up long before the lookups return.
+        // Three waves of 64 lookups from 64 namespaces, each giving up long before the lookups
+        // return.
         let mut busy = 0;
         let mut timed_out = 0;
         for _ in 0..3 {
-            let calls = (0..64).map(|_| {
+            let calls = (0..64).map(|i| {
                 let resolver = resolver.clone();
                 tokio::spawn(async move {
+                    let ns = format!("ns-{i}");
                     resolver
-                        .resolve("x.tarpit.example", 80, Duration::from_millis(50))
+                        .resolve(&ns, "x.tarpit.example", 80, Duration::from_millis(50))
                         .await
                 })
             });
             for call in futures_join(calls).await {
                 match call {
                     Err(ProbeError::ResolveBusy { slots, .. }) => {
-                        assert_eq!(slots, SLOTS);
+                        // The operator's slots, or the namespace's share of them.
+                        assert!(slots == SLOTS || slots == SLOTS / 4, "{slots}");
                         busy += 1;
                     }
                     Err(ProbeError::Resolve { source, .. }) => {
@@ -152,10 +184,50 @@ mod tests {
         let resolver =
             Resolver::with_lookup(1, slow(Duration::ZERO, Arc::default(), Arc::default()));
         let addrs = resolver
-            .resolve("decider.shop.svc", 8443, Duration::from_secs(5))
+            .resolve("shop", "decider.shop.svc", 8443, Duration::from_secs(5))
             .await
             .unwrap();
         assert_eq!(addrs, vec![SocketAddr::from(([10, 96, 0, 10], 8443))]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_namespace_whose_lookups_hang_leaves_the_other_namespaces_their_slots() {
+        const SLOTS: usize = 16;
+        let hung = Arc::new(AtomicUsize::new(0));
+        let counted = hung.clone();
+        let lookup: Arc<LookupFn> = Arc::new(move |host: &str, port: u16| {
+            if host.ends_with(".tarpit.example") {
+                counted.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_secs(2));
+            }
+            Ok(vec![SocketAddr::from(([10, 96, 0, 10], port))])
+        });
+        let resolver = Arc::new(Resolver::with_lookup(SLOTS, lookup));
+        // The attacker starts 64 lookups that hang far beyond their 50 ms budget.
+        let attacks = (0..64).map(|i| {
+            let resolver = resolver.clone();
+            tokio::spawn(async move {
+                let host = format!("x{i}.tarpit.example");
+                resolver
+                    .resolve("attacker", &host, 80, Duration::from_millis(50))
+                    .await
+            })
+        });
+        let attacks = futures_join(attacks).await;
+        assert!(attacks.iter().all(Result::is_err));
+        assert_eq!(
+            hung.load(Ordering::SeqCst),
+            SLOTS / 4,
+            "the attacker's share"
+        );
+        // While they hang, other namespaces' lookups answer at once.
+        for ns in ["b", "c", "d"] {
+            let addrs = resolver
+                .resolve(ns, "decider.svc", 8443, Duration::from_millis(500))
+                .await
+                .unwrap();
+            assert_eq!(addrs, vec![SocketAddr::from(([10, 96, 0, 10], 8443))]);
+        }
     }
 
     async fn futures_join<T: Send + 'static>(

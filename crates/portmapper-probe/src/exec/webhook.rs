@@ -256,7 +256,7 @@ async fn resolve(
         Err(_) => {
             let budget = (timeout / 2).max(Duration::from_millis(500));
             exec.resolver
-                .resolve(&endpoint.host, endpoint.port, budget)
+                .resolve(namespace, &endpoint.host, endpoint.port, budget)
                 .await?
         }
     };

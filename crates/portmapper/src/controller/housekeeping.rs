@@ -21,7 +21,7 @@ pub fn spawn(
     ctx: Arc<Context>,
 ) -> oneshot::Receiver<()> {
     // Readiness = every shared store has listed once; pod watches start lazily per pool.
-    // Reconciles before that wrote nothing and wait `PENDING_RETRY` (2 s); the sync wakes
+    // Reconciles before that wrote nothing and wait `Wait::PENDING` (2 s); the sync wakes
     // every PortMapping at once instead (that wait was 2 s of a 3–9 s first publication).
     let (synced_tx, synced_rx) = oneshot::channel::<()>();
     tasks.spawn(async move {

@@ -15,7 +15,9 @@ use portmapper_api::PortMapping;
 use tokio::task::JoinSet;
 
 use super::pods::PodWatches;
-use super::watches::{Change, Feeds, reflect, strip_managed_fields};
+use super::watches::{
+    Change, Feeds, reflect, strip_managed_fields, strip_portmapping, strip_service,
+};
 use super::{MANAGED_BY_SELECTOR, NOT_MANAGED_BY_SELECTOR, api};
 use crate::index::{PodSource, SharedIndex};
 use crate::reconcile::context::{Settings, Stores};
@@ -39,7 +41,7 @@ pub fn portmappings(
         api::<PortMapping>(client, namespace),
         watcher::Config::default(),
         "portmappings",
-        strip_managed_fields,
+        strip_portmapping,
         writer,
         move |change| match change {
             Change::Apply(pm) => {
@@ -83,7 +85,7 @@ pub fn reflect_all(
         api::<Service>(client, ns),
         watcher::Config::default(),
         "services",
-        strip_managed_fields,
+        strip_service,
         move |change| match change {
             Change::Apply(svc) | Change::Delete(svc) => {
                 idx.lock().service_changed(&ObjectRef::from_obj(svc))

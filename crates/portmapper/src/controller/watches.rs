@@ -9,12 +9,14 @@ use std::hash::Hash;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Service;
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use portmapper_api::PortMapping;
+use portmapper_core::planner::objects::SERVICE_ANNOTATIONS_READ;
 use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
 
@@ -205,4 +207,64 @@ where
 /// Drops server bookkeeping that reconciles never read.
 pub fn strip_managed_fields<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
+}
+
+/// A Service as the cache keeps it: without managed fields, and with only the annotations the
+/// planner reads. Any tenant's Service is cached, and its annotations (up to 256 KiB, often a
+/// `last-applied-configuration`) would otherwise cost the operator's memory, not the tenant's.
+pub fn strip_service(svc: &mut Service) {
+    strip_managed_fields(svc);
+    if let Some(annotations) = svc.metadata.annotations.as_mut() {
+        annotations.retain(|key, _| SERVICE_ANNOTATIONS_READ.contains(&key.as_str()));
+    }
+}
+
+/// A PortMapping as the cache keeps it: nothing reads its annotations (a client-side
+/// `kubectl apply` stores a second copy of the spec there).
+pub fn strip_portmapping(pm: &mut PortMapping) {
+    strip_managed_fields(pm);
+    pm.metadata.annotations = None;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::Service;
+
+    use super::strip_service;
+
+    #[test]
+    fn a_cached_service_keeps_only_the_annotations_the_planner_reads() {
+        let mut svc = Service::default();
+        svc.metadata.annotations = Some(BTreeMap::from([
+            ("service.kubernetes.io/topology-mode".into(), "Auto".into()),
+            (
+                "service.kubernetes.io/topology-aware-hints".into(),
+                "auto".into(),
+            ),
+            (
+                "kubectl.kubernetes.io/last-applied-configuration".into(),
+                "{}".into(),
+            ),
+            ("example.com/blob".into(), "a".repeat(1000)),
+        ]));
+        svc.metadata.managed_fields = Some(vec![Default::default()]);
+        strip_service(&mut svc);
+        let kept: Vec<&str> = svc
+            .metadata
+            .annotations
+            .iter()
+            .flatten()
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                "service.kubernetes.io/topology-aware-hints",
+                "service.kubernetes.io/topology-mode"
+            ]
+        );
+        assert_eq!(svc.metadata.managed_fields, None);
+    }
 }

@@ -257,7 +257,7 @@ pub struct Index {
 
     /// Pods that left a PortMapping's pool (relabelled, annotation changed or removed, or gone
     /// from its watch) listing its gate type with a condition that is not True, by name: that
-    /// PortMapping's pass releases them (`reconcile/departed.rs`, run by `reconcile/execute.rs`),
+    /// PortMapping's pass releases them (planned in `reconcile/plan.rs`, run by `reconcile/execute.rs`),
     /// then forgets them here (`index/departed.rs`).
     departed: HashMap<PmKey, BTreeMap<String, Arc<PodRecord>>>,
 }

@@ -41,13 +41,11 @@ pub struct Pass {
     pub released: Vec<String>,
     /// How its writes go out.
     pub mode: Mode,
-    /// What the rest of the operator learns from it once its writes ran.
-    pub after: After,
 }
 
-/// What a pass tells the rest of the operator, applied once its writes ran ([`After::apply`]):
-/// never before them, so a withdrawal whose teardown fails keeps its backoff.
-#[derive(Debug, Default)]
+/// What a pass tells the rest of the operator, applied once its writes ran ([`After::apply`],
+/// by the pass): never before them, so a withdrawal whose teardown fails keeps its backoff.
+#[derive(Debug)]
 pub struct After {
     /// The prober's targets for the PortMapping.
     pub probes: Probes,
@@ -59,11 +57,8 @@ pub struct After {
 }
 
 /// What becomes of the PortMapping's prober targets.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub enum Probes {
-    /// Left as they are.
-    #[default]
-    Keep,
     /// The plan's lookups.
     Set(Targets),
     /// None: a stall publishes nothing new.
@@ -74,7 +69,6 @@ impl After {
     /// Applies it for `pm`, whose pass's writes all went through or not (`succeeded`).
     pub fn apply(self, ctx: &Context, pm: &PortMapping, succeeded: bool) {
         match self.probes {
-            Probes::Keep => {}
             Probes::Set(targets) => targets.set(&ctx.prober, &ctx.probe_aliases),
             Probes::Drop => {
                 crate::reconcile::probing::forget(&ctx.prober, pm);

@@ -1,21 +1,22 @@
 //! Gathering a pass's inputs: whether the PortMapping can plan at all (its spec is valid, it
-//! publishes its Service, the Service exists, its pool's pods have listed), and everything a
-//! plan reads, from the reflector stores and the index. Two inputs may need the API server:
+//! publishes its Service, the Service exists, its pool's pods have listed), or must wait for an
+//! input still loading, and everything a plan or a stall reads (the pods that left the pool
+//! among them), from the reflector stores and the index. Two inputs may need the API server:
 //! slice names in doubt (one GET each) and the Endpoints object named after the Service when
 //! our cache does not hold it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use portmapper_api::PortMapping;
+use portmapper_core::planner::GatePeers;
 use portmapper_core::planner::migration::NativeSlice;
-use portmapper_core::planner::{self, GateChanges, GatePeers, PlanInput};
 use portmapper_core::report::{Stall, status};
 use portmapper_core::{HeldName, NetworkDecisions, PodRecord};
 use tracing::debug;
@@ -24,88 +25,99 @@ use crate::index::{PodSource, WatchRefused};
 use crate::reconcile::context::Context;
 use crate::runtime::error::Error;
 
-/// How soon to look again while a cache or the pool's first list is pending.
-pub const PENDING_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
-/// How soon to look again when our own writes have not reached the cache.
-const OWN_WRITES_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+/// An input still loading, and how soon to look again for it (its watch event normally wakes
+/// the PortMapping first; this bounds a lost event). Before any plan it holds the whole pass
+/// back ([`Gathered::Wait`]); in a stall, the gates ([`GatePool::Wait`]); in a plan, the look
+/// again while probe targets lack a first result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wait(pub Duration);
+
+impl Wait {
+    /// A cache, the pool's first list, or a probe's first result.
+    pub const PENDING: Self = Self(Duration::from_secs(2));
+    /// Our own writes have not reached the cache.
+    pub const OWN_WRITES: Self = Self(Duration::from_secs(1));
+
+    /// How soon to look again: the wait, unless the resync comes sooner.
+    pub fn before(self, resync: Duration) -> Option<Duration> {
+        (self.0 < resync).then_some(self.0)
+    }
+}
 
 /// What a pass found.
 pub enum Gathered {
-    /// An input is still loading: write nothing, not even status; look again after this
-    /// (its watch event normally wakes the PortMapping first; this bounds a lost event).
-    Wait(std::time::Duration),
-    /// Nothing new is published, for this reason. Its slices stay as they are (or, with the
-    /// Service gone, are all taken back).
-    Stalled {
-        stall: Stall,
-        /// The slices it may write: a gated pod they publish keeps its condition.
-        live: Vec<Arc<EndpointSlice>>,
-        /// With the Service gone: the Endpoints objects it controls, to take back too.
-        endpoints: Vec<Arc<Endpoints>>,
-        gates: Gates,
-    },
+    /// An input is still loading: write nothing, not even status.
+    Wait(Wait),
+    /// Nothing new is published, for a reason.
+    Stalled(Box<Stalled>),
     /// Every input of a plan.
     Plan(Box<Inputs>),
 }
 
-/// What the gates of a stalled PortMapping are set from.
-pub enum Gates {
+/// A PortMapping that publishes nothing new, for `stall`. Its slices stay as they are (or, with
+/// the Service gone, are all taken back).
+pub struct Stalled {
+    pub stall: Stall,
+    /// The slices it may write: a gated pod they publish keeps its condition.
+    pub live: Vec<Arc<EndpointSlice>>,
+    /// With the Service gone: the Endpoints objects it controls, to take back too.
+    pub endpoints: Vec<Arc<Endpoints>>,
+    /// The pool its gates are set from.
+    pub pool: GatePool,
+    /// The pods that left its pool: released first.
+    pub departed: Departed,
+}
+
+/// The pool the gates of a stalled PortMapping are set from.
+pub enum GatePool {
     /// The gate type or the pool is invalid, or the pool is not watched (over its namespace's
     /// cap): no condition and no pods to name.
     None,
     /// The pool's pods have not listed yet: the gates wait (a transient wait never flips a
-    /// condition), and the pass looks again soon.
-    Wait,
+    /// condition).
+    Wait(Wait),
     /// The pool's pods and what the other PortMappings do with gates.
-    Pool {
+    Listed {
         pods: Vec<Arc<PodRecord>>,
         peers: GatePeers,
     },
 }
 
-impl Gates {
-    /// The gate changes ([`planner::stalled_pod_gates`]): False on every gated pool pod that
-    /// `live` does not publish, naming `stall` (until its timeout); released when `pm` is
-    /// being deleted.
-    pub fn stalled(
-        &self,
-        pm: &PortMapping,
-        stall: &Stall,
-        live: &[Arc<EndpointSlice>],
-    ) -> GateChanges {
-        let Self::Pool { pods, peers } = self else {
-            return GateChanges::default();
-        };
-        let pods: Vec<&PodRecord> = pods.iter().map(AsRef::as_ref).collect();
-        let live: Vec<&EndpointSlice> = live.iter().map(AsRef::as_ref).collect();
-        let settings = planner::GateSettings::of(pm, peers, Timestamp::now());
-        planner::stalled_pod_gates(
-            &pods,
-            &settings,
-            &live,
-            (stall.reason(), &stall.gate_message(&pm.name_any())),
-        )
-    }
-
-    /// The pool's pods (none unless [`Gates::Pool`]).
+impl GatePool {
+    /// The pool's pods (none unless [`GatePool::Listed`]).
     pub fn pods(&self) -> Vec<&PodRecord> {
         match self {
-            Self::Pool { pods, .. } => pods.iter().map(AsRef::as_ref).collect(),
-            Self::None | Self::Wait => Vec::new(),
+            Self::Listed { pods, .. } => pods.iter().map(AsRef::as_ref).collect(),
+            Self::None | Self::Wait(_) => Vec::new(),
         }
     }
 
     /// The pool's pods as the release finalizer reads them: `None` while they have not listed
     /// (the gates are undecided); none when the pool is invalid.
-    pub fn pool(&self) -> Option<Vec<&PodRecord>> {
+    pub fn listed(&self) -> Option<Vec<&PodRecord>> {
         match self {
-            Self::Wait => None,
-            Self::None | Self::Pool { .. } => Some(self.pods()),
+            Self::Wait(_) => None,
+            Self::None | Self::Listed { .. } => Some(self.pods()),
         }
     }
 }
 
-/// Every input of a plan, owned: [`Inputs::plan_input`] lends them to the planner.
+/// The pods that left the PortMapping's pool while its gate still waited on them (the index
+/// notes them), and those of them that another PortMapping of the same gate type, not being
+/// deleted, has in its pool now (their gate is its to set).
+pub struct Departed {
+    pub pods: Vec<Arc<PodRecord>>,
+    pub kept: BTreeSet<String>,
+}
+
+impl Departed {
+    fn of(ctx: &Context, key: &ObjectRef<PortMapping>) -> Self {
+        let (pods, kept) = ctx.index.lock().departed(key);
+        Self { pods, kept }
+    }
+}
+
+/// Every input of a plan, owned: the plan step lends them to the planner.
 pub struct Inputs {
     pub service: Arc<Service>,
     /// The pool's pods (the index holds them by key and value; the planner checks the
@@ -132,28 +144,8 @@ pub struct Inputs {
     /// Whether an input was read from the API server (names in doubt, the Endpoints object):
     /// such a pass is never taken as settled (it may change without an event we see).
     pub read_server: bool,
-}
-
-impl Inputs {
-    /// The planner's input for `pm` at `now`.
-    pub fn plan_input<'a>(&'a self, pm: &'a PortMapping, now: Timestamp) -> PlanInput<'a> {
-        PlanInput {
-            port_mapping: pm,
-            service: &self.service,
-            pods: &self.pods,
-            node_zones: &self.zones,
-            network: &self.network,
-            live_slices: &self.owned,
-            take_over: &self.take_over,
-            held_by_others: &self.held,
-            live_endpoints: self.live_endpoints.as_ref(),
-            owned_endpoints: &self.owned_endpoints,
-            native_slices: &self.natives,
-            now,
-            gate_peers: &self.peers,
-            gated: self.gated,
-        }
-    }
+    /// The pods that left its pool: released first.
+    pub departed: Departed,
 }
 
 /// Whether `pm` can plan, and its inputs when it can. Before their first list the caches read
@@ -165,11 +157,10 @@ pub async fn gather(
     pm: &PortMapping,
     key: &ObjectRef<PortMapping>,
 ) -> Result<Gathered, Error> {
-    let ns = key.namespace.as_deref().unwrap_or_default();
     let uid = pm.uid().ok_or(Error::MissingMetadata("uid"))?;
     if !ctx.stores.synced() {
         debug!(portmapping = %key, "caches not synced yet; writing nothing");
-        return Ok(Gathered::Wait(PENDING_RETRY));
+        return Ok(Gathered::Wait(Wait::PENDING));
     }
     if ctx
         .index
@@ -178,8 +169,33 @@ pub async fn gather(
     {
         // The watch event that brings the last of them wakes this PortMapping.
         debug!(portmapping = %key, "own writes not in the cache yet; waiting");
-        return Ok(Gathered::Wait(OWN_WRITES_RETRY));
+        return Ok(Gathered::Wait(Wait::OWN_WRITES));
     }
+    let service = match service(ctx, pm, key, &uid) {
+        Ok(service) => service,
+        Err(stalled) => return Ok(Gathered::Stalled(stalled)),
+    };
+    // The watch's first list first, then the pool: the index takes each pod of the first list
+    // as it arrives, so a pool read before the list is done can miss its last pods.
+    if !ctx.index.lock().pods_listed(&PodSource::of(pm), key) {
+        // Not even status: a restart must not flap a Ready PortMapping while caches sync.
+        debug!(portmapping = %key, "pod cache not synced yet; writing nothing");
+        return Ok(Gathered::Wait(Wait::PENDING));
+    }
+    let inputs = plan_inputs(ctx, pm, key, &uid, service).await?;
+    Ok(Gathered::Plan(Box::new(inputs)))
+}
+
+/// The Service `pm` publishes for, or the stall that keeps it from publishing: its spec is
+/// invalid, another PortMapping claims the Service, the Service is gone, or its pods are not
+/// watched.
+fn service(
+    ctx: &Context,
+    pm: &PortMapping,
+    key: &ObjectRef<PortMapping>,
+    uid: &str,
+) -> Result<Arc<Service>, Box<Stalled>> {
+    let ns = key.namespace.as_deref().unwrap_or_default();
     let errors = portmapper_api::validate::validate_spec(&pm.spec);
     if let Some(message) = status::invalid_spec_message(&errors) {
         // An invalid gate type or pool says neither which condition nor which pods.
@@ -187,12 +203,13 @@ pub async fn gather(
             || errors
                 .iter()
                 .any(|e| e.field.starts_with("spec.readinessGate"));
-        let gates = if pool_invalid {
-            Gates::None
+        let pool = if pool_invalid {
+            GatePool::None
         } else {
-            gates(ctx, pm, key)
+            gate_pool(ctx, pm, key)
         };
-        return Ok(stalled(ctx, &uid, Stall::InvalidSpec(message), gates));
+        let stall = Stall::InvalidSpec(message);
+        return Err(Box::new(stalled(ctx, key, uid, stall, pool)));
     }
     let service = &pm.spec.service_ref.name;
     let winner = ctx.index.lock().service_winner(key);
@@ -203,7 +220,13 @@ pub async fn gather(
             winner: winner.name,
             service: service.clone(),
         };
-        return Ok(stalled(ctx, &uid, stall, gates(ctx, pm, key)));
+        return Err(Box::new(stalled(
+            ctx,
+            key,
+            uid,
+            stall,
+            gate_pool(ctx, pm, key),
+        )));
     }
     let Some(service) = ctx.stores.services.get(&ObjectRef::new(service).within(ns)) else {
         // The Service is gone: take our slices and Endpoints back, as the upstream
@@ -212,11 +235,9 @@ pub async fn gather(
             namespace: ns.to_owned(),
             service: service.clone(),
         };
-        let mut gathered = stalled(ctx, &uid, stall, gates(ctx, pm, key));
-        if let Gathered::Stalled { endpoints, .. } = &mut gathered {
-            *endpoints = owned_endpoints(ctx, &uid);
-        }
-        return Ok(gathered);
+        let mut stalled = Box::new(stalled(ctx, key, uid, stall, gate_pool(ctx, pm, key)));
+        stalled.endpoints = owned_endpoints(ctx, uid);
+        return Err(stalled);
     };
     let refused = ctx.index.lock().watch_refused(key);
     if let Some(WatchRefused { cap }) = refused {
@@ -226,38 +247,37 @@ pub async fn gather(
             key: pm.spec.pods.key.clone(),
             cap,
         };
-        return Ok(stalled(ctx, &uid, stall, Gates::None));
+        return Err(Box::new(stalled(ctx, key, uid, stall, GatePool::None)));
     }
-    // The watch's first list first, then the pool: the index takes each pod of the first list
-    // as it arrives, so a pool read before the list is done can miss its last pods.
-    if !ctx.index.lock().pods_listed(&PodSource::of(pm), key) {
-        // Not even status: a restart must not flap a Ready PortMapping while caches sync.
-        debug!(portmapping = %key, "pod cache not synced yet; writing nothing");
-        return Ok(Gathered::Wait(PENDING_RETRY));
-    }
-    let inputs = plan_inputs(ctx, pm, key, &uid, service).await?;
-    Ok(Gathered::Plan(Box::new(inputs)))
+    Ok(service)
 }
 
-/// A stall, with the slices the PortMapping controls (they stay) and its gates.
-fn stalled(ctx: &Context, uid: &str, stall: Stall, gates: Gates) -> Gathered {
-    Gathered::Stalled {
+/// A stall, with the slices the PortMapping controls (they stay) and its gates' pool.
+fn stalled(
+    ctx: &Context,
+    key: &ObjectRef<PortMapping>,
+    uid: &str,
+    stall: Stall,
+    pool: GatePool,
+) -> Stalled {
+    Stalled {
         // Its own slices only: no orphan is adopted and nothing is taken over while stalled.
         live: owned_slices(ctx, "", uid, &[], None),
         endpoints: Vec::new(),
         stall,
-        gates,
+        pool,
+        departed: Departed::of(ctx, key),
     }
 }
 
-/// What the gates of a stalled `pm` are set from.
-fn gates(ctx: &Context, pm: &PortMapping, key: &ObjectRef<PortMapping>) -> Gates {
+/// The pool the gates of a stalled `pm` are set from.
+fn gate_pool(ctx: &Context, pm: &PortMapping, key: &ObjectRef<PortMapping>) -> GatePool {
     if ctx.index.lock().watch_refused(key).is_some() {
         // Never listed: its pods are not known.
-        return Gates::None;
+        return GatePool::None;
     }
     if !ctx.index.lock().pods_listed(&PodSource::of(pm), key) {
-        return Gates::Wait;
+        return GatePool::Wait(Wait::PENDING);
     }
     let ns = key.namespace.as_deref().unwrap_or_default();
     let pods: Vec<Arc<PodRecord>> = ctx
@@ -271,7 +291,7 @@ fn gates(ctx: &Context, pm: &PortMapping, key: &ObjectRef<PortMapping>) -> Gates
     let refs: Vec<&PodRecord> = pods.iter().map(AsRef::as_ref).collect();
     let gated = ctx.index.lock().pool_has_gated(pm);
     let peers = gate_peers(ctx, pm, key, &refs, gated);
-    Gates::Pool { pods, peers }
+    GatePool::Listed { pods, peers }
 }
 
 /// Every input of a plan of `pm` for `service`.
@@ -346,6 +366,7 @@ async fn plan_inputs(
         zones,
         natives,
         live_endpoints,
+        departed: Departed::of(ctx, key),
     })
 }
 

@@ -1,15 +1,13 @@
-//! One reconcile: gather the inputs from the caches and the index ([`gather`]), plan them with
-//! `portmapper-core` into writes and a report ([`plan`]), and hand both to the one executor
-//! ([`execute`]), over the PortMapping's one state ([`state`]). Reads come from reflector
-//! stores and the index; the API server is read only for slice names in doubt and an Endpoints
-//! object our cache does not hold.
+//! One reconcile: one [`pass`] that gathers the inputs from the caches and the index
+//! ([`gather`]), plans them with `portmapper-core` into writes and a report ([`plan`]), and
+//! hands both to the one executor ([`execute`]), over the PortMapping's one state ([`state`]).
+//! Reads come from reflector stores and the index; the API server is read only for slice names
+//! in doubt and an Endpoints object our cache does not hold.
 
-mod again;
 pub mod backoff;
 pub mod batch_window;
 pub mod context;
 pub mod demands;
-mod departed;
 mod execute;
 #[cfg(test)]
 pub(crate) mod fake_api;
@@ -19,7 +17,6 @@ mod plan;
 mod plan_metrics;
 pub mod probe_aliases;
 pub mod probing;
-mod stall;
 pub mod state;
 #[cfg(test)]
 mod tests;
@@ -38,6 +35,7 @@ use crate::runtime::error::Error;
 use crate::runtime::metrics::{CategoryLabels, Metrics, ResultLabels};
 use crate::runtime::sync_metrics::SyncResult;
 use context::Context;
+use gather::{Gathered, Wait};
 use state::Fingerprint;
 
 /// Entry point for the Controller.
@@ -81,6 +79,109 @@ pub async fn reconcile(pm: Arc<PortMapping>, ctx: Arc<Context>) -> Result<Action
     record(&ctx.metrics, &result);
     after_pass(&ctx, &pm_ref, wrote, result.is_ok());
     result
+}
+
+/// The pass's result, and what it sent.
+async fn reconcile_inner(
+    pm: &PortMapping,
+    ctx: &Context,
+    fingerprint: Fingerprint,
+) -> (Result<Action, Error>, Sent) {
+    let Some(ns) = pm.namespace() else {
+        return (Err(Error::MissingMetadata("namespace")), Sent::Nothing);
+    };
+    // A PortMapping held by a finalizer or a foreground deletion is still reconciled, like the
+    // native controller's terminating Services: its slices stay accurate until they are
+    // collected, and the planner creates nothing new that would race the garbage collector.
+    let key = ObjectRef::from_obj(pm);
+    if !ctx.leadership.is_leader() {
+        // Followers keep caches warm and write nothing; a new leader re-reconciles everything
+        // and seeds its probes from the live slices.
+        ctx.forget(&key);
+        return (Ok(Action::await_change()), Sent::Nothing);
+    }
+    let writer = Writer::new(&ctx.client, &ns, &ctx.leadership, &ctx.metrics);
+    let result = pass(ctx, &writer, pm, &key).await;
+    ctx.metrics.sync.ended(match &result {
+        Ok(Passed::Ran { .. }) => SyncResult::Success,
+        Ok(Passed::Wait(_)) => SyncResult::Stale,
+        Err(_) => SyncResult::Error,
+    });
+    let wrote = Sent::of(&writer);
+    let result = result
+        .map(|passed| Action::requeue(requeue_after(ctx, &writer, &key, passed, fingerprint)));
+    (result, wrote)
+}
+
+/// One pass as the leader: gather, plan, execute.
+async fn pass(
+    ctx: &Context,
+    writer: &Writer<'_>,
+    pm: &PortMapping,
+    key: &ObjectRef<PortMapping>,
+) -> Result<Passed, Error> {
+    let mut planned = match gather::gather(ctx, pm, key).await? {
+        Gathered::Wait(wait) => return Ok(Passed::Wait(wait)),
+        Gathered::Stalled(stalled) => plan::stalled(ctx, pm, key, *stalled),
+        Gathered::Plan(inputs) => plan::plan(ctx, pm, key, *inputs),
+    };
+    // Backing off: the pass probes the server with one write at a time.
+    if ctx.states.backoff.failing(key) {
+        planned.pass.mode = execute::Mode::Probe;
+    }
+    let executed = execute::execute(ctx, writer, pm, &planned.pass).await;
+    planned.after.apply(ctx, pm, executed.failed.is_none());
+    if let Some(err) = executed.failed {
+        return Err(err);
+    }
+    Ok(Passed::Ran {
+        // Our write met someone else's change: plan again at once.
+        again: if executed.wake {
+            Some(Duration::ZERO)
+        } else {
+            planned.again
+        },
+        cache_only: planned.cache_only,
+    })
+}
+
+/// What a pass came to.
+enum Passed {
+    /// An input is still loading: nothing was written.
+    Wait(Wait),
+    /// It executed.
+    Ran {
+        /// Look again this soon (`None`: at the resync).
+        again: Option<Duration>,
+        /// It read only caches (see [`plan::Planned::cache_only`]).
+        cache_only: bool,
+    },
+}
+
+/// How soon to look again after a pass that came to `passed`; a pass that read only caches and
+/// wrote nothing settles the PortMapping (see `state.rs`).
+fn requeue_after(
+    ctx: &Context,
+    writer: &Writer<'_>,
+    key: &ObjectRef<PortMapping>,
+    passed: Passed,
+    fingerprint: Fingerprint,
+) -> Duration {
+    match passed {
+        Passed::Wait(Wait(wait)) => wait,
+        Passed::Ran {
+            again: Some(again), ..
+        } => again,
+        Passed::Ran {
+            again: None,
+            cache_only,
+        } => {
+            if cache_only && writer.wrote_nothing() {
+                ctx.states.settled(key, fingerprint);
+            }
+            resync_after(ctx, key)
+        }
+    }
 }
 
 /// How long a pass of `pm_ref` waits before it may write, if it must: inside the window a
@@ -204,109 +305,6 @@ fn resync_delay(resync: Duration, fraction: u32, since_epoch: Duration) -> Durat
 
 /// Resyncs come due on multiples of this since the process started.
 const RESYNC_SLOT: Duration = Duration::from_millis(100);
-
-/// The pass's result, and what it sent.
-async fn reconcile_inner(
-    pm: &PortMapping,
-    ctx: &Context,
-    fingerprint: Fingerprint,
-) -> (Result<Action, Error>, Sent) {
-    let Some(ns) = pm.namespace() else {
-        return (Err(Error::MissingMetadata("namespace")), Sent::Nothing);
-    };
-    // A PortMapping held by a finalizer or a foreground deletion is still reconciled, like the
-    // native controller's terminating Services: its slices stay accurate until they are
-    // collected, and the planner creates nothing new that would race the garbage collector.
-    let key = ObjectRef::from_obj(pm);
-    if !ctx.leadership.is_leader() {
-        // Followers keep caches warm and write nothing; a new leader re-reconciles everything
-        // and seeds its probes from the live slices.
-        ctx.forget(&key);
-        return (Ok(Action::await_change()), Sent::Nothing);
-    }
-    let writer = Writer::new(&ctx.client, &ns, &ctx.leadership, &ctx.metrics);
-    let result = pass(ctx, &writer, pm, &key).await;
-    ctx.metrics.sync.ended(match &result {
-        Ok(Passed::Ran { .. }) => SyncResult::Success,
-        Ok(Passed::Waiting(_)) => SyncResult::Stale,
-        Err(_) => SyncResult::Error,
-    });
-    let wrote = Sent::of(&writer);
-    let result =
-        result.map(|passed| Action::requeue(again(ctx, &writer, &key, passed, fingerprint)));
-    (result, wrote)
-}
-
-/// How soon to look again after a pass that came to `passed`; a pass that read only caches and
-/// wrote nothing settles the PortMapping (see `state.rs`).
-fn again(
-    ctx: &Context,
-    writer: &Writer<'_>,
-    key: &ObjectRef<PortMapping>,
-    passed: Passed,
-    fingerprint: Fingerprint,
-) -> Duration {
-    match passed {
-        Passed::Waiting(wait) => wait,
-        Passed::Ran {
-            again: Some(again), ..
-        } => again,
-        Passed::Ran {
-            again: None,
-            cache_only,
-        } => {
-            if cache_only && writer.wrote_nothing() {
-                ctx.states.settled(key, fingerprint);
-            }
-            resync_after(ctx, key)
-        }
-    }
-}
-
-/// What a pass came to.
-enum Passed {
-    /// An input is still loading: nothing was written; look again after this.
-    Waiting(Duration),
-    /// It executed.
-    Ran {
-        /// Look again this soon (`None`: at the resync).
-        again: Option<Duration>,
-        /// It read only caches (see [`plan::Planned::cache_only`]).
-        cache_only: bool,
-    },
-}
-
-/// One pass as the leader: plan (from what it gathers), then execute.
-async fn pass(
-    ctx: &Context,
-    writer: &Writer<'_>,
-    pm: &PortMapping,
-    key: &ObjectRef<PortMapping>,
-) -> Result<Passed, Error> {
-    let mut planned = match plan::plan(ctx, pm, key).await? {
-        plan::Next::Wait(wait) => return Ok(Passed::Waiting(wait)),
-        plan::Next::Execute(planned) => planned,
-    };
-    // Backing off: the pass probes the server with one write at a time.
-    if ctx.states.backoff.failing(key) {
-        planned.pass.mode = execute::Mode::Probe;
-    }
-    let executed = execute::execute(ctx, writer, pm, &planned.pass).await;
-    let after = std::mem::take(&mut planned.pass.after);
-    after.apply(ctx, pm, executed.failed.is_none());
-    if let Some(err) = executed.failed {
-        return Err(err);
-    }
-    Ok(Passed::Ran {
-        // Our write met someone else's change: plan again at once.
-        again: if executed.wake {
-            Some(Duration::ZERO)
-        } else {
-            planned.again
-        },
-        cache_only: planned.cache_only,
-    })
-}
 
 /// Records the outcome of one reconcile in the metrics.
 fn record(metrics: &Metrics, result: &Result<Action, Error>) {

@@ -1,43 +1,16 @@
-//! The planner's run, timed and counted, and what a plan tells the metrics: the native-parity
-//! sync figures, name collisions, the published gauges and the membership decisions.
+//! What a plan tells the metrics: the native-parity sync figures, name collisions, the
+//! published gauges and the membership decisions.
 
 use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use portmapper_api::PortMapping;
-use std::time::Instant;
-
-use portmapper_core::planner::{self, Plan, PlanError, PlanInput};
+use portmapper_core::planner::{Plan, PlanInput};
 use portmapper_core::sync_stats::{SyncStats, sync_stats};
 
 use crate::reconcile::context::Context;
-use crate::reconcile::gather::Inputs;
-use crate::runtime::metrics::{DecisionLabels, EvaluationLabels, ServiceLabels};
-
-/// Plans `input` with the PortMapping's memo: the time it took and the pods it reused or
-/// evaluated go to the metrics.
-pub fn plan_timed(
-    ctx: &Context,
-    key: &ObjectRef<PortMapping>,
-    input: &PlanInput<'_>,
-) -> Result<Plan, PlanError> {
-    let mut memo = ctx.states.take_memo(key);
-    let planning = Instant::now();
-    let planned = planner::plan_with_memo(input, &mut memo);
-    ctx.metrics
-        .plan_duration
-        .observe(planning.elapsed().as_secs_f64());
-    let pass = memo.last_pass();
-    ctx.states.keep_memo(key, memo);
-    for (evaluation, n) in [("reused", pass.reused), ("evaluated", pass.evaluated)] {
-        ctx.metrics
-            .plan_pods
-            .get_or_create(&EvaluationLabels { evaluation })
-            .inc_by(u64::try_from(n).unwrap_or(u64::MAX));
-    }
-    planned
-}
+use crate::runtime::metrics::{DecisionLabels, ServiceLabels};
 
 /// What one plan tells the metrics: the native-parity sync figures, name collisions, the
 /// published gauges and the membership decisions. Computed with the plan, recorded once its pass
@@ -55,23 +28,19 @@ pub struct PlanMetrics {
 }
 
 impl PlanMetrics {
-    /// The figures of `plan`, made from `inputs`.
-    pub fn of(
-        key: &ObjectRef<PortMapping>,
-        max_endpoints_per_slice: i32,
-        inputs: &Inputs,
-        plan: &Plan,
-    ) -> Self {
+    /// The figures of `plan`, made from `input`.
+    pub fn of(key: &ObjectRef<PortMapping>, input: &PlanInput<'_>, plan: &Plan) -> Self {
         let ns = key.namespace.clone().unwrap_or_default();
+        let max_endpoints_per_slice = input.port_mapping.spec.max_endpoints_per_slice;
         let stats = sync_stats(
             plan,
-            inputs.owned.iter().map(AsRef::as_ref),
+            input.live_slices.iter().map(AsRef::as_ref),
             usize::try_from(max_endpoints_per_slice).unwrap_or(1),
         );
         Self {
             service: ServiceLabels {
                 namespace: ns.clone(),
-                service: inputs.service.name_any(),
+                service: input.service.name_any(),
             },
             series: (ns, key.name.clone()),
             stats,

@@ -234,15 +234,17 @@ async fn persistent_fault(
         seen.flips,
         warned.len()
     );
-    let fired = h.emu().faults().fired(&rule).unwrap_or(0);
+    let fired = h.emu().faults().fired(&rule).unwrap_or(0) as usize;
     assert!(
         attempts.iter().all(|r| r.status >= 400),
         "a slice write got through the fault: {attempts:?}"
     );
-    assert_eq!(
-        fired as usize,
-        attempts.len(),
-        "every attempt met the fault"
+    // Every attempt met the fault. The two counts are read a few requests apart while the
+    // operator keeps retrying (backoff ≥ 1 s), so one more attempt may have met it meanwhile.
+    assert!(
+        (attempts.len()..=attempts.len() + 1).contains(&fired),
+        "{fired} faults fired for {} logged attempts",
+        attempts.len()
     );
     assert!(
         expected.contains(&attempts.len()),

@@ -274,14 +274,16 @@ async fn a_name_collision_is_reported_and_clears_soon_after_the_squatter_goes() 
     })
     .await;
     assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
-    assert!(
-        h.metrics_text().contains(&format!(
-            r#"portmapper_name_collisions_total{{namespace="{}",service="web"}} "#,
-            h.ns
-        )),
-        "{}",
-        h.metrics_text()
+    // The counter is recorded after the pass's writes (the Event among them), so it may follow
+    // the Event by a moment.
+    let series = format!(
+        r#"portmapper_name_collisions_total{{namespace="{}",service="web"}} "#,
+        h.ns
     );
+    eventually("the name collision counted", T, || async {
+        h.metrics_text().contains(&series).then_some(())
+    })
+    .await;
     // No resync: the squatter's deletion, seen by the watch of slices not managed by us, wakes
     // the PortMapping that wants its name.
     slices

@@ -321,7 +321,13 @@ impl<'a> Ctx<'a> {
         let mut out = Vec::new();
         for side in Side::BOTH {
             let selector = format!("{}={}", crate::observe::MANAGED_BY_KEY, side.manager());
-            let f = floor::measure(&self.plane.client, &self.cfg.namespace, &selector).await?;
+            let f = floor::measure(
+                &self.plane.client,
+                &self.cfg.namespace,
+                &selector,
+                Some(self.plane.apiserver),
+            )
+            .await?;
             out.push((side, f));
         }
         Ok(out)

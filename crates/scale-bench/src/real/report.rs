@@ -365,6 +365,23 @@ impl RealReport {
                     secs(f.parallel4)
                 ),
             ));
+            if let Some(c) = f.server_cpu {
+                r.push((
+                    format!(
+                        "floor: kube-apiserver CPU per write of the {} slices (ms)",
+                        side.label()
+                    ),
+                    format!(
+                        "apply that creates {}, apply changing one endpoint {}, no-op apply {}; \
+                         create {}, update (PUT) changing one endpoint {}",
+                        ms(c.apply_create),
+                        ms(c.apply_change),
+                        ms(c.apply_noop),
+                        ms(c.create),
+                        ms(c.update)
+                    ),
+                ));
+            }
         }
         for (name, m) in [
             ("kube-apiserver", self.apiserver_mem),

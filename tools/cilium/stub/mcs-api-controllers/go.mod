@@ -1,0 +1,1 @@
+module sigs.k8s.io/mcs-api/controllers
