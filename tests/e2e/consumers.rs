@@ -204,6 +204,32 @@ pub(crate) fn assert_both_shapes(cluster: &Cluster) {
     );
 }
 
+/// Switches `db` to per-port slices while it runs (every pod moves to new slices) and waits
+/// until its slices are per port: the time from the API write.
+pub(crate) fn switch_db_to_per_port(cluster: &Cluster) -> Duration {
+    let since = Instant::now();
+    cluster.ok(&[
+        "patch",
+        "pm",
+        "db",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"sliceGrouping":"PerPort"}}"#,
+    ]);
+    let per_port = ["IPv4 http,", "IPv4 https,", "IPv6 http,", "IPv6 https,"];
+    loop {
+        let ports = slice_ports(cluster, "db");
+        if ports == per_port {
+            return since.elapsed();
+        }
+        assert!(
+            since.elapsed() < FOLLOW,
+            "db's slices are not per port after {FOLLOW:?}: {ports:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Asserts that every slice of each of `services` lists `pod` draining: not ready, serving,
 /// terminating.
 pub(crate) fn assert_draining(cluster: &Cluster, services: &[&str], pod: &str) {
@@ -331,7 +357,10 @@ impl Watch {
         &self.view
     }
 
-    /// Waits until the view is `want`; the time since `since`.
+    /// Waits until the view is `want`; the time since `since`. Endpoints in both the view at
+    /// the start and `want` must stay in every view received meanwhile: portmapper writes a
+    /// pod's new slice before it takes the pod out of the old one, so a consumer that keeps per
+    /// slice never loses a member that stays.
     pub(crate) fn wait_for(
         &mut self,
         want: &View,
@@ -339,6 +368,7 @@ impl Watch {
         timeout: Duration,
         step: &str,
     ) -> Duration {
+        let keep = intersection(&self.view, want);
         loop {
             if self.view == *want {
                 return since.elapsed();
@@ -350,13 +380,64 @@ impl Watch {
                     self.what, self.view
                 );
             };
-            match self.values.recv_timeout(left) {
-                Ok(value) => (self.fold)(&mut self.view, &value),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    panic!("{step}: {}'s client exited", self.what)
-                }
+            self.receive(left, &keep, step);
+        }
+    }
+
+    /// Receives values for `window` (an observation period, not a bound), every view keeping
+    /// `keep`, then asserts the view is `want`.
+    pub(crate) fn observe(&mut self, want: &View, window: Duration, step: &str) {
+        let keep = intersection(&self.view, want);
+        let until = Instant::now() + window;
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            self.receive(left, &keep, step);
+        }
+        assert_eq!(
+            &self.view, want,
+            "{step}: {} does not see what portmapper published",
+            self.what
+        );
+    }
+
+    fn receive(&mut self, timeout: Duration, keep: &View, step: &str) {
+        match self.values.recv_timeout(timeout) {
+            Ok(value) => {
+                (self.fold)(&mut self.view, &value);
+                let lost = difference(keep, &self.view);
+                assert!(
+                    lost.is_empty(),
+                    "{step}: {} lost endpoints that stay members: {lost:#?}",
+                    self.what
+                );
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                panic!("{step}: {}'s client exited", self.what)
             }
         }
     }
+}
+
+/// Per cluster, the endpoints in both views.
+fn intersection(a: &View, b: &View) -> View {
+    a.iter()
+        .filter_map(|(name, set)| {
+            let both: BTreeSet<String> = set.intersection(b.get(name)?).cloned().collect();
+            Some((name.clone(), both))
+        })
+        .collect()
+}
+
+/// Per cluster, the endpoints of `a` that `b` lacks (clusters with none left out).
+fn difference(a: &View, b: &View) -> View {
+    a.iter()
+        .filter_map(|(name, set)| {
+            let empty = BTreeSet::new();
+            let missing: BTreeSet<String> = set
+                .difference(b.get(name).unwrap_or(&empty))
+                .cloned()
+                .collect();
+            (!missing.is_empty()).then(|| (name.clone(), missing))
+        })
+        .collect()
 }

@@ -197,10 +197,16 @@ fn contour_eds_lists_exactly_each_ports_members() {
     let want = expected(&[(http, &["a"]), (https, &["a", "d"])]);
     let terminating = eds.wait_for(&want, since, FOLLOW, "b terminating");
     consumers::assert_draining(&cluster, &services, "b");
+
+    // A live switch of `db` to per-port slices moves every pod to new slices: the view keeps
+    // every member throughout (watched for a while after the switch) and ends the same.
+    let switched = consumers::switch_db_to_per_port(&cluster);
+    eds.observe(&want, Duration::from_secs(3), "db switched to PerPort");
     eprintln!(
-        "contour: EDS followed c not ready in {:.2} s, a joining https in {:.2} s, b terminating in {:.2} s (from the API write)",
+        "contour: EDS followed c not ready in {:.2} s, a joining https in {:.2} s, b terminating in {:.2} s (from the API write); db's switch to per-port slices took {:.2} s and lost no member",
         not_ready.as_secs_f64(),
         joined.as_secs_f64(),
-        terminating.as_secs_f64()
+        terminating.as_secs_f64(),
+        switched.as_secs_f64()
     );
 }
