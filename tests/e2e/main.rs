@@ -15,6 +15,7 @@ mod demo;
 mod dns;
 mod env;
 mod examples;
+mod node;
 mod quickstart;
 mod rbac;
 mod tenants;
