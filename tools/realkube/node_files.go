@@ -220,6 +220,10 @@ const (
 // it leaves), and forwarding with bridged traffic through nftables for hairpin Service traffic.
 func (n *nodeRun) setupNetwork(context.Context) error {
 	link := "rk-" + n.cfg.name
+	// A node killed in this namespace left its devices (a killed run sweeps nothing).
+	for _, stale := range []string{bridgeName, link} {
+		_ = exec.Command("ip", "link", "del", stale).Run()
+	}
 	n.links = true
 	for _, args := range [][]string{
 		{"link", "add", link, "type", "veth", "peer", "name", link + "-p"},
@@ -263,7 +267,7 @@ func (n *nodeRun) waitReady(ctx context.Context) error {
 		}
 		status, body, err := get(ctx, client, url, token)
 		if err == nil && status == http.StatusOK {
-			if ready, why := nodeReady(body); ready {
+			if ready, why := nodeReady(body, n.started); ready {
 				return nil
 			} else {
 				last = why
@@ -280,10 +284,15 @@ func (n *nodeRun) waitReady(ctx context.Context) error {
 	return fmt.Errorf("node %s not Ready in %s (%s); the kubelet's log:\n%s", n.cfg.name, n.cfg.wait, last, logTail(n.work, "kubelet"))
 }
 
-func nodeReady(body string) (bool, string) {
+// nodeReady: Ready=True in a status this run's kubelet wrote (a Node object of an earlier run
+// may still say Ready within the node-lifecycle grace period). Heartbeats have whole seconds.
+func nodeReady(body string, since time.Time) (bool, string) {
 	var node struct {
 		Status struct {
-			Conditions []struct{ Type, Status, Reason, Message string }
+			Conditions []struct {
+				Type, Status, Reason, Message string
+				LastHeartbeatTime             time.Time
+			}
 		}
 	}
 	if err := json.Unmarshal([]byte(body), &node); err != nil {
@@ -291,6 +300,9 @@ func nodeReady(body string) (bool, string) {
 	}
 	for _, c := range node.Status.Conditions {
 		if c.Type == "Ready" {
+			if c.LastHeartbeatTime.Before(since.Truncate(time.Second)) {
+				return false, "Ready last reported by an earlier kubelet"
+			}
 			return c.Status == "True", c.Reason + ": " + c.Message
 		}
 	}
