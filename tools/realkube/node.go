@@ -152,7 +152,7 @@ type nodeRun struct {
 	cfg        *nodeConfig
 	work       string // D/node-N
 	started    time.Time
-	createdDir []string // host mountpoint directories this run created
+	createdDir []string // host mountpoint directories a realkube node created
 	links      bool     // the veth and route were added
 	holder     *exec.Cmd
 	holderIn   *os.File // the holder's stdin: it exits when this closes
@@ -216,6 +216,9 @@ var kernelTunables = map[string]string{
 	"kernel/keys/root_maxbytes": "25000000",
 }
 
+// createdMarker marks a global path's directory as made by a realkube node, to be removed.
+const createdMarker = ".realkube-node-created"
+
 // nodeHolderCommand is the hidden command that holds the private mount namespace.
 const nodeHolderCommand = "node-holder"
 
@@ -223,10 +226,18 @@ const nodeHolderCommand = "node-holder"
 // before the exec): it mounts, says "ok", and lives until its stdin closes.
 func (n *nodeRun) startHolder(ctx context.Context) error {
 	for _, dir := range globalPaths {
+		marker := filepath.Join(dir, createdMarker)
 		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
 			}
+			// On the machine's side, hidden under the tmpfs: a later run removes the directory
+			// even if this one is killed.
+			if err := os.WriteFile(marker, nil, 0o644); err != nil {
+				return err
+			}
+		}
+		if _, err := os.Stat(marker); err == nil {
 			n.createdDir = append(n.createdDir, dir)
 		}
 	}

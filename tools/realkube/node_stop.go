@@ -155,6 +155,7 @@ func (n *nodeRun) stop() {
 	// Only once nothing of the node runs: removing a directory that is a mountpoint in another
 	// mount namespace detaches that mount there.
 	for _, dir := range n.createdDir {
+		_ = os.Remove(filepath.Join(dir, createdMarker))
 		_ = os.Remove(dir)
 	}
 	n.logf("stopped in %.1f s", time.Since(began).Seconds())

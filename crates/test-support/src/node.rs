@@ -71,6 +71,9 @@ impl Node {
         let dir = plane.dir().to_path_buf();
         let log_path = dir.join(format!("node-{name}.out"));
         let log = std::fs::File::create(&log_path).expect("the node's log");
+        let ready = dir.join(format!("node-{name}/ready"));
+        // A node killed in this directory left its ready file.
+        let _ = std::fs::remove_file(&ready);
         let began = Instant::now();
         let mut child = Command::new(binary())
             .arg("node")
@@ -83,7 +86,6 @@ impl Node {
             .stderr(log)
             .spawn()
             .expect("realkube node starts");
-        let ready = dir.join(format!("node-{name}/ready"));
         let deadline = began + Duration::from_secs(120);
         while !ready.exists() {
             if let Some(status) = child.try_wait().expect("wait on realkube node") {
@@ -174,8 +176,8 @@ impl Drop for Node {
     }
 }
 
-/// What a stopped node may leave on the machine, to assert there is none: kubepods cgroups, and
-/// processes of a node of the plane in `dir` (its mount-namespace holder, a kubelet, containerd,
+/// What a stopped node may leave on the machine, to assert there is none: kubepods cgroups, the
+/// mountpoint directories it made, and processes of a node of the plane in `dir` (its mount-namespace holder, a kubelet, containerd,
 /// shims: their command lines name `dir/node-N`).
 pub fn leftovers(dir: &Path) -> Vec<String> {
     let mut found: Vec<String> = std::fs::read_dir("/sys/fs/cgroup")
@@ -186,6 +188,17 @@ pub fn leftovers(dir: &Path) -> Vec<String> {
         .filter(|p| p.exists())
         .map(|p| format!("cgroup {}", p.display()))
         .collect();
+    // Mountpoint directories a node made on the machine (marked so), which its stop removes.
+    for path in [
+        "/run/containerd",
+        "/var/lib/cni",
+        "/var/log/containers",
+        "/var/lib/kubelet",
+    ] {
+        if Path::new(path).join(".realkube-node-created").exists() {
+            found.push(format!("directory {path}"));
+        }
+    }
     let needle = format!("{}/node-", dir.to_string_lossy());
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
