@@ -512,7 +512,8 @@ mod inner {
             .collect()
     }
 
-    /// Requests through kube-proxy to the Service's ports, one new connection each, in turn, until stopped (at most `MAX` of them); what answered each.
+    /// Requests through kube-proxy to the Service's ports, one new connection each, in turn,
+    /// until stopped (at most `MAX` of them); what answered each.
     struct Traffic {
         stop: Arc<AtomicBool>,
         handle: JoinHandle<TrafficReport>,

@@ -177,8 +177,8 @@ impl Drop for Node {
 }
 
 /// What a stopped node may leave on the machine, to assert there is none: kubepods cgroups, the
-/// mountpoint directories it made, and processes of a node of the plane in `dir` (its mount-namespace holder, a kubelet, containerd,
-/// shims: their command lines name `dir/node-N`).
+/// mountpoint directories it made, and processes of a node of the plane in `dir` (its
+/// mount-namespace holder, a kubelet, containerd, shims: their command lines name `dir/node-N`).
 pub fn leftovers(dir: &Path) -> Vec<String> {
     let mut found: Vec<String> = std::fs::read_dir("/sys/fs/cgroup")
         .into_iter()
