@@ -80,12 +80,12 @@ mod inner {
     /// A control plane (with the node-lifecycle controller and the Node authorizer), a real
     /// node, kube-proxy for it and the operator, stopped in reverse order when dropped; the
     /// node's leftovers are checked on the way.
-    struct World {
-        cluster: Cluster,
+    pub(super) struct World {
+        pub(super) cluster: Cluster,
         operator: Option<Proc>,
         proxy: Option<Proc>,
         node: Option<Node>,
-        plane: &'static ControlPlane,
+        pub(super) plane: &'static ControlPlane,
     }
 
     impl World {
@@ -127,7 +127,7 @@ mod inner {
         /// Stops everything, asserting that the node left nothing behind (kubepods cgroups,
         /// processes naming the plane's directory). Called at the end of a passing test; a failing
         /// one stops the same way on drop, without the assertion.
-        fn finish(mut self) {
+        pub(super) fn finish(mut self) {
             let left = self.stop();
             assert!(left.is_empty(), "the node left behind: {left:#?}");
         }
@@ -207,7 +207,7 @@ mod inner {
         Ok((status, body.trim().to_string()))
     }
 
-    fn apply(cluster: &Cluster, object: &Value) {
+    pub(super) fn apply(cluster: &Cluster, object: &Value) {
         let out = cluster.kubectl_stdin(&["apply", "-f", "-"], object.to_string().as_bytes());
         assert!(
             out.status.success(),
@@ -216,7 +216,7 @@ mod inner {
         );
     }
 
-    fn get_json(cluster: &Cluster, args: &[&str]) -> Value {
+    pub(super) fn get_json(cluster: &Cluster, args: &[&str]) -> Value {
         let mut all = args.to_vec();
         all.extend(["-o", "json"]);
         serde_json::from_str(&cluster.ok(&all)).expect("kubectl prints JSON")
@@ -306,11 +306,11 @@ mod inner {
             })
     }
 
-    fn is_true(pod: &Value, kind: &str) -> bool {
+    pub(super) fn is_true(pod: &Value, kind: &str) -> bool {
         condition(pod, kind).is_some_and(|c| c.0 == "True")
     }
 
-    fn pods(cluster: &Cluster, selector: &str) -> Vec<Value> {
+    pub(super) fn pods(cluster: &Cluster, selector: &str) -> Vec<Value> {
         get_json(cluster, &["get", "pods", "-l", selector])["items"]
             .as_array()
             .cloned()
@@ -368,7 +368,7 @@ mod inner {
 
     /// A watch on the Service's EndpointSlices (`kubectl get -w`): every state the API server
     /// stored, in order, as per-port snapshots with the time they were seen.
-    struct SliceWatch {
+    pub(super) struct SliceWatch {
         _kubectl: Proc,
         history: Arc<Mutex<Vec<(Instant, Snapshot)>>>,
         _reader: JoinHandle<()>,
@@ -599,7 +599,7 @@ mod inner {
     }
 
     /// The world of the rollout tests with `web` at revision 1, every pod Ready and published.
-    fn web_world(tag: &str, kcm_args: &[&str]) -> Option<(World, SliceWatch)> {
+    pub(super) fn web_world(tag: &str, kcm_args: &[&str]) -> Option<(World, SliceWatch)> {
         let world = World::start(tag, kcm_args)?;
         let cluster = &world.cluster;
         apply(cluster, &service());
@@ -1074,5 +1074,117 @@ mod inner {
             "kubelet restart test: {:.1} s",
             began.elapsed().as_secs_f64()
         );
+    }
+}
+
+/// Known divergence, run by hand: `cargo test -p portmapper-e2e --test e2e --
+/// node::node_not_ready_is_reflected_as_the_native_controller_does --ignored`.
+#[test]
+#[ignore = "fails today: a gated pod on a NotReady node stays published (see the inner test)"]
+fn node_not_ready_is_reflected_as_the_native_controller_does() {
+    if let Err(node::Unsupported(reason)) = node::check() {
+        eprintln!("SKIPPED: {reason}");
+        return;
+    }
+    run_inner(
+        Sandbox::NetworkNamespace,
+        Inner {
+            what: "the real node going NotReady",
+            filter: "node::not_ready::node_not_ready_on_a_real_node",
+            exact: true,
+            threads: 1,
+            expect_passed: 1,
+            env: ENV,
+        },
+    );
+}
+
+mod not_ready {
+    use std::time::{Duration, Instant};
+
+    use serde_json::{Value, json};
+    use test_support::in_sandbox;
+
+    use super::ENV;
+    use super::inner::{apply, get_json, is_true, pods, web_world};
+
+    /// Ready addresses per slice set of `service`.
+    fn ready_addresses(cluster: &crate::env::Cluster, service: &str) -> Vec<String> {
+        let slices = get_json(
+            cluster,
+            &[
+                "get",
+                "endpointslices",
+                "-l",
+                &format!("kubernetes.io/service-name={service}"),
+            ],
+        );
+        let mut ready: Vec<String> = slices["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+            .filter(|e| e["conditions"]["ready"].as_bool().unwrap_or(true))
+            .filter_map(|e| e["addresses"][0].as_str().map(str::to_string))
+            .collect();
+        ready.sort();
+        ready.dedup();
+        ready
+    }
+
+    /// The kubelet killed for good: after the node-lifecycle controller's grace period (20 s
+    /// here) the Node is NotReady and it sets the pods' Ready False; the native controller's
+    /// slices (a Service with a selector over the same pods) then list no ready endpoint, and
+    /// neither should ours.
+    #[test]
+    #[ignore = "run inside a network namespace by the outer test"]
+    fn node_not_ready_on_a_real_node() {
+        if !in_sandbox(ENV) {
+            return;
+        }
+        let Some((world, _watch)) = web_world("not-ready", &["--node-monitor-grace-period=20s"])
+        else {
+            return;
+        };
+        let cluster = &world.cluster;
+        apply(
+            cluster,
+            &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "native"},
+                "spec": {"selector": {"app": "web"},
+                         "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}),
+        );
+        let began = Instant::now();
+        while ready_addresses(cluster, "native").len() != 3 {
+            assert!(began.elapsed() < Duration::from_secs(60), "native slices");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        world.plane.kill9("kubelet");
+        let killed = Instant::now();
+        let not_ready = loop {
+            let p: Vec<Value> = pods(cluster, "app=web");
+            if p.iter().all(|p| !is_true(p, "Ready")) {
+                break killed.elapsed();
+            }
+            assert!(
+                killed.elapsed() < Duration::from_secs(120),
+                "pods never NotReady"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        };
+        std::thread::sleep(Duration::from_secs(10));
+        let native = ready_addresses(cluster, "native");
+        let ours = ready_addresses(cluster, "web");
+        let pod = &pods(cluster, "app=web")[0];
+        eprintln!(
+            "pods NotReady {:.1} s after the kill; 10 s later ready endpoints: native {native:?}, \
+             portmapper {ours:?}; a pod's conditions: {}",
+            not_ready.as_secs_f64(),
+            pod["status"]["conditions"]
+        );
+        assert_eq!(
+            ours, native,
+            "portmapper's ready endpoints differ from the native controller's"
+        );
+        world.finish();
     }
 }
