@@ -34,13 +34,15 @@ test: tools realkube realkube-check kubectl fmt-check clippy crd-check helm-venv
 test: export PORTMAPPER_CHART_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
 ## tools: toolchain components the checks need (idempotent), Debian's nftables and conntrack for
-## kube-proxy in the data-plane tests (tests/e2e/dataplane.rs), and dig for the DNS tests.
+## kube-proxy in the data-plane tests (tests/e2e/dataplane.rs), dig for the DNS tests, and the
+## real node's containerd, runc, CNI plugins and static busybox (tests/e2e/node.rs, realkube node).
+TOOLS_PACKAGES := nftables conntrack dnsutils containerd runc containernetworking-plugins busybox-static
 tools:
 	@rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 	@rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
-	@command -v nft >/dev/null && command -v conntrack >/dev/null && command -v dig >/dev/null || \
-	  apt-get install -y -q nftables conntrack dnsutils >/dev/null || \
-	  { apt-get update -q >/dev/null && apt-get install -y -q nftables conntrack dnsutils >/dev/null; }
+	@test "$$(dpkg-query -W -f='$${Status}\n' $(TOOLS_PACKAGES) 2>/dev/null | grep -c ' installed$$')" = $(words $(TOOLS_PACKAGES)) || \
+	  apt-get install -y -q --no-install-recommends $(TOOLS_PACKAGES) >/dev/null || \
+	  { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends $(TOOLS_PACKAGES) >/dev/null; }
 
 fmt-check:
 	$(CARGO) fmt --all -- --check

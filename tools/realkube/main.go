@@ -9,6 +9,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 	_ "time/tzdata" // kube-apiserver and kube-controller-manager validate CronJob time zones
 
 	"go.etcd.io/etcd/server/v3/etcdmain"
@@ -29,6 +30,9 @@ commands:
   kube-apiserver           kube-apiserver, with its own flags
   kube-controller-manager  kube-controller-manager, with its own flags
   kube-proxy               kube-proxy, with its own flags
+  kubelet                  the kubelet, with its own flags
+  node                     containerd and a kubelet as a node of the plane in --dir, in a private
+                           mount namespace; see 'realkube node --help'
 `
 
 func main() {
@@ -51,6 +55,15 @@ func main() {
 		os.Exit(runCobra(kcm.NewControllerManagerCommand(), args))
 	case "kube-proxy":
 		os.Exit(runCobra(proxy.NewProxyCommand(), args))
+	case "kubelet":
+		if len(args) > 0 && strings.HasPrefix(args[0], kubeletMountNSFlag) {
+			os.Exit(enterMountNS(strings.TrimPrefix(args[0], kubeletMountNSFlag), args[1:]))
+		}
+		os.Exit(runKubelet(args))
+	case "node":
+		os.Exit(node(args))
+	case nodeHolderCommand:
+		os.Exit(nodeHolder(args))
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 	default:

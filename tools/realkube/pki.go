@@ -50,6 +50,10 @@ func writePKI(dir string) (*pki, error) {
 	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), p.caPEM, 0o644); err != nil {
 		return nil, err
 	}
+	// `realkube node` signs its kubelet's client certificate (system:node:N) with it.
+	if err := writeKeyPEM(filepath.Join(dir, "ca.key"), caKey); err != nil {
+		return nil, err
+	}
 	if err := writeServing(p, caKey, caCert); err != nil {
 		return nil, err
 	}

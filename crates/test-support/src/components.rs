@@ -170,6 +170,25 @@ impl ControlPlane {
     }
 }
 
+impl ControlPlane {
+    /// Stops `up` (and what it started) and what was restarted here, and waits until `up` is
+    /// gone: for a plane a test had to make `'static` (leaked) and must still stop.
+    pub fn stop(&self) {
+        let pid = self.up.id();
+        let _ = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+        for (_, mut child) in std::mem::take(&mut *self.restarted()) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         // `up` stops what it started (SIGTERM); what was restarted here is ours to stop.

@@ -4,6 +4,7 @@
 //! that `portmapper-core`'s own unit tests can use it without a second copy of the core crate.
 
 mod components;
+pub mod node;
 mod plane_state;
 pub mod realkube;
 pub mod sandbox;

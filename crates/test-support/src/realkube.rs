@@ -134,6 +134,11 @@ pub fn shared() -> &'static ControlPlane {
 impl ControlPlane {
     /// Starts `realkube up` with `controllers` in a new temporary directory and waits for it.
     pub fn start(controllers: &str) -> Self {
+        Self::start_with(controllers, &[], &[])
+    }
+
+    /// [`Self::start`] with extra kube-apiserver and kube-controller-manager flags.
+    pub fn start_with(controllers: &str, apiserver_args: &[&str], kcm_args: &[&str]) -> Self {
         let bin = binary();
         assert!(
             bin.exists(),
@@ -153,6 +158,12 @@ impl ControlPlane {
             .arg(&dir)
             .args(["--cleanup", "--controllers", controllers, "--crd"])
             .arg(repo().join("crds/portmapper.dev_portmappings.yaml"))
+            .args(
+                apiserver_args
+                    .iter()
+                    .map(|a| format!("--apiserver-arg={a}")),
+            )
+            .args(kcm_args.iter().map(|a| format!("--kcm-arg={a}")))
             // A child outlives the test thread that started it: `up` watches the process instead.
             .env("REALKUBE_DIE_WITH_PARENT", "1")
             .stdout(log.try_clone().expect("log"))

@@ -108,6 +108,8 @@ pub fn run_inner(sandbox: Sandbox, inner: Inner<'_>) -> bool {
         "not every inner test ran (want {} passed):\n{stdout}\n{stderr}",
         inner.expect_passed
     );
+    // The figures the inner tests print (shown with --nocapture, as the outer test's own).
+    eprint!("{stderr}");
     true
 }
 
