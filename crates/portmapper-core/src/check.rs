@@ -190,6 +190,18 @@ fn gated_pod_ready(pod: &PodRecord, gates: GateTypes<'_>) -> Verdict {
         }
         None => return Verdict::exclude("podReady: pod has no ContainersReady condition"),
     }
+    // kubelet gives every Ready=False a reason (`ReadinessGatesNotReady` while a gate waits).
+    // Without one it was written by the node lifecycle controller, which marks the pods of a
+    // NotReady node so (keeping the reason of their Ready=True): the native controller
+    // unpublishes them, and so do we, though containers still read ready.
+    if let Some(c) = condition(pod, "Ready")
+        && c.status == "False"
+        && c.reason.as_deref().unwrap_or_default().is_empty()
+    {
+        return Verdict::exclude(
+            "podReady: pod marked not Ready without a kubelet reason (its node is not ready)",
+        );
+    }
     for gate in pod
         .readiness_gates
         .iter()
@@ -452,9 +464,13 @@ mod tests {
             ]),
             ..PodSpec::default()
         });
-        // Ready is False because our own gate is not True yet: it must not matter.
+        // Ready is False because our own gate is not True yet (kubelet says so in its reason):
+        // it must not matter.
         p.status.as_mut().unwrap().conditions = Some(vec![
-            condition("Ready", "False"),
+            PodCondition {
+                reason: Some("ReadinessGatesNotReady".into()),
+                ..condition("Ready", "False")
+            },
             condition("ContainersReady", "True"),
             condition(PUBLISHED_GATE, "False"),
             condition("example.com/warm", "True"),
@@ -485,6 +501,14 @@ mod tests {
         conditions_mut(&mut p).remove(1);
         let v = eval(POD_READY, &p, &port("http", None), &n, false);
         assert_eq!(v.reason(), "podReady: pod has no ContainersReady condition");
+        // The node lifecycle controller's Ready=False keeps the reason of Ready=True: none.
+        conditions_mut(&mut p).push(condition("ContainersReady", "True"));
+        conditions_mut(&mut p)[0].reason = None;
+        let v = eval(POD_READY, &p, &port("http", None), &n, false);
+        assert_eq!(
+            v.reason(),
+            "podReady: pod marked not Ready without a kubelet reason (its node is not ready)"
+        );
 
         // Without our gate, podReady reads Ready as before.
         p.spec = None;

@@ -21,9 +21,12 @@ fn set_condition(pod: &mut Pod, type_: &str, status: &str) {
         .conditions
         .get_or_insert_with(Vec::new);
     conditions.retain(|c| c.type_ != type_);
+    // kubelet's reason for a gated pod whose containers are ready.
+    let reason = (type_ == "Ready" && status == "False").then(|| "ReadinessGatesNotReady".into());
     conditions.push(PodCondition {
         type_: type_.into(),
         status: status.into(),
+        reason,
         ..PodCondition::default()
     });
 }

@@ -829,9 +829,11 @@ fn gated_pod(name: &str, ip: &str) -> Pod {
     pod.spec.as_mut().unwrap().readiness_gates = Some(
         serde_json::from_value(json!([{"conditionType": "portmapper.dev/published"}])).unwrap(),
     );
-    // A gated pod's podReady reads ContainersReady (its Ready waits for the gate).
+    // A gated pod's podReady reads ContainersReady (its Ready waits for the gate, as kubelet's
+    // reason says).
     let conditions = pod.status.as_mut().unwrap().conditions.as_mut().unwrap();
     conditions[0].status = "False".into();
+    conditions[0].reason = Some("ReadinessGatesNotReady".into());
     conditions.push(
         serde_json::from_value(json!({"type": "ContainersReady", "status": "True"})).unwrap(),
     );

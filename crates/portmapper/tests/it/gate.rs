@@ -40,7 +40,7 @@ async fn kubelet(h: &Harness, name: &str, ip: &str, containers_ready: bool) {
         "podIPs": [{"ip": ip}],
         "conditions": [
             {"type": "ContainersReady", "status": ready},
-            {"type": "Ready", "status": "False"},
+            {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady"},
         ],
     }});
     api.patch_status(name, &PatchParams::default(), &Patch::Strategic(status))

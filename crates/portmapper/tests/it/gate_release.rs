@@ -37,7 +37,7 @@ async fn kubelet(h: &Harness, name: &str, ip: &str, containers_ready: bool) {
         "podIPs": [{"ip": ip}],
         "conditions": [
             {"type": "ContainersReady", "status": ready, "lastTransitionTime": Timestamp::now().round(k8s_openapi::jiff::Unit::Second).unwrap()},
-            {"type": "Ready", "status": "False"},
+            {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady"},
         ],
         "containerStatuses": [{
             "name": "app", "ready": containers_ready, "restartCount": 0,
@@ -224,7 +224,7 @@ async fn a_gate_held_past_its_timeout_turns_true_with_a_warning_at_the_deadline(
         "podIPs": [{"ip": "10.244.0.1"}],
         "conditions": [
             {"type": "ContainersReady", "status": "True", "lastTransitionTime": since},
-            {"type": "Ready", "status": "False"},
+            {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady"},
         ],
         "containerStatuses": [{
             "name": "app", "ready": false, "restartCount": 0,

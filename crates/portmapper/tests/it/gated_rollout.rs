@@ -103,7 +103,8 @@ async fn kubelet_step(api: &Api<Pod>, pod: &Pod, next_ip: &AtomicUsize) {
             "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
             "conditions": [
                 {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
-                {"type": "Ready", "status": "False", "lastTransitionTime": now},
+                {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady",
+                 "lastTransitionTime": now},
             ],
         }})
     } else {
@@ -111,8 +112,14 @@ async fn kubelet_step(api: &Api<Pod>, pod: &Pod, next_ip: &AtomicUsize) {
         if condition(pod, "Ready").as_deref() == Some(ready) {
             return;
         }
+        // kubelet's reason: a gate waits (this kubelet's containers are always ready).
+        let reason = if ready == "True" {
+            ""
+        } else {
+            "ReadinessGatesNotReady"
+        };
         json!({"status": {"conditions": [
-            {"type": "Ready", "status": ready, "lastTransitionTime": now},
+            {"type": "Ready", "status": ready, "reason": reason, "lastTransitionTime": now},
         ]}})
     };
     // A pod deleted meanwhile: nothing to do.

@@ -839,7 +839,7 @@ async fn kubelet_until_ready(h: &Harness, name: &str, ip: IpAddr) {
         "podIPs": [{"ip": ip.to_string()}],
         "conditions": [
             {"type": "ContainersReady", "status": "True"},
-            {"type": "Ready", "status": "False"},
+            {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady"},
         ],
     }});
     api.patch_status(name, &PatchParams::default(), &Patch::Strategic(status))
