@@ -41,6 +41,11 @@ pub struct Pass {
     pub released: Vec<String>,
     /// How its writes go out.
     pub mode: Mode,
+    /// Its status changed only in its counts, within the window of the last status write
+    /// (`plan.rs`, [`portmapper_core::report::status_due`]): not written by this pass unless a
+    /// write fails (the status of a failed pass is written as always); the pass that looks
+    /// again when the window ends writes it.
+    pub status_held: bool,
 }
 
 /// What a pass tells the rest of the operator, applied once its writes ran ([`After::apply`],
@@ -137,6 +142,7 @@ pub async fn execute(
         .await;
     let failed = Error::combine(std::mem::take(&mut errors));
     let status = match &failed {
+        None if pass.status_held => None,
         None => Some(pass.report.status.clone()),
         Some(err) => {
             let previous = ctx.states.known_status(pm).conditions;
