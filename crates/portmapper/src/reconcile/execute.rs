@@ -4,9 +4,9 @@
 //! probe sends one write at a time and stops at its first failure); our slice writes are
 //! recorded in the index as they are sent and answered; the Events go through the
 //! PortMapping's warn-once ledger; the pods released from the pool are forgotten by the index
-//! once their release succeeded; the status is written when it changed (the "after writes
-//! failed" variant when a write failed); and the API server's warnings on these writes are
-//! announced once.
+//! once their release succeeded; the status is written when it changed and the plan did not
+//! hold it (the "after writes failed" variant when a write failed); and the API server's
+//! warnings on these writes are announced once.
 
 use std::collections::HashSet;
 use std::time::Instant;

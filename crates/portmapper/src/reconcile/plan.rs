@@ -2,7 +2,8 @@
 //! decides every part (the planner, with the PortMapping's memo, or the gates of a stall; the
 //! release of the pods that left the pool; the release finalizer; the writes in phases; the
 //! report); this step puts them in order and adds what the plan tells the rest of the operator
-//! (the prober's targets, the plan's metrics) and when to look again.
+//! (the prober's targets, the plan's metrics), whether the status waits for its window
+//! ([`status_due`]) and when to look again.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
