@@ -5,6 +5,7 @@
 //! words; [`after_writes`] gives the status of a pass whose writes failed.
 
 pub mod conditions;
+pub mod due;
 pub mod status;
 
 use std::collections::BTreeMap;
@@ -16,6 +17,7 @@ use portmapper_api::status::condition_types as ct;
 use portmapper_api::{PortMappingStatus, PortStatus};
 
 pub use conditions::{Desired, merge};
+pub use due::{StatusDue, status_due};
 
 use crate::events::{EventReason, PlannedEvent};
 use crate::planner::migration::Step;

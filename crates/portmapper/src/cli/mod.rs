@@ -161,7 +161,8 @@ pub struct RunArgs {
     /// A change that follows a PortMapping's last write within a fifth of this many
     /// milliseconds (a burst: a rolling restart) waits until this long after that write, and
     /// the burst's changes share writes; a change after a quiet spell is written at once.
-    /// 0 writes at every change.
+    /// A PortMapping's status counts (not its conditions) are written at most once per this
+    /// window after a status write. 0 writes at every change.
     #[arg(long, env = "PORTMAPPER_BATCH_WINDOW_MS", default_value_t = crate::reconcile::batch_window::DEFAULT_BATCH_WINDOW_MS, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub batch_window_ms: u64,
     /// Label-selected pod watches per namespace: one per distinct `pods.key` (`from: Label`)

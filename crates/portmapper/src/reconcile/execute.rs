@@ -4,9 +4,9 @@
 //! probe sends one write at a time and stops at its first failure); our slice writes are
 //! recorded in the index as they are sent and answered; the Events go through the
 //! PortMapping's warn-once ledger; the pods released from the pool are forgotten by the index
-//! once their release succeeded; the status is written when it changed (the "after writes
-//! failed" variant when a write failed); and the API server's warnings on these writes are
-//! announced once.
+//! once their release succeeded; the status is written when it changed and the plan did not
+//! hold it (the "after writes failed" variant when a write failed); and the API server's
+//! warnings on these writes are announced once.
 
 use std::collections::HashSet;
 use std::time::Instant;
@@ -41,6 +41,11 @@ pub struct Pass {
     pub released: Vec<String>,
     /// How its writes go out.
     pub mode: Mode,
+    /// Its status changed only in its counts, within the window of the last status write
+    /// (`plan.rs`, [`portmapper_core::report::status_due`]): not written by this pass unless a
+    /// write fails (the status of a failed pass is written as always); the pass that looks
+    /// again when the window ends writes it.
+    pub status_held: bool,
 }
 
 /// What a pass tells the rest of the operator, applied once its writes ran ([`After::apply`],
@@ -137,6 +142,7 @@ pub async fn execute(
         .await;
     let failed = Error::combine(std::mem::take(&mut errors));
     let status = match &failed {
+        None if pass.status_held => None,
         None => Some(pass.report.status.clone()),
         Some(err) => {
             let previous = ctx.states.known_status(pm).conditions;

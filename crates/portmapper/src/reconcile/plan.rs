@@ -2,7 +2,8 @@
 //! decides every part (the planner, with the PortMapping's memo, or the gates of a stall; the
 //! release of the pods that left the pool; the release finalizer; the writes in phases; the
 //! report); this step puts them in order and adds what the plan tells the rest of the operator
-//! (the prober's targets, the plan's metrics) and when to look again.
+//! (the prober's targets, the plan's metrics), whether the status waits for its window
+//! ([`status_due`]) and when to look again.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,8 +16,9 @@ use portmapper_api::PortMapping;
 use portmapper_core::PodRecord;
 use portmapper_core::budget::{self, OverBudget};
 use portmapper_core::planner::{self, FinalizerChange, GateChanges, Plan, PlanError, PlanInput};
-use portmapper_core::report::{PlanFacts, Report, Stall, gate_timeouts};
+use portmapper_core::report::{PlanFacts, Report, Stall, StatusDue, gate_timeouts, status_due};
 use portmapper_core::writes::Phases;
+use tracing::debug;
 
 use crate::reconcile::context::Context;
 use crate::reconcile::execute::{After, Mode, Pass, Probes};
@@ -93,7 +95,7 @@ pub fn plan(
         forget: false,
     };
     let release = Release::of(key, pm, &inputs.departed);
-    Planned {
+    let planned = Planned {
         pass: release.then(Phases::of_plan(&plan, &pods), finalizer, report),
         after,
         again: at_deadline(resync, again, plan.gate_deadline),
@@ -102,7 +104,8 @@ pub fn plan(
             && inputs.natives.is_empty()
             && !inputs.read_server
             && plan.gate_deadline.is_none(),
-    }
+    };
+    status_timing(ctx, pm, key, planned)
 }
 
 /// The pass of a PortMapping that publishes nothing new: the gates of its pods not published
@@ -158,12 +161,46 @@ pub fn stalled(
         GatePool::None | GatePool::Listed { .. } => None,
     };
     let release = Release::of(key, pm, &departed);
-    Planned {
+    let planned = Planned {
         pass: release.then(phases, finalizer, report),
         after,
         again: at_deadline(resync, again, changes.deadline),
         cache_only: false,
+    };
+    status_timing(ctx, pm, key, planned)
+}
+
+/// When `planned`'s status is written ([`status_due`]): a change of the counts alone within
+/// the window of the PortMapping's last status write is held until that window ends, and the
+/// pass looks again then, so the held status is written even if no event comes (a later pass
+/// within the window holds the newer counts to the same end). The window is the batch window
+/// (`--batch-window-ms`): the span over which a burst of one PortMapping shares its writes.
+fn status_timing(
+    ctx: &Context,
+    pm: &PortMapping,
+    key: &ObjectRef<PortMapping>,
+    mut planned: Planned,
+) -> Planned {
+    let window = ctx.settings.batch_window;
+    if window.is_zero() {
+        return planned;
     }
+    let known = ctx.states.known_status(pm);
+    let next =
+        planned
+            .pass
+            .report
+            .status
+            .to_status(&known, pm.metadata.generation, Timestamp::now());
+    let since = ctx
+        .states
+        .since_status_written(key, tokio::time::Instant::now());
+    if let StatusDue::Held(wait) = status_due(&known, &next, since, window) {
+        debug!(portmapping = %key, wait_ms = wait.as_millis(), "only the counts changed; the status waits for its window's end");
+        planned.pass.status_held = true;
+        planned.again = Some(planned.again.map_or(wait, |again| again.min(wait)));
+    }
+    planned
 }
 
 /// The stall of a PortMapping whose plan's `inputs` cannot publish, for `stall`: its slices
@@ -243,6 +280,7 @@ impl Release {
             report,
             released: self.names,
             mode: Mode::All,
+            status_held: false,
         }
     }
 }

@@ -11,6 +11,9 @@
 //! - **status written**: the status this operator last wrote, with the resourceVersion of the
 //!   object it was computed from: until our write reaches the cache, the cached object still
 //!   carries the older status, and comparing with it would re-send the same status.
+//! - **status written at**: when that status write was answered: a change of the counts
+//!   alone within the window after it is held until the window ends
+//!   ([`portmapper_core::report::status_due`], decided in `plan.rs`).
 //! - **status refused**: the last status the server refused: a backing-off pass does not send
 //!   it again while its writes keep failing (`execute.rs`, `Mode::Probe`).
 //! - **gates written**: likewise for publication gates: each written gate is remembered with
@@ -30,6 +33,7 @@ use kube::runtime::reflector::ObjectRef;
 use portmapper_api::{PortMapping, PortMappingStatus};
 use portmapper_core::report::PlannedStatus;
 use portmapper_core::{EvalMemo, Ledger, PlannedEvent, PodGate};
+use tokio::time::Instant;
 
 use crate::reconcile::backoff::Backoffs;
 use crate::reconcile::batch_window::BatchWindows;
@@ -76,6 +80,8 @@ pub struct MappingState {
     memo: EvalMemo,
     ledger: Ledger,
     status_written: Option<(String, PortMappingStatus)>,
+    /// When the last status write of this operator was answered.
+    status_written_at: Option<Instant>,
     /// The last status the server refused, until a status write goes through.
     status_refused: Option<PlannedStatus>,
     /// By pod UID and condition type.
@@ -179,7 +185,21 @@ impl States {
         };
         self.with(&ObjectRef::from_obj(pm), |s| {
             s.status_written = Some((rv, status.clone()));
+            s.status_written_at = Some(Instant::now());
         });
+    }
+
+    /// How long ago at `now` this operator last wrote `pm`'s status (`None`: no write
+    /// remembered).
+    pub fn since_status_written(&self, pm: &Key, now: Instant) -> Option<std::time::Duration> {
+        let at = self.lock().get(pm).and_then(|s| s.status_written_at)?;
+        Some(now.saturating_duration_since(at))
+    }
+
+    /// Ends the window of `pm`'s last status write, as if it were long ago.
+    #[cfg(test)]
+    pub fn status_window_ended(&self, pm: &Key) {
+        self.with(pm, |s| s.status_written_at = None);
     }
 
     /// Records the answer to a write of `planned`: a refusal is remembered until a status write

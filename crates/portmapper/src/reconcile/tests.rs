@@ -95,12 +95,27 @@ impl World {
         Self::batched(pm, service, pods, Duration::ZERO)
     }
 
-    /// A world whose passes wait `window` after a pass that wrote.
+    /// A world whose passes wait `window` after a pass that wrote (and whose counts are
+    /// written once per `window`: it is the status window too).
     fn batched(
         pm: PortMapping,
         service: Option<Service>,
         pods: Vec<Pod>,
         window: Duration,
+    ) -> Self {
+        Self::windows(pm, service, pods, window, window)
+    }
+
+    /// A world whose counts-only status changes are written once per `status_window`, and
+    /// whose passes wait `batch_window` after a pass that wrote. (The operator has one
+    /// window, `--batch-window-ms`, for both; apart here, a test can flip pods one pass each
+    /// inside one status window.)
+    fn windows(
+        pm: PortMapping,
+        service: Option<Service>,
+        pods: Vec<Pod>,
+        batch_window: Duration,
+        status_window: Duration,
     ) -> Self {
         let api = FakeApi::default();
         // The status subresource answers with the whole object, as the API server does.
@@ -132,8 +147,8 @@ impl World {
             idx.retain_pods(&source, &listed);
         }
         let mut ctx = ctx;
-        ctx.settings.batch_window = window;
-        ctx.states.batches = crate::reconcile::batch_window::BatchWindows::new(window);
+        ctx.settings.batch_window = status_window;
+        ctx.states.batches = crate::reconcile::batch_window::BatchWindows::new(batch_window);
         Self {
             api,
             pm,
@@ -386,9 +401,7 @@ async fn a_status_change_is_patched_once_while_the_portmapping_cache_lags() {
     let second = w.body(&format!("PATCH {STATUS}"));
     assert_eq!(second["status"]["summary"], "http 1/2");
     assert_eq!(w.api.take_lines().len(), 2, "the slice, then the status");
-    let mut slice = stored(&apply);
-    slice.metadata.resource_version = Some("101".into());
-    w.slice_seen(slice);
+    w.slice_seen(stored(&apply));
     // Passes while the cache still holds the first status, then one after it caught up.
     for _ in 0..3 {
         w.reconcile().await.unwrap();
@@ -1123,11 +1136,11 @@ async fn changes_within_the_batch_window_of_a_write_are_written_together_at_its_
         .get();
     assert_eq!(batched, 2);
 
-    // The window's end: one pass writes both flips in one slice write, and the status.
-    w.ctx
-        .states
-        .batches
-        .forget(&kube::runtime::reflector::ObjectRef::from_obj(&w.pm));
+    // The window's end (the status was written with the first slice write: its window ends
+    // with the batch's): one pass writes both flips in one slice write, and the status.
+    let key = kube::runtime::reflector::ObjectRef::from_obj(&w.pm);
+    w.ctx.states.batches.forget(&key);
+    w.ctx.states.status_window_ended(&key);
     w.reconcile().await.unwrap();
     let apply = w.body(&format!("PATCH {SLICES}/web.http"));
     assert_eq!(
@@ -1139,6 +1152,162 @@ async fn changes_within_the_batch_window_of_a_write_are_written_together_at_its_
     );
     // Pods failing their checks are left out (no publishNotReadyAddresses): both gone.
     assert_eq!(apply["endpoints"], json!([]), "both flips in the one write");
+}
+
+/// How soon `action` looks again.
+fn requeue_after(action: &kube::runtime::controller::Action) -> Option<Duration> {
+    // `Action { requeue_after: Some(3599.99s) }`: kube keeps the field private.
+    let debug = format!("{action:?}");
+    let secs = debug.split("Some(").nth(1)?.split("s)").next()?;
+    secs.parse::<f64>().ok().map(Duration::from_secs_f64)
+}
+
+/// The ready count of the status `body`'s first port, and its summary.
+fn counts(body: &Value) -> (i64, String) {
+    (
+        body["status"]["ports"][0]["ready"]
+            .as_i64()
+            .unwrap_or_default(),
+        body["status"]["summary"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    )
+}
+
+/// A burst of flips inside the status window of the first write: each flip's slice is written
+/// at once, its counts are not; the pass that looks again when the window ends (no event
+/// comes) writes the final counts in one status write, and then nothing is written.
+#[tokio::test]
+async fn a_burst_of_flips_writes_its_counts_once_when_the_status_window_ends() {
+    let window = Duration::from_secs(3600);
+    let names = [
+        ("pod-a", "10.244.0.1"),
+        ("pod-b", "10.244.0.2"),
+        ("pod-c", "10.244.0.3"),
+    ];
+    let pods = names.iter().map(|(n, ip)| pod(n, ip)).collect();
+    let mut w = World::windows(pm(), Some(service()), pods, Duration::ZERO, window);
+    w.reconcile().await.unwrap();
+    let first = w.body(&format!("PATCH {STATUS}"));
+    assert_eq!(counts(&first), (3, "http 3/3".into()));
+    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    w.slice_seen(stored(&apply));
+    assert_eq!(w.api.take_lines().len(), 2, "the slice, then the status");
+
+    // Three flips in the window: one slice write each, no status write; each pass looks
+    // again when the window ends.
+    for (n, (name, ip)) in names.iter().enumerate() {
+        w.pod_seen(unready_pod(name, ip));
+        let action = w.reconcile().await.unwrap();
+        let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+        assert_eq!(
+            w.api.take_lines(),
+            [format!("PATCH {SLICES}/web.http")],
+            "flip {n}: the slice, not the status"
+        );
+        let again = requeue_after(&action).expect("looks again");
+        assert!(
+            again <= window && again > window - Duration::from_secs(600),
+            "flip {n}: at the window's end, not before: {again:?}"
+        );
+        // As the fake answered the apply (resourceVersion 100).
+        w.slice_seen(stored(&apply));
+    }
+
+    // The window ends and no event comes: the look-again writes the status once, with the
+    // final counts; Ready stays what it was.
+    let key = kube::runtime::reflector::ObjectRef::from_obj(&w.pm);
+    w.ctx.states.status_window_ended(&key);
+    w.reconcile().await.unwrap();
+    let last = w.body(&format!("PATCH {STATUS}"));
+    assert_eq!(w.api.take_lines(), [format!("PATCH {STATUS}")]);
+    assert_eq!(counts(&last), (0, "http 0/3".into()));
+    assert_eq!(condition(&last, "Ready"), condition(&first, "Ready"));
+    assert_eq!(
+        last["status"]["observedGeneration"],
+        first["status"]["observedGeneration"]
+    );
+
+    // Nothing changed since: no write, and no look-again before the resync.
+    let action = w.reconcile().await.unwrap();
+    assert_eq!(w.api.take_lines(), Vec::<String>::new());
+    assert!(requeue_after(&action).unwrap() > Duration::from_secs(60));
+}
+
+/// Inside the status window, what kstatus reads is written at once: a new generation (with
+/// the counts that changed meanwhile), and the conditions of a Service gone.
+#[tokio::test]
+async fn a_condition_or_generation_change_inside_the_status_window_is_written_at_once() {
+    let window = Duration::from_secs(3600);
+    let pods = vec![pod("pod-a", "10.244.0.1"), pod("pod-b", "10.244.0.2")];
+    let mut w = World::windows(pm(), Some(service()), pods, Duration::ZERO, window);
+    w.reconcile().await.unwrap();
+    let first = w.body(&format!("PATCH {STATUS}"));
+    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    w.slice_seen(stored(&apply));
+    w.api.take_lines();
+
+    // A flip: its counts are held.
+    w.pod_seen(unready_pod("pod-a", "10.244.0.1"));
+    w.reconcile().await.unwrap();
+    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    assert_eq!(w.api.take_lines(), [format!("PATCH {SLICES}/web.http")]);
+    w.slice_seen(stored(&apply));
+
+    // The spec changes (generation 2; the cache holds our first status): written at once,
+    // with the held counts.
+    w.pm.metadata.generation = Some(2);
+    w.pm.metadata.resource_version = Some("2".into());
+    w.pm.status = serde_json::from_value(first["status"].clone()).unwrap();
+    w.feeds
+        .portmappings
+        .apply_watcher_event(&watcher::Event::Apply(w.pm.clone()));
+    w.reconcile().await.unwrap();
+    let second = w.body(&format!("PATCH {STATUS}"));
+    assert_eq!(w.api.take_lines(), [format!("PATCH {STATUS}")]);
+    assert_eq!(second["status"]["observedGeneration"], 2);
+    assert_eq!(counts(&second), (1, "http 1/2".into()));
+
+    // Still inside the window, the Service goes: the slice is taken back and Ready=False is
+    // written at once.
+    w.feeds
+        .services
+        .apply_watcher_event(&watcher::Event::Delete(service()));
+    w.reconcile().await.unwrap();
+    let gone = w.body(&format!("PATCH {STATUS}"));
+    let lines = w.api.take_lines();
+    assert_eq!(lines.last(), Some(&format!("PATCH {STATUS}")), "{lines:?}");
+    assert_eq!(
+        condition(&gone, "Ready"),
+        ("False".into(), "ServiceNotFound".into())
+    );
+}
+
+/// A flip and its return inside the status window: the slice follows each, and at the
+/// window's end the status says what the server holds already: no status write at all.
+#[tokio::test]
+async fn a_flip_undone_inside_the_status_window_writes_no_status() {
+    let window = Duration::from_secs(3600);
+    let pods = vec![pod("pod-a", "10.244.0.1"), pod("pod-b", "10.244.0.2")];
+    let mut w = World::windows(pm(), Some(service()), pods, Duration::ZERO, window);
+    w.reconcile().await.unwrap();
+    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    w.slice_seen(stored(&apply));
+    w.api.take_lines();
+    let mut ready = pod("pod-a", "10.244.0.1");
+    ready.metadata.resource_version = Some("8".into());
+    for p in [unready_pod("pod-a", "10.244.0.1"), ready] {
+        w.pod_seen(p);
+        w.reconcile().await.unwrap();
+        let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+        assert_eq!(w.api.take_lines(), [format!("PATCH {SLICES}/web.http")]);
+        w.slice_seen(stored(&apply));
+    }
+    let key = kube::runtime::reflector::ObjectRef::from_obj(&w.pm);
+    w.ctx.states.status_window_ended(&key);
+    w.reconcile().await.unwrap();
+    assert_eq!(w.api.take_lines(), Vec::<String>::new());
 }
 
 /// Without a window (`--batch-window-ms=0`) every change is written at once.

@@ -294,3 +294,128 @@ async fn a_converged_portmapping_is_looked_at_again_every_resync() {
     assert!(successes() - before >= 3.0, "the passes were resyncs");
     assert_eq!(h.operator_writes().await, writes, "a resync wrote");
 }
+
+/// With a status window (the batch window, here 10 s), flips that each come more than a fifth
+/// of it after the last write have their slices written at once, while their counts wait for
+/// the window of the first status write to end: then the look-again, which no event brings,
+/// writes them in one status write; the Ready condition never changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flips_inside_the_status_window_share_one_status_write() {
+    let window = Duration::from_secs(10);
+    let h = Harness::start_with(|s| {
+        s.batch_window = window;
+        // No resync look inside the window: only the status's own look-again may write it.
+        s.resync = Duration::from_secs(300);
+    })
+    .await;
+    h.create(service("my-service", &[("http", 8080), ("https", 8443)]))
+        .await;
+    ready_pods(
+        &h,
+        "my-service",
+        &[
+            ("pod-a", "http", "10.244.0.1"),
+            ("pod-b", "http,https", "10.244.0.2"),
+            ("pod-c", "http,https", "10.244.0.3"),
+            ("pod-d", "https", "10.244.0.4"),
+        ],
+    )
+    .await;
+    h.create(portmapping("my-service", "my-service")).await;
+    let ready = |pm: &portmapper_api::PortMapping| {
+        let status = pm.status.as_ref()?;
+        let counts: Vec<i32> = status.ports.iter().map(|p| p.ready).collect();
+        let ready = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        ready.then_some(counts)
+    };
+    eventually("published", Duration::from_secs(15), || async {
+        let pm = h.portmapping("my-service").await;
+        (ready(&pm)? == [3, 3]).then_some(())
+    })
+    .await;
+    let statuses = |requests: &[crate::requests::Request]| -> Vec<crate::requests::Request> {
+        requests
+            .iter()
+            .filter(|r| r.resource == "portmappings" && r.subresource == "status")
+            .cloned()
+            .collect()
+    };
+    let first = statuses(&h.operator_requests().await);
+    assert_eq!(first.len(), 1, "the first publication's status");
+    let transition = |pm: &portmapper_api::PortMapping| {
+        pm.status.as_ref().and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .map(|c| c.last_transition_time.clone())
+        })
+    };
+    let ready_since = transition(&h.portmapping("my-service").await);
+
+    // Two flips, each past a fifth of the window after the last write: each slice is written
+    // at once.
+    for (pod, ip, slice, members) in [
+        (
+            "pod-a",
+            "10.244.0.1",
+            "my-service.http",
+            vec!["pod-b", "pod-c"],
+        ),
+        (
+            "pod-d",
+            "10.244.0.4",
+            "my-service.https",
+            vec!["pod-b", "pod-c"],
+        ),
+    ] {
+        tokio::time::sleep(window / 4).await;
+        h.set_pod_status(pod, &[ip], false).await;
+        eventually(&format!("{pod} leaves {slice}"), window, || async {
+            let m = h.membership("my-service").await;
+            m.get(slice)
+                .is_some_and(|v| v.iter().map(String::as_str).eq(members.iter().copied()))
+                .then_some(())
+        })
+        .await;
+    }
+    let flipped = h.operator_requests().await;
+    let last_slice = flipped
+        .iter()
+        .rfind(|r| r.resource == "endpointslices")
+        .unwrap()
+        .at;
+
+    // The counts arrive once the window of the first status write has passed.
+    eventually("the final counts", window * 3, || async {
+        let pm = h.portmapping("my-service").await;
+        (ready(&pm)? == [2, 2]).then_some(())
+    })
+    .await;
+    let requests = h.operator_requests().await;
+    let written = statuses(&requests);
+    let late = last_slice.duration_since(first[0].at)
+        >= k8s_openapi::jiff::SignedDuration::try_from(window).unwrap();
+    if late {
+        // The machine was too slow to flip both inside the window: one write per window.
+        assert!(written.len() <= 3, "{} status writes", written.len());
+    } else {
+        assert_eq!(
+            written.len(),
+            2,
+            "the first publication's, then one for both flips"
+        );
+        assert!(written[1].at >= last_slice, "after both slice writes");
+    }
+    assert_eq!(
+        transition(&h.portmapping("my-service").await),
+        ready_since,
+        "Ready never flipped"
+    );
+    // Converged: nothing more (no resync comes in this test: a while is all there is).
+    let before = requests.len();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(h.operator_writes().await, before);
+}
