@@ -37,12 +37,9 @@ mod inner {
     use test_support::in_sandbox;
 
     use super::ENV;
-    use crate::tenants::probing::inner::decider;
-    use crate::tenants::{Tenant, World, portmapping, service, tail};
+    use crate::tenants::probing::inner::{decider, publish_latency};
+    use crate::tenants::{World, portmapping, service};
 
-    /// The correctness bound on the victim's publish latency under the attack: wide for a loaded
-    /// 2-core machine, far below the minutes a starved resolver would cost.
-    const BOUND: Duration = Duration::from_secs(20);
     const DECIDER_IP: Ipv4Addr = Ipv4Addr::new(10, 244, 200, 2);
     const DECIDER: &str = "10.244.200.2:18081";
 
@@ -133,32 +130,6 @@ mod inner {
     fn webhook(host: &str, timeout_seconds: u32) -> Value {
         json!({"webhook": {"url": format!("http://{host}/review"),
                            "timeoutSeconds": timeout_seconds}})
-    }
-
-    /// Creates b's pod `name` at `ip`; how long until it was published beside `before` others.
-    fn publish_latency(
-        world: &World,
-        b: &Tenant<'_>,
-        name: &str,
-        ip: &str,
-        before: usize,
-    ) -> Duration {
-        let started = Instant::now();
-        b.ready_pod(name, json!({"example.com/group": "web"}), json!({}), ip);
-        loop {
-            let addresses = b.published("web").remove("p8080").unwrap_or_default();
-            if addresses.iter().any(|a| a == ip) {
-                assert_eq!(addresses.len(), before + 1, "{addresses:?}");
-                return started.elapsed();
-            }
-            assert!(
-                started.elapsed() < BOUND,
-                "{name} not published within {BOUND:?}; b's status:\n{}\noperator log:\n{}",
-                b.ok(&["get", "pm", "web", "-o", "jsonpath={.status}"]),
-                tail(&world.log(), 40)
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
     }
 
     fn threads(world: &World) -> usize {

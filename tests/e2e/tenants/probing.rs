@@ -131,7 +131,7 @@ pub(super) mod inner {
 
     /// Creates the victim's pod `name` at `ip` and returns how long it took until its address
     /// was published beside `before` others (the pod's creation and kubelet's status included).
-    fn publish_latency(
+    pub(in crate::tenants) fn publish_latency(
         world: &World,
         b: &Tenant<'_>,
         name: &str,
