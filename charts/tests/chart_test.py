@@ -278,7 +278,7 @@ def _watch_namespace(objs: list[Obj]) -> None:
     assert binding["subjects"][0]["namespace"] == NAMESPACE
     cluster_roles = [o["metadata"]["name"] for o in objs if o["kind"] == "ClusterRole"]
     assert cluster_roles == ["portmapper-nodes", "portmapper-edit", "portmapper-view"], cluster_roles
-    assert ("Role", "team-a", "discovery.k8s.io", "endpointslices", "patch") in rules(objs)
+    assert ("Role", "team-a", "discovery.k8s.io", "endpointslices", "update") in rules(objs)
     # The gate's pod writes stay in the watched namespace too.
     assert [r for r in rules(objs) if r[3] == "pods/status"] == [
         ("Role", "team-a", "", "pods/status", "patch")

@@ -97,12 +97,12 @@ portmappings/finalizers (see the comment there).
 - apiGroups: [""]
   resources: ["pods/status"]
   verbs: ["patch"]
-# EndpointSlices: watches, a GET before claiming a name, server-side apply (patch, and create:
-# an apply that creates the object is authorized as create too), UID-preconditioned deletes
-# (stray slices, native leftovers of a selector migration).
+# EndpointSlices: watches, a GET of a slice of ours that left the watch, creates and
+# resourceVersion-conditional updates of ours, UID-preconditioned deletes (stray slices, native
+# leftovers of a selector migration).
 - apiGroups: ["discovery.k8s.io"]
   resources: ["endpointslices"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "update", "delete"]
 # Legacy Endpoints (legacyEndpoints: true) and selector migration: same verbs as slices.
 - apiGroups: [""]
   resources: ["endpoints"]

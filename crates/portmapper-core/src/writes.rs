@@ -3,9 +3,9 @@
 //! whose guard failed is skipped), so the write order and its conditions live here, next
 //! to the planner, not in the code that sends the requests.
 //!
-//! - Slices: every apply, then every deletion (endpoints moving between slices are never
-//!   missing from all of them), and no deletion once an apply failed: the slice a deletion
-//!   retires may hold the only copy of endpoints the failed apply was to publish elsewhere (a
+//! - Slices: every create and update, then every deletion (endpoints moving between slices
+//!   are never missing from all of them), and no deletion once a write failed: the slice a
+//!   deletion retires may hold the only copy of endpoints the failed write was to publish elsewhere (a
 //!   switch of `sliceGrouping`, the upgrade from per-port slices); the next pass plans the
 //!   deletions again.
 //! - Publication gates: those that claim no publication (False, Released, TimedOut), then the
@@ -26,14 +26,18 @@ use std::sync::Arc;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::planner::migration::Step;
-use crate::planner::{FinalizerChange, Plan, PodGate, RELEASE_FINALIZER};
+use crate::planner::{FinalizerChange, Plan, PodGate, RELEASE_FINALIZER, WriteAction};
 use crate::pod_record::PodRecord;
 
 /// One write.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Write {
-    /// Server-side apply of one of our slices.
-    ApplySlice(Arc<EndpointSlice>),
+    /// Create one of our slices (a POST): its name is free as far as the caches show.
+    CreateSlice(Arc<EndpointSlice>),
+    /// Replace one of our slices (a PUT) whose stored version the caches show: the object
+    /// carries that `metadata.resourceVersion`, so a slice changed since is refused (409), never
+    /// overwritten unseen.
+    UpdateSlice(Arc<EndpointSlice>),
     /// Delete one of our slices (UID precondition).
     DeleteSlice {
         /// Name.
@@ -63,8 +67,8 @@ pub enum Write {
 pub enum PhaseKind {
     /// Releases of pods that left the pool (True, `Released`).
     ReleasedGates,
-    /// Applies of our slices.
-    SliceApplies,
+    /// Creates and updates of our slices.
+    SliceWrites,
     /// Deletions of our slices.
     SliceDeletions,
     /// Publication gates that claim no publication (False, `Released`, `TimedOut`).
@@ -87,7 +91,7 @@ impl PhaseKind {
     /// few so one PortMapping cannot flood the API server; the Endpoints steps go one by one.
     pub fn in_flight(self) -> usize {
         match self {
-            Self::SliceApplies | Self::SliceDeletions => 8,
+            Self::SliceWrites | Self::SliceDeletions => 8,
             Self::ReleasedGates | Self::Gates | Self::PublishedGates => 4,
             Self::Endpoints | Self::NativeEndpoints | Self::NativeSlices | Self::Finalizer => 1,
         }
@@ -130,14 +134,17 @@ impl Phases {
     pub fn of_plan(plan: &Plan, pods: &[&PodRecord]) -> Self {
         use PhaseKind as K;
         let mut phases = Self::default();
-        let applies = plan
+        let writes = plan
             .slices
             .iter()
-            .filter(|s| s.action.is_write())
-            .map(|s| Write::ApplySlice(s.slice.clone()))
+            .filter_map(|s| match s.action {
+                WriteAction::Create => Some(Write::CreateSlice(s.slice.clone())),
+                WriteAction::Update { .. } => Some(Write::UpdateSlice(s.slice.clone())),
+                WriteAction::Unchanged => None,
+            })
             .collect();
-        phases.push(K::SliceApplies, applies, &[]);
-        phases.push(K::SliceDeletions, slice_deletions(plan), &[K::SliceApplies]);
+        phases.push(K::SliceWrites, writes, &[]);
+        phases.push(K::SliceDeletions, slice_deletions(plan), &[K::SliceWrites]);
         // A gate that says Published waits for the slices; the others (False, Released,
         // TimedOut: they claim no publication) do not.
         let (published, unpublished): (Vec<&PodGate>, Vec<&PodGate>) =
@@ -149,7 +156,7 @@ impl Phases {
             phases.push(
                 K::PublishedGates,
                 published,
-                &[K::SliceApplies, K::SliceDeletions],
+                &[K::SliceWrites, K::SliceDeletions],
             );
         }
         phases.migration(&plan.migration);
@@ -274,7 +281,7 @@ fn set_gates<'g>(
 mod tests {
     use super::*;
     use crate::HeldName;
-    use crate::planner::{Deletion, NameCollision, PlannedSlice, WriteAction};
+    use crate::planner::{Deletion, NameCollision, PlannedSlice};
 
     fn gate(pod: &str, status: bool) -> PodGate {
         PodGate {
@@ -356,13 +363,13 @@ mod tests {
         assert_eq!(
             shape(&phases),
             [
-                (K::SliceApplies, 1, vec![]),
-                (K::SliceDeletions, 1, vec![K::SliceApplies]),
+                (K::SliceWrites, 1, vec![]),
+                (K::SliceDeletions, 1, vec![K::SliceWrites]),
                 (K::Gates, 1, vec![]),
                 (
                     K::PublishedGates,
                     1,
-                    vec![K::SliceApplies, K::SliceDeletions]
+                    vec![K::SliceWrites, K::SliceDeletions]
                 ),
                 (K::Endpoints, 1, vec![]),
                 (K::NativeEndpoints, 1, vec![]),

@@ -152,7 +152,9 @@ pub fn timeline(requests: &[Write], agent: &str) -> Option<Timeline> {
             .collect()
     };
     let lists = at(&|r| r.verb == "list" && r.resource == "pods");
-    let writes = at(&|r| r.resource == "endpointslices" && r.verb == "patch");
+    let writes = at(&|r| {
+        r.resource == "endpointslices" && matches!(r.verb.as_str(), "create" | "update" | "patch")
+    });
     let first = writes.iter().copied().reduce(f64::min);
     let last = writes.iter().copied().reduce(f64::max);
     Some(Timeline {

@@ -17,7 +17,7 @@ use super::memo::EvalMemo;
 use super::naming::{chunk_name, parse_chunk};
 use super::objects::KeptMember;
 use super::objects::address_key;
-use super::objects::{ANNOTATION_TRIGGER_TIME, DesiredEndpoint, slice_labels};
+use super::objects::{ANNOTATION_TRIGGER_TIME, DesiredEndpoint, keep_for_update, slice_labels};
 use super::pack::{LiveChunk, pack};
 use super::trigger::{WrittenChunk, chunk_trigger_time, read_conditions};
 use super::types::{Deletion, Plan, PlanError, PlannedSlice, WriteAction};
@@ -472,6 +472,9 @@ impl<'s> Emitter<'_, '_, 's, '_> {
             ANNOTATION_TRIGGER_TIME.to_owned(),
             trigger.to_string(),
         )]));
+        if let Some(live) = written.live {
+            keep_for_update(&mut metadata, &live.metadata);
+        }
         let slice = EndpointSlice {
             metadata,
             address_type: group.family.as_str().to_owned(),

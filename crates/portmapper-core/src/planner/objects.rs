@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::{
     Endpoint, EndpointConditions, EndpointHints, ForNode, ForZone,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use portmapper_api::MANAGER;
 
 use crate::pod_record::PodRecord;
@@ -71,6 +71,46 @@ pub fn owner_reference(name: &str, uid: &str) -> OwnerReference {
         uid: uid.to_owned(),
         controller: Some(true),
         block_owner_deletion: Some(true),
+    }
+}
+
+/// Makes `desired` (the metadata the planner renders) the body of an update of the stored
+/// object `live`. An update replaces the whole object, so it carries what is not ours to set:
+/// others' annotations, the finalizers, and owner references that are not a controller's (a
+/// stale controller reference, from a PortMapping deleted with its dependents orphaned, is
+/// replaced by ours). Labels are wholly ours, as the native controller's are: the Service's
+/// labels and ours, so a label removed from the Service leaves the slice. The stored
+/// resourceVersion makes the update conditional on the object the plan was made from.
+pub fn keep_for_update(desired: &mut ObjectMeta, live: &ObjectMeta) {
+    desired.resource_version.clone_from(&live.resource_version);
+    if let Some(theirs) = &live.annotations {
+        let ours = desired.annotations.get_or_insert_with(BTreeMap::new);
+        for (key, value) in theirs {
+            if key != ANNOTATION_TRIGGER_TIME {
+                ours.entry(key.clone()).or_insert_with(|| value.clone());
+            }
+        }
+    }
+    desired.finalizers.clone_from(&live.finalizers);
+    let others = live
+        .owner_references
+        .iter()
+        .flatten()
+        .filter(|r| r.controller != Some(true))
+        .filter(|r| {
+            !desired
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid == r.uid)
+        })
+        .cloned()
+        .collect::<Vec<_>>();
+    if !others.is_empty() {
+        desired
+            .owner_references
+            .get_or_insert_with(Vec::new)
+            .extend(others);
     }
 }
 
@@ -364,7 +404,6 @@ impl KeptMember {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{Pod, PodSpec, ServiceSpec};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn svc(
         labels: &[(&str, &str)],
@@ -423,6 +462,56 @@ mod tests {
             "web",
         );
         assert!(!clusterip.contains_key(LABEL_HEADLESS));
+    }
+
+    #[test]
+    fn an_update_keeps_what_others_set_and_drops_their_labels_and_stale_controller() {
+        let kv = |pairs: &[(&str, &str)]| -> Option<BTreeMap<String, String>> {
+            Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| ((*k).into(), (*v).into()))
+                    .collect(),
+            )
+        };
+        let mut desired = ObjectMeta {
+            labels: kv(&[("app", "web")]),
+            annotations: kv(&[(ANNOTATION_TRIGGER_TIME, "new")]),
+            owner_references: Some(vec![owner_reference("pm", "uid-now")]),
+            ..ObjectMeta::default()
+        };
+        let mut other = owner_reference("backup", "uid-backup");
+        other.controller = None;
+        let live = ObjectMeta {
+            resource_version: Some("42".into()),
+            labels: kv(&[("app", "web"), ("removed-from-service", "x")]),
+            annotations: kv(&[
+                (ANNOTATION_TRIGGER_TIME, "old"),
+                ("example.com/note", "kept"),
+            ]),
+            finalizers: Some(vec!["example.com/hold".into()]),
+            owner_references: Some(vec![
+                owner_reference("pm", "uid-before"),
+                other.clone(),
+                owner_reference("pm", "uid-now"),
+            ]),
+            ..ObjectMeta::default()
+        };
+        keep_for_update(&mut desired, &live);
+        assert_eq!(desired.resource_version.as_deref(), Some("42"));
+        assert_eq!(desired.labels, kv(&[("app", "web")]));
+        assert_eq!(
+            desired.annotations,
+            kv(&[
+                (ANNOTATION_TRIGGER_TIME, "new"),
+                ("example.com/note", "kept")
+            ])
+        );
+        assert_eq!(desired.finalizers, Some(vec!["example.com/hold".into()]));
+        assert_eq!(
+            desired.owner_references,
+            Some(vec![owner_reference("pm", "uid-now"), other])
+        );
     }
 
     #[test]

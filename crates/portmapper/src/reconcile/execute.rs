@@ -239,7 +239,8 @@ impl Run<'_> {
     /// One write; true when its answer asks for another pass.
     async fn write(&self, write: &Write) -> (Result<(), Error>, bool) {
         match write {
-            Write::ApplySlice(slice) => self.apply_slice(slice).await,
+            Write::CreateSlice(slice) => self.write_slice(slice, false).await,
+            Write::UpdateSlice(slice) => self.write_slice(slice, true).await,
             Write::DeleteSlice { name, uid } => (self.delete_slice(name, uid).await, false),
             Write::SetGate { gate, pod_version } => {
                 if self.ctx.states.gate_sent(self.key, gate, pod_version) {
@@ -296,16 +297,21 @@ impl Run<'_> {
         }
     }
 
-    /// Applies one of our slices. It is announced to the index as it is sent and its answer
-    /// recorded as it arrives: its watch event, often handled before the answer, is then known
-    /// as ours instead of waking the PortMapping for a pass that finds nothing to do.
-    async fn apply_slice(&self, slice: &EndpointSlice) -> (Result<(), Error>, bool) {
+    /// Creates or updates (`update`) one of our slices. It is announced to the index as it is
+    /// sent and its answer recorded as it arrives: its watch event, often handled before the
+    /// answer, is then known as ours instead of waking the PortMapping for a pass that finds
+    /// nothing to do.
+    async fn write_slice(&self, slice: &EndpointSlice, update: bool) -> (Result<(), Error>, bool) {
         let slice_ref = self.slice_ref(&slice.name_any());
         let index = &self.ctx.index;
         index
             .lock()
             .applying_slice(&self.owner, slice_ref.clone(), Instant::now());
-        let result = self.writer.apply_slice(slice).await;
+        let result = if update {
+            self.writer.update_slice(slice).await
+        } else {
+            self.writer.create_slice(slice).await
+        };
         let answered = match &result {
             Ok(Some(version)) => {
                 index

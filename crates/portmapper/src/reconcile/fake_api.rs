@@ -30,10 +30,27 @@ pub struct Recorded {
 }
 
 impl Recorded {
-    /// `METHOD path` without the query: what the ordered-writes assertions compare.
+    /// `METHOD path` without the query: what the ordered-writes assertions compare. A slice
+    /// POST shows the path the slice is created at ([`object_path`]).
     pub fn line(&self) -> String {
         let path = self.uri.split('?').next().unwrap_or_default();
-        format!("{} {path}", self.method)
+        format!(
+            "{} {}",
+            self.method,
+            object_path(&self.method, path, &self.body)
+        )
+    }
+}
+
+/// The path a request acts on: a POST of an EndpointSlice names the object it creates (so a
+/// test tells the creates of a pass apart, and scripts an answer for one of them).
+fn object_path(method: &str, path: &str, body: &Value) -> String {
+    let name = body["metadata"]["name"].as_str();
+    match name {
+        Some(name) if method == "POST" && path.ends_with("/endpointslices") => {
+            format!("{path}/{name}")
+        }
+        _ => path.to_owned(),
     }
 }
 
@@ -140,7 +157,7 @@ impl FakeApi {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .find(|s| s.method == method && s.path == path)
+            .find(|s| s.method == method && s.path == object_path(&method, &path, &body))
             .map(|s| (s.status, s.body.clone()));
         let (status, out) = scripted.unwrap_or_else(|| default_answer(&method, body));
         let bytes = serde_json::to_vec(&out).unwrap_or_default();

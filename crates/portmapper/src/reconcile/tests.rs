@@ -246,11 +246,11 @@ fn condition(status: &Value, type_: &str) -> (String, String) {
 async fn first_publication_applies_the_slice_then_the_status_and_then_writes_nothing() {
     let mut w = World::new(Some(service()), vec![pod("pod-a", "10.244.0.1")]);
     w.reconcile().await.unwrap();
-    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    let apply = w.body(&format!("POST {SLICES}/web.http"));
     let status = w.body(&format!("PATCH {STATUS}"));
     let query = &w.api.requests()[0].uri;
     assert!(
-        query.contains("fieldManager=portmapper.dev") && query.contains("force=true"),
+        query.contains("fieldManager=portmapper.dev") && !query.contains("force"),
         "{query}"
     );
     // Only the stored resourceVersion is read from the answer: asked for as metadata.
@@ -258,10 +258,7 @@ async fn first_publication_applies_the_slice_then_the_status_and_then_writes_not
     assert!(accept.contains("as=PartialObjectMetadata"), "{accept}");
     assert_eq!(
         w.api.take_lines(),
-        [
-            format!("PATCH {SLICES}/web.http"),
-            format!("PATCH {STATUS}")
-        ],
+        [format!("POST {SLICES}/web.http"), format!("PATCH {STATUS}")],
         "no GET before the create, the slice before the status"
     );
     assert_eq!(apply["endpoints"][0]["addresses"], json!(["10.244.0.1"]));
@@ -306,7 +303,7 @@ async fn a_pass_with_nothing_new_to_read_is_skipped_until_an_event_touches_it() 
             .sum::<u64>()
     };
     w.reconcile().await.unwrap();
-    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    let apply = w.body(&format!("POST {SLICES}/web.http"));
     w.slice_seen(stored(&apply));
     w.api.take_lines();
     // Writes nothing, reads only caches: settled.
@@ -333,7 +330,7 @@ async fn a_pass_with_nothing_new_to_read_is_skipped_until_an_event_touches_it() 
     w.reconcile().await.unwrap();
     let lines = w.api.take_lines();
     assert!(
-        lines.contains(&format!("PATCH {SLICES}/web.http")),
+        lines.contains(&format!("PUT {SLICES}/web.http")),
         "{lines:?}"
     );
     assert_eq!((planned(&w), quiet(&w)), (3, 2));
@@ -388,7 +385,7 @@ async fn a_status_change_is_patched_once_while_the_portmapping_cache_lags() {
     let pods = vec![pod("pod-a", "10.244.0.1"), pod("pod-b", "10.244.0.2")];
     let mut w = World::new(Some(service()), pods);
     w.reconcile().await.unwrap();
-    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    let apply = w.body(&format!("POST {SLICES}/web.http"));
     let first = w.body(&format!("PATCH {STATUS}"));
     assert_eq!(first["status"]["summary"], "http 2/2");
     w.slice_seen(stored(&apply));
@@ -397,7 +394,9 @@ async fn a_status_change_is_patched_once_while_the_portmapping_cache_lags() {
 
     w.pod_seen(unready_pod("pod-b", "10.244.0.2"));
     w.reconcile().await.unwrap();
-    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    let apply = w.body(&format!("PUT {SLICES}/web.http"));
+    // An update of the version the cache shows, refused if the slice changed since.
+    assert_eq!(apply["metadata"]["resourceVersion"], "100");
     let second = w.body(&format!("PATCH {STATUS}"));
     assert_eq!(second["status"]["summary"], "http 1/2");
     assert_eq!(w.api.take_lines().len(), 2, "the slice, then the status");
@@ -448,7 +447,7 @@ async fn same_second_portmappings_hand_the_slices_to_the_name_winner() {
         );
     }
     w.reconcile().await.unwrap();
-    let published = w.body(&format!("PATCH {SLICES}/web.http"));
+    let published = w.body(&format!("POST {SLICES}/web.http"));
     assert_eq!(published["metadata"]["ownerReferences"][0]["uid"], "uid-zz");
     w.slice_seen(stored(&published));
     w.api.take_lines();
@@ -461,11 +460,11 @@ async fn same_second_portmappings_hand_the_slices_to_the_name_winner() {
     let ctx = w.ctx.clone();
     let pass = |pm: &PortMapping| crate::reconcile::reconcile(Arc::new(pm.clone()), ctx.clone());
     pass(&aa).await.unwrap();
-    let taken = w.body(&format!("PATCH {SLICES}/web.http"));
+    let taken = w.body(&format!("PUT {SLICES}/web.http"));
     assert_eq!(
         w.api.take_lines(),
         [
-            format!("PATCH {SLICES}/web.http"),
+            format!("PUT {SLICES}/web.http"),
             format!("PATCH {}", path("aa"))
         ],
         "taking over is an apply, not a collision Event"
@@ -497,7 +496,7 @@ async fn same_second_portmappings_hand_the_slices_to_the_name_winner() {
 
     w.pod_seen(unready_pod("pod-b", "10.244.0.2"));
     pass(&aa).await.unwrap();
-    let followed = w.body(&format!("PATCH {SLICES}/web.http"));
+    let followed = w.body(&format!("PUT {SLICES}/web.http"));
     assert_eq!(followed["endpoints"].as_array().map(Vec::len), Some(1));
     assert_eq!(followed["endpoints"][0]["addresses"], json!(["10.244.0.1"]));
 }
@@ -511,10 +510,7 @@ async fn a_status_write_that_finds_the_portmapping_gone_ends_the_pass() {
     w.reconcile().await.unwrap();
     assert_eq!(
         w.api.take_lines(),
-        [
-            format!("PATCH {SLICES}/web.http"),
-            format!("PATCH {STATUS}")
-        ]
+        [format!("POST {SLICES}/web.http"), format!("PATCH {STATUS}")]
     );
 }
 
@@ -597,7 +593,7 @@ async fn topology_mode_auto_is_refused_with_one_warning_event() {
     }
     let mut w = World::new(Some(auto), vec![pod("pod-a", "10.244.0.1")]);
     w.reconcile().await.unwrap();
-    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    let apply = w.body(&format!("POST {SLICES}/web.http"));
     let event = w.body(&format!("POST {EVENTS}"));
     assert_eq!(event["reason"], "TopologyAwareHintsDisabled");
     assert_eq!(event["type"], "Warning");
@@ -624,20 +620,17 @@ async fn topology_mode_auto_is_refused_with_one_warning_event() {
 async fn a_forbidden_write_is_kept_reported_and_backed_off_as_permanent() {
     let w = World::new(Some(service()), vec![pod("pod-a", "10.244.0.1")]);
     w.api
-        .fail("PATCH", &format!("{SLICES}/web.http"), 403, "Forbidden");
+        .fail("POST", &format!("{SLICES}/web.http"), 403, "Forbidden");
     let err = w.reconcile().await.unwrap_err();
     assert!(
         err.to_string()
-            .contains("applying EndpointSlice default/web.http"),
+            .contains("creating EndpointSlice default/web.http"),
         "{err}"
     );
     let status = w.body(&format!("PATCH {STATUS}"));
     assert_eq!(
         w.api.take_lines(),
-        [
-            format!("PATCH {SLICES}/web.http"),
-            format!("PATCH {STATUS}")
-        ],
+        [format!("POST {SLICES}/web.http"), format!("PATCH {STATUS}")],
         "the status reports what we know before the error policy retries"
     );
     assert_eq!(
@@ -667,7 +660,7 @@ async fn a_forbidden_write_is_kept_reported_and_backed_off_as_permanent() {
 async fn a_slice_relabelled_by_someone_is_read_not_forced_back_while_the_other_watch_lags() {
     let mut w = World::new(Some(service()), vec![pod("pod-a", "10.244.0.1")]);
     w.reconcile().await.unwrap();
-    let ours = stored(&w.body(&format!("PATCH {SLICES}/web.http")));
+    let ours = stored(&w.body(&format!("POST {SLICES}/web.http")));
     w.slice_seen(ours.clone());
     w.api.take_lines();
     // Someone relabels it: our label-selected watch says DELETED; the watch of slices not ours
@@ -694,6 +687,51 @@ async fn a_slice_relabelled_by_someone_is_read_not_forced_back_while_the_other_w
         condition(&status, "Stalled"),
         ("True".into(), "NameCollision".into())
     );
+}
+
+/// An update refused with 409 Conflict (the slice changed since the cache showed it) is a
+/// failed write; the retry updates the version the watch brought, keeping what its writer
+/// added, never the refused one.
+#[tokio::test]
+async fn an_update_refused_for_a_newer_version_is_retried_on_the_version_the_watch_brings() {
+    let pods = vec![pod("pod-a", "10.244.0.1"), pod("pod-b", "10.244.0.2")];
+    let mut w = World::new(Some(service()), pods);
+    w.reconcile().await.unwrap();
+    let created = stored(&w.body(&format!("POST {SLICES}/web.http")));
+    w.slice_seen(created.clone());
+    w.api.take_lines();
+    w.api
+        .fail("PUT", &format!("{SLICES}/web.http"), 409, "Conflict");
+    w.pod_seen(unready_pod("pod-b", "10.244.0.2"));
+    let err = w.reconcile().await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("updating EndpointSlice default/web.http"),
+        "{err}"
+    );
+    let refused = w.body(&format!("PUT {SLICES}/web.http"));
+    assert_eq!(refused["metadata"]["resourceVersion"], "100");
+    crate::reconcile::error_policy(Arc::new(pm()), &err, w.ctx.clone());
+    // What the server had: someone else's write, which the watch now brings.
+    let mut theirs = created;
+    theirs.metadata.resource_version = Some("150".into());
+    theirs
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert("example.com/by".into(), "someone".into());
+    w.slice_seen(theirs);
+    w.api.clear_failures();
+    w.api.take_lines();
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    w.reconcile().await.unwrap();
+    let retried = w.body(&format!("PUT {SLICES}/web.http"));
+    assert_eq!(retried["metadata"]["resourceVersion"], "150");
+    assert_eq!(
+        retried["metadata"]["annotations"]["example.com/by"],
+        "someone"
+    );
+    assert_eq!(retried["endpoints"], refused["endpoints"]);
 }
 
 /// Two ports, so two slices to write.
@@ -739,15 +777,15 @@ async fn every_failed_write_is_reported_and_the_most_severe_sets_the_backoff() {
         vec![two_port_pod("pod-a", "10.244.0.1")],
     );
     w.api
-        .fail("PATCH", &format!("{SLICES}/web.http"), 403, "Forbidden");
+        .fail("POST", &format!("{SLICES}/web.http"), 403, "Forbidden");
     w.api
-        .fail("PATCH", &format!("{SLICES}/web.https"), 409, "Conflict");
+        .fail("POST", &format!("{SLICES}/web.https"), 409, "Conflict");
     let err = w.reconcile().await.unwrap_err();
     let message = names_every_failure(
         &err,
         &[
-            "applying EndpointSlice default/web.http:",
-            "applying EndpointSlice default/web.https:",
+            "creating EndpointSlice default/web.http:",
+            "creating EndpointSlice default/web.https:",
         ],
     );
     let status = w.body(&format!("PATCH {STATUS}"));
@@ -757,8 +795,8 @@ async fn every_failed_write_is_reported_and_the_most_severe_sets_the_backoff() {
     assert_eq!(
         lines,
         [
-            format!("PATCH {SLICES}/web.http"),
-            format!("PATCH {SLICES}/web.https"),
+            format!("POST {SLICES}/web.http"),
+            format!("POST {SLICES}/web.https"),
             format!("PATCH {STATUS}")
         ]
     );
@@ -870,11 +908,11 @@ async fn a_gate_already_sent_is_not_resent_while_the_cache_lags() {
     let mut w = World::with(gated_pm(), Some(service()), pods);
     w.reconcile().await.unwrap();
     let gate = w.body(&format!("PATCH {POD_STATUS}"));
-    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    let apply = w.body(&format!("POST {SLICES}/web.http"));
     assert_eq!(
         w.api.take_lines(),
         [
-            format!("PATCH {SLICES}/web.http"),
+            format!("POST {SLICES}/web.http"),
             format!("PATCH {POD_STATUS}"),
             format!("PATCH {STATUS}")
         ],
@@ -904,14 +942,11 @@ async fn a_true_gate_waits_for_the_slice_writes() {
         vec![gated_pod("pod-a", "10.244.0.1")],
     );
     w.api
-        .fail("PATCH", &format!("{SLICES}/web.http"), 500, "InternalError");
+        .fail("POST", &format!("{SLICES}/web.http"), 500, "InternalError");
     w.reconcile().await.unwrap_err();
     assert_eq!(
         w.api.take_lines(),
-        [
-            format!("PATCH {SLICES}/web.http"),
-            format!("PATCH {STATUS}")
-        ],
+        [format!("POST {SLICES}/web.http"), format!("PATCH {STATUS}")],
         "no gate written"
     );
 }
@@ -927,7 +962,7 @@ async fn a_gated_pool_holds_the_portmapping_until_its_deletion_released_the_gate
     assert_eq!(
         w.api.take_lines(),
         [
-            format!("PATCH {SLICES}/web.http"),
+            format!("POST {SLICES}/web.http"),
             format!("PATCH {POD_STATUS}"),
             format!("PATCH {PM}"),
             format!("PATCH {STATUS}")
@@ -1051,7 +1086,7 @@ async fn the_upgrade_to_port_sets_applies_the_new_slice_before_deleting_the_old_
     let lines = w.api.take_lines();
     let new = lines
         .iter()
-        .position(|l| l.starts_with(&format!("PATCH {SLICES}/web.http.")))
+        .position(|l| l.starts_with(&format!("POST {SLICES}/web.http.")))
         .expect("the port-set slice is applied");
     let old = lines
         .iter()
@@ -1083,12 +1118,12 @@ async fn a_failed_apply_holds_back_the_deletions_of_its_pass() {
         0,
     );
     w.api
-        .fail("PATCH", &format!("{SLICES}/{name}"), 500, "InternalError");
+        .fail("POST", &format!("{SLICES}/{name}"), 500, "InternalError");
     w.reconcile().await.unwrap_err();
     let lines = w.api.take_lines();
     assert!(!lines.iter().any(|l| l.starts_with("DELETE")), "{lines:?}");
     assert!(
-        lines.contains(&format!("PATCH {SLICES}/{name}")),
+        lines.contains(&format!("POST {SLICES}/{name}")),
         "{lines:?}"
     );
 }
@@ -1118,7 +1153,7 @@ async fn changes_within_the_batch_window_of_a_write_are_written_together_at_its_
     let pods = vec![pod("pod-a", "10.244.0.1"), pod("pod-b", "10.244.0.2")];
     let mut w = World::batched(pm(), Some(service()), pods, window);
     w.reconcile().await.unwrap();
-    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    let apply = w.body(&format!("POST {SLICES}/web.http"));
     w.slice_seen(stored(&apply));
     assert_eq!(w.api.take_lines().len(), 2, "the slice, then the status");
 
@@ -1142,13 +1177,10 @@ async fn changes_within_the_batch_window_of_a_write_are_written_together_at_its_
     w.ctx.states.batches.forget(&key);
     w.ctx.states.status_window_ended(&key);
     w.reconcile().await.unwrap();
-    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    let apply = w.body(&format!("PUT {SLICES}/web.http"));
     assert_eq!(
         w.api.take_lines(),
-        [
-            format!("PATCH {SLICES}/web.http"),
-            format!("PATCH {STATUS}")
-        ]
+        [format!("PUT {SLICES}/web.http"), format!("PATCH {STATUS}")]
     );
     // Pods failing their checks are left out (no publishNotReadyAddresses): both gone.
     assert_eq!(apply["endpoints"], json!([]), "both flips in the one write");
@@ -1191,7 +1223,7 @@ async fn a_burst_of_flips_writes_its_counts_once_when_the_status_window_ends() {
     w.reconcile().await.unwrap();
     let first = w.body(&format!("PATCH {STATUS}"));
     assert_eq!(counts(&first), (3, "http 3/3".into()));
-    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    let apply = w.body(&format!("POST {SLICES}/web.http"));
     w.slice_seen(stored(&apply));
     assert_eq!(w.api.take_lines().len(), 2, "the slice, then the status");
 
@@ -1200,10 +1232,10 @@ async fn a_burst_of_flips_writes_its_counts_once_when_the_status_window_ends() {
     for (n, (name, ip)) in names.iter().enumerate() {
         w.pod_seen(unready_pod(name, ip));
         let action = w.reconcile().await.unwrap();
-        let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+        let apply = w.body(&format!("PUT {SLICES}/web.http"));
         assert_eq!(
             w.api.take_lines(),
-            [format!("PATCH {SLICES}/web.http")],
+            [format!("PUT {SLICES}/web.http")],
             "flip {n}: the slice, not the status"
         );
         let again = requeue_after(&action).expect("looks again");
@@ -1244,15 +1276,15 @@ async fn a_condition_or_generation_change_inside_the_status_window_is_written_at
     let mut w = World::windows(pm(), Some(service()), pods, Duration::ZERO, window);
     w.reconcile().await.unwrap();
     let first = w.body(&format!("PATCH {STATUS}"));
-    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    let apply = w.body(&format!("POST {SLICES}/web.http"));
     w.slice_seen(stored(&apply));
     w.api.take_lines();
 
     // A flip: its counts are held.
     w.pod_seen(unready_pod("pod-a", "10.244.0.1"));
     w.reconcile().await.unwrap();
-    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
-    assert_eq!(w.api.take_lines(), [format!("PATCH {SLICES}/web.http")]);
+    let apply = w.body(&format!("PUT {SLICES}/web.http"));
+    assert_eq!(w.api.take_lines(), [format!("PUT {SLICES}/web.http")]);
     w.slice_seen(stored(&apply));
 
     // The spec changes (generation 2; the cache holds our first status): written at once,
@@ -1292,7 +1324,7 @@ async fn a_flip_undone_inside_the_status_window_writes_no_status() {
     let pods = vec![pod("pod-a", "10.244.0.1"), pod("pod-b", "10.244.0.2")];
     let mut w = World::windows(pm(), Some(service()), pods, Duration::ZERO, window);
     w.reconcile().await.unwrap();
-    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    let apply = w.body(&format!("POST {SLICES}/web.http"));
     w.slice_seen(stored(&apply));
     w.api.take_lines();
     let mut ready = pod("pod-a", "10.244.0.1");
@@ -1300,8 +1332,8 @@ async fn a_flip_undone_inside_the_status_window_writes_no_status() {
     for p in [unready_pod("pod-a", "10.244.0.1"), ready] {
         w.pod_seen(p);
         w.reconcile().await.unwrap();
-        let apply = w.body(&format!("PATCH {SLICES}/web.http"));
-        assert_eq!(w.api.take_lines(), [format!("PATCH {SLICES}/web.http")]);
+        let apply = w.body(&format!("PUT {SLICES}/web.http"));
+        assert_eq!(w.api.take_lines(), [format!("PUT {SLICES}/web.http")]);
         w.slice_seen(stored(&apply));
     }
     let key = kube::runtime::reflector::ObjectRef::from_obj(&w.pm);
@@ -1316,17 +1348,14 @@ async fn without_a_batch_window_each_change_is_written_at_once() {
     let pods = vec![pod("pod-a", "10.244.0.1"), pod("pod-b", "10.244.0.2")];
     let mut w = World::batched(pm(), Some(service()), pods, Duration::ZERO);
     w.reconcile().await.unwrap();
-    let apply = w.body(&format!("PATCH {SLICES}/web.http"));
+    let apply = w.body(&format!("POST {SLICES}/web.http"));
     w.slice_seen(stored(&apply));
     w.api.take_lines();
     w.pod_seen(unready_pod("pod-a", "10.244.0.1"));
     w.reconcile().await.unwrap();
     assert_eq!(
         w.api.take_lines(),
-        [
-            format!("PATCH {SLICES}/web.http"),
-            format!("PATCH {STATUS}")
-        ]
+        [format!("PUT {SLICES}/web.http"), format!("PATCH {STATUS}")]
     );
 }
 
@@ -1338,11 +1367,11 @@ async fn without_a_batch_window_each_change_is_written_at_once() {
 async fn a_pass_that_writes_only_the_status_keeps_the_failures() {
     let mut w = World::new(Some(service()), vec![pod("pod-a", "10.244.0.1")]);
     w.api
-        .fail("PATCH", &format!("{SLICES}/web.http"), 500, "InternalError");
+        .fail("POST", &format!("{SLICES}/web.http"), 500, "InternalError");
     let err = w.reconcile().await.unwrap_err();
     crate::reconcile::error_policy(Arc::new(pm()), &err, w.ctx.clone());
     // The slice as it would be stored: the next pass has no slice to write, only the status.
-    let wanted = stored(&w.body(&format!("PATCH {SLICES}/web.http")));
+    let wanted = stored(&w.body(&format!("POST {SLICES}/web.http")));
     w.slice_seen(wanted);
     w.api.take_lines();
     // Past the window: the 1 s floor plus at most a quarter.
@@ -1372,7 +1401,7 @@ async fn a_backing_off_pass_stops_at_its_first_failed_write() {
     );
     for slice in ["web.http", "web.https"] {
         w.api
-            .fail("PATCH", &format!("{SLICES}/{slice}"), 500, "InternalError");
+            .fail("POST", &format!("{SLICES}/{slice}"), 500, "InternalError");
     }
     let err = w.reconcile().await.unwrap_err();
     crate::reconcile::error_policy(Arc::new(pm()), &err, w.ctx.clone());
@@ -1381,18 +1410,18 @@ async fn a_backing_off_pass_stops_at_its_first_failed_write() {
     assert_eq!(
         lines,
         [
-            format!("PATCH {SLICES}/web.http"),
-            format!("PATCH {SLICES}/web.https"),
+            format!("POST {SLICES}/web.http"),
+            format!("POST {SLICES}/web.https"),
             format!("PATCH {STATUS}")
         ]
     );
     // Past the window (the 1 s floor plus at most a quarter): one write, no status.
     tokio::time::sleep(Duration::from_millis(1300)).await;
     let err = w.reconcile().await.unwrap_err();
-    assert_eq!(w.api.take_lines(), [format!("PATCH {SLICES}/web.http")]);
+    assert_eq!(w.api.take_lines(), [format!("POST {SLICES}/web.http")]);
     assert!(
         err.to_string()
-            .starts_with("applying EndpointSlice default/web.http"),
+            .starts_with("creating EndpointSlice default/web.http"),
         "{err}"
     );
     let failure = crate::reconcile::error_policy(Arc::new(pm()), &err, w.ctx.clone());
@@ -1406,8 +1435,8 @@ async fn a_backing_off_pass_stops_at_its_first_failed_write() {
     assert_eq!(
         lines,
         [
-            format!("PATCH {SLICES}/web.http"),
-            format!("PATCH {SLICES}/web.https"),
+            format!("POST {SLICES}/web.http"),
+            format!("POST {SLICES}/web.https"),
             format!("PATCH {STATUS}")
         ]
     );
@@ -1421,20 +1450,17 @@ async fn a_backing_off_pass_stops_at_its_first_failed_write() {
 async fn a_backing_off_pass_does_not_resend_a_refused_status() {
     let w = World::new(Some(service()), vec![pod("pod-a", "10.244.0.1")]);
     w.api
-        .fail("PATCH", &format!("{SLICES}/web.http"), 500, "InternalError");
+        .fail("POST", &format!("{SLICES}/web.http"), 500, "InternalError");
     w.api.fail("PATCH", STATUS, 500, "InternalError");
     let err = w.reconcile().await.unwrap_err();
     crate::reconcile::error_policy(Arc::new(pm()), &err, w.ctx.clone());
     assert_eq!(
         w.api.take_lines(),
-        [
-            format!("PATCH {SLICES}/web.http"),
-            format!("PATCH {STATUS}")
-        ]
+        [format!("POST {SLICES}/web.http"), format!("PATCH {STATUS}")]
     );
     tokio::time::sleep(Duration::from_millis(1300)).await;
     w.reconcile().await.unwrap_err();
-    assert_eq!(w.api.take_lines(), [format!("PATCH {SLICES}/web.http")]);
+    assert_eq!(w.api.take_lines(), [format!("POST {SLICES}/web.http")]);
 }
 
 /// Counts the WARN events logged while it is the thread's subscriber.
@@ -1543,9 +1569,6 @@ async fn a_pass_over_its_namespaces_share_of_workers_waits_for_one_of_its_namesp
     w.reconcile().await.unwrap();
     assert_eq!(
         w.api.take_lines(),
-        [
-            format!("PATCH {SLICES}/web.http"),
-            format!("PATCH {STATUS}")
-        ]
+        [format!("POST {SLICES}/web.http"), format!("PATCH {STATUS}")]
     );
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use k8s_openapi::api::core::v1::{Endpoints, Pod};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Client, Resource, ResourceExt};
 use portmapper_api::{MANAGER, PortMapping, PortMappingStatus};
 use portmapper_core::PodGate;
@@ -32,6 +32,34 @@ struct Stored {
 struct StoredMeta {
     #[serde(rename = "resourceVersion")]
     resource_version: Option<String>,
+}
+
+/// The answer as metadata only (kube-apiserver's `PartialObjectMetadata`), else whole.
+const METADATA_ONLY: &str =
+    "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+
+/// How a slice is written.
+#[derive(Clone, Copy)]
+enum SliceWrite {
+    Create,
+    Update,
+}
+
+impl SliceWrite {
+    /// The API verb (the metrics label, and the request's name in kube's tracing).
+    fn verb(self) -> &'static str {
+        match self {
+            Self::Create => "create",
+            Self::Update => "update",
+        }
+    }
+
+    fn doing(self) -> &'static str {
+        match self {
+            Self::Create => "creating",
+            Self::Update => "updating",
+        }
+    }
 }
 
 /// Writes on behalf of one PortMapping (never reads: a read needs no leader and no guard).
@@ -117,29 +145,61 @@ impl Writer<'_> {
         PatchParams::apply(MANAGER).force()
     }
 
-    /// Server-side applies a whole slice; returns the resourceVersion the API server stored.
-    /// The answer is asked for as metadata only and read for its resourceVersion alone: decoding
-    /// the whole stored slice (its endpoints and managedFields) was 7 % of the operator's CPU
-    /// per pod flip at 10,000 pods, for one string.
-    pub async fn apply_slice(&self, slice: &EndpointSlice) -> Result<Option<String>, Error> {
+    /// Creates one of our slices (POST); returns the resourceVersion the API server stored.
+    pub async fn create_slice(&self, slice: &EndpointSlice) -> Result<Option<String>, Error> {
+        self.write_slice(slice, SliceWrite::Create).await
+    }
+
+    /// Replaces one of our slices (PUT), conditional on the resourceVersion it carries;
+    /// returns the resourceVersion the API server stored. A slice changed since our cache saw
+    /// it is refused with 409 Conflict: a failed write like any other, retried after the
+    /// backoff by a pass planned from the newer version the watch brings.
+    pub async fn update_slice(&self, slice: &EndpointSlice) -> Result<Option<String>, Error> {
+        self.write_slice(slice, SliceWrite::Update).await
+    }
+
+    /// Creates and updates rather than server-side applies: kube-apiserver spends about a
+    /// quarter of the CPU on a PUT of a 100-endpoint slice that an apply of the same change
+    /// costs it (`docs/benchmarks.md`, the floor's CPU per write), as the native controller
+    /// writes its slices. The answer is asked for as metadata only and read for its
+    /// resourceVersion alone: decoding the whole stored slice (its endpoints and
+    /// managedFields) was 7 % of the operator's CPU per pod flip at 10,000 pods, for one
+    /// string.
+    async fn write_slice(
+        &self,
+        slice: &EndpointSlice,
+        how: SliceWrite,
+    ) -> Result<Option<String>, Error> {
         self.guard()?;
         let name = slice.name_any();
         let failed = |e| {
             Error::kube(
-                format!("applying EndpointSlice {}/{name}", self.namespace),
+                format!("{} EndpointSlice {}/{name}", how.doing(), self.namespace),
                 e,
             )
         };
         let url = EndpointSlice::url_path(&(), Some(self.namespace));
-        let mut request = kube::core::Request::new(url)
-            .patch_metadata(&name, &Self::params(), &Patch::Apply(slice))
-            .map_err(|e| failed(kube::Error::BuildRequest(e)))?;
-        request.extensions_mut().insert("patch");
+        let request = kube::core::Request::new(url);
+        let params = PostParams {
+            dry_run: false,
+            field_manager: Some(MANAGER.into()),
+        };
+        let body = serde_json::to_vec(slice).map_err(|e| failed(kube::Error::SerdeError(e)))?;
+        let built = match how {
+            SliceWrite::Create => request.create(&params, body),
+            SliceWrite::Update => request.replace(&name, &params, body),
+        };
+        let mut request = built.map_err(|e| failed(kube::Error::BuildRequest(e)))?;
+        request.headers_mut().insert(
+            hyper::header::ACCEPT,
+            hyper::header::HeaderValue::from_static(METADATA_ONLY),
+        );
+        request.extensions_mut().insert(how.verb());
         let stored = self.client.request::<Stored>(request).await;
         self.listen::<EndpointSlice>(&name, "");
         let stored = stored.map_err(failed)?;
-        self.metrics.write("apply", "endpointslices");
-        debug!(namespace = self.namespace, slice = %name, "applied EndpointSlice");
+        self.metrics.write(how.verb(), "endpointslices");
+        debug!(namespace = self.namespace, slice = %name, verb = how.verb(), "wrote EndpointSlice");
         Ok(stored.metadata.resource_version)
     }
 

@@ -424,7 +424,7 @@ fn plan_preview(
         Err(err) => return Report::of_stall(&Stall::PlanFailed(err.to_string())),
     };
     let pods: Vec<&PodRecord> = records.iter().map(AsRef::as_ref).collect();
-    // What the operator would write: the applies of the plan's phases (an Endpoints object
+    // What the operator would write: the slice and Endpoints writes of the plan's phases (an Endpoints object
     // it plans but does not write, say while the Service keeps its selector, is not shown).
     for write in Phases::of_plan(&plan, &pods)
         .0
@@ -432,7 +432,7 @@ fn plan_preview(
         .flat_map(|p| p.writes)
     {
         match write {
-            PlannedWrite::ApplySlice(slice) => {
+            PlannedWrite::CreateSlice(slice) | PlannedWrite::UpdateSlice(slice) => {
                 let mut slice = Arc::unwrap_or_clone(slice);
                 strip_trigger_time(&mut slice.metadata);
                 out.slices.push(slice);
