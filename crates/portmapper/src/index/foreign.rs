@@ -138,6 +138,29 @@ impl Index {
         held
     }
 
+    /// The slice names of `service` that only the watch of slices not managed by us shows and
+    /// that ownership lets the PortMapping with `uid` write (arguments as for
+    /// [`held_by_others`](Self::held_by_others)): ours, stripped of our label by someone. That
+    /// watch keeps metadata only, and an update needs the whole stored object: the caller reads
+    /// each.
+    pub fn ours_outside_our_watch(
+        &self,
+        namespace: &str,
+        service: &str,
+        uid: &str,
+        adopt: bool,
+        take_over: &[String],
+    ) -> Vec<String> {
+        let ours = self.our_names.get(namespace);
+        service_names(self.foreign_names.get(namespace), service)
+            .filter(|(name, _)| !ours.is_some_and(|o| o.contains_key(*name)))
+            .filter(|(_, meta)| {
+                portmapper_core::ownership(meta, uid).claimable(service, adopt, take_over)
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
     /// After a relist of the watch of slices not managed by us: forgets those not in `present`.
     pub fn retain_foreign_slices(&mut self, present: &HashSet<ForeignKey>) -> Vec<PmKey> {
         let gone = missing(self.foreign.keys(), present);

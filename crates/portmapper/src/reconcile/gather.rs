@@ -320,7 +320,14 @@ async fn plan_inputs(
         // between that watch and our write is the same race a GET before each create had (the
         // API server does not let SSA ask "create only").
         let held = idx.held_by_others(ns, &svc_name, uid, adopt_for.is_some(), &take_over);
-        let in_doubt = idx.names_in_doubt(ns, &svc_name);
+        let mut in_doubt = idx.names_in_doubt(ns, &svc_name);
+        in_doubt.extend(idx.ours_outside_our_watch(
+            ns,
+            &svc_name,
+            uid,
+            adopt_for.is_some(),
+            &take_over,
+        ));
         (
             idx.pool_pods(pm),
             idx.pool_has_ambient(pm),
@@ -337,8 +344,9 @@ async fn plan_inputs(
         adopt: adopt_for.is_some(),
         take_over: &take_over,
     };
-    read_names_in_doubt(ctx, ns, &claim, in_doubt, &mut held).await?;
+    let read_ours = read_names_in_doubt(ctx, ns, &claim, in_doubt, &mut held).await?;
     let mut owned = owned_slices(ctx, ns, uid, &take_over, adopt_for);
+    owned.extend(read_ours.into_iter().map(Arc::new));
     // A slice both watches know, one of them as someone else's (relabelled, the other watch
     // lags): not ours to write until they agree.
     owned.retain(|s| !held.contains_key(s.metadata.name.as_deref().unwrap_or_default()));
@@ -434,17 +442,21 @@ struct Claim<'a> {
     take_over: &'a [String],
 }
 
-/// Reads the slices that left our watch without our deleting them and that the watch of slices
-/// not ours has not shown (rare: someone deleted or relabelled one of ours): one GET each, so a
-/// relabelled slice counts as held by its new manager instead of being applied back.
+/// Reads the slices that left our watch without our deleting them (rare: someone deleted or
+/// relabelled one of ours): one GET each, so a relabelled slice counts as held by its new
+/// manager instead of being written back, and one still ours is planned as the stored object
+/// it is (an update of that version, which restores our labels). Returns those still ours.
 async fn read_names_in_doubt(
     ctx: &Context,
     ns: &str,
     claim: &Claim<'_>,
-    names: Vec<String>,
+    mut names: Vec<String>,
     held: &mut BTreeMap<String, HeldName>,
-) -> Result<(), Error> {
+) -> Result<Vec<EndpointSlice>, Error> {
     let api: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), ns);
+    names.sort_unstable();
+    names.dedup();
+    let mut ours = Vec::new();
     for name in names {
         let found = api
             .get_opt(&name)
@@ -453,18 +465,20 @@ async fn read_names_in_doubt(
         match found {
             None => ctx.index.lock().doubt_resolved(ns, &name),
             Some(slice) => {
-                let ours = portmapper_core::ownership(&slice.metadata, claim.uid).claimable(
+                let claimable = portmapper_core::ownership(&slice.metadata, claim.uid).claimable(
                     claim.service,
                     claim.adopt,
                     claim.take_over,
                 );
-                if !ours {
+                if claimable {
+                    ours.push(slice);
+                } else {
                     held.insert(name, HeldName::of(&slice.metadata));
                 }
             }
         }
     }
-    Ok(())
+    Ok(ours)
 }
 
 /// The native controllers' slices labelled with this Service's name, from the metadata cache.

@@ -200,11 +200,11 @@ async fn slice_writes_answered_503_without_retry_after_back_off_and_converge() {
 }
 
 /// The AlreadyExists race (the object created just before a POST is handled) on every create
-/// the operator sends. Slices are created by server-side apply (a PATCH), which has no
-/// AlreadyExists: the slices of a new PortMapping are published and no slice create is ever
-/// sent. The race does meet the operator's Event POSTs.
+/// the operator sends. A slice's POST is answered 409: a failed write, and the retry, planned
+/// from the cache that by then shows the raced slice (the very object the POST carried), finds
+/// nothing to write. The race meets the operator's Event POSTs too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_already_exists_race_meets_only_event_posts_and_costs_no_retry() {
+async fn the_already_exists_race_costs_one_failed_create_and_no_retry_storm() {
     let (h, observer) = world("race").await;
     let mut rule = Rule::new(FaultAction::AlreadyExistsRace).verbs(&["create"]);
     rule.matcher.user_agent = Some(OPERATOR_USER_AGENT.into());
@@ -217,16 +217,35 @@ async fn the_already_exists_race_meets_only_event_posts_and_costs_no_retry() {
         (h.membership("race-2").await.get("race-2.http")? == &["race-2-a"]).then_some(())
     })
     .await;
-    let creates = h.emu().requests().filter(|r| {
-        r.since_start >= from
-            && r.verb == "create"
-            && r.resource == "endpointslices"
-            && r.user_agent.starts_with(OPERATOR_USER_AGENT)
-    });
+    let slice_writes = || {
+        h.emu().requests().filter(|r| {
+            r.since_start >= from
+                && r.resource == "endpointslices"
+                && matches!(r.verb.as_str(), "create" | "update" | "patch")
+                && r.user_agent.starts_with(OPERATOR_USER_AGENT)
+        })
+    };
+    eventually("the race met the slice's POST", TARGET, || async {
+        slice_writes().iter().any(|r| r.status == 409).then_some(())
+    })
+    .await;
+    // Settled: whatever retry the backoff sends has gone out by now.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let writes = slice_writes();
+    println!(
+        "AlreadyExists race on the slice: {:?}",
+        writes
+            .iter()
+            .map(|r| (r.verb.clone(), r.status))
+            .collect::<Vec<_>>()
+    );
     assert_eq!(
-        creates.len(),
-        0,
-        "slices are applied, never POSTed: {creates:?}"
+        writes
+            .iter()
+            .map(|r| (r.verb.as_str(), r.status))
+            .collect::<Vec<_>>(),
+        [("create", 409)],
+        "one create, refused; the raced slice is ours as it stands: {writes:?}"
     );
     // The operator's POSTs are its Events: a `ports` entry naming no Service port makes it
     // send an `UnknownPort` Warning, and the race creates that Event first, so the POST gets

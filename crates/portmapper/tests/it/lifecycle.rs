@@ -225,7 +225,7 @@ async fn metrics_report_published_endpoints_and_decisions() {
     assert!(value(&checks("exclude")) >= 2.0, "{text}");
     assert!(value("portmapper_reconcile_total{result=\"success\"}") >= 1.0);
     assert!(
-        text.contains("portmapper_api_writes_total{verb=\"apply\",resource=\"endpointslices\"}")
+        text.contains("portmapper_api_writes_total{verb=\"create\",resource=\"endpointslices\"}")
     );
 }
 
