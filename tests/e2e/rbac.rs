@@ -547,6 +547,31 @@ fn chart_rbac_grants_exactly_what_the_operator_uses() {
         |o| !o.is_empty(),
     );
 
+    // web-1 turns unready and leaves our slice: an update (a PUT at the version the watch
+    // showed).
+    let unready = json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}});
+    cluster.ok(&[
+        "patch",
+        "pod",
+        "web-1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &unready.to_string(),
+    ]);
+    cluster.eventually(
+        &[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=web,endpointslice.kubernetes.io/managed-by=portmapper.dev",
+            "-o",
+            "jsonpath={.items[*].endpoints[*].targetRef.name}",
+        ],
+        WAIT,
+        |o| !o.contains("web-1"),
+    );
+
     // Selector removed: the abandoned Endpoints object is adopted (annotations stripped with a
     // merge patch, then applied) and the native slices deleted.
     remove_selector(&cluster);
