@@ -3,8 +3,11 @@
 //! whose guard failed is skipped), so the write order and its conditions live here, next
 //! to the planner, not in the code that sends the requests.
 //!
-//! - Slices: every apply, then every deletion (endpoints moving between slices are never
-//!   missing from all of them), and no deletion once an apply failed: the slice a deletion
+//! - Slices: every creation, then every update, then every deletion (endpoints moving between
+//!   slices are never missing from all of them: when one port drops a pod that other ports
+//!   keep, the new slice of the other ports holds the pod before the old slice loses it; seen on
+//!   a real node, where the pod was briefly missing from the ports that kept it), and no
+//!   deletion once an apply failed: the slice a deletion
 //!   retires may hold the only copy of endpoints the failed apply was to publish elsewhere (a
 //!   switch of `sliceGrouping`, the upgrade from per-port slices); the next pass plans the
 //!   deletions again.
@@ -26,7 +29,9 @@ use std::sync::Arc;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::planner::migration::Step;
-use crate::planner::{FinalizerChange, Plan, PodGate, RELEASE_FINALIZER};
+use crate::planner::{
+    FinalizerChange, Plan, PlannedSlice, PodGate, RELEASE_FINALIZER, WriteAction,
+};
 use crate::pod_record::PodRecord;
 
 /// One write.
@@ -63,7 +68,11 @@ pub enum Write {
 pub enum PhaseKind {
     /// Releases of pods that left the pool (True, `Released`).
     ReleasedGates,
-    /// Applies of our slices.
+    /// Applies of our slices that do not exist yet.
+    SliceCreates,
+    /// Applies of our slices that exist (updates). They run even when a creation failed: an
+    /// update may be what takes an unhealthy pod out, and a name someone else holds fails its
+    /// creation at every pass.
     SliceApplies,
     /// Deletions of our slices.
     SliceDeletions,
@@ -87,7 +96,7 @@ impl PhaseKind {
     /// few so one PortMapping cannot flood the API server; the Endpoints steps go one by one.
     pub fn in_flight(self) -> usize {
         match self {
-            Self::SliceApplies | Self::SliceDeletions => 8,
+            Self::SliceCreates | Self::SliceApplies | Self::SliceDeletions => 8,
             Self::ReleasedGates | Self::Gates | Self::PublishedGates => 4,
             Self::Endpoints | Self::NativeEndpoints | Self::NativeSlices | Self::Finalizer => 1,
         }
@@ -130,14 +139,24 @@ impl Phases {
     pub fn of_plan(plan: &Plan, pods: &[&PodRecord]) -> Self {
         use PhaseKind as K;
         let mut phases = Self::default();
-        let applies = plan
+        let (creates, updates): (Vec<&PlannedSlice>, Vec<&PlannedSlice>) = plan
             .slices
             .iter()
             .filter(|s| s.action.is_write())
-            .map(|s| Write::ApplySlice(s.slice.clone()))
-            .collect();
-        phases.push(K::SliceApplies, applies, &[]);
-        phases.push(K::SliceDeletions, slice_deletions(plan), &[K::SliceApplies]);
+            .partition(|s| s.action == WriteAction::Create);
+        let apply = |slices: Vec<&PlannedSlice>| {
+            slices
+                .into_iter()
+                .map(|s| Write::ApplySlice(s.slice.clone()))
+                .collect()
+        };
+        phases.push(K::SliceCreates, apply(creates), &[]);
+        phases.push(K::SliceApplies, apply(updates), &[]);
+        phases.push(
+            K::SliceDeletions,
+            slice_deletions(plan),
+            &[K::SliceCreates, K::SliceApplies],
+        );
         // A gate that says Published waits for the slices; the others (False, Released,
         // TimedOut: they claim no publication) do not.
         let (published, unpublished): (Vec<&PodGate>, Vec<&PodGate>) =
@@ -149,7 +168,7 @@ impl Phases {
             phases.push(
                 K::PublishedGates,
                 published,
-                &[K::SliceApplies, K::SliceDeletions],
+                &[K::SliceCreates, K::SliceApplies, K::SliceDeletions],
             );
         }
         phases.migration(&plan.migration);
@@ -308,6 +327,12 @@ mod tests {
                     slice: Arc::default(),
                     action: WriteAction::Unchanged,
                 },
+                PlannedSlice {
+                    slice: Arc::default(),
+                    action: WriteAction::Update {
+                        resource_version: None,
+                    },
+                },
             ],
             deletions: vec![
                 Deletion {
@@ -356,21 +381,24 @@ mod tests {
         assert_eq!(
             shape(&phases),
             [
+                // Creations before updates: a pod moving to a new slice is in it before
+                // it leaves its old one.
+                (K::SliceCreates, 1, vec![]),
                 (K::SliceApplies, 1, vec![]),
-                (K::SliceDeletions, 1, vec![K::SliceApplies]),
+                (K::SliceDeletions, 1, vec![K::SliceCreates, K::SliceApplies]),
                 (K::Gates, 1, vec![]),
                 (
                     K::PublishedGates,
                     1,
-                    vec![K::SliceApplies, K::SliceDeletions]
+                    vec![K::SliceCreates, K::SliceApplies, K::SliceDeletions]
                 ),
                 (K::Endpoints, 1, vec![]),
                 (K::NativeEndpoints, 1, vec![]),
                 (K::NativeSlices, 1, vec![K::NativeEndpoints]),
             ]
         );
-        assert_eq!(phases.count(), 7);
-        let Write::SetGate { pod_version, .. } = &phases.0[3].writes[0] else {
+        assert_eq!(phases.count(), 8);
+        let Write::SetGate { pod_version, .. } = &phases.0[4].writes[0] else {
             panic!("a gate")
         };
         assert_eq!(pod_version, "7");
