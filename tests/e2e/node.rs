@@ -46,6 +46,8 @@ fn a_real_node_runs_the_pods_the_operator_publishes() {
     }
 }
 
+mod probes;
+
 mod inner {
     use std::collections::{BTreeMap, BTreeSet};
     use std::io::{BufReader, Read, Write};
@@ -64,7 +66,7 @@ mod inner {
     use super::ENV;
     use crate::env::{Cluster, Proc};
 
-    const NODE: &str = "node-a";
+    pub(super) const NODE: &str = "node-a";
     const NODE_IP: &str = "10.0.0.10";
     /// Apart from the sandbox's 10.244.0.0/16 on `lo`.
     const POD_CIDR: &str = "10.246.0.0/24";
@@ -73,7 +75,7 @@ mod inner {
     const REPLICAS: usize = 3;
     /// Correctness bounds, wide for a loaded 2-core machine; the times taken are printed.
     const ROLLOUT: Duration = Duration::from_secs(120);
-    const SETTLE: Duration = Duration::from_secs(60);
+    pub(super) const SETTLE: Duration = Duration::from_secs(60);
     /// How long a halted rollout is watched not moving (after it has visibly halted).
     const HOLD: Duration = Duration::from_secs(8);
 
@@ -91,6 +93,16 @@ mod inner {
     impl World {
         /// `None` (after a SKIPPED line) when this machine cannot run a node.
         fn start(tag: &str, kcm_args: &[&str]) -> Option<Self> {
+            Self::start_with_podserver(tag, kcm_args, false)
+        }
+
+        /// [`World::start`]; with `podserver`, the node also has the image
+        /// `portmapper.test/podserver:1` (tools/realkube/podserver writes it).
+        pub(super) fn start_with_podserver(
+            tag: &str,
+            kcm_args: &[&str],
+            podserver: bool,
+        ) -> Option<Self> {
             let began = Instant::now();
             // Cluster::on needs a 'static plane; World stops it explicitly.
             let plane: &'static ControlPlane = Box::leak(Box::new(ControlPlane::start_with(
@@ -99,7 +111,24 @@ mod inner {
                 kcm_args,
             )));
             let plane_ready = began.elapsed();
-            let node = match Node::start(plane, NODE, NODE_IP, POD_CIDR) {
+            let mut images = vec![];
+            if podserver {
+                let archive = plane.dir().join("podserver.tar");
+                let out = Command::new(realkube::podserver())
+                    .arg("image")
+                    .arg("--out")
+                    .arg(&archive)
+                    .output()
+                    .expect("podserver image runs");
+                assert!(
+                    out.status.success(),
+                    "podserver image: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                images.push(archive);
+            }
+            let images: Vec<&std::path::Path> = images.iter().map(|p| p.as_path()).collect();
+            let node = match Node::start_with_images(plane, NODE, NODE_IP, POD_CIDR, &images) {
                 Ok(node) => node,
                 Err(node::Unsupported(reason)) => {
                     eprintln!("SKIPPED {tag}: {reason}");
@@ -188,7 +217,7 @@ mod inner {
     }
 
     /// One HTTP/1.0 GET on a new connection: (status, body).
-    fn http(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    pub(super) fn http(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
         let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
             .map_err(|e| format!("connect {addr}: {e}"))?;
         conn.set_read_timeout(Some(Duration::from_secs(5)))
@@ -355,7 +384,7 @@ mod inner {
 
     /// An endpoint as a slice lists it.
     #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-    struct Endpoint {
+    pub(super) struct Endpoint {
         ip: String,
         pod: String,
         ready: bool,
@@ -364,7 +393,7 @@ mod inner {
     }
 
     /// What the slices of `web` say at one moment, per port name.
-    type Snapshot = BTreeMap<String, BTreeSet<Endpoint>>;
+    pub(super) type Snapshot = BTreeMap<String, BTreeSet<Endpoint>>;
 
     /// A watch on the Service's EndpointSlices (`kubectl get -w`): every state the API server
     /// stored, in order, as per-port snapshots with the time they were seen.
@@ -375,7 +404,7 @@ mod inner {
     }
 
     impl SliceWatch {
-        fn start(cluster: &Cluster) -> Self {
+        pub(super) fn start(cluster: &Cluster) -> Self {
             let mut child = Command::new(realkube::kubectl())
                 .arg("--kubeconfig")
                 .arg(&cluster.kubeconfig)
@@ -425,7 +454,7 @@ mod inner {
             }
         }
 
-        fn latest(&self) -> Snapshot {
+        pub(super) fn latest(&self) -> Snapshot {
             self.history
                 .lock()
                 .unwrap()
@@ -435,7 +464,7 @@ mod inner {
         }
 
         /// Waits until the latest snapshot satisfies `check`.
-        fn wait(&self, within: Duration, what: &str, check: impl Fn(&Snapshot) -> bool) {
+        pub(super) fn wait(&self, within: Duration, what: &str, check: impl Fn(&Snapshot) -> bool) {
             let began = Instant::now();
             while !check(&self.latest()) {
                 assert!(
@@ -448,7 +477,7 @@ mod inner {
         }
 
         /// The snapshots from `since` on, with the one in force at `since` first.
-        fn since(&self, since: Instant) -> Vec<(Instant, Snapshot)> {
+        pub(super) fn since(&self, since: Instant) -> Vec<(Instant, Snapshot)> {
             let history = self.history.lock().unwrap();
             let first = history.iter().rposition(|(t, _)| *t <= since).unwrap_or(0);
             history[first..].to_vec()
@@ -487,7 +516,7 @@ mod inner {
     }
 
     /// Ready members of `port` (addresses, deduplicated across slices).
-    fn ready(snapshot: &Snapshot, port: &str) -> BTreeSet<String> {
+    pub(super) fn ready(snapshot: &Snapshot, port: &str) -> BTreeSet<String> {
         snapshot
             .get(port)
             .into_iter()
