@@ -3,11 +3,13 @@
 //! whose guard failed is skipped), so the write order and its conditions live here, next
 //! to the planner, not in the code that sends the requests.
 //!
-//! - Slices: every creation, then every update, then every deletion (endpoints moving between
-//!   slices are never missing from all of them: when one port drops a pod that other ports
-//!   keep, the new slice of the other ports holds the pod before the old slice loses it; seen on
-//!   a real node, where the pod was briefly missing from the ports that kept it), and no
-//!   deletion once an apply failed: the slice a deletion
+//! - Slices: the applies that take nothing away (creations, updates that only add or change
+//!   endpoints), then the updates that withdraw a ready or serving endpoint from a port
+//!   ([`PlannedSlice::withdraws`]), then the deletions, so endpoints moving between slices are
+//!   never missing from all of them (when one port drops a pod that other ports keep, the
+//!   pod's new port-set slice holds it before its old one loses it: written together, a real
+//!   node's test saw the pod briefly missing from the ports that kept it), and no deletion once
+//!   an apply failed: the slice a deletion
 //!   retires may hold the only copy of endpoints the failed apply was to publish elsewhere (a
 //!   switch of `sliceGrouping`, the upgrade from per-port slices); the next pass plans the
 //!   deletions again.
@@ -29,9 +31,7 @@ use std::sync::Arc;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::planner::migration::Step;
-use crate::planner::{
-    FinalizerChange, Plan, PlannedSlice, PodGate, RELEASE_FINALIZER, WriteAction,
-};
+use crate::planner::{FinalizerChange, Plan, PlannedSlice, PodGate, RELEASE_FINALIZER};
 use crate::pod_record::PodRecord;
 
 /// One write.
@@ -68,12 +68,12 @@ pub enum Write {
 pub enum PhaseKind {
     /// Releases of pods that left the pool (True, `Released`).
     ReleasedGates,
-    /// Applies of our slices that do not exist yet.
-    SliceCreates,
-    /// Applies of our slices that exist (updates). They run even when a creation failed: an
-    /// update may be what takes an unhealthy pod out, and a name someone else holds fails its
-    /// creation at every pass.
+    /// Applies of our slices that take no endpoint away: creations and additive updates.
     SliceApplies,
+    /// Updates of our slices that withdraw an endpoint from a port. They run even when an
+    /// earlier apply failed: they may be what takes an unhealthy pod out, and a slice name
+    /// someone else holds fails its apply at every pass.
+    SliceWithdrawals,
     /// Deletions of our slices.
     SliceDeletions,
     /// Publication gates that claim no publication (False, `Released`, `TimedOut`).
@@ -96,7 +96,7 @@ impl PhaseKind {
     /// few so one PortMapping cannot flood the API server; the Endpoints steps go one by one.
     pub fn in_flight(self) -> usize {
         match self {
-            Self::SliceCreates | Self::SliceApplies | Self::SliceDeletions => 8,
+            Self::SliceApplies | Self::SliceWithdrawals | Self::SliceDeletions => 8,
             Self::ReleasedGates | Self::Gates | Self::PublishedGates => 4,
             Self::Endpoints | Self::NativeEndpoints | Self::NativeSlices | Self::Finalizer => 1,
         }
@@ -139,23 +139,23 @@ impl Phases {
     pub fn of_plan(plan: &Plan, pods: &[&PodRecord]) -> Self {
         use PhaseKind as K;
         let mut phases = Self::default();
-        let (creates, updates): (Vec<&PlannedSlice>, Vec<&PlannedSlice>) = plan
+        let (withdrawals, applies): (Vec<&PlannedSlice>, Vec<&PlannedSlice>) = plan
             .slices
             .iter()
             .filter(|s| s.action.is_write())
-            .partition(|s| s.action == WriteAction::Create);
+            .partition(|s| s.withdraws);
         let apply = |slices: Vec<&PlannedSlice>| {
             slices
                 .into_iter()
                 .map(|s| Write::ApplySlice(s.slice.clone()))
                 .collect()
         };
-        phases.push(K::SliceCreates, apply(creates), &[]);
-        phases.push(K::SliceApplies, apply(updates), &[]);
+        phases.push(K::SliceApplies, apply(applies), &[]);
+        phases.push(K::SliceWithdrawals, apply(withdrawals), &[]);
         phases.push(
             K::SliceDeletions,
             slice_deletions(plan),
-            &[K::SliceCreates, K::SliceApplies],
+            &[K::SliceApplies, K::SliceWithdrawals],
         );
         // A gate that says Published waits for the slices; the others (False, Released,
         // TimedOut: they claim no publication) do not.
@@ -168,7 +168,7 @@ impl Phases {
             phases.push(
                 K::PublishedGates,
                 published,
-                &[K::SliceCreates, K::SliceApplies, K::SliceDeletions],
+                &[K::SliceApplies, K::SliceWithdrawals, K::SliceDeletions],
             );
         }
         phases.migration(&plan.migration);
@@ -321,17 +321,20 @@ mod tests {
             slices: vec![
                 PlannedSlice {
                     slice: Arc::default(),
+                    action: WriteAction::Update {
+                        resource_version: None,
+                    },
+                    withdraws: true,
+                },
+                PlannedSlice {
+                    slice: Arc::default(),
                     action: WriteAction::Create,
+                    withdraws: false,
                 },
                 PlannedSlice {
                     slice: Arc::default(),
                     action: WriteAction::Unchanged,
-                },
-                PlannedSlice {
-                    slice: Arc::default(),
-                    action: WriteAction::Update {
-                        resource_version: None,
-                    },
+                    withdraws: false,
                 },
             ],
             deletions: vec![
@@ -381,16 +384,20 @@ mod tests {
         assert_eq!(
             shape(&phases),
             [
-                // Creations before updates: a pod moving to a new slice is in it before
-                // it leaves its old one.
-                (K::SliceCreates, 1, vec![]),
+                // What adds before what withdraws: a pod moving to another slice is in it
+                // before it leaves its old one.
                 (K::SliceApplies, 1, vec![]),
-                (K::SliceDeletions, 1, vec![K::SliceCreates, K::SliceApplies]),
+                (K::SliceWithdrawals, 1, vec![]),
+                (
+                    K::SliceDeletions,
+                    1,
+                    vec![K::SliceApplies, K::SliceWithdrawals]
+                ),
                 (K::Gates, 1, vec![]),
                 (
                     K::PublishedGates,
                     1,
-                    vec![K::SliceCreates, K::SliceApplies, K::SliceDeletions]
+                    vec![K::SliceApplies, K::SliceWithdrawals, K::SliceDeletions]
                 ),
                 (K::Endpoints, 1, vec![]),
                 (K::NativeEndpoints, 1, vec![]),
