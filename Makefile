@@ -95,8 +95,8 @@ REALKUBE := $(CURDIR)/target/realkube/realkube
 REALKUBE_SRC := $(wildcard tools/realkube/*.go) tools/realkube/go.mod tools/realkube/go.sum
 # The container the real-node tests point the operator's network checks at (tools/realkube/podserver:
 # HTTP, TCP and grpc-go's gRPC health server, each switched by a request; it writes its own image).
-# A main of realkube's module, so grpc-go comes from the control plane's build cache: 1 s and
-# 12 MB after it.
+# A main of realkube's module, so grpc-go comes from the control plane's build cache: 1 s after
+# it (alone and cold: 38 s, 163 MB of build cache), 12 MB.
 PODSERVER := $(CURDIR)/target/realkube/podserver
 PODSERVER_SRC := $(wildcard tools/realkube/podserver/*.go) tools/realkube/go.mod tools/realkube/go.sum
 # The version the binary reports (/version): the k8s.io/kubernetes pin in go.mod, so kubectl can parse it.

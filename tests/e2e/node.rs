@@ -173,10 +173,19 @@ mod inner {
             let left = node::leftovers(self.plane.dir());
             let sweep = log
                 .lines()
-                .filter(|l| l.contains("swept") || l.contains("stopped in"))
+                .filter(|l| {
+                    [
+                        "swept",
+                        "stopped in",
+                        "containerd done",
+                        "image import done",
+                    ]
+                    .iter()
+                    .any(|s| l.contains(s))
+                })
                 .collect::<Vec<_>>()
                 .join("; ");
-            eprintln!("node stopped in {:.1} s ({sweep})", stopped.as_secs_f64());
+            eprintln!("node stopped in {:.1} s (its log: {sweep})", stopped.as_secs_f64());
             self.plane.stop();
             left
         }
