@@ -185,7 +185,10 @@ mod inner {
                 })
                 .collect::<Vec<_>>()
                 .join("; ");
-            eprintln!("node stopped in {:.1} s (its log: {sweep})", stopped.as_secs_f64());
+            eprintln!(
+                "node stopped in {:.1} s (its log: {sweep})",
+                stopped.as_secs_f64()
+            );
             self.plane.stop();
             left
         }
