@@ -47,6 +47,7 @@ fn a_real_node_runs_the_pods_the_operator_publishes() {
 }
 
 mod probes;
+mod unpublished;
 
 mod inner {
     use std::collections::{BTreeMap, BTreeSet};
@@ -868,6 +869,95 @@ mod inner {
         );
     }
 
+    /// `spec.readinessGate.timeoutSeconds` of the last rollout.
+    const GATE_TIMEOUT: u64 = 2;
+
+    /// With the gate's timeout set, a revision whose `httpGet` check fails for good does not
+    /// halt the rollout: each new pod is held until `GATE_TIMEOUT` after its containers became
+    /// ready, then its gate turns True `TimedOut` (with a Warning Event naming it) and the
+    /// kubelet makes it Ready, so kube-controller-manager rolls on to the end.
+    fn timed_out_rollout(world: &World, rev: u32) {
+        use k8s_openapi::jiff::Timestamp;
+        let cluster = &world.cluster;
+        let mut pm = portmapping();
+        pm["spec"]["readinessGate"] = json!({"timeoutSeconds": GATE_TIMEOUT});
+        apply(cluster, &pm);
+        let began = Instant::now();
+        apply(cluster, &deployment(rev, Revision::CheckFails));
+        cluster.ok(&[
+            "rollout",
+            "status",
+            "deployment/web",
+            &format!("--timeout={}s", ROLLOUT.as_secs()),
+        ]);
+        let rolled = began.elapsed();
+        let revision = format!("rev{rev}");
+        let (new_pods, _) = wait_pods(
+            cluster,
+            "app=web",
+            SETTLE,
+            "only the timed-out revision's pods left",
+            |p| {
+                p.len() == REPLICAS
+                    && p.iter()
+                        .all(|p| p["metadata"]["labels"]["rev"] == revision.as_str())
+            },
+        );
+        let at = |c: &(String, String, String, String)| -> Timestamp {
+            c.3.parse().expect("an RFC 3339 lastTransitionTime")
+        };
+        let mut held = vec![];
+        for pod in &new_pods {
+            let gate = condition(pod, GATE).expect("the gate condition");
+            assert_eq!(
+                (gate.0.as_str(), gate.1.as_str()),
+                ("True", "TimedOut"),
+                "{}: {gate:?}",
+                name(pod)
+            );
+            let containers = condition(pod, "ContainersReady").expect("ContainersReady");
+            let ready = condition(pod, "Ready").expect("Ready");
+            assert_eq!(ready.0, "True", "{}", name(pod));
+            // Held the timeout (the times have whole seconds: one of slack).
+            let wait = at(&ready).duration_since(at(&containers));
+            assert!(
+                wait.as_secs() + 1 >= GATE_TIMEOUT as i64,
+                "{}: Ready {wait:?} after its containers, before the gate's timeout",
+                name(pod)
+            );
+            held.push(format!("{:.0} s", wait.as_secs_f64()));
+        }
+        let events = get_json(
+            cluster,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "reason=PublicationGateTimedOut",
+            ],
+        );
+        let notes: Vec<String> = events["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["message"].as_str().or(e["note"].as_str()))
+            .map(str::to_string)
+            .collect();
+        for pod in &new_pods {
+            assert!(
+                notes.iter().any(|n| n.contains(&name(pod))),
+                "no PublicationGateTimedOut Event names {}: {notes:?}",
+                name(pod)
+            );
+        }
+        eprintln!(
+            "rollout to {revision} (its httpGet check fails; gate timeout {GATE_TIMEOUT} s): done \
+             in {:.1} s, each new pod Ready {} after its containers, gate True TimedOut",
+            rolled.as_secs_f64(),
+            held.join(", ")
+        );
+    }
+
     /// The gated rollout on a real node: kube-controller-manager rolls the Deployment, the
     /// kubelet runs the readiness probes and combines them with our gate, kube-proxy routes
     /// the requests. Good revisions roll with no failed request and never fewer than N−1 ready
@@ -887,6 +977,7 @@ mod inner {
         halted_rollout(&world, &watch, 3, Revision::CheckFails, 2);
         halted_rollout(&world, &watch, 4, Revision::ProbeFails, 2);
         good_rollout(&world, &watch, 5);
+        timed_out_rollout(&world, 6);
         drop(watch);
         world.finish();
         eprintln!("gated rollout test: {:.1} s", began.elapsed().as_secs_f64());
