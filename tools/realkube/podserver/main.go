@@ -31,7 +31,7 @@ import (
 )
 
 const usage = `usage:
-  podserver serve [--http :8080] [--tcp :8081] [--grpc :9090] [--control :8082]
+  podserver serve [--http :8080] [--tcp :8081] [--grpc :9090] [--control :8082] [--http-status 200]
       /ready on --http answers 200 (or 503), --tcp accepts (or is closed), the gRPC health
       service on --grpc answers SERVING (or NOT_SERVING), each until switched on --control:
       GET /http/200, /http/503, /tcp/open, /tcp/closed, /grpc/SERVING, /grpc/NOT_SERVING
@@ -68,6 +68,7 @@ func serve(args []string) error {
 	grpcAddr := fs.String("grpc", ":9090", "the gRPC health service")
 	controlAddr := fs.String("control", ":8082", "the control HTTP server")
 	service := fs.String("service", "portmapper.test.Web", "a named service of the health server, switched with the overall status")
+	httpStatus := fs.Int("http-status", http.StatusOK, "what /ready answers until switched: 200 or 503")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -82,7 +83,7 @@ func serve(args []string) error {
 	}()
 
 	var mu sync.Mutex
-	readyStatus := http.StatusOK
+	readyStatus := *httpStatus
 	web := http.NewServeMux()
 	web.HandleFunc("/ready", func(w http.ResponseWriter, _ *http.Request) {
 		mu.Lock()
