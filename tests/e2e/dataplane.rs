@@ -304,7 +304,9 @@ mod inner {
             "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}})
     }
 
-    /// Plays kubelet: the pod's IP, Running, and its Ready condition.
+    /// Plays kubelet: the pod's IP, Running, and its Ready condition. Played: a Ready flip in
+    /// one write, measured against routing, with servers on `lo` instead of containers (each
+    /// test starts in seconds; the real node's rollout routes through kube-proxy too).
     fn set_status(cluster: &Cluster, name: &str, ip: &str, ready: bool) {
         let ready = if ready { "True" } else { "False" };
         let status = json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],

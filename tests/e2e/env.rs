@@ -58,7 +58,8 @@ impl Drop for Proc {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     /// The real control plane this test binary shares (`realkube up`), in a namespace of the
-    /// test's own; the test plays kubelet.
+    /// test's own; the test plays kubelet (one shared plane, any pod state in one write; the
+    /// kubelet's own behaviour is `node.rs`'s, on a real node).
     RealKube,
     /// The cluster `PORTMAPPER_E2E_KUBECONFIG` names (kind, k3d), with real kubelets.
     External,

@@ -46,6 +46,9 @@ fn a_real_node_runs_the_pods_the_operator_publishes() {
     }
 }
 
+mod probes;
+mod unpublished;
+
 mod inner {
     use std::collections::{BTreeMap, BTreeSet};
     use std::io::{BufReader, Read, Write};
@@ -64,7 +67,7 @@ mod inner {
     use super::ENV;
     use crate::env::{Cluster, Proc};
 
-    const NODE: &str = "node-a";
+    pub(super) const NODE: &str = "node-a";
     const NODE_IP: &str = "10.0.0.10";
     /// Apart from the sandbox's 10.244.0.0/16 on `lo`.
     const POD_CIDR: &str = "10.246.0.0/24";
@@ -73,7 +76,7 @@ mod inner {
     const REPLICAS: usize = 3;
     /// Correctness bounds, wide for a loaded 2-core machine; the times taken are printed.
     const ROLLOUT: Duration = Duration::from_secs(120);
-    const SETTLE: Duration = Duration::from_secs(60);
+    pub(super) const SETTLE: Duration = Duration::from_secs(60);
     /// How long a halted rollout is watched not moving (after it has visibly halted).
     const HOLD: Duration = Duration::from_secs(8);
 
@@ -91,6 +94,16 @@ mod inner {
     impl World {
         /// `None` (after a SKIPPED line) when this machine cannot run a node.
         fn start(tag: &str, kcm_args: &[&str]) -> Option<Self> {
+            Self::start_with_podserver(tag, kcm_args, false)
+        }
+
+        /// [`World::start`]; with `podserver`, the node also has the image
+        /// `portmapper.test/podserver:1` (tools/realkube/podserver writes it).
+        pub(super) fn start_with_podserver(
+            tag: &str,
+            kcm_args: &[&str],
+            podserver: bool,
+        ) -> Option<Self> {
             let began = Instant::now();
             // Cluster::on needs a 'static plane; World stops it explicitly.
             let plane: &'static ControlPlane = Box::leak(Box::new(ControlPlane::start_with(
@@ -99,7 +112,24 @@ mod inner {
                 kcm_args,
             )));
             let plane_ready = began.elapsed();
-            let node = match Node::start(plane, NODE, NODE_IP, POD_CIDR) {
+            let mut images = vec![];
+            if podserver {
+                let archive = plane.dir().join("podserver.tar");
+                let out = Command::new(realkube::podserver())
+                    .arg("image")
+                    .arg("--out")
+                    .arg(&archive)
+                    .output()
+                    .expect("podserver image runs");
+                assert!(
+                    out.status.success(),
+                    "podserver image: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                images.push(archive);
+            }
+            let images: Vec<&std::path::Path> = images.iter().map(|p| p.as_path()).collect();
+            let node = match Node::start_with_images(plane, NODE, NODE_IP, POD_CIDR, &images) {
                 Ok(node) => node,
                 Err(node::Unsupported(reason)) => {
                     eprintln!("SKIPPED {tag}: {reason}");
@@ -144,10 +174,22 @@ mod inner {
             let left = node::leftovers(self.plane.dir());
             let sweep = log
                 .lines()
-                .filter(|l| l.contains("swept") || l.contains("stopped in"))
+                .filter(|l| {
+                    [
+                        "swept",
+                        "stopped in",
+                        "containerd done",
+                        "image import done",
+                    ]
+                    .iter()
+                    .any(|s| l.contains(s))
+                })
                 .collect::<Vec<_>>()
                 .join("; ");
-            eprintln!("node stopped in {:.1} s ({sweep})", stopped.as_secs_f64());
+            eprintln!(
+                "node stopped in {:.1} s (its log: {sweep})",
+                stopped.as_secs_f64()
+            );
             self.plane.stop();
             left
         }
@@ -188,7 +230,7 @@ mod inner {
     }
 
     /// One HTTP/1.0 GET on a new connection: (status, body).
-    fn http(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    pub(super) fn http(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
         let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
             .map_err(|e| format!("connect {addr}: {e}"))?;
         conn.set_read_timeout(Some(Duration::from_secs(5)))
@@ -355,7 +397,7 @@ mod inner {
 
     /// An endpoint as a slice lists it.
     #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-    struct Endpoint {
+    pub(super) struct Endpoint {
         ip: String,
         pod: String,
         ready: bool,
@@ -364,7 +406,7 @@ mod inner {
     }
 
     /// What the slices of `web` say at one moment, per port name.
-    type Snapshot = BTreeMap<String, BTreeSet<Endpoint>>;
+    pub(super) type Snapshot = BTreeMap<String, BTreeSet<Endpoint>>;
 
     /// A watch on the Service's EndpointSlices (`kubectl get -w`): every state the API server
     /// stored, in order, as per-port snapshots with the time they were seen.
@@ -375,7 +417,7 @@ mod inner {
     }
 
     impl SliceWatch {
-        fn start(cluster: &Cluster) -> Self {
+        pub(super) fn start(cluster: &Cluster) -> Self {
             let mut child = Command::new(realkube::kubectl())
                 .arg("--kubeconfig")
                 .arg(&cluster.kubeconfig)
@@ -425,7 +467,7 @@ mod inner {
             }
         }
 
-        fn latest(&self) -> Snapshot {
+        pub(super) fn latest(&self) -> Snapshot {
             self.history
                 .lock()
                 .unwrap()
@@ -435,7 +477,7 @@ mod inner {
         }
 
         /// Waits until the latest snapshot satisfies `check`.
-        fn wait(&self, within: Duration, what: &str, check: impl Fn(&Snapshot) -> bool) {
+        pub(super) fn wait(&self, within: Duration, what: &str, check: impl Fn(&Snapshot) -> bool) {
             let began = Instant::now();
             while !check(&self.latest()) {
                 assert!(
@@ -448,7 +490,7 @@ mod inner {
         }
 
         /// The snapshots from `since` on, with the one in force at `since` first.
-        fn since(&self, since: Instant) -> Vec<(Instant, Snapshot)> {
+        pub(super) fn since(&self, since: Instant) -> Vec<(Instant, Snapshot)> {
             let history = self.history.lock().unwrap();
             let first = history.iter().rposition(|(t, _)| *t <= since).unwrap_or(0);
             history[first..].to_vec()
@@ -487,7 +529,7 @@ mod inner {
     }
 
     /// Ready members of `port` (addresses, deduplicated across slices).
-    fn ready(snapshot: &Snapshot, port: &str) -> BTreeSet<String> {
+    pub(super) fn ready(snapshot: &Snapshot, port: &str) -> BTreeSet<String> {
         snapshot
             .get(port)
             .into_iter()
@@ -827,6 +869,95 @@ mod inner {
         );
     }
 
+    /// `spec.readinessGate.timeoutSeconds` of the last rollout.
+    const GATE_TIMEOUT: u64 = 2;
+
+    /// With the gate's timeout set, a revision whose `httpGet` check fails for good does not
+    /// halt the rollout: each new pod is held until `GATE_TIMEOUT` after its containers became
+    /// ready, then its gate turns True `TimedOut` (with a Warning Event naming it) and the
+    /// kubelet makes it Ready, so kube-controller-manager rolls on to the end.
+    fn timed_out_rollout(world: &World, rev: u32) {
+        use k8s_openapi::jiff::Timestamp;
+        let cluster = &world.cluster;
+        let mut pm = portmapping();
+        pm["spec"]["readinessGate"] = json!({"timeoutSeconds": GATE_TIMEOUT});
+        apply(cluster, &pm);
+        let began = Instant::now();
+        apply(cluster, &deployment(rev, Revision::CheckFails));
+        cluster.ok(&[
+            "rollout",
+            "status",
+            "deployment/web",
+            &format!("--timeout={}s", ROLLOUT.as_secs()),
+        ]);
+        let rolled = began.elapsed();
+        let revision = format!("rev{rev}");
+        let (new_pods, _) = wait_pods(
+            cluster,
+            "app=web",
+            SETTLE,
+            "only the timed-out revision's pods left",
+            |p| {
+                p.len() == REPLICAS
+                    && p.iter()
+                        .all(|p| p["metadata"]["labels"]["rev"] == revision.as_str())
+            },
+        );
+        let at = |c: &(String, String, String, String)| -> Timestamp {
+            c.3.parse().expect("an RFC 3339 lastTransitionTime")
+        };
+        let mut held = vec![];
+        for pod in &new_pods {
+            let gate = condition(pod, GATE).expect("the gate condition");
+            assert_eq!(
+                (gate.0.as_str(), gate.1.as_str()),
+                ("True", "TimedOut"),
+                "{}: {gate:?}",
+                name(pod)
+            );
+            let containers = condition(pod, "ContainersReady").expect("ContainersReady");
+            let ready = condition(pod, "Ready").expect("Ready");
+            assert_eq!(ready.0, "True", "{}", name(pod));
+            // Held the timeout (the times have whole seconds: one of slack).
+            let wait = at(&ready).duration_since(at(&containers));
+            assert!(
+                wait.as_secs() + 1 >= GATE_TIMEOUT as i64,
+                "{}: Ready {wait:?} after its containers, before the gate's timeout",
+                name(pod)
+            );
+            held.push(format!("{:.0} s", wait.as_secs_f64()));
+        }
+        let events = get_json(
+            cluster,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "reason=PublicationGateTimedOut",
+            ],
+        );
+        let notes: Vec<String> = events["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["message"].as_str().or(e["note"].as_str()))
+            .map(str::to_string)
+            .collect();
+        for pod in &new_pods {
+            assert!(
+                notes.iter().any(|n| n.contains(&name(pod))),
+                "no PublicationGateTimedOut Event names {}: {notes:?}",
+                name(pod)
+            );
+        }
+        eprintln!(
+            "rollout to {revision} (its httpGet check fails; gate timeout {GATE_TIMEOUT} s): done \
+             in {:.1} s, each new pod Ready {} after its containers, gate True TimedOut",
+            rolled.as_secs_f64(),
+            held.join(", ")
+        );
+    }
+
     /// The gated rollout on a real node: kube-controller-manager rolls the Deployment, the
     /// kubelet runs the readiness probes and combines them with our gate, kube-proxy routes
     /// the requests. Good revisions roll with no failed request and never fewer than N−1 ready
@@ -846,6 +977,7 @@ mod inner {
         halted_rollout(&world, &watch, 3, Revision::CheckFails, 2);
         halted_rollout(&world, &watch, 4, Revision::ProbeFails, 2);
         good_rollout(&world, &watch, 5);
+        timed_out_rollout(&world, 6);
         drop(watch);
         world.finish();
         eprintln!("gated rollout test: {:.1} s", began.elapsed().as_secs_f64());

@@ -123,6 +123,7 @@ mod tests {
         PlannedSlice {
             slice: Arc::new(slice),
             action,
+            withdraws: false,
         }
     }
 

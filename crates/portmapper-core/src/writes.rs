@@ -3,9 +3,14 @@
 //! whose guard failed is skipped), so the write order and its conditions live here, next
 //! to the planner, not in the code that sends the requests.
 //!
-//! - Slices: every create and update, then every deletion (endpoints moving between slices
-//!   are never missing from all of them), and no deletion once a write failed: the slice a
-//!   deletion retires may hold the only copy of endpoints the failed write was to publish elsewhere (a
+//! - Slices: the writes that take nothing away (creations, updates that only add or change
+//!   endpoints), then the updates that withdraw a ready or serving endpoint from a port
+//!   ([`PlannedSlice::withdraws`]), then the deletions, so endpoints moving between slices are
+//!   never missing from all of them (when one port drops a pod that other ports keep, the
+//!   pod's new port-set slice holds it before its old one loses it: written together, a real
+//!   node's test saw the pod briefly missing from the ports that kept it), and no deletion once
+//!   a write failed: the slice a deletion retires may hold the only copy of endpoints the
+//!   failed write was to publish elsewhere (a
 //!   switch of `sliceGrouping`, the upgrade from per-port slices); the next pass plans the
 //!   deletions again.
 //! - Publication gates: those that claim no publication (False, Released, TimedOut), then the
@@ -26,7 +31,7 @@ use std::sync::Arc;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::planner::migration::Step;
-use crate::planner::{FinalizerChange, Plan, PodGate, RELEASE_FINALIZER, WriteAction};
+use crate::planner::{FinalizerChange, Plan, PlannedSlice, PodGate, RELEASE_FINALIZER, WriteAction};
 use crate::pod_record::PodRecord;
 
 /// One write.
@@ -67,8 +72,12 @@ pub enum Write {
 pub enum PhaseKind {
     /// Releases of pods that left the pool (True, `Released`).
     ReleasedGates,
-    /// Creates and updates of our slices.
+    /// Writes of our slices that take no endpoint away: creations and additive updates.
     SliceWrites,
+    /// Updates of our slices that withdraw an endpoint from a port. They run even when an
+    /// earlier write failed: they may be what takes an unhealthy pod out, and a slice name
+    /// someone else holds fails its apply at every pass.
+    SliceWithdrawals,
     /// Deletions of our slices.
     SliceDeletions,
     /// Publication gates that claim no publication (False, `Released`, `TimedOut`).
@@ -91,7 +100,7 @@ impl PhaseKind {
     /// few so one PortMapping cannot flood the API server; the Endpoints steps go one by one.
     pub fn in_flight(self) -> usize {
         match self {
-            Self::SliceWrites | Self::SliceDeletions => 8,
+            Self::SliceWrites | Self::SliceWithdrawals | Self::SliceDeletions => 8,
             Self::ReleasedGates | Self::Gates | Self::PublishedGates => 4,
             Self::Endpoints | Self::NativeEndpoints | Self::NativeSlices | Self::Finalizer => 1,
         }
@@ -134,17 +143,28 @@ impl Phases {
     pub fn of_plan(plan: &Plan, pods: &[&PodRecord]) -> Self {
         use PhaseKind as K;
         let mut phases = Self::default();
-        let writes = plan
+        let (withdrawals, applies): (Vec<&PlannedSlice>, Vec<&PlannedSlice>) = plan
             .slices
             .iter()
-            .filter_map(|s| match s.action {
-                WriteAction::Create => Some(Write::CreateSlice(s.slice.clone())),
-                WriteAction::Update { .. } => Some(Write::UpdateSlice(s.slice.clone())),
-                WriteAction::Unchanged => None,
-            })
-            .collect();
-        phases.push(K::SliceWrites, writes, &[]);
-        phases.push(K::SliceDeletions, slice_deletions(plan), &[K::SliceWrites]);
+            .filter(|s| s.action.is_write())
+            .partition(|s| s.withdraws);
+        let write = |slices: Vec<&PlannedSlice>| {
+            slices
+                .into_iter()
+                .filter_map(|s| match s.action {
+                    WriteAction::Create => Some(Write::CreateSlice(s.slice.clone())),
+                    WriteAction::Update { .. } => Some(Write::UpdateSlice(s.slice.clone())),
+                    WriteAction::Unchanged => None,
+                })
+                .collect()
+        };
+        phases.push(K::SliceWrites, write(applies), &[]);
+        phases.push(K::SliceWithdrawals, write(withdrawals), &[]);
+        phases.push(
+            K::SliceDeletions,
+            slice_deletions(plan),
+            &[K::SliceWrites, K::SliceWithdrawals],
+        );
         // A gate that says Published waits for the slices; the others (False, Released,
         // TimedOut: they claim no publication) do not.
         let (published, unpublished): (Vec<&PodGate>, Vec<&PodGate>) =
@@ -156,7 +176,7 @@ impl Phases {
             phases.push(
                 K::PublishedGates,
                 published,
-                &[K::SliceWrites, K::SliceDeletions],
+                &[K::SliceWrites, K::SliceWithdrawals, K::SliceDeletions],
             );
         }
         phases.migration(&plan.migration);
@@ -309,11 +329,20 @@ mod tests {
             slices: vec![
                 PlannedSlice {
                     slice: Arc::default(),
+                    action: WriteAction::Update {
+                        resource_version: None,
+                    },
+                    withdraws: true,
+                },
+                PlannedSlice {
+                    slice: Arc::default(),
                     action: WriteAction::Create,
+                    withdraws: false,
                 },
                 PlannedSlice {
                     slice: Arc::default(),
                     action: WriteAction::Unchanged,
+                    withdraws: false,
                 },
             ],
             deletions: vec![
@@ -363,21 +392,28 @@ mod tests {
         assert_eq!(
             shape(&phases),
             [
+                // What adds before what withdraws: a pod moving to another slice is in it
+                // before it leaves its old one.
                 (K::SliceWrites, 1, vec![]),
-                (K::SliceDeletions, 1, vec![K::SliceWrites]),
+                (K::SliceWithdrawals, 1, vec![]),
+                (
+                    K::SliceDeletions,
+                    1,
+                    vec![K::SliceWrites, K::SliceWithdrawals]
+                ),
                 (K::Gates, 1, vec![]),
                 (
                     K::PublishedGates,
                     1,
-                    vec![K::SliceWrites, K::SliceDeletions]
+                    vec![K::SliceWrites, K::SliceWithdrawals, K::SliceDeletions]
                 ),
                 (K::Endpoints, 1, vec![]),
                 (K::NativeEndpoints, 1, vec![]),
                 (K::NativeSlices, 1, vec![K::NativeEndpoints]),
             ]
         );
-        assert_eq!(phases.count(), 7);
-        let Write::SetGate { pod_version, .. } = &phases.0[3].writes[0] else {
+        assert_eq!(phases.count(), 8);
+        let Write::SetGate { pod_version, .. } = &phases.0[4].writes[0] else {
             panic!("a gate")
         };
         assert_eq!(pod_version, "7");

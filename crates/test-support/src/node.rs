@@ -68,6 +68,18 @@ impl Node {
         ip: &str,
         pod_cidr: &str,
     ) -> Result<Self, Unsupported> {
+        Self::start_with_images(plane, name, ip, pod_cidr, &[])
+    }
+
+    /// [`Node::start`], importing the image archives `images` (`docker save` form) besides the
+    /// busybox one.
+    pub fn start_with_images(
+        plane: &ControlPlane,
+        name: &str,
+        ip: &str,
+        pod_cidr: &str,
+        images: &[&Path],
+    ) -> Result<Self, Unsupported> {
         let dir = plane.dir().to_path_buf();
         let log_path = dir.join(format!("node-{name}.out"));
         let log = std::fs::File::create(&log_path).expect("the node's log");
@@ -80,6 +92,7 @@ impl Node {
             .arg("--dir")
             .arg(&dir)
             .args(["--name", name, "--ip", ip, "--pod-cidr", pod_cidr])
+            .args(images.iter().flat_map(|i| [Path::new("--image"), i]))
             // A child outlives the test thread that started it: realkube watches the process.
             .env("REALKUBE_DIE_WITH_PARENT", "1")
             .stdout(log.try_clone().expect("log"))

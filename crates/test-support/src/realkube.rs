@@ -53,6 +53,20 @@ pub fn binary() -> PathBuf {
         .unwrap_or_else(|| repo().join("target/realkube/realkube"))
 }
 
+/// The container of the real-node tests' network checks (`tools/realkube/podserver`):
+/// `PODSERVER_BIN`, else `target/realkube/podserver` (`make realkube` builds it).
+pub fn podserver() -> PathBuf {
+    let bin = std::env::var_os("PODSERVER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/realkube/podserver"));
+    assert!(
+        bin.exists(),
+        "{} is not built: run `make realkube` (needs Go; make test does)",
+        bin.display()
+    );
+    bin
+}
+
 /// CoreDNS with the kubernetes plugin (`tools/coredns`): `COREDNS_BIN`, else
 /// `target/realkube/coredns` (`make realkube` builds both).
 pub fn coredns() -> PathBuf {

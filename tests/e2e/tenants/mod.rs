@@ -196,7 +196,9 @@ impl World {
         }
     }
 
-    /// Plays kubelet: `pod` in `namespace` runs at `ip`, Ready.
+    /// Plays kubelet: `pod` in `namespace` runs at `ip`, Ready. Played: the tenants' scenarios
+    /// are about RBAC and fairness between namespaces, not the pods' lifecycle; a real node
+    /// would add its start and containers to each of them for nothing they check.
     pub fn set_pod_ready(&self, namespace: &str, pod: &str, ip: &str) {
         let patch = json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
             "conditions": [{"type": "Ready", "status": "True"},

@@ -330,6 +330,7 @@ mod tests {
             .map(|s| PlannedSlice {
                 slice: Arc::new(s),
                 action: WriteAction::Unchanged,
+                withdraws: false,
             })
             .collect(),
             ..Plan::default()

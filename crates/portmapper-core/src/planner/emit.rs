@@ -298,6 +298,7 @@ impl<'s> Emitter<'_, '_, 's, '_> {
             out.slices.push(PlannedSlice {
                 slice: Arc::clone(l),
                 action: WriteAction::Unchanged,
+                withdraws: false,
             });
         }
         for entry in found {
@@ -404,9 +405,11 @@ impl<'s> Emitter<'_, '_, 's, '_> {
             };
             let name = chunk_name(&group.base, chunk.chunk);
             let slice = self.render(&group, &written, conditions, name, slice_ports)?;
+            let withdraws = live_slice.is_some_and(|l| withdraws(l, &slice));
             out.slices.push(PlannedSlice {
                 slice: Arc::new(slice),
                 action,
+                withdraws,
             });
         }
         Ok(())
@@ -446,6 +449,7 @@ impl<'s> Emitter<'_, '_, 's, '_> {
         out.slices.push(PlannedSlice {
             slice: Arc::clone(live),
             action: WriteAction::Unchanged,
+            withdraws: false,
         });
     }
 
@@ -500,4 +504,31 @@ impl<'s> Emitter<'_, '_, 's, '_> {
             name,
         })
     }
+}
+
+/// Whether writing `new` over `live` takes away a ready or serving (address, port name) that
+/// `live` publishes (an unset condition counts as true, as consumers read it).
+fn withdraws(live: &EndpointSlice, new: &EndpointSlice) -> bool {
+    // (address, port name, whether the pair is ready (true) or serving (false)).
+    fn published(s: &EndpointSlice) -> HashSet<(&str, &str, bool)> {
+        let mut out = HashSet::new();
+        for e in &s.endpoints {
+            let c = e.conditions.as_ref();
+            let ready = c.and_then(|c| c.ready).unwrap_or(true);
+            let serving = c.and_then(|c| c.serving).unwrap_or(true);
+            for address in &e.addresses {
+                for port in s.ports.iter().flatten() {
+                    let name = port.name.as_deref().unwrap_or_default();
+                    for (kind, on) in [(true, ready), (false, serving)] {
+                        if on {
+                            out.insert((address.as_str(), name, kind));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+    let now = published(new);
+    published(live).iter().any(|pair| !now.contains(pair))
 }

@@ -346,6 +346,7 @@ mod tests {
                 ..Default::default()
             }),
             action: WriteAction::Unchanged,
+            withdraws: false,
         }
     }
 

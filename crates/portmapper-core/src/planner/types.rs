@@ -152,6 +152,11 @@ pub struct PlannedSlice {
     pub slice: Arc<EndpointSlice>,
     /// What to do with it.
     pub action: WriteAction,
+    /// An update that takes away a ready or serving (address, port) the live slice publishes:
+    /// it is written after the additive writes of its pass, so an endpoint moving between
+    /// slices is in its new one before it leaves its old one ([`crate::writes`]). One that
+    /// also gains endpoints gains them in that second round.
+    pub withdraws: bool,
 }
 
 /// An object to delete, with the UID to use as a delete precondition.

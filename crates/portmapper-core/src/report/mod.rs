@@ -523,6 +523,7 @@ mod tests {
             slices: vec![PlannedSlice {
                 slice: Default::default(),
                 action: crate::WriteAction::Create,
+                withdraws: false,
             }],
             warnings: vec![PlanWarning::UnknownPort {
                 entries: vec!["htp".into()],

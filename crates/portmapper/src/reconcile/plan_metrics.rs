@@ -125,6 +125,7 @@ mod tests {
                 .unwrap(),
             ),
             action: WriteAction::Unchanged,
+            withdraws: false,
         };
         let plan = Plan {
             slices: vec![

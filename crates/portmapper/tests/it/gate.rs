@@ -30,7 +30,9 @@ fn gated_pod(name: &str, ports: &str) -> serde_json::Value {
 /// Plays kubelet: address and container readiness through a strategic merge patch keyed by
 /// condition type (as kubelet's status manager leaves other owners' conditions alone). Ready
 /// stays False: with our gate unset kubelet would not make it True, and podReady must not wait
-/// for it.
+/// for it. Played, not a real node: these tests count the operator's gate writes in the audit
+/// log and step one pod at a time; the kubelet combining the gate into Ready, and a rollout on
+/// it, run on the real node (`gated_rollout_on_a_real_node` in tests/e2e/node.rs).
 async fn kubelet(h: &Harness, name: &str, ip: &str, containers_ready: bool) {
     let api: Api<Pod> = Api::namespaced(h.client.clone(), &h.ns);
     let ready = if containers_ready { "True" } else { "False" };
@@ -277,6 +279,9 @@ async fn a_gate_for_a_replaced_pod_is_refused_by_the_server() {
 /// ever be published and the rollout would stall. (In-process the operator publishes faster
 /// than this loop restarts the next pod, so the member count alone would hold without the wait
 /// too; with slow checks, probes or webhooks, the wait is what keeps it.)
+// Kept on a played kubelet although a real node reaches it: a restart that reuses each pod's
+// name (a StatefulSet's) with the count checked after every round, in seconds on the shared
+// plane; the Deployment rollout runs on the real node (`gated_rollout_on_a_real_node`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_of_a_gated_pool_never_takes_two_members_from_a_port() {
     use crate::observer::Observer;

@@ -27,7 +27,8 @@ fn gated_pod(name: &str) -> serde_json::Value {
 }
 
 /// Plays kubelet: an address, and containers ready (since now) or not. Ready stays False (the
-/// gate is not True yet).
+/// gate is not True yet). Played: the release and timeout tests need a gate held for as long
+/// as they choose, with a known `ContainersReady` transition time to measure the deadline from.
 async fn kubelet(h: &Harness, name: &str, ip: &str, containers_ready: bool) {
     let api: Api<Pod> = Api::namespaced(h.client.clone(), &h.ns);
     let ready = if containers_ready { "True" } else { "False" };
@@ -213,7 +214,9 @@ async fn a_gate_held_past_its_timeout_turns_true_with_a_warning_at_the_deadline(
     h.create(service("web", &[("http", 8080)])).await;
     h.create(gated_pod("pod-a")).await;
     // Containers ready (so the gate alone holds the pod), but the port's containerReady check
-    // reads the app container not ready: never published.
+    // reads the app container not ready: never published. No real node reports this pair
+    // (ContainersReady True, the container not ready) on demand; it holds the gate without a
+    // probe that could change its mind.
     let api: Api<Pod> = Api::namespaced(h.client.clone(), &h.ns);
     let since = Timestamp::now()
         .round(k8s_openapi::jiff::Unit::Second)

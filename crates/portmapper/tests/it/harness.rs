@@ -11,7 +11,10 @@
 //!   status themselves, and delete pods with grace 0 ([`Harness::delete_pod`]) since a
 //!   graceful delete leaves a pod bound to a node Terminating. The request log is the API
 //!   server's audit log ([`Harness::requests`]); the operator's requests are told apart by
-//!   its User-Agent.
+//!   its User-Agent. Playing kubelet is what lets hundreds of tests share one plane and set
+//!   any pod state in one write (an address, a flip, a timestamp); the kubelet's own behaviour
+//!   (probes, gates combined into Ready, graceful termination, a rollout) is checked on the
+//!   real node (`tests/e2e/node.rs`).
 //! - **the emulator** ([`Harness::emulator`], [`Harness::start_on_emulator`]): a fresh
 //!   in-process `kube_emulator::Emulator` per test, namespace `default`, for the tests that
 //!   need what only it offers: fault rules, its clock, restarts.

@@ -39,7 +39,6 @@ mod faults;
 mod fuzz;
 mod gate;
 mod gate_release;
-mod gated_rollout;
 mod harness;
 mod hostile;
 mod leader;

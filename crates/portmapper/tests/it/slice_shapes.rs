@@ -198,3 +198,66 @@ async fn the_default_shape_shares_slices_by_port_set_and_a_live_switch_has_no_bl
     set_grouping(&h, "PerPortSet").await;
     switch_without_blackout(&h, &mut seen, |n| port_set_names.contains(n)).await;
 }
+
+/// Waits until the slices publish `end`; every state seen on the way must publish `kept`.
+async fn converge_keeping(
+    h: &Harness,
+    seen: &mut tokio::sync::mpsc::UnboundedReceiver<BTreeSet<(String, String)>>,
+    kept: &BTreeSet<(String, String)>,
+    end: &BTreeSet<(String, String)>,
+) -> usize {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut states = 0;
+    loop {
+        let slices = h.slices(SVC).await;
+        while let Ok(state) = seen.try_recv() {
+            states += 1;
+            let missing: Vec<_> = kept.difference(&state).cloned().collect();
+            assert!(missing.is_empty(), "a watcher saw {missing:?} unpublished");
+        }
+        if published(&slices.into_iter().map(|s| (s.name_any(), s)).collect()) == *end {
+            return states;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no convergence");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A pod that leaves one port and keeps another moves between two existing port-set slices:
+/// the one it joins is written before the one it leaves, so a watcher never sees it missing
+/// from the port it keeps (written together, it was, for one version, on a real node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_moving_between_port_set_slices_never_leaves_a_port_it_keeps() {
+    let h = Harness::start().await;
+    h.create(service(SVC, &[("http", 8080), ("https", 8443)]))
+        .await;
+    ready_pods(
+        &h,
+        SVC,
+        &[
+            ("pod-a", "http", "10.244.0.1"),
+            ("pod-b", "http,https", "10.244.0.2"),
+            ("pod-c", "http,https", "10.244.0.3"),
+            ("pod-d", "https", "10.244.0.4"),
+        ],
+    )
+    .await;
+    let mut pm = portmapping(SVC, SVC);
+    pm["spec"].as_object_mut().unwrap().remove("sliceGrouping");
+    h.create(pm).await;
+    let mut seen = watch_published(&h);
+    converge_keeping(&h, &mut seen, &BTreeSet::new(), &want()).await;
+    let pair = |p: &str, port: &str| (p.to_owned(), port.to_owned());
+    let mut now = want();
+    // pod-c joins {https} (pod-d's slice) and leaves {http, https}; then pod-b joins {http}.
+    for (pod, keeps, drops) in [("pod-c", "https", "http"), ("pod-b", "http", "https")] {
+        h.patch_pod(
+            pod,
+            json!({"metadata": {"annotations": {"example.com/ports": keeps}}}),
+        )
+        .await;
+        now.remove(&pair(pod, drops));
+        let states = converge_keeping(&h, &mut seen, &now, &now).await;
+        assert!(states > 0, "{pod}: the watcher saw no state");
+    }
+}
