@@ -5,15 +5,19 @@
 //! does), one at a time, in three ways: a server-side apply (force) of the status subresource, a
 //! JSON merge patch of it, and a PUT of it with the resourceVersion; and, for reference, a merge
 //! patch of a label of the PortMapping itself. The copies are deleted after each kind, so every
-//! kind starts from status-less objects; the kinds take turns.
+//! kind starts from status-less objects; the kinds take turns. Last, the merge patch again on
+//! copies in a copy of the CRD without its CEL rules (`x-kubernetes-validations`), which
+//! kube-apiserver evaluates over the whole object on every write, status writes included.
 
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
     PostParams,
 };
+use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -46,6 +50,17 @@ pub struct StatusCpu {
     pub label_first: Duration,
     /// The label's value changed.
     pub label_change: Duration,
+    /// For reference, a merge patch of status setting only observedGeneration (first: on a
+    /// status-less copy).
+    pub tiny_first: Duration,
+    /// The same, observedGeneration changed.
+    pub tiny_change: Duration,
+    /// The mean size of the operator's statuses, JSON bytes.
+    pub status_bytes: usize,
+    /// Merge patch of a first status on copies in a copy of the CRD without its CEL rules.
+    pub bare_merge_first: Duration,
+    /// The same, changing one port's counts.
+    pub bare_merge_change: Duration,
 }
 
 /// Turns each kind of write takes.
@@ -58,11 +73,82 @@ enum Kind {
     Put,
     /// A merge patch of a label of the PortMapping (not a status write; a reference).
     Label,
+    /// A merge patch of status setting observedGeneration alone (the body's share; a reference).
+    Tiny,
 }
 
-fn api_resource() -> ApiResource {
-    let gvk = GroupVersionKind::gvk("portmapper.dev", "v1alpha1", "PortMapping");
+/// The group of the CRD's copy without validation rules.
+const BARE_GROUP: &str = "status-floor.scale-bench.dev";
+
+fn api_resource(group: &str) -> ApiResource {
+    let gvk = GroupVersionKind::gvk(group, "v1alpha1", "PortMapping");
     ApiResource::from_gvk_with_plural(&gvk, "portmappings")
+}
+
+/// Drops every `x-kubernetes-validations` (CEL rules) from a schema.
+fn strip_rules(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            map.remove("x-kubernetes-validations");
+            map.values_mut().for_each(strip_rules);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_rules),
+        _ => {}
+    }
+}
+
+/// Installs a copy of the PortMapping CRD in group [`BARE_GROUP`], without its CEL rules
+/// (kube-apiserver evaluates every rule of the object, spec included, on each status write).
+async fn install_bare_crd(client: &Client) -> Result<String, Error> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let ours = crds.get("portmappings.portmapper.dev").await?;
+    let mut spec = serde_json::to_value(&ours.spec)?;
+    strip_rules(&mut spec);
+    spec["group"] = json!(BARE_GROUP);
+    let name = format!("portmappings.{BARE_GROUP}");
+    let bare: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": name}, "spec": spec,
+    }))?;
+    crds.create(&PostParams::default(), &bare).await?;
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        await_condition(crds, &name, conditions::is_crd_established()),
+    )
+    .await
+    .map_err(|_| Error::Timeout("the status floor's CRD to be established".into()))?
+    .map_err(|e| Error::Admin(e.to_string()))?;
+    Ok(name)
+}
+
+/// kube-apiserver's CPU per merge patch of status (first, changed) on copies in a CRD without
+/// CEL rules; the CRD is deleted again.
+async fn without_rules(
+    client: &Client,
+    ns: &str,
+    copies: &[(Value, Value)],
+    server: u32,
+) -> Result<(Duration, Duration), Error> {
+    let name = install_bare_crd(client).await?;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &api_resource(BARE_GROUP));
+    let copies: Vec<(Value, Value)> = copies
+        .iter()
+        .map(|(obj, status)| {
+            let mut obj = obj.clone();
+            obj["apiVersion"] = json!(format!("{BARE_GROUP}/v1alpha1"));
+            (obj, status.clone())
+        })
+        .collect();
+    let mut sum = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..ROUNDS {
+        let (first, change) = one_kind(&api, &copies, Kind::Merge, server).await?;
+        sum.0 += first;
+        sum.1 += change;
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.delete(&name, &DeleteParams::default()).await?;
+    Ok((sum.0 / ROUNDS, sum.1 / ROUNDS))
 }
 
 /// `status` with one pod moved from ready to not ready on its first port (what a flip changes).
@@ -112,6 +198,11 @@ async fn write(
             let value = status["summary"].as_str().map_or(0, str::len).to_string();
             let body = json!({"metadata": {"labels": {"scale-bench.portmapper.dev/n": value}}});
             api.patch(&name, &pp, &Patch::Merge(body)).await?
+        }
+        Kind::Tiny => {
+            let generation = status["summary"].as_str().map_or(0, str::len);
+            let body = json!({"status": {"observedGeneration": generation}});
+            api.patch_status(&name, &pp, &Patch::Merge(body)).await?
         }
         Kind::Put => {
             let mut obj = live.clone();
@@ -175,7 +266,8 @@ async fn one_kind(
 /// kube-apiserver's CPU per status write of each kind, on copies of the PortMappings of
 /// namespace `ns` that have a status; `server` is kube-apiserver's pid. None when none has one.
 pub async fn measure(client: &Client, ns: &str, server: u32) -> Result<Option<StatusCpu>, Error> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &api_resource());
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &api_resource("portmapper.dev"));
     let published = api.list(&ListParams::default()).await?;
     let copies: Vec<(Value, Value)> = published
         .items
@@ -195,11 +287,16 @@ pub async fn measure(client: &Client, ns: &str, server: u32) -> Result<Option<St
     if copies.is_empty() {
         return Ok(None);
     }
+    let status_bytes = copies
+        .iter()
+        .map(|(_, s)| serde_json::to_vec(s).map_or(0, |b| b.len()))
+        .sum::<usize>()
+        / copies.len();
     // The kinds take turns, ROUNDS times, so a change in the machine's load while they run
     // is spread over all of them.
-    let mut sums = [(Duration::ZERO, Duration::ZERO); 4];
+    let mut sums = [(Duration::ZERO, Duration::ZERO); 5];
     for _ in 0..ROUNDS {
-        for (kind, sum) in [Kind::Apply, Kind::Merge, Kind::Put, Kind::Label]
+        for (kind, sum) in [Kind::Apply, Kind::Merge, Kind::Put, Kind::Label, Kind::Tiny]
             .into_iter()
             .zip(sums.iter_mut())
         {
@@ -208,7 +305,8 @@ pub async fn measure(client: &Client, ns: &str, server: u32) -> Result<Option<St
             sum.1 += change;
         }
     }
-    let [apply, merge, put, label] = sums.map(|(f, c)| (f / ROUNDS, c / ROUNDS));
+    let [apply, merge, put, label, tiny] = sums.map(|(f, c)| (f / ROUNDS, c / ROUNDS));
+    let bare = without_rules(client, ns, &copies, server).await?;
     Ok(Some(StatusCpu {
         mappings: copies.len(),
         apply_first: apply.0,
@@ -219,5 +317,10 @@ pub async fn measure(client: &Client, ns: &str, server: u32) -> Result<Option<St
         put_change: put.1,
         label_first: label.0,
         label_change: label.1,
+        tiny_first: tiny.0,
+        tiny_change: tiny.1,
+        status_bytes,
+        bare_merge_first: bare.0,
+        bare_merge_change: bare.1,
     }))
 }

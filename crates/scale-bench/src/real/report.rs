@@ -390,12 +390,14 @@ impl RealReport {
             r.push((
                 format!(
                     "floor: kube-apiserver CPU per PortMapping status write, first / one port's \
-                     counts changed ({} PortMappings, ms)",
-                    c.mappings
+                     counts changed ({} PortMappings, statuses of {} B, ms)",
+                    c.mappings, c.status_bytes
                 ),
                 format!(
                     "server-side apply {} / {}; merge patch {} / {}; PUT with resourceVersion \
                      {} / {} (for reference, a merge patch of a label of the PortMapping: \
+                     {} / {}; merge patch of status.observedGeneration alone {} / {}; merge \
+                     patch of status in a copy of the CRD without its CEL rules: \
                      {} / {})",
                     ms(c.apply_first),
                     ms(c.apply_change),
@@ -404,7 +406,11 @@ impl RealReport {
                     ms(c.put_first),
                     ms(c.put_change),
                     ms(c.label_first),
-                    ms(c.label_change)
+                    ms(c.label_change),
+                    ms(c.tiny_first),
+                    ms(c.tiny_change),
+                    ms(c.bare_merge_first),
+                    ms(c.bare_merge_change)
                 ),
             ));
         }
