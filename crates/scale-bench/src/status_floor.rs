@@ -99,7 +99,7 @@ fn strip_rules(v: &mut Value) {
 
 /// Installs a copy of the PortMapping CRD in group [`BARE_GROUP`], without its CEL rules
 /// (kube-apiserver evaluates every rule of the object, spec included, on each status write).
-async fn install_bare_crd(client: &Client) -> Result<String, Error> {
+async fn install_bare_crd(client: &Client) -> Result<(String, String), Error> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let ours = crds.get("portmappings.portmapper.dev").await?;
     let mut spec = serde_json::to_value(&ours.spec)?;
@@ -110,7 +110,7 @@ async fn install_bare_crd(client: &Client) -> Result<String, Error> {
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": name}, "spec": spec,
     }))?;
-    crds.create(&PostParams::default(), &bare).await?;
+    let created = crds.create(&PostParams::default(), &bare).await?;
     tokio::time::timeout(
         Duration::from_secs(30),
         await_condition(crds, &name, conditions::is_crd_established()),
@@ -118,7 +118,7 @@ async fn install_bare_crd(client: &Client) -> Result<String, Error> {
     .await
     .map_err(|_| Error::Timeout("the status floor's CRD to be established".into()))?
     .map_err(|e| Error::Admin(e.to_string()))?;
-    Ok(name)
+    Ok((name, created.uid().unwrap_or_default()))
 }
 
 /// kube-apiserver's CPU per merge patch of status (first, changed) on copies in a CRD without
@@ -129,7 +129,7 @@ async fn without_rules(
     copies: &[(Value, Value)],
     server: u32,
 ) -> Result<(Duration, Duration), Error> {
-    let name = install_bare_crd(client).await?;
+    let (name, uid) = install_bare_crd(client).await?;
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), ns, &api_resource(BARE_GROUP));
     let copies: Vec<(Value, Value)> = copies
@@ -148,6 +148,14 @@ async fn without_rules(
     }
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.delete(&name, &DeleteParams::default()).await?;
+    // Gone before returning: the next shape on the same control plane creates it again.
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(crds, &name, conditions::is_deleted(&uid)),
+    )
+    .await
+    .map_err(|_| Error::Timeout("the status floor's CRD to be deleted".into()))?
+    .map_err(|e| Error::Admin(e.to_string()))?;
     Ok((sum.0 / ROUNDS, sum.1 / ROUNDS))
 }
 
