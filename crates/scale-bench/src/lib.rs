@@ -14,6 +14,7 @@ pub mod op_metrics;
 pub mod procs;
 pub mod real;
 pub mod shape;
+pub mod status_floor;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;

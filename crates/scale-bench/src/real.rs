@@ -134,10 +134,10 @@ pub async fn run_on(
         ctx.publication(Side::Operator).await?,
         ctx.publication(Side::Native).await?,
     ];
-    let floors = if cfg.floors {
-        Some(ctx.floors().await?)
+    let (floors, status_floor) = if cfg.floors {
+        (Some(ctx.floors().await?), ctx.status_floor().await?)
     } else {
-        None
+        (None, None)
     };
     ctx.flips(&mut sides).await?;
     ctx.replacements(&mut sides).await?;
@@ -151,6 +151,7 @@ pub async fn run_on(
         operator,
         native,
         floors,
+        status_floor,
         apiserver_mem,
         etcd_mem,
         limits: cfg.limits.clone(),

@@ -89,6 +89,9 @@ async fn deleting_the_service_withdraws_the_slices() {
     let status = h.portmapping("web").await.status.unwrap();
     assert!(status.ports.is_empty(), "{:?}", status.ports);
     assert_eq!(status.endpoint_slices, Some(0));
+    // The summary the operator stops setting is gone from the stored status, not left behind
+    // (a status write that only merges, e.g. a merge patch without nulls, would keep it).
+    assert_eq!(status.summary, None);
 }
 
 /// Issue 11 item 3: deleting the publisher hands the Service to the other PortMapping at once

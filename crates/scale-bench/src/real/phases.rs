@@ -16,6 +16,7 @@ use crate::floor::{self, Floor};
 use crate::observe::{Observer, Published, View};
 use crate::procs::{self, Memory, Proc};
 use crate::shape::{self, Generated, PodSpec};
+use crate::status_floor::{self, StatusCpu};
 use crate::{Error, bench_patch, bench_post};
 
 /// A controller is idle (done with what its start found) once it and the API server used at
@@ -331,6 +332,16 @@ impl<'a> Ctx<'a> {
             out.push((side, f));
         }
         Ok(out)
+    }
+
+    /// kube-apiserver's CPU per PortMapping status write, by kind, both controllers stopped.
+    pub(super) async fn status_floor(&self) -> Result<Option<StatusCpu>, Error> {
+        status_floor::measure(
+            &self.plane.client,
+            &self.cfg.namespace,
+            self.plane.apiserver,
+        )
+        .await
     }
 
     /// Every controller's flips, in `cfg.rounds` turns each, alternating; both flip the same

@@ -12,6 +12,7 @@ use super::phases::{Cpu, SideReport};
 use crate::floor::Floor;
 use crate::procs::Memory;
 use crate::shape::Shape;
+use crate::status_floor::StatusCpu;
 use crate::{mib, ms, percentile, secs};
 
 /// Everything one run on the real control plane measured.
@@ -31,6 +32,8 @@ pub struct RealReport {
     pub native: SideReport,
     /// The plain client's apply of each controller's slices.
     pub floors: Option<Vec<(Side, Floor)>>,
+    /// kube-apiserver's CPU per PortMapping status write, by kind.
+    pub status_floor: Option<StatusCpu>,
     /// kube-apiserver's memory at the end.
     pub apiserver_mem: Memory,
     /// etcd's memory at the end.
@@ -382,6 +385,34 @@ impl RealReport {
                     ),
                 ));
             }
+        }
+        if let Some(c) = self.status_floor {
+            r.push((
+                format!(
+                    "floor: kube-apiserver CPU per PortMapping status write, first / one port's \
+                     counts changed ({} PortMappings, statuses of {} B, ms)",
+                    c.mappings, c.status_bytes
+                ),
+                format!(
+                    "server-side apply {} / {}; merge patch {} / {}; PUT with resourceVersion \
+                     {} / {} (for reference, a merge patch of a label of the PortMapping: \
+                     {} / {}; merge patch of status.observedGeneration alone {} / {}; merge \
+                     patch of status in a copy of the CRD without its CEL rules: \
+                     {} / {})",
+                    ms(c.apply_first),
+                    ms(c.apply_change),
+                    ms(c.merge_first),
+                    ms(c.merge_change),
+                    ms(c.put_first),
+                    ms(c.put_change),
+                    ms(c.label_first),
+                    ms(c.label_change),
+                    ms(c.tiny_first),
+                    ms(c.tiny_change),
+                    ms(c.bare_merge_first),
+                    ms(c.bare_merge_change)
+                ),
+            ));
         }
         for (name, m) in [
             ("kube-apiserver", self.apiserver_mem),
