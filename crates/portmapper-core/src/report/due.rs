@@ -1,10 +1,12 @@
 //! When a changed status is written: at once when what kstatus, Flux and Argo CD read changed
-//! (a condition's type, status, reason or message, or `observedGeneration`), and at most once
-//! per window when only the counts changed (the ports, the summary, the slice count, and the
-//! Ready message `published <summary>` that repeats the summary). A burst of flips of one
-//! PortMapping then costs one status write per window instead of one per flip; its counts lag
-//! by at most the window. The operator decides it before executing a pass, with the time since
-//! its last status write, and looks again when a held status is due.
+//! (a condition's type, status, reason or message, or `observedGeneration`), and after a window
+//! when only the counts changed (the ports, the summary, the slice count, and the Ready message
+//! `published <summary>` that repeats the summary): the first change of the counts holds the
+//! status for the window, and the pass that looks again at its end writes what the counts are
+//! then. A burst of flips of one PortMapping costs one status write per window, a flip undone
+//! within the window (a pod's readiness blinking) none, and the counts lag by at most the
+//! window. The operator decides it before executing a pass, with the time since the counts
+//! were first held.
 
 use std::time::Duration;
 
@@ -19,30 +21,30 @@ pub enum StatusDue {
     Unchanged,
     /// Written by this pass.
     Now,
-    /// Only its counts changed, within the window of the last status write: held back this
-    /// long (until that window ends), then written by the pass that looks again.
+    /// Only its counts changed: held back this long (until the window that the first held
+    /// change opened ends), then written by the pass that looks again.
     Held(Duration),
 }
 
 /// When `next` is written over `previous` (the status the server holds, as far as the
-/// operator knows), `since_written` after the operator's last status write of this
-/// PortMapping (`None`: none remembered), with one counts write per `window` (zero: every
-/// change at once).
+/// operator knows), with the counts held for `held_for` already (`None`: not held), and one
+/// counts write per `window` (zero: every change at once).
 pub fn status_due(
     previous: &PortMappingStatus,
     next: &PortMappingStatus,
-    since_written: Option<Duration>,
+    held_for: Option<Duration>,
     window: Duration,
 ) -> StatusDue {
     if previous == next {
         return StatusDue::Unchanged;
     }
-    if !counts_only(previous, next) {
+    if !counts_only(previous, next) || window.is_zero() {
         return StatusDue::Now;
     }
-    match since_written {
-        Some(since) if since < window => StatusDue::Held(window - since),
-        _ => StatusDue::Now,
+    match held_for {
+        None => StatusDue::Held(window),
+        Some(held) if held < window => StatusDue::Held(window - held),
+        Some(_) => StatusDue::Now,
     }
 }
 
@@ -130,8 +132,13 @@ mod tests {
     }
 
     #[test]
-    fn counts_wait_for_the_window_of_the_last_write_and_no_longer() {
+    fn counts_wait_for_the_window_their_first_change_opened_and_no_longer() {
         let (before, after) = (published(3), published(2));
+        assert_eq!(
+            status_due(&before, &after, None, WINDOW),
+            StatusDue::Held(WINDOW),
+            "the first change of the counts opens the window"
+        );
         assert_eq!(
             status_due(&before, &after, Some(MS(100)), WINDOW),
             StatusDue::Held(MS(400))
@@ -141,12 +148,7 @@ mod tests {
             StatusDue::Now
         );
         assert_eq!(
-            status_due(&before, &after, None, WINDOW),
-            StatusDue::Now,
-            "no write remembered: the first change is written at once"
-        );
-        assert_eq!(
-            status_due(&before, &after, Some(MS(1)), Duration::ZERO),
+            status_due(&before, &after, None, Duration::ZERO),
             StatusDue::Now,
             "no window"
         );
@@ -155,6 +157,11 @@ mod tests {
         assert_eq!(
             status_due(&before, &slices, Some(MS(100)), WINDOW),
             StatusDue::Held(MS(400))
+        );
+        assert_eq!(
+            status_due(&before, &published(3), Some(MS(600)), WINDOW),
+            StatusDue::Unchanged,
+            "a flip undone within the window writes nothing"
         );
     }
 

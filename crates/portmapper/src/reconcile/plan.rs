@@ -170,10 +170,10 @@ pub fn stalled(
     status_timing(ctx, pm, key, planned)
 }
 
-/// When `planned`'s status is written ([`status_due`]): a change of the counts alone within
-/// the window of the PortMapping's last status write is held until that window ends, and the
-/// pass looks again then, so the held status is written even if no event comes (a later pass
-/// within the window holds the newer counts to the same end). The window is the batch window
+/// When `planned`'s status is written ([`status_due`]): a change of the counts alone is held
+/// for the window its first change opened, and the pass looks again when it ends, so the held
+/// status is written even if no event comes (a later pass within the window holds the newer
+/// counts to the same end). The window is the batch window
 /// (`--batch-window-ms`): the span over which a burst of one PortMapping shares its writes.
 fn status_timing(
     ctx: &Context,
@@ -192,13 +192,19 @@ fn status_timing(
             .report
             .status
             .to_status(&known, pm.metadata.generation, Timestamp::now());
-    let since = ctx
-        .states
-        .since_status_written(key, tokio::time::Instant::now());
-    if let StatusDue::Held(wait) = status_due(&known, &next, since, window) {
-        debug!(portmapping = %key, wait_ms = wait.as_millis(), "only the counts changed; the status waits for its window's end");
-        planned.pass.status_held = true;
-        planned.again = Some(planned.again.map_or(wait, |again| again.min(wait)));
+    let now = tokio::time::Instant::now();
+    let held_for = ctx.states.counts_held_for(key, now);
+    match status_due(&known, &next, held_for, window) {
+        StatusDue::Held(wait) => {
+            debug!(portmapping = %key, wait_ms = wait.as_millis(), "only the counts changed; the status waits for its window's end");
+            ctx.states.hold_counts(key, true, now);
+            planned.pass.status_held = true;
+            planned.again = Some(planned.again.map_or(wait, |again| again.min(wait)));
+        }
+        // Undone within the window: nothing held any more.
+        StatusDue::Unchanged => ctx.states.hold_counts(key, false, now),
+        // Written by this pass, which ends the hold once answered.
+        StatusDue::Now => {}
     }
     planned
 }

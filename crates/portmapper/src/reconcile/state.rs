@@ -80,8 +80,9 @@ pub struct MappingState {
     memo: EvalMemo,
     ledger: Ledger,
     status_written: Option<(String, PortMappingStatus)>,
-    /// When the last status write of this operator was answered.
-    status_written_at: Option<Instant>,
+    /// Since when a change of the counts alone has been held back (`report::status_due`),
+    /// until the status is written or says what the server holds again.
+    counts_held_at: Option<Instant>,
     /// The last status the server refused, until a status write goes through.
     status_refused: Option<PlannedStatus>,
     /// By pod UID and condition type.
@@ -185,21 +186,31 @@ impl States {
         };
         self.with(&ObjectRef::from_obj(pm), |s| {
             s.status_written = Some((rv, status.clone()));
-            s.status_written_at = Some(Instant::now());
+            s.counts_held_at = None;
         });
     }
 
-    /// How long ago at `now` this operator last wrote `pm`'s status (`None`: no write
-    /// remembered).
-    pub fn since_status_written(&self, pm: &Key, now: Instant) -> Option<std::time::Duration> {
-        let at = self.lock().get(pm).and_then(|s| s.status_written_at)?;
+    /// How long at `now` `pm`'s counts have been held back (`None`: not held).
+    pub fn counts_held_for(&self, pm: &Key, now: Instant) -> Option<std::time::Duration> {
+        let at = self.lock().get(pm).and_then(|s| s.counts_held_at)?;
         Some(now.saturating_duration_since(at))
     }
 
-    /// Ends the window of `pm`'s last status write, as if it were long ago.
+    /// `pm`'s counts are held back (`held`: since `now` unless they already were), or not.
+    pub fn hold_counts(&self, pm: &Key, held: bool, now: Instant) {
+        self.with(pm, |s| {
+            s.counts_held_at = held.then(|| s.counts_held_at.unwrap_or(now));
+        });
+    }
+
+    /// Ends the window of `pm`'s held counts, as if they were held long ago.
     #[cfg(test)]
     pub fn status_window_ended(&self, pm: &Key) {
-        self.with(pm, |s| s.status_written_at = None);
+        self.with(pm, |s| {
+            s.counts_held_at = s
+                .counts_held_at
+                .map(|_| Instant::now() - std::time::Duration::from_secs(3600));
+        });
     }
 
     /// Records the answer to a write of `planned`: a refusal is remembered until a status write

@@ -1171,19 +1171,22 @@ async fn changes_within_the_batch_window_of_a_write_are_written_together_at_its_
         .get();
     assert_eq!(batched, 2);
 
-    // The window's end (the status was written with the first slice write: its window ends
-    // with the batch's): one pass writes both flips in one slice write, and the status.
+    // The window's end: one pass writes both flips in one slice write; the counts, changed
+    // only now, wait for a window of their own, and the pass at its end writes them.
     let key = kube::runtime::reflector::ObjectRef::from_obj(&w.pm);
+    w.ctx.states.batches.forget(&key);
+    w.reconcile().await.unwrap();
+    let apply = w.body(&format!("PUT {SLICES}/web.http"));
+    assert_eq!(w.api.take_lines(), [format!("PUT {SLICES}/web.http")]);
+    // Pods failing their checks are left out (no publishNotReadyAddresses): both gone.
+    assert_eq!(apply["endpoints"], json!([]), "both flips in the one write");
+    w.slice_seen(stored(&apply));
     w.ctx.states.batches.forget(&key);
     w.ctx.states.status_window_ended(&key);
     w.reconcile().await.unwrap();
-    let apply = w.body(&format!("PUT {SLICES}/web.http"));
-    assert_eq!(
-        w.api.take_lines(),
-        [format!("PUT {SLICES}/web.http"), format!("PATCH {STATUS}")]
-    );
-    // Pods failing their checks are left out (no publishNotReadyAddresses): both gone.
-    assert_eq!(apply["endpoints"], json!([]), "both flips in the one write");
+    let status = w.body(&format!("PATCH {STATUS}"));
+    assert_eq!(w.api.take_lines(), [format!("PATCH {STATUS}")]);
+    assert_eq!(counts(&status).0, 0);
 }
 
 /// How soon `action` looks again.
@@ -1337,6 +1340,36 @@ async fn a_flip_undone_inside_the_status_window_writes_no_status() {
         w.slice_seen(stored(&apply));
     }
     let key = kube::runtime::reflector::ObjectRef::from_obj(&w.pm);
+    w.ctx.states.status_window_ended(&key);
+    w.reconcile().await.unwrap();
+    assert_eq!(w.api.take_lines(), Vec::<String>::new());
+}
+
+/// Long after the last status write, a pod's readiness blinks (unready, then ready again
+/// within the window): the first change of the counts opens the window instead of being
+/// written at once, so the blink costs the status nothing.
+#[tokio::test]
+async fn a_blink_long_after_the_last_status_write_writes_no_status() {
+    let window = Duration::from_secs(3600);
+    let pods = vec![pod("pod-a", "10.244.0.1"), pod("pod-b", "10.244.0.2")];
+    let mut w = World::windows(pm(), Some(service()), pods, Duration::ZERO, window);
+    w.reconcile().await.unwrap();
+    let apply = w.body(&format!("POST {SLICES}/web.http"));
+    let first = w.body(&format!("PATCH {STATUS}"));
+    w.slice_seen(stored(&apply));
+    w.pm = with_status(&w.pm, &first, "2");
+    w.api.take_lines();
+    let key = kube::runtime::reflector::ObjectRef::from_obj(&w.pm);
+    w.ctx.states.status_window_ended(&key);
+    let mut ready = pod("pod-a", "10.244.0.1");
+    ready.metadata.resource_version = Some("8".into());
+    for p in [unready_pod("pod-a", "10.244.0.1"), ready] {
+        w.pod_seen(p);
+        w.reconcile().await.unwrap();
+        let apply = w.body(&format!("PUT {SLICES}/web.http"));
+        assert_eq!(w.api.take_lines(), [format!("PUT {SLICES}/web.http")]);
+        w.slice_seen(stored(&apply));
+    }
     w.ctx.states.status_window_ended(&key);
     w.reconcile().await.unwrap();
     assert_eq!(w.api.take_lines(), Vec::<String>::new());
