@@ -239,13 +239,13 @@ async fn the_already_exists_race_costs_one_failed_create_and_no_retry_storm() {
             .map(|r| (r.verb.clone(), r.status))
             .collect::<Vec<_>>()
     );
-    assert_eq!(
-        writes
-            .iter()
-            .map(|r| (r.verb.as_str(), r.status))
-            .collect::<Vec<_>>(),
-        [("create", 409)],
-        "one create, refused; the raced slice is ours as it stands: {writes:?}"
+    // One create, refused; the raced slice is ours as it stands, so the retry writes nothing
+    // (or, if the plan moved meanwhile, one update of the raced slice): no retry storm.
+    let first = writes.first().map(|r| (r.verb.as_str(), r.status));
+    assert_eq!(first, Some(("create", 409)), "{writes:?}");
+    assert!(
+        writes.len() <= 2 && writes[1..].iter().all(|r| r.verb == "update"),
+        "{writes:?}"
     );
     // The operator's POSTs are its Events: a `ports` entry naming no Service port makes it
     // send an `UnknownPort` Warning, and the race creates that Event first, so the POST gets
