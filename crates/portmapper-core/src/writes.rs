@@ -31,7 +31,9 @@ use std::sync::Arc;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::planner::migration::Step;
-use crate::planner::{FinalizerChange, Plan, PlannedSlice, PodGate, RELEASE_FINALIZER, WriteAction};
+use crate::planner::{
+    FinalizerChange, Plan, PlannedSlice, PodGate, RELEASE_FINALIZER, WriteAction,
+};
 use crate::pod_record::PodRecord;
 
 /// One write.
