@@ -58,8 +58,8 @@ pub struct Stores {
     pub services: Store<Service>,
     /// Our slices (label-selected).
     pub slices: Store<EndpointSlice>,
-    /// Node metadata, when zones are looked up.
-    pub nodes: Option<Store<PartialObjectMeta<Node>>>,
+    /// Nodes (name, zone label, `Ready` status only), when node lookups are on.
+    pub nodes: Option<Store<Node>>,
     /// The legacy Endpoints objects we publish, found by our managed-by label.
     pub owned_endpoints: Store<Endpoints>,
     /// Every slice not managed by us (metadata only): the native controllers' ones are
