@@ -28,7 +28,7 @@ pub struct Settings {
     pub concurrency: u16,
     /// Requeue period of a converged PortMapping.
     pub resync: Duration,
-    /// Read Nodes for zones.
+    /// Read Nodes for zones and readiness.
     pub node_lookups: bool,
     /// Identity for Events.
     pub instance: Option<String>,
