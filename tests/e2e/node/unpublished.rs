@@ -184,10 +184,20 @@ mod inner {
             ours, native,
             "portmapper published a pod of a NotReady node"
         );
-        let gate = conditions(&pod);
+        let gate = pod["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == GATE)
+            .cloned()
+            .unwrap_or_default();
+        eprintln!("its gate: {gate}");
+        assert_eq!(gate["status"], "False", "{gate}");
+        // For its node, not by chance (a probe that had not passed yet would say so too).
+        let message = gate["message"].as_str().unwrap_or_default();
         assert!(
-            gate.contains(&format!("{GATE}=False")),
-            "the gate of a pod of a NotReady node: {gate}"
+            message.contains(&format!("its node {NODE} is not Ready")),
+            "{message}"
         );
         world.finish();
     }
