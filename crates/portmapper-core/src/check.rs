@@ -6,7 +6,7 @@
 //! network checks: they say whether the pod is healthy) but never *backing* checks (portNames,
 //! podCondition: they say whether the pod is meant to serve the port at all) nor notTerminating.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{PodCondition, Service};
 use portmapper_api::check::Dials;
@@ -125,20 +125,25 @@ pub fn is_probed(check: &CheckKind<'_>, protocol: &str) -> bool {
 /// `spec.readinessGates`.
 pub const PUBLISHED_GATE: &str = portmapper_api::DEFAULT_GATE_CONDITION_TYPE;
 
-/// The publication gate condition types a plan knows as portmapper's.
+/// What podReady of a gated pod reads besides the pod: the publication gate condition types a
+/// plan knows as portmapper's, and the nodes known not to be Ready.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GateTypes<'a> {
     /// The evaluated PortMapping's own.
     pub own: &'a str,
     /// Those other PortMappings of the namespace set.
     pub peers: &'a BTreeSet<String>,
+    /// Nodes whose `Ready` condition is known and not True, with its status
+    /// ([`PlanInput::unready_nodes`](crate::PlanInput::unready_nodes)).
+    pub unready_nodes: &'a BTreeMap<String, String>,
 }
 
 impl GateTypes<'static> {
-    /// The default gate type and no peers.
+    /// The default gate type, no peers, no node known unready.
     pub const DEFAULT: Self = Self {
         own: PUBLISHED_GATE,
         peers: &BTreeSet::new(),
+        unready_nodes: &BTreeMap::new(),
     };
 }
 
@@ -201,6 +206,18 @@ fn gated_pod_ready(pod: &PodRecord, gates: GateTypes<'_>) -> Verdict {
         return Verdict::exclude(
             "podReady: pod marked not Ready without a kubelet reason (its node is not ready)",
         );
+    }
+    // The node-lifecycle controller only turns a True `Ready` False, so a pod our gate still
+    // holds keeps `ReadinessGatesNotReady` when its node goes: only the node says so. The
+    // native controller keeps such a pod unready (its `Ready` is False), and so do we.
+    if let Some((node, status)) = pod
+        .node_name
+        .as_deref()
+        .and_then(|n| gates.unready_nodes.get_key_value(n))
+    {
+        return Verdict::exclude(format!(
+            "podReady: its node {node} is not Ready (Ready={status})"
+        ));
     }
     for gate in pod
         .readiness_gates
@@ -515,6 +532,84 @@ mod tests {
         conditions_mut(&mut p).push(condition("ContainersReady", "True"));
         let v = eval(POD_READY, &p, &port("http", None), &n, false);
         assert_eq!(v.reason(), "podReady: pod is not Ready (Ready=False)");
+    }
+
+    /// podReady of `p` with `unready` as the nodes known not Ready.
+    fn pod_ready_with(p: &Pod, unready: &BTreeMap<String, String>) -> Verdict {
+        let service = Service::default();
+        let pod = PodRecord::from(p);
+        let network = NetworkDecisions::new();
+        let port = port("http", None);
+        let ctx = CheckContext {
+            service: &service,
+            pod: &pod,
+            port: &port,
+            position: CheckPosition::default(),
+            network: &network,
+            bypass_health: false,
+            gates: GateTypes {
+                unready_nodes: unready,
+                ..GateTypes::DEFAULT
+            },
+        };
+        evaluate(&POD_READY, &ctx)
+    }
+
+    #[test]
+    fn a_gated_pod_on_a_node_known_not_ready_is_not_ready() {
+        use k8s_openapi::api::core::v1::{PodReadinessGate, PodSpec};
+        let condition = |type_: &str, status: &str, reason: Option<&str>| PodCondition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.map(Into::into),
+            ..PodCondition::default()
+        };
+        // Never published: the kubelet's Ready=False waits for our gate, containers ready.
+        let mut p = pod();
+        p.spec = Some(PodSpec {
+            node_name: Some("n1".into()),
+            readiness_gates: Some(vec![PodReadinessGate {
+                condition_type: PUBLISHED_GATE.into(),
+            }]),
+            ..PodSpec::default()
+        });
+        p.status.as_mut().unwrap().conditions = Some(vec![
+            condition("Ready", "False", Some("ReadinessGatesNotReady")),
+            condition("ContainersReady", "True", None),
+            condition(PUBLISHED_GATE, "False", Some("NotPublished")),
+        ]);
+        let nodes = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(n, s)| ((*n).to_owned(), (*s).to_owned()))
+                .collect()
+        };
+        for status in ["False", "Unknown"] {
+            let v = pod_ready_with(&p, &nodes(&[("n1", status)]));
+            assert_eq!(
+                v.reason(),
+                format!("podReady: its node n1 is not Ready (Ready={status})")
+            );
+        }
+        // Another node unready, or none known so (unknown to the cache, lookups off): ready.
+        for unready in [nodes(&[("n2", "False")]), nodes(&[])] {
+            let v = pod_ready_with(&p, &unready);
+            assert_eq!(v.decision, Decision::Include, "{}", v.reason());
+        }
+        // An unscheduled pod has no node to read.
+        p.spec.as_mut().unwrap().node_name = None;
+        let v = pod_ready_with(&p, &nodes(&[("n1", "False")]));
+        assert_eq!(v.decision, Decision::Include, "{}", v.reason());
+
+        // A pod without our gate reads its own Ready, as the native controller does (the
+        // node-lifecycle controller turns a True one False on a NotReady node).
+        p.spec = Some(PodSpec {
+            node_name: Some("n1".into()),
+            ..PodSpec::default()
+        });
+        conditions_mut(&mut p)[0] = condition("Ready", "True", None);
+        let v = pod_ready_with(&p, &nodes(&[("n1", "False")]));
+        assert_eq!(v.decision, Decision::Include, "{}", v.reason());
     }
 
     fn conditions_mut(p: &mut Pod) -> &mut Vec<PodCondition> {

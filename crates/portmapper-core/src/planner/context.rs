@@ -40,6 +40,8 @@ pub(crate) struct PlanContext<'a> {
     pub ports: &'a [PortView<'a>],
     pub network: &'a NetworkDecisions,
     pub node_zones: &'a BTreeMap<String, String>,
+    /// `PlanInput::unready_nodes`.
+    pub unready_nodes: &'a BTreeMap<String, String>,
     /// `publishNotReadyAddresses` in force.
     pub pnr: bool,
     pub hints: HintMode,
@@ -53,11 +55,12 @@ pub(crate) struct PlanContext<'a> {
 }
 
 impl PlanContext<'_> {
-    /// The gate types podReady must not wait for.
+    /// The gate types podReady must not wait for, and the nodes it reads.
     pub fn gates(&self) -> crate::check::GateTypes<'_> {
         crate::check::GateTypes {
             own: self.gate_type,
             peers: &self.gate_peers.types,
+            unready_nodes: self.unready_nodes,
         }
     }
 }

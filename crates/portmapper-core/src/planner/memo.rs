@@ -7,8 +7,9 @@
 //! pod UID and resourceVersion: the API server changes the resourceVersion on every change of the
 //! object, so an unchanged pair is an unchanged pod. Everything else a plan reads (network
 //! results, the published state for Abstain, node zones, the time) is read afresh every pass, and
-//! any change of the PortMapping's spec, the Service's spec or the gate types other PortMappings
-//! set (podReady reads past them) forgets everything.
+//! any change of the PortMapping's spec, the Service's spec, the gate types other PortMappings
+//! set (podReady reads past them) or the unready nodes (podReady of a gated pod reads them)
+//! forgets everything.
 //!
 //! The memo only skips work: a plan with a memo equals the plan without one for the same inputs
 //! (a property test checks it on random event sequences).
@@ -317,12 +318,14 @@ impl EvalMemo {
         spec: &PortMappingSpec,
         service: Option<&ServiceSpec>,
         gate_peers: &BTreeSet<String>,
+        unready_nodes: &BTreeMap<String, String>,
     ) {
         let same = self.inputs.as_ref().is_some_and(|i| {
             i.pm_uid == pm_uid
                 && i.spec == *spec
                 && i.service.as_ref() == service
                 && i.gate_peers == *gate_peers
+                && i.unready_nodes == *unready_nodes
         });
         if !same {
             self.pods.clear();
@@ -338,6 +341,7 @@ impl EvalMemo {
                 spec: spec.clone(),
                 service: service.cloned(),
                 gate_peers: gate_peers.clone(),
+                unready_nodes: unready_nodes.clone(),
             });
         }
     }
@@ -655,6 +659,9 @@ struct Inputs {
     service: Option<ServiceSpec>,
     /// Other PortMappings' gate types: podReady of a gated pod reads past them.
     gate_peers: BTreeSet<String>,
+    /// podReady of a gated pod reads them; they change seldom (a node's readiness), so a change
+    /// forgets everything rather than the memo tracking which pods sit on which node.
+    unready_nodes: BTreeMap<String, String>,
 }
 
 /// Remembered outcomes of a pool, `[pod × slots + port × families + family]`, in one vector:
@@ -821,7 +828,13 @@ pub(crate) fn pool_of<'i>(
     let in_pool = |pod: &PodRecord| pod_in_pool(spec, namespace, pod);
     if let Some(memo) = memo {
         let service = input.service.spec.as_ref();
-        memo.begin(&owner.uid, spec, service, &input.gate_peers.types);
+        memo.begin(
+            &owner.uid,
+            spec,
+            service,
+            &input.gate_peers.types,
+            input.unready_nodes,
+        );
         return Ok(memo.pool(input.pods, in_pool)?);
     }
     let mut pods = Vec::new();

@@ -162,6 +162,7 @@ fn plan_inner(input: &PlanInput<'_>, mut memo: Option<&mut EvalMemo>) -> Result<
         ports: &ports,
         network: input.network,
         node_zones: input.node_zones,
+        unready_nodes: input.unready_nodes,
         pnr: publish_not_ready(&pm.spec, service),
         hints,
         now: input.now,

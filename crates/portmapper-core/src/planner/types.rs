@@ -28,6 +28,12 @@ pub struct PlanInput<'a> {
     pub pods: &'a [Arc<PodRecord>],
     /// Node name → `topology.kubernetes.io/zone`, for the nodes that have one.
     pub node_zones: &'a BTreeMap<String, String>,
+    /// Nodes whose `Ready` condition is known and not True (`False`, `Unknown`), with its
+    /// status: a pod gated on this PortMapping that runs on one is not ready (podReady), as the
+    /// native controller keeps it (the node-lifecycle controller leaves a gated pod's
+    /// `Ready=False` as the kubelet wrote it). The caller may pass only the nodes of the pool's
+    /// gated pods; a node missing here (unknown, or not looked up) unpublishes nothing.
+    pub unready_nodes: &'a BTreeMap<String, String>,
     /// Latest network check results.
     pub network: &'a NetworkDecisions,
     /// The slices this PortMapping may write ([`Ownership::claimable`]): its own, orphans of
@@ -69,12 +75,15 @@ pub struct PlanInput<'a> {
 static NO_RESULTS: std::sync::LazyLock<NetworkDecisions> =
     std::sync::LazyLock::new(NetworkDecisions::new);
 
+/// No node known unready.
+static NO_NODES: BTreeMap<String, String> = BTreeMap::new();
+
 /// No names held by others.
 static NONE_HELD: BTreeMap<String, HeldName> = BTreeMap::new();
 
 impl<'a> PlanInput<'a> {
     /// The input of a first publication of `port_mapping` for `service` from `pods`: nothing
-    /// published yet, no network result, no name held by others, no other PortMapping's
+    /// published yet, no node known unready, no network result, no name held by others, no other PortMapping's
     /// gates, no legacy Endpoints, at the Unix epoch. Callers change what differs with struct
     /// update syntax (`PlanInput { live_slices, ..PlanInput::first_publication(…) }`), so a new
     /// planner input is written here and where the operator gathers it.
@@ -89,6 +98,7 @@ impl<'a> PlanInput<'a> {
             service,
             pods,
             node_zones,
+            unready_nodes: &NO_NODES,
             network: &NO_RESULTS,
             live_slices: &[],
             take_over: &[],

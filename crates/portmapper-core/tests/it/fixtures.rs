@@ -228,6 +228,8 @@ pub struct World {
     pub service: Service,
     pub pods: Vec<Pod>,
     pub zones: BTreeMap<String, String>,
+    /// Nodes known not Ready, with their `Ready` status.
+    pub unready_nodes: BTreeMap<String, String>,
     pub network: NetworkDecisions,
     pub slices: Vec<EndpointSlice>,
     pub endpoints: Option<Endpoints>,
@@ -249,6 +251,7 @@ impl World {
             service,
             pods,
             zones: BTreeMap::new(),
+            unready_nodes: BTreeMap::new(),
             network: NetworkDecisions::new(),
             slices: Vec::new(),
             endpoints: None,
@@ -295,6 +298,7 @@ impl World {
     ) -> Result<Plan, portmapper_core::PlanError> {
         let (pods, slices) = (self.shared_records(), self.slice_refs());
         let input = PlanInput {
+            unready_nodes: &self.unready_nodes,
             network: &self.network,
             live_slices: &slices,
             held_by_others: &self.held,

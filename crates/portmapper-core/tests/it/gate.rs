@@ -11,6 +11,10 @@ use portmapper_core::{
     CheckPosition, NetworkKey, PUBLISHED_GATE, Plan, PodGate, PodRecord, Verdict,
 };
 
+use std::collections::BTreeMap;
+
+use portmapper_core::EvalMemo;
+
 use crate::fixtures::*;
 
 fn set_condition(pod: &mut Pod, type_: &str, status: &str) {
@@ -193,6 +197,70 @@ fn an_unhealthy_gated_pod_gets_false_naming_every_port_and_why() {
             t1
         )]
     );
+    assert_eq!(w.plan().writes(), 0);
+}
+
+#[test]
+fn a_never_published_gated_pod_on_a_node_known_not_ready_stays_unpublished() {
+    // The node went before the first pass: kubelet's `ReadinessGatesNotReady` stays on the pods
+    // (the node-lifecycle controller only turns a True Ready False), so only the node tells.
+    let mut w = gated_world();
+    w.unready_nodes = BTreeMap::from([("node-1".to_owned(), "Unknown".to_owned())]);
+    let t0 = w.now;
+    let mut memo = EvalMemo::default();
+    let p = w.try_plan_with(Some(&mut memo)).expect("plan");
+    assert_eq!(p, w.plan(), "the memo changes no plan");
+    w.apply(&p);
+    apply_gates(&mut w, &p);
+    let why = "podReady: its node node-1 is not Ready (Ready=Unknown)";
+    assert_eq!(
+        p.pod_gates,
+        vec![
+            gate(
+                "pod-a",
+                false,
+                "NotPublished",
+                &format!("not published on port http: {why}"),
+                t0
+            ),
+            gate(
+                "pod-b",
+                false,
+                "NotPublished",
+                &format!("not published on port http: {why}; port https: {why}"),
+                t0
+            ),
+        ]
+    );
+    // The pod without our gate reads its own Ready (True here: the node-lifecycle controller
+    // turns it False, and then it goes as the native controller's does).
+    assert_eq!(
+        pod_names(w.slice("web.http").expect("test fixture")),
+        vec!["pod-c"]
+    );
+
+    // The node is Ready again: the memo forgets what it read, and the pods are published.
+    w.unready_nodes.clear();
+    let t1 = t0 + k8s_openapi::jiff::SignedDuration::from_secs(10);
+    w.now = t1;
+    let p = w.try_plan_with(Some(&mut memo)).expect("plan");
+    assert_eq!(p, w.plan(), "the memo changes no plan");
+    w.apply(&p);
+    assert_eq!(
+        pod_names(w.slice("web.http").expect("test fixture")),
+        vec!["pod-a", "pod-b", "pod-c"]
+    );
+    assert_eq!(
+        p.pod_gates
+            .iter()
+            .map(|g| (g.pod.as_str(), g.status))
+            .collect::<Vec<_>>(),
+        [("pod-a", true), ("pod-b", true)]
+    );
+
+    // Another node's readiness is none of these pods' business.
+    w.unready_nodes = BTreeMap::from([("node-2".to_owned(), "False".to_owned())]);
+    apply_gates(&mut w, &p);
     assert_eq!(w.plan().writes(), 0);
 }
 

@@ -132,7 +132,8 @@ pub struct RunArgs {
     /// Address of the HTTP server for `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, env = "PORTMAPPER_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,
-    /// Read Nodes to publish zones and zone hints; off drops the Node RBAC.
+    /// Read Nodes to publish zones and zone hints, and for their readiness (a gated pod on a
+    /// NotReady node is not published); off drops the Node RBAC.
     #[arg(long, env = "PORTMAPPER_NODE_LOOKUPS", default_value_t = true, action = clap::ArgAction::Set)]
     pub node_lookups: bool,
     /// Network probes in flight at once, across all PortMappings.

@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 
 use super::pods::PodWatches;
 use super::watches::{
-    Change, Feeds, reflect, strip_managed_fields, strip_portmapping, strip_service,
+    Change, Feeds, reflect, strip_managed_fields, strip_node, strip_portmapping, strip_service,
 };
 use super::{MANAGED_BY_SELECTOR, NOT_MANAGED_BY_SELECTOR, api};
 use crate::index::{PodSource, SharedIndex};
@@ -160,19 +160,20 @@ fn foreign_slices(
     store
 }
 
-/// Node metadata, for zones.
+/// Nodes, for zones and readiness: a full watch (a metadata one has no conditions), cached as
+/// [`strip_node`] leaves them (name, zone label, `Ready` status).
 fn nodes(
     client: &Client,
     index: &SharedIndex,
     feeds: &Feeds,
     tasks: &mut JoinSet<()>,
-) -> Store<PartialObjectMeta<Node>> {
+) -> Store<Node> {
     let idx = index.clone();
     let (store, task) = reflect(
-        Api::<PartialObjectMeta<Node>>::all(client.clone()),
+        Api::<Node>::all(client.clone()),
         watcher::Config::default(),
         "nodes",
-        strip_managed_fields,
+        strip_node,
         move |change| match change {
             Change::Apply(node) => idx.lock().apply_node(node),
             Change::Delete(node) => idx.lock().delete_node(&node.name_any()),

@@ -9,7 +9,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, Service};
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
@@ -219,6 +219,36 @@ pub fn strip_service(svc: &mut Service) {
     }
 }
 
+/// A Node as the cache keeps it: its name, its zone label and the status of its `Ready`
+/// condition, nothing else. A Node's status carries its image list, addresses and capacity
+/// (often tens of KiB), read by nothing here; the watch must be a full one only for `Ready`.
+pub fn strip_node(node: &mut Node) {
+    let zone = crate::index::LABEL_ZONE;
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| NodeCondition {
+            type_: c.type_.clone(),
+            status: c.status.clone(),
+            ..NodeCondition::default()
+        });
+    let meta = &mut node.metadata;
+    meta.managed_fields = None;
+    meta.annotations = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    if let Some(labels) = meta.labels.as_mut() {
+        labels.retain(|key, _| key == zone);
+    }
+    node.spec = None;
+    node.status = ready.map(|ready| NodeStatus {
+        conditions: Some(vec![ready]),
+        ..NodeStatus::default()
+    });
+}
+
 /// A PortMapping as the cache keeps it: nothing reads its annotations (a client-side
 /// `kubectl apply` stores a second copy of the spec there).
 pub fn strip_portmapping(pm: &mut PortMapping) {
@@ -232,7 +262,7 @@ mod tests {
 
     use k8s_openapi::api::core::v1::Service;
 
-    use super::strip_service;
+    use super::{strip_node, strip_service};
 
     #[test]
     fn a_cached_service_keeps_only_the_annotations_the_planner_reads() {
@@ -266,5 +296,63 @@ mod tests {
             ]
         );
         assert_eq!(svc.metadata.managed_fields, None);
+    }
+
+    #[test]
+    fn a_cached_node_keeps_its_name_zone_and_ready_status_only() {
+        use k8s_openapi::api::core::v1::{
+            ContainerImage, Node, NodeCondition, NodeSpec, NodeStatus,
+        };
+        let condition = |type_: &str, status: &str| NodeCondition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: Some("KubeletNotReady".into()),
+            message: Some("m".repeat(100)),
+            ..NodeCondition::default()
+        };
+        let mut node = Node::default();
+        node.metadata.name = Some("n1".into());
+        node.metadata.labels = Some(BTreeMap::from([
+            ("topology.kubernetes.io/zone".into(), "z1".into()),
+            ("kubernetes.io/hostname".into(), "n1".into()),
+        ]));
+        node.metadata.annotations = Some(BTreeMap::from([("a".into(), "b".repeat(1000))]));
+        node.metadata.managed_fields = Some(vec![Default::default()]);
+        node.spec = Some(NodeSpec {
+            pod_cidr: Some("10.0.0.0/24".into()),
+            ..NodeSpec::default()
+        });
+        node.status = Some(NodeStatus {
+            conditions: Some(vec![
+                condition("MemoryPressure", "False"),
+                condition("Ready", "Unknown"),
+            ]),
+            images: Some(vec![ContainerImage {
+                names: Some(vec!["x".repeat(1000)]),
+                ..ContainerImage::default()
+            }]),
+            ..NodeStatus::default()
+        });
+        strip_node(&mut node);
+        let mut expected = Node::default();
+        expected.metadata.name = Some("n1".into());
+        expected.metadata.labels = Some(BTreeMap::from([(
+            "topology.kubernetes.io/zone".into(),
+            "z1".into(),
+        )]));
+        expected.status = Some(NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: "Unknown".into(),
+                ..NodeCondition::default()
+            }]),
+            ..NodeStatus::default()
+        });
+        assert_eq!(node, expected);
+
+        // Without a Ready condition (just registered) nothing of the status is kept.
+        node.status = Some(NodeStatus::default());
+        strip_node(&mut node);
+        assert_eq!(node.status, None);
     }
 }

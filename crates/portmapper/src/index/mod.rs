@@ -39,6 +39,7 @@ use portmapper_core::{ClaimRank, PodRecord};
 use crate::index::own_writes::OwnWrites;
 use crate::index::pool_pods::PoolPods;
 
+pub use nodes::LABEL_ZONE;
 pub use pod_watches::{DEFAULT_MAX_POD_WATCHES, WatchRefused};
 
 /// A PortMapping, by namespace and name.
@@ -248,6 +249,8 @@ pub struct Index {
     endpoints_by_owner: HashMap<String, HashSet<ObjectRef<Endpoints>>>,
 
     zones: HashMap<String, Option<String>>,
+    /// Nodes whose `Ready` condition is known and not True, with its status.
+    unready: HashMap<String, String>,
 
     /// Whether each pod watch has listed, and who waits for its first list.
     lists: HashMap<PodSource, Listing>,

@@ -1,33 +1,45 @@
-//! Nodes: their zones, and the PortMappings of the pods on them.
+//! Nodes: their zones and readiness, and the PortMappings of the pods on them.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::PartialObjectMeta;
 use portmapper_core::PodRecord;
 
 use super::{Index, PmKey, missing};
 
 /// The label carrying a node's zone.
-pub(super) const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
+pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 
 impl Index {
-    /// A node was added or changed: when its zone changed, the PortMappings of the pods on it.
-    pub fn apply_node(&mut self, node: &PartialObjectMeta<Node>) -> Vec<PmKey> {
+    /// A node was added or changed: when its zone changed, the PortMappings of the pods on it;
+    /// when only its readiness did, those of the gated pods on it (podReady of a gated pod
+    /// reads it; any other pod's `Ready` moves with the node by itself).
+    pub fn apply_node(&mut self, node: &Node) -> Vec<PmKey> {
         let name = node.name_any();
         let zone = node.labels().get(LABEL_ZONE).cloned();
-        if self.zones.get(&name) == Some(&zone) {
-            return Vec::new();
+        let unready = unready_status(node);
+        let ready_changed = self.unready.get(&name) != unready.as_ref();
+        match unready {
+            Some(status) => self.unready.insert(name.clone(), status),
+            None => self.unready.remove(&name),
+        };
+        if self.zones.get(&name) != Some(&zone) {
+            self.zones.insert(name.clone(), zone);
+            return self.node_pms(&name, false);
         }
-        self.zones.insert(name.clone(), zone);
-        self.node_pms(&name)
+        if ready_changed {
+            return self.node_pms(&name, true);
+        }
+        Vec::new()
     }
 
-    /// A node is gone.
+    /// A node is gone: it is no longer known unready (a node we cannot see unpublishes nothing).
     pub fn delete_node(&mut self, node: &str) -> Vec<PmKey> {
+        let was_unready = self.unready.remove(node).is_some();
         match self.zones.remove(node) {
-            Some(Some(_)) => self.node_pms(node),
+            Some(Some(_)) => self.node_pms(node, false),
+            _ if was_unready => self.node_pms(node, true),
             _ => Vec::new(),
         }
     }
@@ -43,10 +55,28 @@ impl Index {
         self.zones.get(node)?.as_deref()
     }
 
-    pub(super) fn node_pms(&self, node: &str) -> Vec<PmKey> {
+    /// The nodes `pods` run on that are known not Ready, with their `Ready` status: what
+    /// podReady of a gated pod reads. Without an unready node (the common case) nothing is
+    /// read; otherwise only the gated pods (a pod without `gate` never reads it).
+    pub fn unready_nodes_of(&self, pods: &[&PodRecord], gate: &str) -> BTreeMap<String, String> {
+        if self.unready.is_empty() {
+            return BTreeMap::new();
+        }
+        pods.iter()
+            .filter(|p| p.has_gate(gate))
+            .filter_map(|p| p.node_name.as_deref())
+            .filter_map(|n| Some((n.to_owned(), self.unready.get(n)?.clone())))
+            .collect()
+    }
+
+    /// The PortMappings of the pods on `node`; with `gated_only`, of those that list a
+    /// readiness gate.
+    pub(super) fn node_pms(&self, node: &str, gated_only: bool) -> Vec<PmKey> {
         let mut out = HashSet::new();
         for pod in self.pods_by_node.get(node).into_iter().flatten() {
-            if let Some(f) = self.pods.get(&pod.source).and_then(|p| p.get(&pod.pod)) {
+            if let Some(f) = self.pods.get(&pod.source).and_then(|p| p.get(&pod.pod))
+                && !(gated_only && f.pod.readiness_gates.is_empty())
+            {
                 for pool in &f.pools {
                     out.extend(self.pms_by_pool.get(pool).into_iter().flatten().cloned());
                 }
@@ -71,4 +101,17 @@ impl Index {
             .filter_map(|n| Some((n.to_owned(), self.zone(n)?.to_owned())))
             .collect()
     }
+}
+
+/// The status of a node's `Ready` condition when it is known and not True (`False`,
+/// `Unknown`). A node without one (just registered) is not known unready.
+fn unready_status(node: &Node) -> Option<String> {
+    let ready = node
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")?;
+    (ready.status != "True").then(|| ready.status.clone())
 }

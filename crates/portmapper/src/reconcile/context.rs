@@ -28,7 +28,7 @@ pub struct Settings {
     pub concurrency: u16,
     /// Requeue period of a converged PortMapping.
     pub resync: Duration,
-    /// Read Nodes for zones.
+    /// Read Nodes for zones and readiness.
     pub node_lookups: bool,
     /// Identity for Events.
     pub instance: Option<String>,
@@ -58,8 +58,8 @@ pub struct Stores {
     pub services: Store<Service>,
     /// Our slices (label-selected).
     pub slices: Store<EndpointSlice>,
-    /// Node metadata, when zones are looked up.
-    pub nodes: Option<Store<PartialObjectMeta<Node>>>,
+    /// Nodes (name, zone label, `Ready` status only), when node lookups are on.
+    pub nodes: Option<Store<Node>>,
     /// The legacy Endpoints objects we publish, found by our managed-by label.
     pub owned_endpoints: Store<Endpoints>,
     /// Every slice not managed by us (metadata only): the native controllers' ones are

@@ -135,6 +135,10 @@ pub struct Inputs {
     /// Names it may want that someone else holds.
     pub held: BTreeMap<String, HeldName>,
     pub zones: BTreeMap<String, String>,
+    /// The nodes of the pool's gated pods known not Ready, with their `Ready` status
+    /// ([`PlanInput::unready_nodes`](portmapper_core::PlanInput::unready_nodes)); empty without
+    /// node lookups.
+    pub unready_nodes: BTreeMap<String, String>,
     pub peers: GatePeers,
     /// Cached probe results only: a reconcile never waits on the network.
     pub network: NetworkDecisions,
@@ -354,10 +358,17 @@ async fn plan_inputs(
     let (live_endpoints, endpoints_read) =
         live_endpoints(ctx, pm, ns, &svc_name, !natives.is_empty()).await?;
     let refs: Vec<&PodRecord> = pods.iter().map(AsRef::as_ref).collect();
-    let zones = if ctx.settings.node_lookups {
-        ctx.index.lock().zones_of(&refs)
+    let (zones, unready_nodes) = if ctx.settings.node_lookups {
+        let index = ctx.index.lock();
+        // Only gated pods read their node's readiness; a pool without one reads nothing.
+        let unready = if gated {
+            index.unready_nodes_of(&refs, pm.spec.gate_condition_type())
+        } else {
+            BTreeMap::new()
+        };
+        (index.zones_of(&refs), unready)
     } else {
-        BTreeMap::new()
+        (BTreeMap::new(), BTreeMap::new())
     };
     Ok(Inputs {
         peers: gate_peers(ctx, pm, key, &refs, gated),
@@ -372,6 +383,7 @@ async fn plan_inputs(
         take_over,
         held,
         zones,
+        unready_nodes,
         natives,
         live_endpoints,
         departed: Departed::of(ctx, key),

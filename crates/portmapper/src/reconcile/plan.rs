@@ -310,6 +310,7 @@ fn plan_input<'a>(inputs: &'a Inputs, pm: &'a PortMapping, now: Timestamp) -> Pl
         service: &inputs.service,
         pods: &inputs.pods,
         node_zones: &inputs.zones,
+        unready_nodes: &inputs.unready_nodes,
         network: &inputs.network,
         live_slices: &inputs.owned,
         take_over: &inputs.take_over,

@@ -616,3 +616,56 @@ async fn a_restart_never_flips_a_gate_while_caches_sync() {
     assert_eq!(gate_writes(&h, "pod-a").await, 1);
     assert!(operator_requests(&h).await.len() > before);
 }
+
+/// Plays the node-lifecycle controller: the node's `Ready` condition (a node of the test's own,
+/// created on first use). Played, not a real node: the real one (`tests/e2e/node/unpublished.rs`)
+/// costs 45 s per NotReady; this steps the condition back and forth in a second.
+async fn node_ready(h: &Harness, node: &str, status: &str) {
+    ensure_node(&h.client, node, &Default::default()).await;
+    let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(h.client.clone());
+    let patch = json!({"status": {"conditions": [{"type": "Ready", "status": status}]}});
+    api.patch_status(node, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gated_pod_on_a_not_ready_node_is_not_published_until_the_node_is_ready() {
+    // No resync within the test: a node's event alone must requeue the PortMapping.
+    let h = Harness::start_with(|s| s.resync = Duration::from_secs(600)).await;
+    let node = format!("{}-node", h.ns);
+    node_ready(&h, &node, "Unknown").await;
+    h.create(service("web", &[("http", 8080)])).await;
+    let mut pod = gated_pod("pod-a", "http");
+    pod["spec"]["nodeName"] = json!(node);
+    h.create(pod).await;
+    // kubelet's last word before its node went: containers ready, Ready waits for the gate.
+    kubelet(&h, "pod-a", "10.244.0.1", true).await;
+    h.create(portmapping("web", "web")).await;
+    let why = |status: &str| {
+        format!(
+            "not published on port http: podReady: its node {node} is not Ready (Ready={status})"
+        )
+    };
+    wait_gate(&h, "pod-a", "False", &why("Unknown")).await;
+    assert!(h.membership("web").await.values().all(Vec::is_empty));
+
+    // Only the node changes: its event must bring the PortMapping back.
+    node_ready(&h, &node, "True").await;
+    let (status, _, message) = PUBLISHED_ON_HTTP;
+    wait_gate(&h, "pod-a", status, message).await;
+    assert_eq!(h.membership("web").await["web.http"], ["pod-a"]);
+
+    node_ready(&h, &node, "False").await;
+    wait_gate(&h, "pod-a", "False", &why("False")).await;
+    eventually("pod-a withdrawn", WAIT, || async {
+        h.membership("web")
+            .await
+            .values()
+            .all(Vec::is_empty)
+            .then_some(())
+    })
+    .await;
+    let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(h.client.clone());
+    let _ = api.delete(&node, &Default::default()).await;
+}

@@ -10,7 +10,7 @@ fn a_zone_change_reaches_the_portmappings_of_the_pods_on_that_node() {
         &label(),
         Arc::new(PodRecord::from(pod("a", "p1", &[(KEY, "api")], &[]))),
     );
-    let node = |zone: &str| PartialObjectMeta::<Node> {
+    let node = |zone: &str| Node {
         metadata: ObjectMeta {
             name: Some("node-p1".into()),
             labels: Some([(LABEL_ZONE.to_owned(), zone.to_owned())].into()),
@@ -22,4 +22,96 @@ fn a_zone_change_reaches_the_portmappings_of_the_pods_on_that_node() {
     assert!(index.apply_node(&node("z1")).is_empty(), "unchanged zone");
     assert_eq!(index.zone("node-p1"), Some("z1"));
     assert_eq!(names(index.delete_node("node-p1")), ["a/api"]);
+}
+
+fn node_ready(name: &str, ready: Option<&str>) -> Node {
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        status: ready.map(|status| NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: status.into(),
+                ..NodeCondition::default()
+            }]),
+            ..NodeStatus::default()
+        }),
+        ..Node::default()
+    }
+}
+
+#[test]
+fn a_readiness_change_reaches_the_portmappings_of_the_gated_pods_on_that_node() {
+    use k8s_openapi::api::core::v1::PodReadinessGate;
+    let gate = portmapper_core::PUBLISHED_GATE;
+    let mut index = index();
+    index.apply_pod(
+        &label(),
+        Arc::new(PodRecord::from(pod("a", "p1", &[(KEY, "api")], &[]))),
+    );
+    let mut gated = pod("a", "p2", &[(KEY, "api")], &[]);
+    gated.spec.as_mut().expect("spec").readiness_gates = Some(vec![PodReadinessGate {
+        condition_type: gate.into(),
+    }]);
+    let gated = Arc::new(PodRecord::from(gated));
+    index.apply_pod(&label(), gated.clone());
+    let pods = [gated.as_ref()];
+
+    // First seen (its zone, none, is news), then only its readiness moves.
+    assert_eq!(
+        names(index.apply_node(&node_ready("node-p2", Some("True")))),
+        ["a/api"]
+    );
+    assert!(index.unready_nodes_of(&pods, gate).is_empty());
+    assert_eq!(
+        names(index.apply_node(&node_ready("node-p2", Some("Unknown")))),
+        ["a/api"]
+    );
+    assert_eq!(
+        index.unready_nodes_of(&pods, gate),
+        [("node-p2".to_owned(), "Unknown".to_owned())].into()
+    );
+    assert!(
+        index
+            .apply_node(&node_ready("node-p2", Some("Unknown")))
+            .is_empty(),
+        "unchanged"
+    );
+    assert_eq!(
+        names(index.apply_node(&node_ready("node-p2", Some("False")))),
+        ["a/api"]
+    );
+    // A pod that does not list the gate never reads its node.
+    assert!(
+        index
+            .unready_nodes_of(&pods, "example.com/other")
+            .is_empty()
+    );
+    // Its condition gone (a node status rewritten from scratch): no longer known unready.
+    assert_eq!(
+        names(index.apply_node(&node_ready("node-p2", None))),
+        ["a/api"]
+    );
+    assert!(index.unready_nodes_of(&pods, gate).is_empty());
+    assert_eq!(
+        names(index.apply_node(&node_ready("node-p2", Some("False")))),
+        ["a/api"]
+    );
+    // Deleted: unknown to the cache, so nothing is held for it.
+    assert_eq!(names(index.delete_node("node-p2")), ["a/api"]);
+    assert!(index.unready_nodes_of(&pods, gate).is_empty());
+
+    // The node of a pod without a gate: its pods' own Ready moves with it, nothing to queue.
+    assert_eq!(
+        names(index.apply_node(&node_ready("node-p1", Some("True")))),
+        ["a/api"]
+    );
+    assert!(
+        index
+            .apply_node(&node_ready("node-p1", Some("False")))
+            .is_empty()
+    );
 }
