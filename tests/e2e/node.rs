@@ -19,6 +19,27 @@ use test_support::{Inner, Sandbox, run_inner};
 
 const ENV: &str = "PORTMAPPER_NODE_INNER";
 
+/// Runs the one inner test `filter` (`what` names it) on a real node in a network namespace of
+/// its own; a machine that cannot run a node says SKIPPED with the reason.
+fn on_a_real_node(what: &str, filter: &str) {
+    if let Err(node::Unsupported(reason)) = node::check() {
+        eprintln!("SKIPPED: {reason}");
+        return;
+    }
+    run_inner(
+        Sandbox::NetworkNamespace,
+        Inner {
+            what,
+            filter,
+            exact: true,
+            // One node per machine at a time.
+            threads: 1,
+            expect_passed: 1,
+            env: ENV,
+        },
+    );
+}
+
 #[test]
 fn a_real_node_runs_the_pods_the_operator_publishes() {
     if let Err(node::Unsupported(reason)) = node::check() {
@@ -256,6 +277,30 @@ mod inner {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// The addresses ready in any slice of `service`, sorted, once each.
+    pub(super) fn ready_addresses(cluster: &Cluster, service: &str) -> Vec<String> {
+        let slices = get_json(
+            cluster,
+            &[
+                "get",
+                "endpointslices",
+                "-l",
+                &format!("kubernetes.io/service-name={service}"),
+            ],
+        );
+        let mut ready: Vec<String> = slices["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+            .filter(|e| e["conditions"]["ready"].as_bool().unwrap_or(true))
+            .filter_map(|e| e["addresses"][0].as_str().map(str::to_string))
+            .collect();
+        ready.sort();
+        ready.dedup();
+        ready
     }
 
     pub(super) fn get_json(cluster: &Cluster, args: &[&str]) -> Value {
@@ -1212,20 +1257,9 @@ mod inner {
 /// The node-lifecycle controller's NotReady, reflected as the native controller reflects it.
 #[test]
 fn node_not_ready_is_reflected_as_the_native_controller_does() {
-    if let Err(node::Unsupported(reason)) = node::check() {
-        eprintln!("SKIPPED: {reason}");
-        return;
-    }
-    run_inner(
-        Sandbox::NetworkNamespace,
-        Inner {
-            what: "the real node going NotReady",
-            filter: "node::not_ready::node_not_ready_on_a_real_node",
-            exact: true,
-            threads: 1,
-            expect_passed: 1,
-            env: ENV,
-        },
+    on_a_real_node(
+        "the real node going NotReady",
+        "node::not_ready::node_not_ready_on_a_real_node",
     );
 }
 
@@ -1236,31 +1270,7 @@ mod not_ready {
     use test_support::in_sandbox;
 
     use super::ENV;
-    use super::inner::{apply, get_json, is_true, pods, web_world};
-
-    /// Ready addresses per slice set of `service`.
-    fn ready_addresses(cluster: &crate::env::Cluster, service: &str) -> Vec<String> {
-        let slices = get_json(
-            cluster,
-            &[
-                "get",
-                "endpointslices",
-                "-l",
-                &format!("kubernetes.io/service-name={service}"),
-            ],
-        );
-        let mut ready: Vec<String> = slices["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
-            .filter(|e| e["conditions"]["ready"].as_bool().unwrap_or(true))
-            .filter_map(|e| e["addresses"][0].as_str().map(str::to_string))
-            .collect();
-        ready.sort();
-        ready.dedup();
-        ready
-    }
+    use super::inner::{apply, is_true, pods, ready_addresses, web_world};
 
     /// The kubelet killed for good: after the node-lifecycle controller's grace period (20 s
     /// here) the Node is NotReady and it sets the pods' Ready False; the native controller's

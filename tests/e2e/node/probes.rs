@@ -5,27 +5,11 @@
 //! throughout (no readiness probe, no gate): each port's membership follows only what the
 //! container answers the operator.
 
-use test_support::node;
-use test_support::{Inner, Sandbox, run_inner};
-
-use super::ENV;
-
 #[test]
 fn network_checks_follow_real_containers() {
-    if let Err(node::Unsupported(reason)) = node::check() {
-        eprintln!("SKIPPED: {reason}");
-        return;
-    }
-    run_inner(
-        Sandbox::NetworkNamespace,
-        Inner {
-            what: "the operator's network checks on the real node",
-            filter: "node::probes::inner::network_checks_on_a_real_node",
-            exact: true,
-            threads: 1,
-            expect_passed: 1,
-            env: ENV,
-        },
+    super::on_a_real_node(
+        "the operator's network checks on the real node",
+        "node::probes::inner::network_checks_on_a_real_node",
     );
 }
 

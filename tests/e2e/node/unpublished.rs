@@ -8,27 +8,11 @@
 //! readiness gate"). About 45 s: the node-lifecycle controller's grace period (20 s) and 8 s of
 //! chances to publish.
 
-use test_support::node;
-use test_support::{Inner, Sandbox, run_inner};
-
-use super::ENV;
-
 #[test]
 fn a_never_published_gated_pod_on_a_not_ready_node_stays_unpublished() {
-    if let Err(node::Unsupported(reason)) = node::check() {
-        eprintln!("SKIPPED: {reason}");
-        return;
-    }
-    run_inner(
-        Sandbox::NetworkNamespace,
-        Inner {
-            what: "a never-published gated pod on a NotReady node",
-            filter: "node::unpublished::inner::never_published_gated_pod_on_a_not_ready_node",
-            exact: true,
-            threads: 1,
-            expect_passed: 1,
-            env: ENV,
-        },
+    super::on_a_real_node(
+        "a never-published gated pod on a NotReady node",
+        "node::unpublished::inner::never_published_gated_pod_on_a_not_ready_node",
     );
 }
 
@@ -40,32 +24,9 @@ mod inner {
     use test_support::in_sandbox;
 
     use super::super::ENV;
-    use super::super::inner::{NODE, World, apply, get_json, http, pods};
+    use super::super::inner::{NODE, World, apply, get_json, http, pods, ready_addresses};
 
     const GATE: &str = "portmapper.dev/published";
-
-    fn ready_addresses(cluster: &crate::env::Cluster, service: &str) -> Vec<String> {
-        let slices = get_json(
-            cluster,
-            &[
-                "get",
-                "endpointslices",
-                "-l",
-                &format!("kubernetes.io/service-name={service}"),
-            ],
-        );
-        let mut ready: Vec<String> = slices["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
-            .filter(|e| e["conditions"]["ready"].as_bool().unwrap_or(true))
-            .filter_map(|e| e["addresses"][0].as_str().map(str::to_string))
-            .collect();
-        ready.sort();
-        ready.dedup();
-        ready
-    }
 
     fn conditions(pod: &Value) -> String {
         pod["status"]["conditions"]
