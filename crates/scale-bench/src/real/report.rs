@@ -317,6 +317,16 @@ fn replacement_rows(op: &SideReport, nat: &SideReport) -> Vec<Row> {
             writes(&n.writes) / (2 * n.pods).max(1) as f64,
         ),
         n_row(
+            "rolling replacement: other writes (status, Events)",
+            o.writes.other() as f64,
+            n.writes.other() as f64,
+        ),
+        n_row(
+            "rolling replacement: all writes per pod transition (slices, status, Events)",
+            (writes(&o.writes) + o.writes.other() as f64) / (2 * o.pods).max(1) as f64,
+            (writes(&n.writes) + n.writes.other() as f64) / (2 * n.pods).max(1) as f64,
+        ),
+        n_row(
             "rolling replacement: slice watch events",
             o.slice_events as f64,
             n.slice_events as f64,
