@@ -203,8 +203,8 @@ struct OwnedFootprint {
     owner: Option<(PmKey, String)>,
     /// `kubernetes.io/service-name`, when the object has no controller at all (an orphan).
     orphan_of: Option<String>,
-    /// Pod UIDs of its endpoints (slices only).
-    pods: Vec<String>,
+    /// Pod UIDs of its endpoints (slices only), shared with `published`'s keys.
+    pods: Box<[Arc<str>]>,
     /// `kubernetes.io/service-name`.
     service: Option<String>,
     /// The version the cache holds (slices only), to tell whether our own write is in yet.
@@ -255,8 +255,9 @@ pub struct Index {
     orphans_by_service: HashMap<(String, String), HashSet<ObjectRef<EndpointSlice>>>,
     /// Pod UID → PortMappings whose slices publish it (with how many endpoints).
     /// A list, not a map: a pod is nearly always published by one PortMapping, and a map per
-    /// published pod cost about 0.5 KiB.
-    published: HashMap<String, Vec<(PmKey, usize)>>,
+    /// published pod cost about 0.5 KiB. The UID is one allocation shared with the slices'
+    /// footprints, and the PortMapping one per slice, not a copy of its name per pod.
+    published: HashMap<Arc<str>, Vec<(Arc<PmKey>, usize)>>,
 
     /// Slices not managed by us: the (namespace, Service) of the native and mirroring
     /// controllers' ones (migration evidence), `None` for anyone else's.

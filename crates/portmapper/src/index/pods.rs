@@ -217,7 +217,7 @@ impl Index {
                     .get(uid)
                     .into_iter()
                     .flatten()
-                    .map(|(k, _)| k.clone()),
+                    .map(|(k, _)| PmKey::clone(k)),
             );
         }
     }
