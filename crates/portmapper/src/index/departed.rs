@@ -89,7 +89,7 @@ impl Index {
             .filter(|pod| {
                 self.pods
                     .iter()
-                    .filter(|(source, _)| source.namespace() == pod.namespace)
+                    .filter(|(source, _)| *source.namespace() == *pod.namespace)
                     .filter_map(|(_, by_name)| by_name.get(pod.name.as_str()))
                     .flat_map(|f| &f.pools)
                     .flat_map(|pool| self.pms_by_pool.get(&**pool).into_iter().flatten())

@@ -18,7 +18,7 @@ use super::{Index, Listing, PmKey, PodFootprint, PodSource, PoolKey};
 impl Index {
     /// The pools a pod seen by `source` is in (by key and value; selectors are the planner's).
     pub(super) fn pools_of(&self, source: &PodSource, pod: &PodRecord) -> Vec<PoolKey> {
-        let ns = pod.namespace.clone();
+        let ns = pod.namespace.to_string();
         match source {
             PodSource::Label { key, .. } => pod
                 .labels
@@ -56,7 +56,7 @@ impl Index {
     /// A pod was added or changed. Affected: the PortMappings of the pools it is in now or was
     /// in before, and those whose slices publish it (so a pod leaving the pool is withdrawn).
     pub fn apply_pod(&mut self, source: &PodSource, pod: Arc<PodRecord>) -> Vec<PmKey> {
-        if pod.namespace != source.namespace() {
+        if *pod.namespace != *source.namespace() {
             // Never sent by a namespaced watch; never kept if one were.
             return Vec::new();
         }
