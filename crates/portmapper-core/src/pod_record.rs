@@ -13,6 +13,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::interned::{intern, intern_opt};
@@ -61,12 +62,44 @@ pub struct PodRecord {
     pub pod_ip: Option<String>,
     /// `status.podIPs[*].ip`.
     pub pod_ips: Vec<String>,
-    /// `status.conditions`.
-    pub conditions: Vec<PodCondition>,
+    /// `status.conditions`, without `lastProbeTime` (nothing reads it).
+    pub conditions: Box<[Condition]>,
     /// `status.containerStatuses` (name, ready).
     pub container_statuses: Vec<ContainerReadiness>,
     /// `status.initContainerStatuses` (name, ready).
     pub init_container_statuses: Vec<ContainerReadiness>,
+}
+
+/// A pod condition as a record keeps it: its type, status and reason are
+/// [interned](crate::interned) (every pod has the same few), as is its message (kubelet's and
+/// a gate's repeat too).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Condition {
+    /// `type`.
+    pub type_: Arc<str>,
+    /// `status`: `True`, `False` or `Unknown`.
+    pub status: Arc<str>,
+    /// `reason`.
+    pub reason: Option<Arc<str>>,
+    /// `message`.
+    pub message: Option<Arc<str>>,
+    /// `lastTransitionTime`.
+    pub last_transition_time: Option<Time>,
+    /// `observedGeneration`.
+    pub observed_generation: Option<i64>,
+}
+
+impl From<PodCondition> for Condition {
+    fn from(c: PodCondition) -> Self {
+        Self {
+            type_: intern(&c.type_),
+            status: intern(&c.status),
+            reason: intern_opt(c.reason),
+            message: intern_opt(c.message),
+            last_transition_time: c.last_transition_time,
+            observed_generation: c.observed_generation,
+        }
+    }
 }
 
 /// A container that declares ports.
@@ -178,7 +211,11 @@ impl From<Pod> for PodRecord {
             phase: intern_opt(phase),
             pod_ip,
             pod_ips: pod_ips.into_iter().flatten().map(|p| p.ip).collect(),
-            conditions: conditions.unwrap_or_default(),
+            conditions: conditions
+                .into_iter()
+                .flatten()
+                .map(Condition::from)
+                .collect(),
             container_statuses: readiness(container_statuses),
             init_container_statuses: readiness(init_container_statuses),
         }
@@ -240,8 +277,8 @@ impl PodRecord {
     }
 
     /// The condition of `type_`, if the pod reports it.
-    pub fn condition(&self, type_: &str) -> Option<&PodCondition> {
-        self.conditions.iter().find(|c| c.type_ == type_)
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| *c.type_ == *type_)
     }
 
     /// Whether the pod lists `condition_type` among its readiness gates.

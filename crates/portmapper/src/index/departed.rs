@@ -49,7 +49,7 @@ impl Index {
     fn note_departure(&mut self, pm: &PmKey, gate: &str, pod: &Arc<PodRecord>) {
         let waits = pod.deletion_timestamp.is_none()
             && pod.has_gate(gate)
-            && pod.condition(gate).is_none_or(|c| c.status != "True");
+            && pod.condition(gate).is_none_or(|c| &*c.status != "True");
         if waits {
             self.departed
                 .entry(pm.clone())
