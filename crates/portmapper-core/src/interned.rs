@@ -1,7 +1,8 @@
 //! One shared copy of the strings that many pod records repeat: namespaces, label and annotation
-//! keys and values, node names, phases. At 50,000 pods of one pool each of those was a string
-//! of its own per pod (nine per pod in the scale bench: about 18 MB); shared, they cost one
-//! allocation each, whatever the number of pods.
+//! keys and values, node names, phases, conditions' types, statuses, reasons and messages. Each
+//! was a string of its own per pod (nine per pod in the scale bench); shared, they cost one
+//! allocation each, whatever the number of pods (with the pod index's own keys gone too, the
+//! heap at 50,000 pods went from 193 to 130 MB: docs/benchmarks.md, "Heap profile").
 //!
 //! The table holds every string a live record refers to, and is swept of those no record holds
 //! any more (only the table's reference is left) whenever it has doubled since the last sweep:

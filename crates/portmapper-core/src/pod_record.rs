@@ -5,7 +5,9 @@
 //! field the API has), a kept `Container` another 2 KiB, and each of its label and annotation
 //! maps a 0.5 KiB B-tree node for one entry. At 10,000 pool pods that was most of the
 //! operator's memory. A record is built once per watch event, by moving the fields it keeps out
-//! of the `Pod` (no copy of the strings), and is read by every pass.
+//! of the `Pod`, except the strings a pool's pods repeat (namespace, labels, annotations, node,
+//! phase, conditions), which it takes from the [interned](crate::interned) table instead, and is
+//! read by every pass.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
