@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{PodCondition, Service};
+use k8s_openapi::api::core::v1::Service;
 use portmapper_api::check::Dials;
 use portmapper_api::check::{
     ConditionStatus, ContainerReadyCheck, PodConditionCheck, PortNamesCheck,
@@ -17,7 +17,7 @@ use portmapper_api::{ApiKind, CheckKind, KeySource};
 
 use crate::decision::{Verdict, any_of};
 use crate::network::{CheckPosition, NetworkDecisions};
-use crate::pod_record::PodRecord;
+use crate::pod_record::{Condition, PodRecord};
 use crate::pool::pod_key_value;
 use crate::target::{ResolvedPort, is_terminating};
 
@@ -164,7 +164,7 @@ pub fn has_published_gate(pod: &PodRecord) -> bool {
     has_gate(pod, PUBLISHED_GATE)
 }
 
-fn condition<'p>(pod: &'p PodRecord, type_: &str) -> Option<&'p PodCondition> {
+fn condition<'p>(pod: &'p PodRecord, type_: &str) -> Option<&'p Condition> {
     pod.condition(type_)
 }
 
@@ -174,7 +174,7 @@ fn pod_ready(pod: &PodRecord, gates: GateTypes<'_>) -> Verdict {
     }
     let ready = condition(pod, "Ready");
     match ready {
-        Some(c) if c.status == "True" => Verdict::INCLUDE,
+        Some(c) if &*c.status == "True" => Verdict::INCLUDE,
         Some(c) => Verdict::exclude(format!("podReady: pod is not Ready (Ready={})", c.status)),
         None => Verdict::exclude("podReady: pod has no Ready condition"),
     }
@@ -186,7 +186,7 @@ fn pod_ready(pod: &PodRecord, gates: GateTypes<'_>) -> Verdict {
 /// portmapper sets (a peer's gate waits for the peer's publication, which may wait for ours).
 fn gated_pod_ready(pod: &PodRecord, gates: GateTypes<'_>) -> Verdict {
     match condition(pod, "ContainersReady") {
-        Some(c) if c.status == "True" => {}
+        Some(c) if &*c.status == "True" => {}
         Some(c) => {
             return Verdict::exclude(format!(
                 "podReady: containers are not ready (ContainersReady={})",
@@ -200,7 +200,7 @@ fn gated_pod_ready(pod: &PodRecord, gates: GateTypes<'_>) -> Verdict {
     // NotReady node so (keeping the reason of their Ready=True): the native controller
     // unpublishes them, and so do we, though containers still read ready.
     if let Some(c) = condition(pod, "Ready")
-        && c.status == "False"
+        && &*c.status == "False"
         && c.reason.as_deref().unwrap_or_default().is_empty()
     {
         return Verdict::exclude(
@@ -226,7 +226,7 @@ fn gated_pod_ready(pod: &PodRecord, gates: GateTypes<'_>) -> Verdict {
         .filter(|g| !gates.is_portmapper(g))
     {
         match condition(pod, gate) {
-            Some(c) if c.status == "True" => {}
+            Some(c) if &*c.status == "True" => {}
             Some(c) => {
                 return Verdict::exclude(format!(
                     "podReady: readiness gate {gate} is not True ({gate}={})",
@@ -283,7 +283,7 @@ fn pod_condition(check: &PodConditionCheck, pod: &PodRecord) -> Verdict {
     let want = condition_status_text(check.status);
     let found = pod.condition(&check.type_);
     match found {
-        Some(c) if c.status == want => Verdict::INCLUDE,
+        Some(c) if *c.status == *want => Verdict::INCLUDE,
         Some(c) => Verdict::exclude(format!(
             "podCondition: condition {:?} is {}, want {want}",
             check.type_, c.status

@@ -8,6 +8,7 @@ pub mod claim;
 pub mod consumers;
 pub mod decision;
 pub mod events;
+pub mod interned;
 pub mod membership;
 pub mod network;
 pub mod ownership;

@@ -5,14 +5,20 @@
 //! field the API has), a kept `Container` another 2 KiB, and each of its label and annotation
 //! maps a 0.5 KiB B-tree node for one entry. At 10,000 pool pods that was most of the
 //! operator's memory. A record is built once per watch event, by moving the fields it keeps out
-//! of the `Pod` (no copy of the strings), and is read by every pass.
+//! of the `Pod`, except the strings a pool's pods repeat (namespace, labels, annotations, node,
+//! phase, conditions), which it takes from the [interned](crate::interned) table instead, and is
+//! read by every pass.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+
+use crate::interned::{intern, intern_opt};
 
 /// A pool pod as membership and rendering read it: identity, labels, annotations, deletion,
 /// scheduling, readiness gates, hostname/subdomain, the containers that declare ports, phase,
@@ -22,8 +28,8 @@ use k8s_openapi::jiff::Timestamp;
 pub struct PodRecord {
     /// `metadata.name`.
     pub name: String,
-    /// `metadata.namespace`.
-    pub namespace: String,
+    /// `metadata.namespace` (interned).
+    pub namespace: Arc<str>,
     /// `metadata.uid`.
     pub uid: String,
     /// `metadata.resourceVersion`: changes with every change of the pod.
@@ -40,8 +46,8 @@ pub struct PodRecord {
     pub deletion_timestamp: Option<Timestamp>,
     /// `metadata.deletionGracePeriodSeconds`: with the deletion timestamp it dates the request.
     pub deletion_grace_period_seconds: Option<i64>,
-    /// `spec.nodeName`.
-    pub node_name: Option<String>,
+    /// `spec.nodeName` ([interned](crate::interned): a node runs many pods).
+    pub node_name: Option<Arc<str>>,
     /// `spec.hostname`.
     pub hostname: Option<String>,
     /// `spec.subdomain`.
@@ -52,18 +58,50 @@ pub struct PodRecord {
     pub containers: Vec<PortedContainer>,
     /// `spec.initContainers` that declare ports.
     pub init_containers: Vec<PortedContainer>,
-    /// `status.phase`.
-    pub phase: Option<String>,
+    /// `status.phase` (interned).
+    pub phase: Option<Arc<str>>,
     /// `status.podIP`.
     pub pod_ip: Option<String>,
     /// `status.podIPs[*].ip`.
     pub pod_ips: Vec<String>,
-    /// `status.conditions`.
-    pub conditions: Vec<PodCondition>,
+    /// `status.conditions`, without `lastProbeTime` (nothing reads it).
+    pub conditions: Box<[Condition]>,
     /// `status.containerStatuses` (name, ready).
     pub container_statuses: Vec<ContainerReadiness>,
     /// `status.initContainerStatuses` (name, ready).
     pub init_container_statuses: Vec<ContainerReadiness>,
+}
+
+/// A pod condition as a record keeps it: its type, status and reason are
+/// [interned](crate::interned) (every pod has the same few), as is its message (kubelet's and
+/// a gate's repeat too).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Condition {
+    /// `type`.
+    pub type_: Arc<str>,
+    /// `status`: `True`, `False` or `Unknown`.
+    pub status: Arc<str>,
+    /// `reason`.
+    pub reason: Option<Arc<str>>,
+    /// `message`.
+    pub message: Option<Arc<str>>,
+    /// `lastTransitionTime`.
+    pub last_transition_time: Option<Time>,
+    /// `observedGeneration`.
+    pub observed_generation: Option<i64>,
+}
+
+impl From<PodCondition> for Condition {
+    fn from(c: PodCondition) -> Self {
+        Self {
+            type_: intern(&c.type_),
+            status: intern(&c.status),
+            reason: intern_opt(c.reason),
+            message: intern_opt(c.message),
+            last_transition_time: c.last_transition_time,
+            observed_generation: c.observed_generation,
+        }
+    }
 }
 
 /// A container that declares ports.
@@ -87,9 +125,10 @@ pub struct ContainerReadiness {
 }
 
 /// A string map as a sorted list: labels and annotations of a pod hold a few entries, for which
-/// a list is a fraction of a B-tree's node and a binary search as fast as its lookup.
+/// a list is a fraction of a B-tree's node and a binary search as fast as its lookup. Keys and
+/// values are [interned](crate::interned): the pods of a pool repeat them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Pairs(Box<[(Box<str>, Box<str>)]>);
+pub struct Pairs(Box<[(Arc<str>, Arc<str>)]>);
 
 impl Pairs {
     /// The value of `key`.
@@ -116,12 +155,12 @@ impl Pairs {
     }
 }
 
-impl<K: Into<Box<str>>, V: Into<Box<str>>> FromIterator<(K, V)> for Pairs {
+impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for Pairs {
     /// Later entries of a repeated key win, as in a map.
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
-        let map: BTreeMap<Box<str>, Box<str>> = iter
+        let map: BTreeMap<Arc<str>, Arc<str>> = iter
             .into_iter()
-            .map(|(k, v)| (k.into(), v.into()))
+            .map(|(k, v)| (intern(k.as_ref()), intern(v.as_ref())))
             .collect();
         Self(map.into_iter().collect())
     }
@@ -152,7 +191,7 @@ impl From<Pod> for PodRecord {
         } = status;
         PodRecord {
             name: meta.name.unwrap_or_default(),
-            namespace: meta.namespace.unwrap_or_default(),
+            namespace: intern(meta.namespace.as_deref().unwrap_or_default()),
             uid: meta.uid.unwrap_or_default(),
             resource_version: meta.resource_version.unwrap_or_default(),
             generation: meta.generation,
@@ -161,7 +200,7 @@ impl From<Pod> for PodRecord {
             creation_timestamp: meta.creation_timestamp.map(|t| t.0),
             deletion_timestamp: meta.deletion_timestamp.map(|t| t.0),
             deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
-            node_name,
+            node_name: intern_opt(node_name),
             hostname,
             subdomain,
             readiness_gates: readiness_gates
@@ -171,10 +210,14 @@ impl From<Pod> for PodRecord {
                 .collect(),
             containers: ported(containers),
             init_containers: ported(init_containers.unwrap_or_default()),
-            phase,
+            phase: intern_opt(phase),
             pod_ip,
             pod_ips: pod_ips.into_iter().flatten().map(|p| p.ip).collect(),
-            conditions: conditions.unwrap_or_default(),
+            conditions: conditions
+                .into_iter()
+                .flatten()
+                .map(Condition::from)
+                .collect(),
             container_statuses: readiness(container_statuses),
             init_container_statuses: readiness(init_container_statuses),
         }
@@ -236,8 +279,8 @@ impl PodRecord {
     }
 
     /// The condition of `type_`, if the pod reports it.
-    pub fn condition(&self, type_: &str) -> Option<&PodCondition> {
-        self.conditions.iter().find(|c| c.type_ == type_)
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| *c.type_ == *type_)
     }
 
     /// Whether the pod lists `condition_type` among its readiness gates.
@@ -342,7 +385,7 @@ mod tests {
             }),
         };
         let r = PodRecord::from(&pod);
-        assert_eq!((r.name.as_str(), r.namespace.as_str()), ("p", "ns"));
+        assert_eq!((r.name.as_str(), &*r.namespace), ("p", "ns"));
         assert_eq!((r.uid.as_str(), r.resource_version.as_str()), ("u", "7"));
         assert_eq!(r.labels.get("app"), Some("web"));
         assert_eq!(

@@ -85,7 +85,7 @@ pub fn pod_in_pool(
     namespace: &str,
     pod: &PodRecord,
 ) -> Result<bool, SelectorError> {
-    if !pod.namespace.is_empty() && pod.namespace != namespace {
+    if !pod.namespace.is_empty() && *pod.namespace != *namespace {
         return Ok(false);
     }
     if pod_key_value(pod, &spec.pods.key, spec.pods.from) != Some(spec.pool_value()) {

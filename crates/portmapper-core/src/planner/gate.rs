@@ -112,7 +112,7 @@ impl GateChanges {
 pub fn deadline(pod: &PodRecord, seconds: i32) -> Option<Timestamp> {
     let ready = pod
         .condition("ContainersReady")
-        .filter(|c| c.status == "True")?;
+        .filter(|c| &*c.status == "True")?;
     let since = ready
         .last_transition_time
         .as_ref()
@@ -171,7 +171,7 @@ pub fn released_pod_gates(
     pods.iter()
         .filter(|p| has_gate(p, gate_type) && !is_terminal(p) && !is_terminating(p))
         .filter(|p| !kept(&p.name))
-        .filter(|p| p.condition(gate_type).is_none_or(|c| c.status != "True"))
+        .filter(|p| p.condition(gate_type).is_none_or(|c| &*c.status != "True"))
         .filter_map(|p| change(gate_type, now, p, released(message)))
         .collect()
 }
@@ -348,7 +348,7 @@ fn change(gate_type: &str, now: Timestamp, pod: &PodRecord, verdict: Verdict) ->
     let text = if status { "True" } else { "False" };
     let current = pod.condition(gate_type);
     if current.is_some_and(|c| {
-        c.status == text
+        *c.status == *text
             && c.reason.as_deref() == Some(reason)
             && c.message.as_deref() == Some(message.as_str())
             && c.observed_generation == pod.generation
@@ -356,7 +356,7 @@ fn change(gate_type: &str, now: Timestamp, pod: &PodRecord, verdict: Verdict) ->
         return None;
     }
     let last_transition_time = match current {
-        Some(c) if c.status == text && c.last_transition_time.is_some() => {
+        Some(c) if *c.status == *text && c.last_transition_time.is_some() => {
             c.last_transition_time.clone()
         }
         _ => Some(Time(now)),

@@ -65,7 +65,7 @@ pub(crate) fn desired_endpoint<'a>(
     let pod = ctx.pods[pod_idx];
     // Without zones (node lookups off) the pod's spec is not read at all.
     let zone = (!ctx.node_zones.is_empty())
-        .then(|| pod.node_name.as_ref().and_then(|n| ctx.node_zones.get(n)))
+        .then(|| pod.node_name.as_deref().and_then(|n| ctx.node_zones.get(n)))
         .flatten()
         .map(String::as_str);
     let mut endpoint = DesiredEndpoint::new(

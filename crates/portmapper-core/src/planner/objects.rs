@@ -175,7 +175,11 @@ pub fn build_endpoint(
     hints: HintMode,
 ) -> Endpoint {
     let pod = facts.pod;
-    let node = pod.node_name.clone().filter(|n| !n.is_empty());
+    let node = pod
+        .node_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned);
     let hostname = pod
         .hostname
         .clone()

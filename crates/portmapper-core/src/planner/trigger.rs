@@ -69,7 +69,7 @@ pub(crate) fn pod_transition(
     let condition_times = pod
         .conditions
         .iter()
-        .filter(|c| conditions.contains(&c.type_.as_str()))
+        .filter(|c| conditions.contains(&&*c.type_))
         .filter_map(|c| c.last_transition_time.as_ref().map(|t| t.0));
     pod.creation_timestamp
         .into_iter()

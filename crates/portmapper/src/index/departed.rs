@@ -5,8 +5,6 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::reflector::ObjectRef;
 use portmapper_core::PodRecord;
 
 use super::{Index, PmFootprint, PmKey, PodFootprint, PoolKey};
@@ -28,14 +26,14 @@ impl Index {
 
     /// Notes `pod` as departed from the PortMappings of `pools` whose gate it lists and still
     /// waits on (a pod on its way out waits on nothing).
-    pub(super) fn note_departures(&mut self, pools: &[PoolKey], pod: &Arc<PodRecord>) {
+    pub(super) fn note_departures(&mut self, pools: &[Arc<PoolKey>], pod: &Arc<PodRecord>) {
         if pod.deletion_timestamp.is_some() || pod.readiness_gates.is_empty() {
             return;
         }
         for pool in pools {
             let pms: Vec<(PmKey, String)> = self
                 .pms_by_pool
-                .get(pool)
+                .get(&**pool)
                 .into_iter()
                 .flatten()
                 .filter_map(|pm| Some((pm.clone(), self.pms.get(pm)?.gate.clone())))
@@ -51,7 +49,7 @@ impl Index {
     fn note_departure(&mut self, pm: &PmKey, gate: &str, pod: &Arc<PodRecord>) {
         let waits = pod.deletion_timestamp.is_none()
             && pod.has_gate(gate)
-            && pod.condition(gate).is_none_or(|c| c.status != "True");
+            && pod.condition(gate).is_none_or(|c| &*c.status != "True");
         if waits {
             self.departed
                 .entry(pm.clone())
@@ -63,7 +61,7 @@ impl Index {
     /// A pod back in a pool is its PortMappings' again, not departed.
     pub(super) fn note_returns(&mut self, footprint: &PodFootprint) {
         for pool in &footprint.pools {
-            for pm in self.pms_by_pool.get(pool).into_iter().flatten() {
+            for pm in self.pms_by_pool.get(&**pool).into_iter().flatten() {
                 if let Some(pods) = self.departed.get_mut(pm) {
                     pods.remove(&footprint.pod.name);
                     if pods.is_empty() {
@@ -89,12 +87,12 @@ impl Index {
         let kept = pods
             .values()
             .filter(|pod| {
-                let key = ObjectRef::<Pod>::new(&pod.name).within(&pod.namespace);
                 self.pods
-                    .values()
-                    .filter_map(|by_name| by_name.get(&key))
+                    .iter()
+                    .filter(|(source, _)| *source.namespace() == *pod.namespace)
+                    .filter_map(|(_, by_name)| by_name.get(pod.name.as_str()))
                     .flat_map(|f| &f.pools)
-                    .flat_map(|pool| self.pms_by_pool.get(pool).into_iter().flatten())
+                    .flat_map(|pool| self.pms_by_pool.get(&**pool).into_iter().flatten())
                     .filter_map(|other| self.pms.get(other))
                     .any(|f| f.gate == gate && !f.deleting)
             })

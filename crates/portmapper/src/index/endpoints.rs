@@ -18,7 +18,7 @@ impl Index {
         let footprint = OwnedFootprint {
             owner: portmapping_controller(endpoints),
             orphan_of: orphan_service(endpoints),
-            pods: Vec::new(),
+            pods: Box::default(),
             service: None,
             resource_version: None,
         };

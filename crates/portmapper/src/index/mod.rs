@@ -21,11 +21,12 @@ mod services;
 mod slices;
 pub mod trigger;
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::hash::Hash;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use k8s_openapi::api::core::v1::{Endpoints, Pod};
+use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PartialObjectMeta;
@@ -123,14 +124,6 @@ impl PoolKey {
     }
 }
 
-/// A pod as one pod watch sees it (the same pod may be seen by a label watch and a namespace
-/// watch; each copy is indexed on its own).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct PodKey {
-    pub source: PodSource,
-    pub pod: ObjectRef<Pod>,
-}
-
 /// What a PortMapping touches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct PmFootprint {
@@ -151,12 +144,46 @@ struct PmFootprint {
 }
 
 /// What a pod touches, and the pod itself: the index is the operator's only copy of the pods
-/// (no reflector store), shared with the pools through the `Arc`.
+/// (no reflector store), shared with the pools through the `Arc`. A watch's pods are a set of
+/// footprints keyed by the record's name (see the `Hash` and `Borrow` impls): one map entry
+/// per pod without a key of its own.
 #[derive(Clone, Debug, Default)]
 struct PodFootprint {
     /// Its UID and node are read from the record, not copied.
     pod: Arc<PodRecord>,
-    pools: Vec<PoolKey>,
+    /// Shared with `pods_by_pool`'s key: nearly every pod of a pool is in the same one, and a
+    /// copy of its namespace, key and value per pod cost 0.2 KiB.
+    pools: Box<[Arc<PoolKey>]>,
+}
+
+/// By the pod's name, as the watch's set looks it up (every pod of a watch is of one namespace).
+impl Borrow<str> for PodFootprint {
+    fn borrow(&self) -> &str {
+        &self.pod.name
+    }
+}
+
+impl PartialEq for PodFootprint {
+    fn eq(&self, other: &Self) -> bool {
+        self.pod.name == other.pod.name
+    }
+}
+
+impl Eq for PodFootprint {}
+
+/// As the name's `str` hashes, so the set finds a footprint by a `&str`.
+impl Hash for PodFootprint {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.pod.name.as_str().hash(state);
+    }
+}
+
+/// How many pods of a pool run on a node, and how many of them list a readiness gate: what a
+/// node's change wakes (its pools' PortMappings), without a key per pod.
+#[derive(Clone, Copy, Debug, Default)]
+struct NodePods {
+    pods: usize,
+    gated: usize,
 }
 
 impl PodFootprint {
@@ -176,8 +203,8 @@ struct OwnedFootprint {
     owner: Option<(PmKey, String)>,
     /// `kubernetes.io/service-name`, when the object has no controller at all (an orphan).
     orphan_of: Option<String>,
-    /// Pod UIDs of its endpoints (slices only).
-    pods: Vec<String>,
+    /// Pod UIDs of its endpoints (slices only), shared with `published`'s keys.
+    pods: Box<[Arc<str>]>,
     /// `kubernetes.io/service-name`.
     service: Option<String>,
     /// The version the cache holds (slices only), to tell whether our own write is in yet.
@@ -207,17 +234,19 @@ pub struct Index {
 
     /// Pods by the watch that sees them: a relist, a re-index or a stopped watch reads only
     /// that watch's pods, never every pod of every watch.
-    pods: HashMap<PodSource, HashMap<ObjectRef<Pod>, PodFootprint>>,
+    pods: HashMap<PodSource, HashSet<PodFootprint>>,
     /// Pool pods by name (one namespace per pool), so a pool reads out in a stable order
-    /// without sorting or a lookup per pod on every reconcile.
-    pods_by_pool: HashMap<PoolKey, PoolPods>,
-    pods_by_node: HashMap<String, HashSet<PodKey>>,
+    /// without sorting or a lookup per pod on every reconcile. Its keys are the pools every
+    /// footprint shares.
+    pods_by_pool: HashMap<Arc<PoolKey>, PoolPods>,
+    /// Per node, the pools of the pods on it, counted.
+    pools_by_node: HashMap<String, HashMap<Arc<PoolKey>, NodePods>>,
     /// Pods enrolled in Istio ambient mode, counted per pool: without one (the common case) a
     /// reconcile does not look for them among every pool pod.
-    ambient_by_pool: HashMap<PoolKey, usize>,
+    ambient_by_pool: HashMap<Arc<PoolKey>, usize>,
     /// Pods that list a readiness gate, counted per pool: without one (the common case) a
     /// pass skips the gates' scans of the pool.
-    gated_by_pool: HashMap<PoolKey, usize>,
+    gated_by_pool: HashMap<Arc<PoolKey>, usize>,
 
     slices: HashMap<ObjectRef<EndpointSlice>, OwnedFootprint>,
     /// Our slices by controlling PortMapping UID.
@@ -226,8 +255,9 @@ pub struct Index {
     orphans_by_service: HashMap<(String, String), HashSet<ObjectRef<EndpointSlice>>>,
     /// Pod UID → PortMappings whose slices publish it (with how many endpoints).
     /// A list, not a map: a pod is nearly always published by one PortMapping, and a map per
-    /// published pod cost about 0.5 KiB.
-    published: HashMap<String, Vec<(PmKey, usize)>>,
+    /// published pod cost about 0.5 KiB. The UID is one allocation shared with the slices'
+    /// footprints, and the PortMapping one per slice, not a copy of its name per pod.
+    published: HashMap<Arc<str>, Vec<(Arc<PmKey>, usize)>>,
 
     /// Slices not managed by us: the (namespace, Service) of the native and mirroring
     /// controllers' ones (migration evidence), `None` for anyone else's.

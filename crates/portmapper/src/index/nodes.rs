@@ -73,13 +73,9 @@ impl Index {
     /// readiness gate.
     pub(super) fn node_pms(&self, node: &str, gated_only: bool) -> Vec<PmKey> {
         let mut out = HashSet::new();
-        for pod in self.pods_by_node.get(node).into_iter().flatten() {
-            if let Some(f) = self.pods.get(&pod.source).and_then(|p| p.get(&pod.pod))
-                && !(gated_only && f.pod.readiness_gates.is_empty())
-            {
-                for pool in &f.pools {
-                    out.extend(self.pms_by_pool.get(pool).into_iter().flatten().cloned());
-                }
+        for (pool, counts) in self.pools_by_node.get(node).into_iter().flatten() {
+            if !gated_only || counts.gated > 0 {
+                out.extend(self.pms_by_pool.get(&**pool).into_iter().flatten().cloned());
             }
         }
         out.into_iter().collect()

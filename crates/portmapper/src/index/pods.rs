@@ -13,12 +13,12 @@ use portmapper_core::consumers::is_ambient;
 
 use crate::index::pool_pods::PoolPods;
 
-use super::{Index, Listing, PmKey, PodFootprint, PodKey, PodSource, PoolKey};
+use super::{Index, Listing, PmKey, PodFootprint, PodSource, PoolKey};
 
 impl Index {
     /// The pools a pod seen by `source` is in (by key and value; selectors are the planner's).
     pub(super) fn pools_of(&self, source: &PodSource, pod: &PodRecord) -> Vec<PoolKey> {
-        let ns = pod.namespace.clone();
+        let ns = pod.namespace.to_string();
         match source {
             PodSource::Label { key, .. } => pod
                 .labels
@@ -56,25 +56,20 @@ impl Index {
     /// A pod was added or changed. Affected: the PortMappings of the pools it is in now or was
     /// in before, and those whose slices publish it (so a pod leaving the pool is withdrawn).
     pub fn apply_pod(&mut self, source: &PodSource, pod: Arc<PodRecord>) -> Vec<PmKey> {
-        if pod.namespace != source.namespace() {
+        if *pod.namespace != *source.namespace() {
             // Never sent by a namespaced watch; never kept if one were.
             return Vec::new();
         }
-        // Keys compare by name and namespace; the UID and version would be two more strings
-        // per pod in every key copy.
-        let key = PodKey {
-            source: source.clone(),
-            pod: ObjectRef::new(&pod.name).within(&pod.namespace),
-        };
+        let pools = self.pools_of(source, &pod);
         let footprint = PodFootprint {
-            pools: self.pools_of(source, &pod),
+            pools: pools.into_iter().map(|p| self.shared_pool(p)).collect(),
             pod,
         };
         let mut affected = HashSet::new();
-        if let Some(old) = self.remove_pod(&key) {
+        if let Some(old) = self.remove_pod(source, &footprint.pod.name) {
             self.collect_pod(&old, &mut affected);
-            self.unregister_pod(&key, &old);
-            let left: Vec<PoolKey> = old
+            self.unregister_pod(&old);
+            let left: Vec<Arc<PoolKey>> = old
                 .pools
                 .iter()
                 .filter(|p| !footprint.pools.contains(p))
@@ -84,6 +79,24 @@ impl Index {
         }
         self.note_returns(&footprint);
         self.collect_pod(&footprint, &mut affected);
+        self.register_pod(&footprint);
+        self.pods
+            .entry(source.clone())
+            .or_default()
+            .insert(footprint);
+        affected.into_iter().collect()
+    }
+
+    /// `pool` as the index already holds it (one allocation per pool, not per pod), or new.
+    fn shared_pool(&self, pool: PoolKey) -> Arc<PoolKey> {
+        match self.pods_by_pool.get_key_value(&pool) {
+            Some((shared, _)) => shared.clone(),
+            None => Arc::new(pool),
+        }
+    }
+
+    /// Enters a pod in its pools, their counts and its node's.
+    fn register_pod(&mut self, footprint: &PodFootprint) {
         let ambient = is_ambient(&footprint.pod);
         let gated = !footprint.pod.readiness_gates.is_empty();
         for pool in &footprint.pools {
@@ -98,47 +111,42 @@ impl Index {
                 *self.gated_by_pool.entry(pool.clone()).or_default() += 1;
             }
         }
-        if let Some(node) = footprint.node() {
-            self.pods_by_node
-                .entry(node.to_owned())
-                .or_default()
-                .insert(key.clone());
+        if let Some(node) = footprint.node()
+            && !footprint.pools.is_empty()
+        {
+            let by_pool = self.pools_by_node.entry(node.to_owned()).or_default();
+            for pool in &footprint.pools {
+                let counts = by_pool.entry(pool.clone()).or_default();
+                counts.pods += 1;
+                counts.gated += usize::from(gated);
+            }
         }
-        self.pods
-            .entry(key.source)
-            .or_default()
-            .insert(key.pod, footprint);
-        affected.into_iter().collect()
     }
 
-    /// Takes a pod's footprint out of its watch's map (dropping the map with its last pod).
-    pub(super) fn remove_pod(&mut self, key: &PodKey) -> Option<PodFootprint> {
-        let pods = self.pods.get_mut(&key.source)?;
-        let old = pods.remove(&key.pod);
+    /// Takes the pod named `name` out of `source`'s watch (dropping the set with its last pod).
+    pub(super) fn remove_pod(&mut self, source: &PodSource, name: &str) -> Option<PodFootprint> {
+        let pods = self.pods.get_mut(source)?;
+        let old = pods.take(name);
         if pods.is_empty() {
-            self.pods.remove(&key.source);
+            self.pods.remove(source);
         }
         old
     }
 
-    /// The pods `source`'s watch holds, by key.
-    pub(super) fn pods_of(
-        &self,
-        source: &PodSource,
-    ) -> impl Iterator<Item = (&ObjectRef<Pod>, &PodFootprint)> {
+    /// The pods `source`'s watch holds.
+    pub(super) fn pods_of(&self, source: &PodSource) -> impl Iterator<Item = &PodFootprint> {
         self.pods.get(source).into_iter().flatten()
     }
 
     /// A pod is gone from `source`'s watch.
     pub fn delete_pod(&mut self, source: &PodSource, pod: &ObjectRef<Pod>) -> Vec<PmKey> {
-        let key = PodKey {
-            source: source.clone(),
-            pod: pod.clone(),
-        };
+        if pod.namespace.as_deref().unwrap_or_default() != source.namespace() {
+            return Vec::new();
+        }
         let mut affected = HashSet::new();
-        if let Some(old) = self.remove_pod(&key) {
+        if let Some(old) = self.remove_pod(source, &pod.name) {
             self.collect_pod(&old, &mut affected);
-            self.unregister_pod(&key, &old);
+            self.unregister_pod(&old);
             // Relabelled out of the watch, or deleted: the watch cannot tell. A deleted pod's
             // release finds it gone (one answered 404).
             self.note_departures(&old.pools, &old.pod);
@@ -152,11 +160,12 @@ impl Index {
         source: &PodSource,
         present: &HashSet<ObjectRef<Pod>>,
     ) -> Vec<PmKey> {
+        // A namespaced watch's pods: their names tell them apart.
+        let listed: HashSet<&str> = present.iter().map(|p| p.name.as_str()).collect();
         let gone: Vec<ObjectRef<Pod>> = self
             .pods_of(source)
-            .map(|(pod, _)| pod)
-            .filter(|pod| !present.contains(*pod))
-            .cloned()
+            .filter(|f| !listed.contains(f.pod.name.as_str()))
+            .map(|f| ObjectRef::new(&f.pod.name).within(&f.pod.namespace))
             .collect();
         let mut out = HashSet::new();
         for pod in gone {
@@ -193,12 +202,8 @@ impl Index {
         let Some(gone) = self.pods.remove(source) else {
             return;
         };
-        for (pod, old) in gone {
-            let key = PodKey {
-                source: source.clone(),
-                pod,
-            };
-            self.unregister_pod(&key, &old);
+        for old in gone {
+            self.unregister_pod(&old);
         }
     }
 
@@ -212,12 +217,12 @@ impl Index {
                     .get(uid)
                     .into_iter()
                     .flatten()
-                    .map(|(k, _)| k.clone()),
+                    .map(|(k, _)| PmKey::clone(k)),
             );
         }
     }
 
-    pub(super) fn unregister_pod(&mut self, key: &PodKey, old: &PodFootprint) {
+    pub(super) fn unregister_pod(&mut self, old: &PodFootprint) {
         let ambient = is_ambient(&old.pod);
         let gated = !old.pod.readiness_gates.is_empty();
         for pool in &old.pools {
@@ -228,18 +233,26 @@ impl Index {
                 uncount(&mut self.gated_by_pool, pool);
             }
             if let Some(set) = self.pods_by_pool.get_mut(pool) {
-                set.remove(&key.pod.name);
+                set.remove(&old.pod.name);
                 if set.is_empty() {
                     self.pods_by_pool.remove(pool);
                 }
             }
         }
         if let Some(node) = old.node()
-            && let Some(set) = self.pods_by_node.get_mut(node)
+            && let Some(by_pool) = self.pools_by_node.get_mut(node)
         {
-            set.remove(key);
-            if set.is_empty() {
-                self.pods_by_node.remove(node);
+            for pool in &old.pools {
+                if let Some(counts) = by_pool.get_mut(pool) {
+                    counts.pods -= 1;
+                    counts.gated -= usize::from(gated);
+                    if counts.pods == 0 {
+                        by_pool.remove(pool);
+                    }
+                }
+            }
+            if by_pool.is_empty() {
+                self.pools_by_node.remove(node);
             }
         }
     }
@@ -248,7 +261,7 @@ impl Index {
     /// annotation key of its namespace, so their pools may differ); returns the PortMappings
     /// affected.
     pub fn reindex_pods(&mut self, source: &PodSource) -> Vec<PmKey> {
-        let pods: Vec<Arc<PodRecord>> = self.pods_of(source).map(|(_, f)| f.pod.clone()).collect();
+        let pods: Vec<Arc<PodRecord>> = self.pods_of(source).map(|f| f.pod.clone()).collect();
         let mut affected = HashSet::new();
         for pod in pods {
             affected.extend(self.apply_pod(source, pod));
@@ -279,7 +292,7 @@ impl Index {
 }
 
 /// Takes one off `pool`'s count, dropping the entry at zero.
-fn uncount(counts: &mut HashMap<PoolKey, usize>, pool: &PoolKey) {
+fn uncount(counts: &mut HashMap<Arc<PoolKey>, usize>, pool: &PoolKey) {
     if let Some(n) = counts.get_mut(pool) {
         *n -= 1;
         if *n == 0 {

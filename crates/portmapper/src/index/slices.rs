@@ -1,6 +1,7 @@
 //! Our EndpointSlices: by owner, orphans by Service, the pods they publish, our own writes.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -28,7 +29,7 @@ impl Index {
             pods: slice
                 .endpoints
                 .iter()
-                .filter_map(|e| e.target_ref.as_ref()?.uid.clone())
+                .filter_map(|e| Some(self.shared_uid(e.target_ref.as_ref()?.uid.as_deref()?)))
                 .collect(),
             service: slice.labels().get(LABEL_SERVICE_NAME).cloned(),
             resource_version: slice.metadata.resource_version.clone(),
@@ -68,15 +69,16 @@ impl Index {
         }
         if let Some((pm, uid)) = &footprint.owner {
             insert(&mut self.slices_by_owner, uid.clone(), key.clone());
+            let shared = Arc::new(pm.clone());
             for pod in &footprint.pods {
                 let by_pm = self.published.entry(pod.clone()).or_default();
-                match by_pm.iter_mut().find(|(k, _)| k == pm) {
+                match by_pm.iter_mut().find(|(k, _)| **k == *pm) {
                     Some((_, n)) => *n += 1,
                     None => {
                         // A first push would reserve room for four: 0.3 KiB per published pod
                         // for the one PortMapping nearly every pod has.
                         by_pm.reserve_exact(1);
-                        by_pm.push((pm.clone(), 1));
+                        by_pm.push((shared.clone(), 1));
                     }
                 }
             }
@@ -176,6 +178,14 @@ impl Index {
         self.own_writes.pending(owner, now)
     }
 
+    /// `uid` as `published` already holds it (one allocation per published pod), or new.
+    fn shared_uid(&self, uid: &str) -> Arc<str> {
+        match self.published.get_key_value(uid) {
+            Some((shared, _)) => shared.clone(),
+            None => Arc::from(uid),
+        }
+    }
+
     pub(super) fn collect_owned(
         &self,
         ns: &str,
@@ -205,7 +215,7 @@ impl Index {
             remove(&mut self.slices_by_owner, uid, key);
             for pod in &old.pods {
                 if let Some(by_pm) = self.published.get_mut(pod) {
-                    if let Some(at) = by_pm.iter().position(|(k, _)| k == pm) {
+                    if let Some(at) = by_pm.iter().position(|(k, _)| **k == *pm) {
                         by_pm[at].1 -= 1;
                         if by_pm[at].1 == 0 {
                             by_pm.swap_remove(at);

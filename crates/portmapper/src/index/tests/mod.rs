@@ -11,7 +11,7 @@ mod slices;
 
 use super::*;
 pub(super) use crate::index::own_writes::Answered;
-pub(super) use k8s_openapi::api::core::v1::Node;
+pub(super) use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::core::v1::{ObjectReference, PodSpec};
 use k8s_openapi::api::discovery::v1::Endpoint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};

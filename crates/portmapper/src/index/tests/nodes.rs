@@ -24,6 +24,34 @@ fn a_zone_change_reaches_the_portmappings_of_the_pods_on_that_node() {
     assert_eq!(names(index.delete_node("node-p1")), ["a/api"]);
 }
 
+#[test]
+fn a_node_forgets_the_pools_of_pods_that_moved_off_it_or_left() {
+    let mut index = index();
+    let zoned = |name: &str, zone: &str| Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some([(LABEL_ZONE.to_owned(), zone.to_owned())].into()),
+            ..ObjectMeta::default()
+        },
+        ..Default::default()
+    };
+    let mut p1 = pod("a", "p1", &[(KEY, "api")], &[]);
+    index.apply_pod(&label(), Arc::new(PodRecord::from(p1.clone())));
+    let p2 = pod("a", "p2", &[(KEY, "api")], &[]);
+    index.apply_pod(&label(), Arc::new(PodRecord::from(p2.clone())));
+    // p1 moves to p2's node: its old node has no pod of the pool left.
+    p1.spec.as_mut().expect("spec").node_name = Some("node-p2".into());
+    index.apply_pod(&label(), Arc::new(PodRecord::from(p1.clone())));
+    assert!(index.apply_node(&zoned("node-p1", "z1")).is_empty());
+    assert_eq!(names(index.apply_node(&zoned("node-p2", "z1"))), ["a/api"]);
+    // One of the two leaves: the node still has the other.
+    index.delete_pod(&label(), &ObjectRef::from_obj(&p2));
+    assert_eq!(names(index.apply_node(&zoned("node-p2", "z2"))), ["a/api"]);
+    index.delete_pod(&label(), &ObjectRef::from_obj(&p1));
+    assert!(index.apply_node(&zoned("node-p2", "z3")).is_empty());
+    assert!(index.pools_by_node.is_empty());
+}
+
 fn node_ready(name: &str, ready: Option<&str>) -> Node {
     use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
     Node {
