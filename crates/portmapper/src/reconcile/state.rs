@@ -77,6 +77,10 @@ impl SentGate {
 /// What the operator remembers about one PortMapping (see the module doc).
 #[derive(Default)]
 pub struct MappingState {
+    /// The UID of the PortMapping this state belongs to: a PortMapping deleted and created
+    /// again under its name starts afresh even when a pass of the old one, still running when
+    /// the deletion was forgotten, wrote its state back after it.
+    uid: Option<String>,
     memo: EvalMemo,
     ledger: Ledger,
     status_written: Option<(String, PortMappingStatus)>,
@@ -116,7 +120,17 @@ impl States {
     }
 
     fn with<T>(&self, pm: &Key, f: impl FnOnce(&mut MappingState) -> T) -> T {
-        f(self.lock().entry(pm.clone()).or_default())
+        let mut mappings = self.lock();
+        let state = mappings.entry(pm.clone()).or_default();
+        // Keys compare by namespace and name only; a key that carries a UID (every pass's
+        // does) names the object the state must belong to.
+        if pm.extra.uid.is_some() && state.uid != pm.extra.uid {
+            *state = MappingState {
+                uid: pm.extra.uid.clone(),
+                ..MappingState::default()
+            };
+        }
+        f(state)
     }
 
     /// Drops everything remembered about `pm`: a PortMapping of the same name, or this one
@@ -341,5 +355,44 @@ mod tests {
         assert_eq!(states.known_status(&pm), PortMappingStatus::default());
         assert!(!states.gate_sent(&key, &gate, "7"));
         assert_eq!(states.news(&key, &[warning], &[]).len(), 1);
+    }
+
+    #[test]
+    fn a_portmapping_created_again_under_its_name_starts_afresh_without_a_forget() {
+        // A pass of the deleted PortMapping that ended after its deletion was forgotten wrote
+        // its ledger back; the new object's first pass must warn again all the same.
+        let states = States::default();
+        let warning = PlannedEvent::warning(portmapper_core::EventReason::UnknownPort, "x");
+        let mut old = pm("5");
+        old.metadata.uid = Some("uid-old".into());
+        let old_key = ObjectRef::from_obj(&old);
+        assert_eq!(
+            states
+                .news(&old_key, std::slice::from_ref(&warning), &[])
+                .len(),
+            1
+        );
+        assert!(
+            states
+                .news(&old_key, std::slice::from_ref(&warning), &[])
+                .is_empty()
+        );
+        let mut new = pm("9");
+        new.metadata.uid = Some("uid-new".into());
+        let new_key = ObjectRef::from_obj(&new);
+        assert_eq!(
+            states
+                .news(&new_key, std::slice::from_ref(&warning), &[])
+                .len(),
+            1
+        );
+        assert!(
+            states
+                .news(&new_key, std::slice::from_ref(&warning), &[])
+                .is_empty()
+        );
+        // A key without a UID (built from a name) reads whatever state the name has.
+        let by_name = Key::new(&new.metadata.name.clone().unwrap()).within("default");
+        assert!(states.news(&by_name, &[warning], &[]).is_empty());
     }
 }
