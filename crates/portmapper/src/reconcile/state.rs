@@ -363,36 +363,20 @@ mod tests {
         // its ledger back; the new object's first pass must warn again all the same.
         let states = States::default();
         let warning = PlannedEvent::warning(portmapper_core::EventReason::UnknownPort, "x");
-        let mut old = pm("5");
-        old.metadata.uid = Some("uid-old".into());
-        let old_key = ObjectRef::from_obj(&old);
-        assert_eq!(
-            states
-                .news(&old_key, std::slice::from_ref(&warning), &[])
-                .len(),
-            1
-        );
-        assert!(
-            states
-                .news(&old_key, std::slice::from_ref(&warning), &[])
-                .is_empty()
-        );
-        let mut new = pm("9");
-        new.metadata.uid = Some("uid-new".into());
-        let new_key = ObjectRef::from_obj(&new);
-        assert_eq!(
-            states
-                .news(&new_key, std::slice::from_ref(&warning), &[])
-                .len(),
-            1
-        );
-        assert!(
-            states
-                .news(&new_key, std::slice::from_ref(&warning), &[])
-                .is_empty()
-        );
+        let key_with_uid = |rv: &str, uid: &str| {
+            let mut pm = pm(rv);
+            pm.metadata.uid = Some(uid.into());
+            ObjectRef::from_obj(&pm)
+        };
+        let sent = |key: &Key| states.news(key, std::slice::from_ref(&warning), &[]).len();
+        let old_key = key_with_uid("5", "uid-old");
+        assert_eq!(sent(&old_key), 1);
+        assert_eq!(sent(&old_key), 0, "warned once");
+        let new_key = key_with_uid("9", "uid-new");
+        assert_eq!(sent(&new_key), 1);
+        assert_eq!(sent(&new_key), 0, "warned once");
         // A key without a UID (built from a name) reads whatever state the name has.
-        let by_name = Key::new(&new.metadata.name.clone().unwrap()).within("default");
+        let by_name = Key::new(&new_key.name).within("default");
         assert!(states.news(&by_name, &[warning], &[]).is_empty());
     }
 }
