@@ -21,6 +21,8 @@ mod services;
 mod slices;
 pub mod trigger;
 
+pub use nodes::unready_status;
+
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};

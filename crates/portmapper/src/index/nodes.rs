@@ -101,7 +101,7 @@ impl Index {
 
 /// The status of a node's `Ready` condition when it is known and not True (`False`,
 /// `Unknown`). A node without one (just registered) is not known unready.
-fn unready_status(node: &Node) -> Option<String> {
+pub fn unready_status(node: &Node) -> Option<String> {
     let ready = node
         .status
         .as_ref()?

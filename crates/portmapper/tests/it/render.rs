@@ -338,6 +338,38 @@ fn nodes_give_zones_and_hints() {
     assert!(text.contains("forZones:\n    - name: zone-a"), "{text}");
 }
 
+/// A never-published gated pod (Ready=False waiting for the gate, containers ready) is
+/// previewed as the operator would publish it: in the slice on a Ready node, left out on a node
+/// known not Ready (the node-lifecycle controller does not touch a pod already not Ready).
+#[test]
+fn a_gated_pod_on_a_node_known_not_ready_is_not_previewed_as_published() {
+    let pm = port_mapping("web", "web");
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {example.com/pool: web}}\nspec:\n  nodeName: n1\n  readinessGates: [{conditionType: portmapper.dev/published}]\n  containers: [{name: c, image: x}]\nstatus:\n  podIPs: [{ip: 10.0.0.1}]\n  conditions:\n  - {type: Ready, status: \"False\", reason: ReadinessGatesNotReady}\n  - {type: ContainersReady, status: \"True\"}\n";
+    let node = |ready: &str| {
+        format!(
+            "apiVersion: v1\nkind: Node\nmetadata: {{name: n1}}\nstatus:\n  conditions: [{{type: Ready, status: \"{ready}\"}}]\n"
+        )
+    };
+    let preview = |ready: &str| {
+        let s = Scratch::new(
+            "gated-node",
+            &[(
+                "x.yaml",
+                &format!("{SERVICE}---\n{pm}---\n{pod}---\n{}", node(ready)),
+            )],
+        );
+        let out = render(&["-f", &s.path("x.yaml")]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let ready = preview("True");
+    assert!(ready.contains("- 10.0.0.1"), "{ready}");
+    for status in ["False", "Unknown"] {
+        let unready = preview(status);
+        assert!(!unready.contains("- 10.0.0.1"), "Ready={status}: {unready}");
+    }
+}
+
 /// The preview reports the Istio ambient caveat as the live reconcile does: the colocated-broker
 /// example (client on two brokers, admin on three) with one broker enrolled in ambient.
 #[test]

@@ -33,6 +33,8 @@ use portmapper_core::{
     EventType, NetworkDecisions, PlanInput, PodRecord, Verdict, planner, pod_in_pool,
 };
 
+use crate::index::unready_status;
+
 /// What `portmapper render` reads and prints (built from its flags by the command line, `cli/mod.rs`).
 #[derive(Debug, Clone)]
 pub struct RenderOptions {
@@ -206,6 +208,9 @@ struct Inputs {
     services: HashMap<(String, String), Service>,
     pods: BTreeMap<String, Vec<Arc<PodRecord>>>,
     zones: BTreeMap<String, String>,
+    /// Node name → its `Ready` status, for the nodes known not Ready: a gated pod on one is
+    /// not published, as the operator would not.
+    unready_nodes: BTreeMap<String, String>,
 }
 
 fn index(loaded: Vec<Loaded>, default_ns: &str) -> Result<Inputs, Vec<InputError>> {
@@ -264,6 +269,9 @@ fn index(loaded: Vec<Loaded>, default_ns: &str) -> Result<Inputs, Vec<InputError
                     .push(Arc::new(PodRecord::from(*pod)));
             }
             Object::Node(node) => {
+                if let Some(ready) = unready_status(&node) {
+                    inputs.unready_nodes.insert(name.clone(), ready);
+                }
                 if let Some(zone) = node.labels().get("topology.kubernetes.io/zone") {
                     inputs.zones.insert(name, zone.clone());
                 }
@@ -408,6 +416,7 @@ fn plan_preview(
     out: &mut Preview,
 ) -> Report {
     let mut input = PlanInput::first_publication(pm, service, records, &inputs.zones);
+    input.unready_nodes = &inputs.unready_nodes;
     // Every network result the planner looks up gets the assumed one, as the prober would
     // give it: the lookups of a plan do not depend on the results it reads, so a first plan
     // without results lists them for the second.
