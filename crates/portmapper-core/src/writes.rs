@@ -154,8 +154,8 @@ impl Phases {
             slices
                 .into_iter()
                 .filter_map(|s| match s.action {
-                    WriteAction::Create => Some(Write::CreateSlice(s.slice.clone())),
-                    WriteAction::Update { .. } => Some(Write::UpdateSlice(s.slice.clone())),
+                    WriteAction::Create => Some(Write::CreateSlice(s.full())),
+                    WriteAction::Update { .. } => Some(Write::UpdateSlice(s.full())),
                     WriteAction::Unchanged => None,
                 })
                 .collect()
