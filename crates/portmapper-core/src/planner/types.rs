@@ -148,8 +148,8 @@ pub enum WriteAction {
 }
 
 impl PlannedSlice {
-    /// The object as the API takes it: built for the slices written only (endpoints are held
-    /// compact, [`CompactSlice`]).
+    /// The object as the API takes it (for tests and tools: a pass builds it for a write only,
+    /// as the write is sent).
     pub fn full(&self) -> Arc<k8s_openapi::api::discovery::v1::EndpointSlice> {
         Arc::new(self.slice.to_endpoint_slice())
     }
