@@ -36,15 +36,21 @@ impl CompactSlice {
     /// `slice` made compact; `uid` gives the shared copy of a pod UID (the index hands out the
     /// one its published pods are keyed by).
     pub fn new(slice: EndpointSlice, mut uid: impl FnMut(&str) -> Arc<str>) -> Self {
+        // A fresh vector, not `collect()`: that reuses the decoded `Vec<Endpoint>`'s buffer in
+        // place, and the compact endpoints would keep its 350 bytes per endpoint (and the
+        // decoder's spare capacity) for as long as the slice is held.
+        let mut endpoints = Vec::with_capacity(slice.endpoints.len());
+        endpoints.extend(
+            slice
+                .endpoints
+                .into_iter()
+                .map(|e| CompactEndpoint::new(e, &mut uid)),
+        );
         Self {
             metadata: slice.metadata,
             address_type: slice.address_type,
             ports: slice.ports,
-            endpoints: slice
-                .endpoints
-                .into_iter()
-                .map(|e| CompactEndpoint::new(e, &mut uid))
-                .collect(),
+            endpoints,
         }
     }
 
@@ -352,6 +358,17 @@ mod tests {
             endpoints: vec![ours(), Endpoint::default()],
         };
         assert_eq!(CompactSlice::from(slice.clone()).to_endpoint_slice(), slice);
+    }
+
+    #[test]
+    fn the_endpoints_hold_no_room_of_the_decoded_ones() {
+        let mut decoded = Vec::with_capacity(128);
+        decoded.extend(std::iter::repeat_n(ours(), 100));
+        let slice = CompactSlice::from(EndpointSlice {
+            endpoints: decoded,
+            ..EndpointSlice::default()
+        });
+        assert_eq!(slice.endpoints.capacity(), 100);
     }
 
     #[test]
