@@ -15,11 +15,11 @@ use k8s_openapi::api::core::v1::{
     Container, ContainerPort, Pod, PodCondition, PodIP, PodSpec, PodStatus, Service, ServicePort,
     ServiceSpec,
 };
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use portmapper_api::check::PortNamesCheck;
 use portmapper_api::{Check, KeySource, PortMapping, PortMappingSpec, PortRule, SliceGrouping};
+use portmapper_core::compact_slice::CompactSlice;
 use portmapper_core::{EvalMemo, Plan, PlanInput, PodRecord, plan, plan_with_memo};
 
 const PODS: usize = 10_000;
@@ -132,7 +132,7 @@ fn run_memo(
     pm: &PortMapping,
     svc: &Service,
     pods: &[Arc<PodRecord>],
-    live: &[Arc<EndpointSlice>],
+    live: &[Arc<CompactSlice>],
     memo: &mut EvalMemo,
 ) -> Plan {
     plan_with_memo(
@@ -189,7 +189,7 @@ fn flip_once(
     pm: &PortMapping,
     svc: &Service,
     pods: &mut [Arc<PodRecord>],
-    live: &[Arc<EndpointSlice>],
+    live: &[Arc<CompactSlice>],
     memo: &mut EvalMemo,
     ready: bool,
     version: u64,
@@ -213,7 +213,7 @@ fn bench_memo(c: &mut Criterion) {
         let first = run_memo(&pm, &svc, &pods, &[], &mut memo);
         assert_eq!(first.slices.len(), slices);
         // Stored as the API server stores them: with a resourceVersion each.
-        let live: Vec<Arc<EndpointSlice>> = first
+        let live: Vec<Arc<CompactSlice>> = first
             .slices
             .iter()
             .enumerate()
@@ -252,7 +252,7 @@ fn run(
     svc: &Service,
     pods: &[Arc<PodRecord>],
     zones: &BTreeMap<String, String>,
-    live: &[Arc<EndpointSlice>],
+    live: &[Arc<CompactSlice>],
 ) -> Plan {
     plan(&PlanInput {
         live_slices: live,
@@ -275,7 +275,7 @@ fn bench(c: &mut Criterion) {
         .collect();
     let first = run(&pm, &svc, &pods, &zones, &[]);
     assert_eq!(first.slices.len(), 800);
-    let live: Vec<Arc<EndpointSlice>> = first.slices.iter().map(|p| p.slice.clone()).collect();
+    let live: Vec<Arc<CompactSlice>> = first.slices.iter().map(|p| p.slice.clone()).collect();
     assert_eq!(run(&pm, &svc, &pods, &zones, &live).writes(), 0);
 
     let mut group = c.benchmark_group("plan_10k_pods_4_ports_2_families");

@@ -5,6 +5,7 @@
 pub mod budget;
 pub mod check;
 pub mod claim;
+pub mod compact_slice;
 pub mod consumers;
 pub mod decision;
 pub mod events;

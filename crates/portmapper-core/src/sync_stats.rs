@@ -5,8 +5,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use k8s_openapi::api::discovery::v1::{EndpointPort, EndpointSlice};
+use k8s_openapi::api::discovery::v1::EndpointPort;
 
+use crate::compact_slice::CompactSlice;
 use crate::planner::{Plan, WriteAction};
 
 /// The figures of one sync of one PortMapping.
@@ -32,10 +33,10 @@ pub struct SyncStats {
 /// one removal and one addition, as in the native controller.
 pub fn sync_stats<'a>(
     plan: &Plan,
-    live: impl IntoIterator<Item = &'a EndpointSlice>,
+    live: impl IntoIterator<Item = &'a CompactSlice>,
     max_endpoints_per_slice: usize,
 ) -> SyncStats {
-    let live: HashMap<&str, &EndpointSlice> = live
+    let live: HashMap<&str, &CompactSlice> = live
         .into_iter()
         .filter_map(|s| Some((s.metadata.name.as_deref()?, s)))
         .collect();
@@ -79,11 +80,11 @@ fn port_key(port: &EndpointPort) -> PortKey<'_> {
     (port.name.as_deref(), port.port, port.protocol.as_deref())
 }
 
-fn addresses(slice: &EndpointSlice) -> BTreeSet<&str> {
+fn addresses(slice: &CompactSlice) -> BTreeSet<&str> {
     slice
         .endpoints
         .iter()
-        .filter_map(|e| e.addresses.first().map(String::as_str))
+        .filter_map(|e| e.addresses().next())
         .collect()
 }
 
@@ -91,13 +92,13 @@ fn addresses(slice: &EndpointSlice) -> BTreeSet<&str> {
 mod tests {
     use std::sync::Arc;
 
-    use k8s_openapi::api::discovery::v1::Endpoint;
+    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
     use crate::planner::{Deletion, PlannedSlice};
 
-    fn slice(name: &str, port: &str, ips: &[&str]) -> EndpointSlice {
+    fn slice(name: &str, port: &str, ips: &[&str]) -> CompactSlice {
         EndpointSlice {
             metadata: ObjectMeta {
                 name: Some(name.into()),
@@ -117,9 +118,10 @@ mod tests {
                 })
                 .collect(),
         }
+        .into()
     }
 
-    fn planned(slice: EndpointSlice, action: WriteAction) -> PlannedSlice {
+    fn planned(slice: CompactSlice, action: WriteAction) -> PlannedSlice {
         PlannedSlice {
             slice: Arc::new(slice),
             action,

@@ -28,8 +28,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-
+use crate::compact_slice::CompactSlice;
 use crate::planner::migration::Step;
 use crate::planner::{
     FinalizerChange, Plan, PlannedSlice, PodGate, RELEASE_FINALIZER, WriteAction,
@@ -39,12 +38,14 @@ use crate::pod_record::PodRecord;
 /// One write.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Write {
-    /// Create one of our slices (a POST): its name is free as far as the caches show.
-    CreateSlice(Arc<EndpointSlice>),
+    /// Create one of our slices (a POST): its name is free as far as the caches show. Held
+    /// compact: the executor builds the object it sends as it sends it, so a publication's
+    /// writes are never all full objects at once.
+    CreateSlice(Arc<CompactSlice>),
     /// Replace one of our slices (a PUT) whose stored version the caches show: the object
     /// carries that `metadata.resourceVersion`, so a slice changed since is refused (409), never
     /// overwritten unseen.
-    UpdateSlice(Arc<EndpointSlice>),
+    UpdateSlice(Arc<CompactSlice>),
     /// Delete one of our slices (UID precondition).
     DeleteSlice {
         /// Name.

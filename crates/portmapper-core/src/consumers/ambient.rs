@@ -10,8 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-
+use crate::compact_slice::CompactSlice;
 use crate::planner::Plan;
 use crate::pod_record::PodRecord;
 
@@ -84,16 +83,11 @@ pub fn istio_ambient_caveat<P: AsRef<str>, Q: AsRef<str> + Ord>(
 /// counts (a port-set slice lists several). Ports are keyed by name, else by number; a
 /// placeholder slice gives its ports an empty set.
 pub fn port_members<'a>(
-    slices: impl IntoIterator<Item = &'a EndpointSlice>,
+    slices: impl IntoIterator<Item = &'a CompactSlice>,
 ) -> BTreeMap<String, BTreeSet<&'a str>> {
     let mut members: BTreeMap<String, BTreeSet<&'a str>> = BTreeMap::new();
     for slice in slices {
-        let named = || {
-            slice
-                .endpoints
-                .iter()
-                .filter_map(|e| e.target_ref.as_ref()?.name.as_deref())
-        };
+        let named = || slice.endpoints.iter().filter_map(|e| e.target_ref()?.name);
         for key in super::port_keys(slice) {
             members.entry(key).or_default().extend(named());
         }
@@ -157,7 +151,7 @@ impl fmt::Display for IstioAmbientCaveat {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort};
+    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     const PODS: [&str; 3] = ["a", "b", "c"];
@@ -229,7 +223,7 @@ mod tests {
         assert_eq!(istio_ambient_caveat(&members, &subset(0b111)), None);
     }
 
-    fn slice(port: Option<&str>, number: i32, family: &str, pods: &[&str]) -> EndpointSlice {
+    fn slice(port: Option<&str>, number: i32, family: &str, pods: &[&str]) -> CompactSlice {
         EndpointSlice {
             address_type: family.into(),
             endpoints: pods
@@ -251,6 +245,7 @@ mod tests {
             }]),
             ..EndpointSlice::default()
         }
+        .into()
     }
 
     #[test]
@@ -285,7 +280,7 @@ mod tests {
         let members = port_members(&slices);
         assert_eq!(members["http"], BTreeSet::from(["a", "b"]));
         assert_eq!(members["https"], BTreeSet::from(["a", "b", "c"]));
-        let portless = EndpointSlice {
+        let portless = CompactSlice {
             ports: None,
             ..slice(None, 0, "IPv4", &["a"])
         };

@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 
+use crate::compact_slice::CompactSlice;
 use crate::planner::Plan;
 
 /// Most node names the message lists per port; the counts stay exact.
@@ -49,7 +49,7 @@ pub fn routes_locally(service: &Service) -> bool {
 /// chunks, every port a slice lists counting: what kube-proxy's health check counts. An absent `ready` counts as ready, as
 /// kube-proxy reads it; endpoints without a node are not attributed to one.
 pub fn port_ready_nodes<'a>(
-    slices: impl IntoIterator<Item = &'a EndpointSlice>,
+    slices: impl IntoIterator<Item = &'a CompactSlice>,
 ) -> BTreeMap<String, BTreeSet<&'a str>> {
     let mut nodes: BTreeMap<String, BTreeSet<&'a str>> = BTreeMap::new();
     for slice in slices {
@@ -57,8 +57,8 @@ pub fn port_ready_nodes<'a>(
             slice
                 .endpoints
                 .iter()
-                .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
-                .filter_map(|e| e.node_name.as_deref())
+                .filter(|e| e.conditions().and_then(|c| c.ready).unwrap_or(true))
+                .filter_map(|e| e.node_name())
         };
         for key in super::port_keys(slice) {
             nodes.entry(key).or_default().extend(ready());
@@ -131,7 +131,9 @@ impl fmt::Display for LocalPolicyCaveat {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ServiceSpec;
-    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort};
+    use k8s_openapi::api::discovery::v1::{
+        Endpoint, EndpointConditions, EndpointPort, EndpointSlice,
+    };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     const NODES: [&str; 3] = ["n1", "n2", "n3"];
@@ -177,7 +179,7 @@ mod tests {
         assert!(reported > 0);
     }
 
-    fn slice(port: &str, endpoints: &[(&str, Option<bool>)]) -> EndpointSlice {
+    fn slice(port: &str, endpoints: &[(&str, Option<bool>)]) -> CompactSlice {
         EndpointSlice {
             metadata: ObjectMeta::default(),
             address_type: "IPv4".into(),
@@ -199,6 +201,7 @@ mod tests {
                 })
                 .collect(),
         }
+        .into()
     }
 
     #[test]

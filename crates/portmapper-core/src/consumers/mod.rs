@@ -17,7 +17,7 @@ pub use local_policy::{
 /// port-set slice lists several, and each of them counts. A slice without ports (a headless
 /// Service without ports) stands for one port keyed `""`. The consumer caveats name ports by
 /// it, and so does the operator's `port` metric label.
-pub fn port_keys(slice: &k8s_openapi::api::discovery::v1::EndpointSlice) -> Vec<String> {
+pub fn port_keys(slice: &crate::compact_slice::CompactSlice) -> Vec<String> {
     let keys: Vec<String> = slice
         .ports
         .iter()

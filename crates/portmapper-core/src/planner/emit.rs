@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
+use k8s_openapi::api::discovery::v1::{EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::compare::{metadata_eq, ports_eq};
@@ -21,19 +21,20 @@ use super::objects::{ANNOTATION_TRIGGER_TIME, DesiredEndpoint, keep_for_update, 
 use super::pack::{LiveChunk, pack};
 use super::trigger::{WrittenChunk, chunk_trigger_time, read_conditions};
 use super::types::{Deletion, Plan, PlanError, PlannedSlice, WriteAction};
+use crate::compact_slice::{CompactEndpoint, CompactSlice};
 use crate::pod_record::PodRecord;
 
 /// Phases 1 and 2: evaluates the pool and emits the slices into `out`; returns the evaluation
 /// (for the status, the gates and the memo) and the port sets it kept.
 pub(crate) fn evaluate_and_emit<'a>(
     ctx: &PlanContext<'a>,
-    ours: &[&'a Arc<EndpointSlice>],
+    ours: &[&'a Arc<CompactSlice>],
     pool: &[&Arc<PodRecord>],
     input_pods: &[Arc<PodRecord>],
     out: &mut Plan,
     mut memo: Option<&mut EvalMemo>,
 ) -> Result<(evaluate::Evaluated<'a>, Option<KeptSets>), PlanError> {
-    let ours_plain: Vec<&'a EndpointSlice> = ours.iter().map(|&s| s.as_ref()).collect();
+    let ours_plain: Vec<&'a CompactSlice> = ours.iter().map(|&s| s.as_ref()).collect();
     let mut evaluated = evaluate::evaluate(
         ctx,
         &ours_plain,
@@ -58,7 +59,7 @@ pub(crate) fn evaluate_and_emit<'a>(
 
 /// Live slices per group, and chunk numbers each group may not create.
 pub(crate) struct Assignment<'a> {
-    live: Vec<Vec<(u32, &'a Arc<EndpointSlice>)>>,
+    live: Vec<Vec<(u32, &'a Arc<CompactSlice>)>>,
     reserved: Vec<HashSet<u32>>,
 }
 
@@ -68,7 +69,7 @@ pub(crate) struct Assignment<'a> {
 /// one is a collision, decided after packing.)
 pub(crate) fn assign_live<'a>(
     groups: &[Group<'_>],
-    ours: &[&'a Arc<EndpointSlice>],
+    ours: &[&'a Arc<CompactSlice>],
     deletions: &mut Vec<Deletion>,
 ) -> Assignment<'a> {
     let base_index: HashMap<&str, usize> = groups
@@ -114,7 +115,7 @@ enum AsLeft<'s> {
 fn as_left<'s>(
     ctx: &PlanContext<'_>,
     memo: &EvalMemo,
-    live: &[(u32, &'s Arc<EndpointSlice>)],
+    live: &[(u32, &'s Arc<CompactSlice>)],
     members: &[KeptMember],
     total: usize,
     template: &ObjectMeta,
@@ -164,10 +165,10 @@ fn as_left<'s>(
 /// address order).
 fn member_at<'m>(
     members: &'m [KeptMember],
-    live: &Endpoint,
+    live: &CompactEndpoint,
     position: u32,
 ) -> Option<&'m KeptMember> {
-    let address: std::net::IpAddr = live.addresses.first()?.parse().ok()?;
+    let address: std::net::IpAddr = live.addresses().next()?.parse().ok()?;
     let key = address_key(address);
     let first = members.partition_point(|m| address_key(m.address) < key);
     members[first..]
@@ -275,7 +276,7 @@ impl<'s> Emitter<'_, '_, 's, '_> {
     /// themselves, nothing is built. False when they are not.
     fn take_as_left(
         &mut self,
-        live: &[(u32, &'s Arc<EndpointSlice>)],
+        live: &[(u32, &'s Arc<CompactSlice>)],
         members: &[KeptMember],
         total: usize,
         slice_ports: &[EndpointPort],
@@ -317,7 +318,7 @@ impl<'s> Emitter<'_, '_, 's, '_> {
     fn live_chunks<'l>(
         &self,
         group: &Group<'_>,
-        live: &'l [(u32, &'s Arc<EndpointSlice>)],
+        live: &'l [(u32, &'s Arc<CompactSlice>)],
         slice_ports: &[EndpointPort],
         flat: &'l mut Vec<usize>,
     ) -> Vec<LiveChunk<'l>> {
@@ -355,7 +356,7 @@ impl<'s> Emitter<'_, '_, 's, '_> {
     fn emit_group(
         &mut self,
         group: Group<'_>,
-        live: &[(u32, &'s Arc<EndpointSlice>)],
+        live: &[(u32, &'s Arc<CompactSlice>)],
         reserved: &HashSet<u32>,
         slice_ports: &[EndpointPort],
         out: &mut Plan,
@@ -407,7 +408,7 @@ impl<'s> Emitter<'_, '_, 's, '_> {
             let slice = self.render(&group, &written, conditions, name, slice_ports)?;
             let withdraws = live_slice.is_some_and(|l| withdraws(l, &slice));
             out.slices.push(PlannedSlice {
-                slice: Arc::new(slice),
+                slice: Arc::new(slice.into()),
                 action,
                 withdraws,
             });
@@ -420,7 +421,7 @@ impl<'s> Emitter<'_, '_, 's, '_> {
     /// carries over). `chunk`: the group's desired endpoints and the chunk's indexes into them.
     fn unchanged(
         &mut self,
-        live: &'s Arc<EndpointSlice>,
+        live: &'s Arc<CompactSlice>,
         taken_as_settled: bool,
         chunk: (&[DesiredEndpoint<'_>], &[usize]),
         out: &mut Plan,
@@ -508,27 +509,41 @@ impl<'s> Emitter<'_, '_, 's, '_> {
 
 /// Whether writing `new` over `live` takes away a ready or serving (address, port name) that
 /// `live` publishes (an unset condition counts as true, as consumers read it).
-fn withdraws(live: &EndpointSlice, new: &EndpointSlice) -> bool {
+fn withdraws(live: &CompactSlice, new: &EndpointSlice) -> bool {
+    type Pairs<'s> = HashSet<(&'s str, &'s str, bool)>;
     // (address, port name, whether the pair is ready (true) or serving (false)).
-    fn published(s: &EndpointSlice) -> HashSet<(&str, &str, bool)> {
-        let mut out = HashSet::new();
-        for e in &s.endpoints {
-            let c = e.conditions.as_ref();
-            let ready = c.and_then(|c| c.ready).unwrap_or(true);
-            let serving = c.and_then(|c| c.serving).unwrap_or(true);
-            for address in &e.addresses {
-                for port in s.ports.iter().flatten() {
-                    let name = port.name.as_deref().unwrap_or_default();
-                    for (kind, on) in [(true, ready), (false, serving)] {
-                        if on {
-                            out.insert((address.as_str(), name, kind));
-                        }
+    fn publish<'s>(
+        out: &mut Pairs<'s>,
+        ports: &'s Option<Vec<EndpointPort>>,
+        addresses: impl Iterator<Item = &'s str>,
+        (ready, serving): (bool, bool),
+    ) {
+        for address in addresses {
+            for port in ports.iter().flatten() {
+                let name = port.name.as_deref().unwrap_or_default();
+                for (kind, on) in [(true, ready), (false, serving)] {
+                    if on {
+                        out.insert((address, name, kind));
                     }
                 }
             }
         }
-        out
     }
-    let now = published(new);
-    published(live).iter().any(|pair| !now.contains(pair))
+    // An unset condition counts as true.
+    fn on(c: Option<&k8s_openapi::api::discovery::v1::EndpointConditions>) -> (bool, bool) {
+        (
+            c.and_then(|c| c.ready).unwrap_or(true),
+            c.and_then(|c| c.serving).unwrap_or(true),
+        )
+    }
+    let mut now = HashSet::new();
+    for e in &new.endpoints {
+        let addresses = e.addresses.iter().map(String::as_str);
+        publish(&mut now, &new.ports, addresses, on(e.conditions.as_ref()));
+    }
+    let mut before = HashSet::new();
+    for e in &live.endpoints {
+        publish(&mut before, &live.ports, e.addresses(), on(e.conditions()));
+    }
+    before.iter().any(|pair| !now.contains(pair))
 }

@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_validation::IpFamily;
 use portmapper_api::check::CheckKind;
 use portmapper_api::{SliceGrouping, TerminatingEndpoints};
@@ -22,6 +21,7 @@ use super::ports::{PortView, static_target};
 use super::status::{Listed, PodPortState};
 use super::types::{DecisionCounts, PlanWarning};
 use crate::check::{has_published_gate, is_no_result_yet, is_probed};
+use crate::compact_slice::CompactSlice;
 use crate::decision::{Decision, Verdict};
 use crate::membership::{
     CheckClass, Evaluation, PortRules, PortWalk, Questions, classify_checks, walk_port,
@@ -73,7 +73,7 @@ struct Visit<'a> {
 
 struct Evaluator<'c, 'a> {
     ctx: &'c PlanContext<'a>,
-    ours: &'c [&'a EndpointSlice],
+    ours: &'c [&'a CompactSlice],
     warnings: &'c mut Vec<PlanWarning>,
     /// Memberships currently published, for Abstain; built on the first abstention only.
     published: Option<HashSet<(&'a str, IpFamily, &'a str)>>,
@@ -101,7 +101,7 @@ struct Evaluator<'c, 'a> {
 /// since the memo's last pass are reused instead of evaluated.
 pub(crate) fn evaluate<'a>(
     ctx: &PlanContext<'a>,
-    ours: &[&'a EndpointSlice],
+    ours: &[&'a CompactSlice],
     warnings: &mut Vec<PlanWarning>,
     mut memo: Option<(&mut EvalMemo, &[&Arc<PodRecord>])>,
 ) -> Evaluated<'a> {
@@ -157,7 +157,7 @@ pub(crate) fn evaluate<'a>(
 impl<'c, 'a> Evaluator<'c, 'a> {
     fn new(
         ctx: &'c PlanContext<'a>,
-        ours: &'c [&'a EndpointSlice],
+        ours: &'c [&'a CompactSlice],
         warnings: &'c mut Vec<PlanWarning>,
         memos: Option<Outcomes>,
         reused: Vec<bool>,
@@ -854,7 +854,7 @@ impl<'a> Evaluator<'_, 'a> {
 }
 
 /// The numbers our live slices of `family` publish port `name` at (any shape).
-fn published_targets(ours: &[&EndpointSlice], name: &str, family: IpFamily) -> BTreeSet<i32> {
+fn published_targets(ours: &[&CompactSlice], name: &str, family: IpFamily) -> BTreeSet<i32> {
     ours.iter()
         .filter(|s| s.address_type == family.as_str())
         .flat_map(|s| s.ports.iter().flatten())
@@ -866,7 +866,7 @@ fn published_targets(ours: &[&EndpointSlice], name: &str, family: IpFamily) -> B
 /// (port name, family, pod UID) of every endpoint in the given slices: what Abstain keeps, and
 /// what the prober seeds as included.
 pub fn published_memberships<'s>(
-    slices: &[&'s EndpointSlice],
+    slices: &[&'s CompactSlice],
 ) -> HashSet<(&'s str, IpFamily, &'s str)> {
     let mut set = HashSet::new();
     for s in slices {
@@ -885,7 +885,7 @@ pub fn published_memberships<'s>(
             names.push("");
         }
         for e in &s.endpoints {
-            if let Some(uid) = e.target_ref.as_ref().and_then(|r| r.uid.as_deref()) {
+            if let Some(uid) = e.target_uid() {
                 for &name in &names {
                     set.insert((name, family, uid));
                 }

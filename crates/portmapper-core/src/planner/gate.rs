@@ -21,7 +21,6 @@
 
 use std::collections::HashSet;
 
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use portmapper_api::PortMapping;
@@ -34,6 +33,7 @@ pub use super::types::{
     REASON_RELEASED, REASON_TIMED_OUT,
 };
 use crate::check::has_gate;
+use crate::compact_slice::CompactSlice;
 use crate::pod_record::PodRecord;
 use crate::target::{is_terminal, is_terminating};
 
@@ -203,7 +203,7 @@ fn deleted_message(settings: &GateSettings<'_>) -> String {
 pub fn stalled_pod_gates(
     pods: &[&PodRecord],
     settings: &GateSettings<'_>,
-    live_slices: &[&EndpointSlice],
+    live_slices: &[&CompactSlice],
     (reason, message): (&'static str, &str),
 ) -> GateChanges {
     let managed = |name: &str| settings.peers.managed_by.contains_key(name);
@@ -222,8 +222,8 @@ pub fn stalled_pod_gates(
     let published: HashSet<&str> = live_slices
         .iter()
         .flat_map(|s| &s.endpoints)
-        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
-        .filter_map(|e| e.target_ref.as_ref()?.uid.as_deref())
+        .filter(|e| e.conditions().and_then(|c| c.ready) != Some(false))
+        .filter_map(|e| e.target_uid())
         .collect();
     let mut out = GateChanges::default();
     for &pod in pods {

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Endpoints;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::types::{NameCollision, Plan, PlanInput, WriteAction};
+use crate::compact_slice::CompactSlice;
 use crate::ownership::{EndpointsOwner, HeldName, endpoints_owner, ownership};
 
 /// The Endpoints object named after the Service, and whose it is.
@@ -35,7 +35,7 @@ impl<'a> LiveEndpoints<'a> {
 /// The live objects of one plan, classified.
 pub(crate) struct Live<'a> {
     /// Live slices this PortMapping may write.
-    pub ours: Vec<&'a Arc<EndpointSlice>>,
+    pub ours: Vec<&'a Arc<CompactSlice>>,
     /// Names held by others: the caller's (`PlanInput::held_by_others`) and the live slices
     /// this PortMapping may not write. Never touched; a create there is a collision.
     pub held: BTreeMap<String, HeldName>,

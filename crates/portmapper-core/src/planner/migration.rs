@@ -281,7 +281,7 @@ fn publishing(slices: &[PlannedSlice], primary: IpFamily) -> (bool, bool) {
         s.slice
             .endpoints
             .iter()
-            .any(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+            .any(|e| e.conditions().and_then(|c| c.ready).unwrap_or(true))
     };
     let any = slices.iter().any(ready);
     let in_primary = slices
@@ -331,7 +331,7 @@ mod tests {
     fn slice(family: &str, ready: &[bool]) -> PlannedSlice {
         use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointSlice};
         PlannedSlice {
-            slice: std::sync::Arc::new(EndpointSlice {
+            slice: std::sync::Arc::new(crate::compact_slice::CompactSlice::from(EndpointSlice {
                 address_type: family.into(),
                 endpoints: ready
                     .iter()
@@ -344,7 +344,7 @@ mod tests {
                     })
                     .collect(),
                 ..Default::default()
-            }),
+            })),
             action: WriteAction::Unchanged,
             withdraws: false,
         }

@@ -11,6 +11,7 @@ use k8s_openapi::api::discovery::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use portmapper_api::MANAGER;
 
+use crate::compact_slice::CompactEndpoint;
 use crate::pod_record::PodRecord;
 
 pub use crate::ownership::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
@@ -300,39 +301,37 @@ impl<'a> DesiredEndpoint<'a> {
 
     /// Whether `live` is what [`to_endpoint`](Self::to_endpoint) would give, by the planner's equality
     /// ([`endpoint_eq`](super::endpoint_eq)) — without rendering.
-    pub fn same_as(&self, live: &Endpoint) -> bool {
-        let uid = live.target_ref.as_ref().and_then(|t| t.uid.as_deref());
-        uid == present(&self.facts.pod.uid) && self.same_as_identified(live, true)
+    pub fn same_as(&self, live: &CompactEndpoint) -> bool {
+        live.target_uid() == present(&self.facts.pod.uid) && self.same_as_identified(live, true)
     }
 
     /// [`same_as`](Self::same_as) for a `live` endpoint already known to carry this endpoint's
     /// pod UID and address (packing matched them): the UID is not compared again, and the
     /// address text only with `compare_address` (a matched IPv6 address may be spelled
     /// differently; a matched IPv4 one cannot).
-    pub(crate) fn same_as_identified(&self, live: &Endpoint, compare_address: bool) -> bool {
+    pub(crate) fn same_as_identified(&self, live: &CompactEndpoint, compare_address: bool) -> bool {
         let f = &self.facts;
-        let cond = live.conditions.as_ref();
+        let cond = live.conditions();
         let conditions = (
             cond.and_then(|c| c.ready).unwrap_or(true),
             cond.and_then(|c| c.serving).unwrap_or(true),
             cond.and_then(|c| c.terminating).unwrap_or(false),
         );
-        let target = live.target_ref.as_ref();
         let pod = f.pod;
         (if compare_address {
             address_is(live, f.address)
         } else {
-            live.addresses.len() == 1
+            live.only_address().is_some()
         }) && conditions == (f.ready, true, f.terminating)
-            && live.hostname.as_deref() == self.hostname()
-            && live.node_name.as_deref() == self.node()
-            && live.zone.as_deref() == f.zone
-            && target.is_some_and(|t| {
-                t.kind.as_deref() == Some("Pod")
-                    && t.namespace.as_deref() == Some(self.namespace)
-                    && t.name.as_deref() == present(&pod.name)
+            && live.hostname() == self.hostname()
+            && live.node_name() == self.node()
+            && live.zone() == f.zone
+            && live.target_ref().is_some_and(|t| {
+                t.kind == Some("Pod")
+                    && t.namespace == Some(self.namespace)
+                    && t.name == present(&pod.name)
             })
-            && self.hints_match(live.hints.as_ref())
+            && self.hints_match(live.hints())
     }
 
     /// Hints as [`build_endpoint`] sets them, compared as `hints_eq` does: zones equal, and
@@ -359,9 +358,9 @@ impl<'a> DesiredEndpoint<'a> {
 }
 
 /// Whether `live` carries exactly `address`, as rendered (canonical text), without allocating.
-fn address_is(live: &Endpoint, address: IpAddr) -> bool {
+fn address_is(live: &CompactEndpoint, address: IpAddr) -> bool {
     use std::io::Write;
-    let [only] = live.addresses.as_slice() else {
+    let Some(only) = live.only_address() else {
         return false;
     };
     let mut buf = [0u8; 64];
@@ -789,7 +788,7 @@ mod tests {
             let rendered = d.to_endpoint();
             for l in &live {
                 assert_eq!(
-                    d.same_as(l),
+                    d.same_as(&CompactEndpoint::from(l.clone())),
                     endpoint_eq(&rendered, l),
                     "desired {rendered:?} vs live {l:?}"
                 );

@@ -12,6 +12,7 @@ use k8s_openapi::api::discovery::v1::Endpoint;
 
 use super::compare::endpoint_eq;
 use super::objects::{DesiredEndpoint, address_key};
+use crate::compact_slice::CompactEndpoint;
 
 /// One live slice of the group.
 #[derive(Clone, Copy, Debug)]
@@ -19,7 +20,7 @@ pub struct LiveChunk<'a> {
     /// Its chunk number (1 = the base name).
     pub chunk: u32,
     /// Its endpoints.
-    pub endpoints: &'a [Endpoint],
+    pub endpoints: &'a [CompactEndpoint],
     /// Its metadata or ports differ from the desired ones (it is written anyway).
     pub drift: bool,
     /// When known to be exactly as desired already (nothing it depends on changed since a
@@ -83,14 +84,9 @@ impl<'a> Identity<'a> {
 }
 
 /// The identity of a live endpoint. A live address that does not parse matches nothing.
-fn identity(e: &Endpoint) -> Option<Identity<'_>> {
-    let address = e.addresses.first()?.parse().ok()?;
-    let uid = e
-        .target_ref
-        .as_ref()
-        .and_then(|r| r.uid.as_deref())
-        .unwrap_or_default();
-    Some(Identity::new(address, uid))
+fn identity(e: &CompactEndpoint) -> Option<Identity<'_>> {
+    let address = e.addresses().next()?.parse().ok()?;
+    Some(Identity::new(address, e.target_uid().unwrap_or_default()))
 }
 
 /// What packing needs of a desired endpoint: its identity, and whether a live endpoint is
@@ -105,16 +101,19 @@ pub trait Wanted {
     }
     /// Whether `live`, whose identity is `id` and equals this endpoint's, needs no write for
     /// this endpoint.
-    fn same_as_matched(&self, live: &Endpoint, id: Identity<'_>) -> bool;
+    fn same_as_matched(&self, live: &CompactEndpoint, id: Identity<'_>) -> bool;
 }
 
 impl Wanted for Endpoint {
     fn identity(&self) -> Option<Identity<'_>> {
-        identity(self)
+        let address = self.addresses.first()?.parse().ok()?;
+        let uid = self.target_ref.as_ref().and_then(|r| r.uid.as_deref());
+        Some(Identity::new(address, uid.unwrap_or_default()))
     }
 
-    fn same_as_matched(&self, live: &Endpoint, _: Identity<'_>) -> bool {
-        endpoint_eq(self, live)
+    /// Renders `live` (rendered endpoints are the tests' desired ones, not the planner's).
+    fn same_as_matched(&self, live: &CompactEndpoint, _: Identity<'_>) -> bool {
+        endpoint_eq(self, &live.to_endpoint())
     }
 }
 
@@ -127,7 +126,7 @@ impl Wanted for DesiredEndpoint<'_> {
         Some(DesiredEndpoint::address_key(self))
     }
 
-    fn same_as_matched(&self, live: &Endpoint, id: Identity<'_>) -> bool {
+    fn same_as_matched(&self, live: &CompactEndpoint, id: Identity<'_>) -> bool {
         // Equal identities: the UID is equal, and so is an IPv4 address's text (one spelling);
         // an IPv6 address may be spelled differently and is compared as text.
         DesiredEndpoint::same_as_identified(self, live, !id.is_v4())
@@ -407,6 +406,10 @@ mod tests {
         ns.iter().map(|&n| ep(n, true)).collect()
     }
 
+    fn live(ns: &[u8]) -> Vec<CompactEndpoint> {
+        eps(ns).into_iter().map(CompactEndpoint::from).collect()
+    }
+
     fn none(_: u32) -> bool {
         false
     }
@@ -444,8 +447,8 @@ mod tests {
     #[test]
     fn endpoints_stay_where_they_are_and_unchanged_slices_are_not_written() {
         let d = eps(&[1, 2, 3, 4]);
-        let s1 = eps(&[3, 4]);
-        let s2 = eps(&[1, 2]);
+        let s1 = live(&[3, 4]);
+        let s2 = live(&[1, 2]);
         let live = [
             LiveChunk {
                 chunk: 1,
@@ -474,8 +477,8 @@ mod tests {
     #[test]
     fn removing_an_endpoint_changes_only_its_slice() {
         let d = eps(&[1, 2, 4]);
-        let s1 = eps(&[1, 2]);
-        let s2 = eps(&[3, 4]);
+        let s1 = live(&[1, 2]);
+        let s2 = live(&[3, 4]);
         let live = [
             LiveChunk {
                 chunk: 1,
@@ -504,7 +507,7 @@ mod tests {
     #[test]
     fn condition_change_is_an_in_place_update() {
         let d = vec![ep(1, false), ep(2, true)];
-        let s1 = eps(&[1, 2]);
+        let s1 = live(&[1, 2]);
         let live = [LiveChunk {
             chunk: 1,
             endpoints: &s1,
@@ -519,8 +522,8 @@ mod tests {
     #[test]
     fn new_endpoint_fills_a_slice_already_being_written() {
         let d = eps(&[1, 2, 3, 5, 9]);
-        let s1 = eps(&[1, 2, 3]); // unchanged, has room
-        let s2 = eps(&[4, 5]); // loses 4: written anyway
+        let s1 = live(&[1, 2, 3]); // unchanged, has room
+        let s2 = live(&[4, 5]); // loses 4: written anyway
         let live = [
             LiveChunk {
                 chunk: 1,
@@ -552,8 +555,8 @@ mod tests {
     #[test]
     fn few_new_endpoints_go_to_the_unchanged_slice_closest_to_full() {
         let d = eps(&[1, 2, 3, 4, 5, 9]);
-        let s1 = eps(&[1, 2, 3]);
-        let s2 = eps(&[4, 5]);
+        let s1 = live(&[1, 2, 3]);
+        let s2 = live(&[4, 5]);
         let live = [
             LiveChunk {
                 chunk: 1,
@@ -582,8 +585,8 @@ mod tests {
     #[test]
     fn emptied_slice_name_is_recycled_before_creating() {
         let d = eps(&[1, 2, 7, 8]);
-        let s1 = eps(&[1, 2]);
-        let s2 = eps(&[3, 4]); // all gone
+        let s1 = live(&[1, 2]);
+        let s2 = live(&[3, 4]); // all gone
         let live = [
             LiveChunk {
                 chunk: 1,
@@ -611,8 +614,8 @@ mod tests {
 
     #[test]
     fn empty_slices_are_deleted_but_one_placeholder_stays() {
-        let s1 = eps(&[1]);
-        let s2 = eps(&[2]);
+        let s1 = live(&[1]);
+        let s2 = live(&[2]);
         let live = [
             LiveChunk {
                 chunk: 1,
@@ -653,7 +656,7 @@ mod tests {
     #[test]
     fn lowered_limit_moves_overflow_to_new_slices() {
         let d = eps(&[1, 2, 3]);
-        let s1 = eps(&[1, 2, 3]);
+        let s1 = live(&[1, 2, 3]);
         let live = [LiveChunk {
             chunk: 1,
             endpoints: &s1,
@@ -673,8 +676,8 @@ mod tests {
     #[test]
     fn duplicate_endpoint_across_slices_is_kept_once() {
         let d = eps(&[1]);
-        let s1 = eps(&[1]);
-        let s2 = eps(&[1]);
+        let s1 = live(&[1]);
+        let s2 = live(&[1]);
         let live = [
             LiveChunk {
                 chunk: 1,
@@ -707,7 +710,7 @@ mod tests {
     #[test]
     fn metadata_drift_marks_the_slice_written_and_fillable() {
         let d = eps(&[1, 2]);
-        let s1 = eps(&[1]);
+        let s1 = live(&[1]);
         let live = [LiveChunk {
             chunk: 1,
             endpoints: &s1,

@@ -4,10 +4,10 @@
 //! Endpoints object it controls.
 
 use k8s_openapi::api::core::v1::Endpoints;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::migration::stray_endpoints;
 use super::types::{Deletion, Plan};
+use crate::compact_slice::CompactSlice;
 use crate::ownership::ownership;
 
 /// Deletes every slice of `live_slices` that is ours (by [`ownership`]) and has a UID (the
@@ -16,7 +16,7 @@ use crate::ownership::ownership;
 /// `owned_endpoints` the PortMapping controls. Orphans and other owners' objects are left
 /// alone.
 pub fn teardown<'a>(
-    live_slices: impl IntoIterator<Item = &'a EndpointSlice>,
+    live_slices: impl IntoIterator<Item = &'a CompactSlice>,
     owned_endpoints: impl IntoIterator<Item = &'a Endpoints>,
     pm_uid: &str,
 ) -> Plan {
@@ -37,7 +37,7 @@ pub fn teardown<'a>(
 
 /// Every slice of `ours` as a deletion, in name order: what goes when nothing may be published
 /// (the Service is gone, or is of type ExternalName).
-pub(super) fn every<'a>(ours: impl IntoIterator<Item = &'a EndpointSlice>) -> Vec<Deletion> {
+pub(super) fn every<'a>(ours: impl IntoIterator<Item = &'a CompactSlice>) -> Vec<Deletion> {
     let mut deletions: Vec<Deletion> = ours
         .into_iter()
         .map(|s| Deletion::of(&s.metadata))
@@ -52,8 +52,8 @@ mod tests {
     use crate::planner::migration::Step;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-    fn slice(name: &str, uid: Option<&str>, controller: &str, manager: &str) -> EndpointSlice {
-        EndpointSlice {
+    fn slice(name: &str, uid: Option<&str>, controller: &str, manager: &str) -> CompactSlice {
+        CompactSlice {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 uid: uid.map(Into::into),
@@ -74,7 +74,7 @@ mod tests {
                 }]),
                 ..ObjectMeta::default()
             },
-            ..EndpointSlice::default()
+            ..CompactSlice::default()
         }
     }
 

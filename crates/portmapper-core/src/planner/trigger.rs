@@ -21,12 +21,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use portmapper_api::{Check, CheckKind, LeafCheck};
 
 use super::objects::{ANNOTATION_TRIGGER_TIME, DesiredEndpoint};
 use crate::check::read_condition;
+use crate::compact_slice::{CompactEndpoint, CompactSlice};
 use crate::membership::PortRules;
 use crate::pod_record::PodRecord;
 
@@ -80,7 +80,7 @@ pub(crate) fn pod_transition(
 }
 
 /// The trigger time a live slice carries, if it parses.
-pub(crate) fn live_trigger_time(slice: &EndpointSlice) -> Option<Timestamp> {
+pub(crate) fn live_trigger_time(slice: &CompactSlice) -> Option<Timestamp> {
     slice
         .metadata
         .annotations
@@ -90,10 +90,6 @@ pub(crate) fn live_trigger_time(slice: &EndpointSlice) -> Option<Timestamp> {
         .ok()
 }
 
-fn target_uid(e: &Endpoint) -> Option<&str> {
-    e.target_ref.as_ref()?.uid.as_deref()
-}
-
 /// One chunk about to be written.
 pub(crate) struct WrittenChunk<'x, 'a> {
     /// The desired endpoints of its group.
@@ -101,7 +97,7 @@ pub(crate) struct WrittenChunk<'x, 'a> {
     /// Indices into `desired` of the chunk's endpoints.
     pub endpoints: &'x [usize],
     /// The live slice it rewrites (None: created).
-    pub live: Option<&'x EndpointSlice>,
+    pub live: Option<&'x CompactSlice>,
     /// The live slice's metadata or port differ from the desired ones.
     pub drift: bool,
 }
@@ -120,10 +116,10 @@ pub(crate) fn chunk_trigger_time(
         return now;
     };
     let after = live_trigger_time(live);
-    let live_endpoints: &[Endpoint] = &live.endpoints;
-    let live_by_uid: HashMap<&str, &Endpoint> = live_endpoints
+    let live_endpoints: &[CompactEndpoint] = &live.endpoints;
+    let live_by_uid: HashMap<&str, &CompactEndpoint> = live_endpoints
         .iter()
-        .filter_map(|e| Some((target_uid(e)?, e)))
+        .filter_map(|e| Some((e.target_uid()?, e)))
         .collect();
     // A cause without a timestamp of its own was observed by this reconcile.
     let cause = |pod: Option<&PodRecord>| {
@@ -146,7 +142,7 @@ pub(crate) fn chunk_trigger_time(
     }
     let removed: Vec<&str> = live_endpoints
         .iter()
-        .map(|e| target_uid(e).unwrap_or_default())
+        .map(|e| e.target_uid().unwrap_or_default())
         .filter(|uid| !kept.contains(uid))
         .collect();
     // A flip removes one endpoint or a few: scanning the pool for them is cheaper than a map of

@@ -5,11 +5,11 @@ use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Endpoints, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use portmapper_api::{PortMapping, PortStatus};
 
+use crate::compact_slice::CompactSlice;
 use crate::events::EventReason;
 use crate::network::{NetworkDecisions, NetworkLookup};
 use crate::ownership::HeldName;
@@ -41,7 +41,7 @@ pub struct PlanInput<'a> {
     /// held by others: never touched.
     ///
     /// [`Ownership::claimable`]: crate::ownership::Ownership::claimable
-    pub live_slices: &'a [Arc<EndpointSlice>],
+    pub live_slices: &'a [Arc<CompactSlice>],
     /// UIDs of other PortMappings whose slices among `live_slices` this one takes over (they
     /// name the same Service and lose it to this one); any other controller is foreign.
     pub take_over: &'a [String],
@@ -147,6 +147,14 @@ pub enum WriteAction {
     Unchanged,
 }
 
+impl PlannedSlice {
+    /// The object as the API takes it (for tests and tools: a pass builds it for a write only,
+    /// as the write is sent).
+    pub fn full(&self) -> Arc<k8s_openapi::api::discovery::v1::EndpointSlice> {
+        Arc::new(self.slice.to_endpoint_slice())
+    }
+}
+
 impl WriteAction {
     /// Whether the object must be written.
     pub fn is_write(&self) -> bool {
@@ -157,9 +165,9 @@ impl WriteAction {
 /// One desired EndpointSlice.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlannedSlice {
-    /// The full object to apply (no server-populated fields); for an unchanged slice, the live
+    /// The object to write (no server-populated fields); for an unchanged slice, the live
     /// object itself (shared, not rendered).
-    pub slice: Arc<EndpointSlice>,
+    pub slice: Arc<CompactSlice>,
     /// What to do with it.
     pub action: WriteAction,
     /// An update that takes away a ready or serving (address, port) the live slice publishes:

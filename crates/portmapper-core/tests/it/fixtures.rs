@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use portmapper_api::check::PortNamesCheck;
 use portmapper_api::{Check, KeySource, PortMapping, PortMappingSpec, PortRule, SliceGrouping};
+use portmapper_core::compact_slice::CompactSlice;
 use portmapper_core::{
     EvalMemo, NetworkDecisions, Plan, PlanInput, PodRecord, plan, plan_with_memo,
 };
@@ -278,11 +279,11 @@ impl World {
     }
 
     /// The live slices as the planner takes them (shared, as the operator's cache holds them).
-    pub fn slice_refs(&self) -> Vec<std::sync::Arc<EndpointSlice>> {
+    pub fn slice_refs(&self) -> Vec<std::sync::Arc<CompactSlice>> {
         self.slices
             .iter()
             .cloned()
-            .map(std::sync::Arc::new)
+            .map(|s| std::sync::Arc::new(CompactSlice::from(s)))
             .collect()
     }
 
@@ -329,7 +330,7 @@ impl World {
                 .find(|s| s.metadata.name == p.slice.metadata.name);
             let mut s = match (&p.action, live) {
                 (portmapper_core::WriteAction::Unchanged, Some(l)) => l.clone(),
-                _ => (*p.slice).clone(),
+                _ => p.slice.to_endpoint_slice(),
             };
             if p.action.is_write() {
                 self.next_uid += 1;

@@ -65,7 +65,7 @@ fn published(p: &portmapper_core::Plan, slice: &str) -> Vec<String> {
     p.slices
         .iter()
         .find(|s| s.slice.metadata.name.as_deref() == Some(slice))
-        .map(|s| pod_names(&s.slice))
+        .map(|s| pod_names(&s.full()))
         .unwrap_or_default()
 }
 
@@ -171,7 +171,7 @@ proptest! {
         let p = w.try_plan().map_err(|e| TestCaseError::fail(format!("plan failed: {e}")))?;
         for planned in &p.slices {
             let v6 = planned.slice.address_type == "IPv6";
-            for e in &planned.slice.endpoints {
+            for e in &planned.full().endpoints {
                 for a in &e.addresses {
                     let ip: IpAddr = a.parse().map_err(|_| TestCaseError::fail(format!("published {a:?}")))?;
                     prop_assert_eq!(ip.is_ipv6(), v6, "{} in a {} slice", a, planned.slice.address_type);

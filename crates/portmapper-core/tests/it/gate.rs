@@ -467,7 +467,7 @@ fn a_gate_type_of_its_own_is_the_one_planned_and_podready_reads_past_peer_gates(
     let mut w = World::new(pm, web_service(), pods);
     // example.com/admin is nobody's gate as far as this plan knows: podReady waits for it.
     let p = w.plan();
-    assert!(pod_names(&p.slices[0].slice).is_empty());
+    assert!(pod_names(&p.slices[0].full()).is_empty());
     assert_eq!(
         (p.pod_gates.len(), p.pod_gates[0].condition_type.as_str()),
         (1, "example.com/web")
@@ -480,7 +480,7 @@ fn a_gate_type_of_its_own_is_the_one_planned_and_podready_reads_past_peer_gates(
     // Another PortMapping sets it: podReady reads past it, the pod is published and gated True.
     w.gate_peers.types.insert("example.com/admin".into());
     let p = w.plan();
-    assert_eq!(pod_names(&p.slices[0].slice), ["pod-a"]);
+    assert_eq!(pod_names(&p.slices[0].full()), ["pod-a"]);
     assert_eq!(
         (p.pod_gates[0].status, p.pod_gates[0].reason),
         (true, "Published")
@@ -500,7 +500,7 @@ fn a_pod_an_older_portmapping_gates_is_left_to_it() {
     let gated: Vec<&str> = p.pod_gates.iter().map(|g| g.pod.as_str()).collect();
     assert_eq!(gated, ["pod-b"]);
     // Still published: only the condition is the other's to write.
-    assert_eq!(pod_names(&p.slices[0].slice), ["pod-a", "pod-b", "pod-c"]);
+    assert_eq!(pod_names(&p.slices[0].full()), ["pod-a", "pod-b", "pod-c"]);
 }
 
 /// The gate settings of `w`'s PortMapping with `peers`.
@@ -521,7 +521,8 @@ fn stalled_gates_keep_published_pods_and_turn_the_others_false() {
         .push(gated(PodBuilder::new("pod-d", &["10.0.0.4"]).ports("http")));
     let records = w.pod_records();
     let pods = refs(&records);
-    let slices: Vec<_> = w.slices.iter().collect();
+    let slices = w.slice_refs();
+    let slices: Vec<_> = slices.iter().map(AsRef::as_ref).collect();
     let none = portmapper_core::GatePeers::default();
     let stalled = ("InvalidSpec", "PortMapping web publishes nothing new: bad");
     let gates = stalled_pod_gates(&pods, &settings(&w, &none), &slices, stalled).gates;

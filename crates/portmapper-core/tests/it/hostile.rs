@@ -35,7 +35,7 @@ fn a_one_mebibyte_port_list_is_read_to_its_end_and_never_echoed() {
         vec![PodBuilder::new("big", &["10.0.0.1"]).ports(&huge).build()],
     );
     let p = w.plan();
-    assert_eq!(pod_names(&p.slices[0].slice), vec!["big"]);
+    assert_eq!(pod_names(&p.slices[0].full()), vec!["big"]);
     assert_eq!(
         excluded(&p, 1),
         vec![(
@@ -80,7 +80,7 @@ fn malformed_port_lists_are_read_literally() {
         .filter(|(_, (_, listed))| *listed)
         .map(|(i, _)| format!("p{i:02}"))
         .collect();
-    assert_eq!(pod_names(&p.slices[0].slice), want);
+    assert_eq!(pod_names(&p.slices[0].full()), want);
     assert_eq!(p.ports[0].excluded_total, 9);
     assert!(
         p.ports[0]
@@ -140,7 +140,7 @@ fn unusable_pod_ips_are_excluded_with_the_apis_reason_and_one_warning_each() {
         .collect();
     pods.push(PodBuilder::new("ok", &["10.0.0.5"]).ports("http").build());
     let p = one_port_world(pods).plan();
-    assert_eq!(pod_names(&p.slices[0].slice), vec!["ok"]);
+    assert_eq!(pod_names(&p.slices[0].full()), vec!["ok"]);
     let mut want: Vec<(String, String)> = bad
         .iter()
         .map(|(n, ip, why)| {
@@ -177,7 +177,7 @@ fn unusable_ipv6_pod_ips_are_excluded_too() {
     .map(|(n, ip)| PodBuilder::new(n, &[ip]).ports("http").build())
     .collect();
     let p = World::new(port_mapping(&["http"]), svc, pods).plan();
-    assert_eq!(pod_names(&p.slices[0].slice), vec!["ok"]);
+    assert_eq!(pod_names(&p.slices[0].full()), vec!["ok"]);
     assert_eq!(
         excluded(&p, 0),
         vec![
@@ -217,7 +217,7 @@ fn mapped_legacy_and_unparseable_pod_ips() {
     ])
     .plan();
     let published: Vec<(String, Vec<String>)> = p.slices[0]
-        .slice
+        .full()
         .endpoints
         .iter()
         .map(|e| {
@@ -252,7 +252,7 @@ fn duplicate_pod_ips_publish_one_endpoint_per_pod_and_the_first_ip_per_family() 
     ]);
     let p = w.step();
     let addresses: Vec<(String, Vec<String>)> = p.slices[0]
-        .slice
+        .full()
         .endpoints
         .iter()
         .map(|e| {
@@ -446,7 +446,7 @@ fn pods_of_another_namespace_and_pods_without_status_are_never_candidates() {
         PodBuilder::new("ok", &["10.0.0.5"]).ports("http").build(),
     ])
     .plan();
-    assert_eq!(pod_names(&p.slices[0].slice), vec!["ok"]);
+    assert_eq!(pod_names(&p.slices[0].full()), vec!["ok"]);
     assert_eq!(p.ports[0].candidates, 1);
     assert!(p.ports[0].excluded.is_empty());
 }
@@ -498,7 +498,7 @@ fn a_lying_network_verdict_cannot_override_other_checks_or_reach_other_pods() {
         w.network.insert(k, Verdict::INCLUDE);
     }
     let p = w.plan();
-    assert!(pod_names(&p.slices[0].slice).is_empty());
+    assert!(pod_names(&p.slices[0].full()).is_empty());
     assert_eq!(
         excluded(&p, 0),
         vec![

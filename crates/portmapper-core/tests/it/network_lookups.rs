@@ -137,8 +137,8 @@ fn results_filed_under_the_listed_keys_drive_the_planner() {
         })
         .collect();
     let p = w.plan();
-    assert_eq!(pod_names(&p.slices[0].slice), vec!["a"]);
-    assert_eq!(pod_names(&p.slices[1].slice), vec!["a"], "IPv6 slice");
+    assert_eq!(pod_names(&p.slices[0].full()), vec!["a"]);
+    assert_eq!(pod_names(&p.slices[1].full()), vec!["a"], "IPv6 slice");
     assert_eq!(p.ports[0].excluded[0].reason, "httpGet: no admin port");
     assert_eq!(
         p.network_lookups.len(),
@@ -237,7 +237,7 @@ fn lookups_index_the_input_pods_and_carry_what_is_published() {
         .map(|l| (l.key, Verdict::INCLUDE))
         .collect();
     let first = w.step();
-    assert_eq!(pod_names(&first.slices[0].slice), vec!["a", "b"]);
+    assert_eq!(pod_names(&first.slices[0].full()), vec!["a", "b"]);
     let p = w.plan();
     let rows = summary(&w, &p);
     assert_eq!(rows.len(), 9);

@@ -235,7 +235,7 @@ fn pods_outside_the_pool_are_ignored() {
     let w = World::new(port_mapping(&["http", "https"]), web_service(), pods);
     let p = w.plan();
     assert_eq!(p.ports[0].candidates, 3);
-    assert_eq!(pod_names(&p.slices[0].slice), vec!["pod-b", "pod-c"]);
+    assert_eq!(pod_names(&p.slices[0].full()), vec!["pod-b", "pod-c"]);
 }
 
 #[test]
@@ -260,7 +260,7 @@ fn terminal_pods_and_pods_without_an_address_are_not_candidates() {
         ],
     );
     let p = w.plan();
-    assert_eq!(pod_names(&p.slices[0].slice), vec!["ok"]);
+    assert_eq!(pod_names(&p.slices[0].full()), vec!["ok"]);
     assert_eq!(p.ports[0].candidates, 1);
 }
 
@@ -278,7 +278,7 @@ fn addresses_the_api_rejects_are_left_out_with_a_warning() {
         ],
     );
     let p = w.plan();
-    assert_eq!(pod_names(&p.slices[0].slice), vec!["ok"]);
+    assert_eq!(pod_names(&p.slices[0].full()), vec!["ok"]);
     assert_eq!(p.ports[0].excluded_total, 2);
     assert!(p.ports[0].excluded[1].reason.contains("loopback"));
     assert!(
@@ -348,7 +348,7 @@ fn ipv4_mapped_and_uncanonical_pod_ips_are_published_canonically() {
         ],
     );
     let p = w.plan();
-    assert_eq!(p.slices[0].slice.endpoints[0].addresses, vec!["fd00::1"]);
+    assert_eq!(p.slices[0].full().endpoints[0].addresses, vec!["fd00::1"]);
 }
 
 #[test]
@@ -381,7 +381,7 @@ fn named_target_ports_group_by_resolved_number_including_sidecars() {
         actions(&p).into_iter().map(|(n, _)| n).collect::<Vec<_>>(),
         vec!["web.grpc.p8443", "web.grpc.p9443"]
     );
-    assert_eq!(pod_names(&p.slices[0].slice), vec!["b", "c"]);
+    assert_eq!(pod_names(&p.slices[0].full()), vec!["b", "c"]);
     assert_eq!(
         p.slices[0].slice.ports.as_ref().unwrap()[0].port,
         Some(8443)
@@ -444,9 +444,9 @@ fn headless_service_without_ports_publishes_portless_slices() {
     );
     let p = w.plan();
     assert_eq!(actions(&p), vec![("web".into(), "create")]);
-    let s = &p.slices[0].slice;
+    let s = p.slices[0].full();
     assert_eq!(s.ports, Some(vec![]));
-    assert_eq!(pod_names(s), vec!["db-0"]);
+    assert_eq!(pod_names(&s), vec!["db-0"]);
     assert_eq!(s.endpoints[0].hostname.as_deref(), Some("db-0"));
     assert_eq!(
         s.metadata
@@ -549,7 +549,8 @@ fn terminating_pods_drain_as_not_ready_serving_terminating() {
         vec![PodBuilder::new("a", &["10.0.0.1"]).terminating().build()],
     );
     let p = w.step();
-    let e = &p.slices[0].slice.endpoints[0];
+    let s = p.slices[0].full();
+    let e = &s.endpoints[0];
     let c = e.conditions.clone().unwrap();
     assert_eq!(
         (c.ready, c.serving, c.terminating),
@@ -575,13 +576,13 @@ fn publish_not_ready_addresses_publishes_unready_pods_ready_but_keeps_backing_ch
     w.service.spec.as_mut().unwrap().publish_not_ready_addresses = Some(true);
     let p = w.plan();
     assert_eq!(
-        pod_names(&p.slices[0].slice),
+        pod_names(&p.slices[0].full()),
         vec!["pod-a", "pod-b", "pod-c"],
         "portNames still decides"
     );
     assert!(
         p.slices[0]
-            .slice
+            .full()
             .endpoints
             .iter()
             .all(|e| e.conditions.as_ref().unwrap().ready == Some(true))
@@ -683,7 +684,7 @@ fn network_results_are_per_family() {
     v6.0.family = IpFamily::V6;
     w.network = [probe("uid-a", Verdict::INCLUDE), v6].into_iter().collect();
     let p = w.plan();
-    assert_eq!(pod_names(&p.slices[0].slice), vec!["a"]);
+    assert_eq!(pod_names(&p.slices[0].full()), vec!["a"]);
     assert!(p.slices[1].slice.endpoints.is_empty());
 }
 
@@ -713,7 +714,7 @@ fn zone_hints_for_ready_endpoints_only() {
     );
     w.pm.spec.ports[0].checks = vec![Check::pod_ready()];
     let p = w.plan();
-    let http = &p.slices[0].slice;
+    let http = p.slices[0].full();
     for e in &http.endpoints {
         let ready = e.conditions.as_ref().unwrap().ready == Some(true);
         assert_eq!(e.zone.as_deref(), Some("z1"));
@@ -742,7 +743,7 @@ fn topology_mode_auto_disables_hints_with_a_warning() {
     let p = w.plan();
     assert!(
         p.slices[0]
-            .slice
+            .full()
             .endpoints
             .iter()
             .all(|e| e.hints.is_none())
@@ -877,7 +878,7 @@ fn address_type_change_deletes_and_republishes_under_a_free_name() {
     // to the next chunk name at once instead of going dark until the next pass.
     assert_eq!(actions(&p)[0], ("web.http.2".into(), "create"));
     assert_eq!(
-        pod_names(&p.slices[0].slice),
+        pod_names(&p.slices[0].full()),
         vec!["pod-a", "pod-b", "pod-c"]
     );
     w.apply(&p);
@@ -1183,7 +1184,7 @@ fn host_network_pods_sharing_an_address_are_separate_endpoints() {
         ],
     );
     let p = w.plan();
-    assert_eq!(pod_names(&p.slices[0].slice), vec!["a", "b"]);
+    assert_eq!(pod_names(&p.slices[0].full()), vec!["a", "b"]);
     let mut w = w;
     w.apply(&p);
     assert_eq!(w.plan().writes(), 0);
@@ -1195,7 +1196,7 @@ fn prefer_same_node_hints_node_and_zone_on_ready_endpoints() {
     w.zones = BTreeMap::from([("node-1".to_owned(), "z1".to_owned())]);
     w.service.spec.as_mut().unwrap().traffic_distribution = Some("PreferSameNode".into());
     let p = w.plan();
-    let hints = p.slices[0].slice.endpoints[0].hints.clone().unwrap();
+    let hints = p.slices[0].full().endpoints[0].hints.clone().unwrap();
     assert_eq!(hints.for_nodes.unwrap()[0].name, "node-1");
     assert_eq!(hints.for_zones.unwrap()[0].name, "z1");
 }
@@ -1286,7 +1287,7 @@ fn legacy_endpoints_omit_draining_pods_and_headless_gets_the_marker() {
     );
     let p = w.plan();
     assert_eq!(
-        pod_names(&p.slices[0].slice),
+        pod_names(&p.slices[0].full()),
         vec!["a", "b"],
         "the slice drains b"
     );
@@ -1592,8 +1593,8 @@ fn legacy_endpoints_keep_draining_pods_ready_under_publish_not_ready() {
     );
     w.service.spec.as_mut().unwrap().publish_not_ready_addresses = Some(true);
     let p = w.plan();
-    let b = p.slices[0]
-        .slice
+    let slice = p.slices[0].full();
+    let b = slice
         .endpoints
         .iter()
         .find(|e| e.addresses[0] == "10.0.0.2")
@@ -1620,7 +1621,7 @@ fn legacy_endpoints_keep_draining_pods_ready_under_publish_not_ready() {
         .build();
     let p = w.plan();
     assert_eq!(
-        pod_names(&p.slices[0].slice),
+        pod_names(&p.slices[0].full()),
         vec!["a", "b"],
         "slice drains b"
     );
@@ -1840,7 +1841,7 @@ fn legacy_endpoints_shared_ip_split_readiness() {
         ],
     );
     let p = w.plan();
-    assert_eq!(pod_names(&p.slices[1].slice), vec!["b"], "https drains b");
+    assert_eq!(pod_names(&p.slices[1].full()), vec!["b"], "https drains b");
     let e = p.endpoints.unwrap().endpoints;
     assert_eq!(
         legacy_shape(&e),
@@ -1991,7 +1992,7 @@ type Topology = (String, Option<String>, Option<EndpointHints>);
 fn topology(p: &portmapper_core::Plan) -> Vec<Topology> {
     p.slices
         .iter()
-        .flat_map(|s| &s.slice.endpoints)
+        .flat_map(|s| s.full().endpoints.clone())
         .map(|e| (e.addresses[0].clone(), e.zone.clone(), e.hints.clone()))
         .collect()
 }
@@ -2111,7 +2112,11 @@ fn without_node_zones_no_zone_or_zone_hints_but_node_name_is_kept() {
     let mut w = seed_world();
     w.service.spec.as_mut().unwrap().traffic_distribution = Some("PreferClose".into());
     let p = w.plan();
-    let eps: Vec<_> = p.slices.iter().flat_map(|s| &s.slice.endpoints).collect();
+    let eps: Vec<_> = p
+        .slices
+        .iter()
+        .flat_map(|s| s.full().endpoints.clone())
+        .collect();
     assert_eq!(eps.len(), 6);
     for e in eps {
         assert_eq!(

@@ -299,7 +299,7 @@ fn named_targets_resolving_differently_are_different_sets() {
     let sets: Vec<Set> = p
         .slices
         .iter()
-        .map(|s| (ports(&s.slice), pod_names(&s.slice)))
+        .map(|s| (ports(&s.full()), pod_names(&s.full())))
         .collect();
     let mut want = vec![
         (

@@ -294,7 +294,7 @@ fn oracle_included(
 
 fn assert_valid(plan: &Plan) -> Result<(), TestCaseError> {
     for p in &plan.slices {
-        let errs = kube_validation::validate_endpoint_slice(&p.slice);
+        let errs = kube_validation::validate_endpoint_slice(&p.full());
         prop_assert!(errs.is_empty(), "{:?}: {:?}", p.slice.metadata.name, errs);
     }
     if let Some(e) = &plan.endpoints {
@@ -431,12 +431,13 @@ fn assert_port_set_flip_is_local(
 ) -> Result<(), TestCaseError> {
     let holds = |s: &EndpointSlice| pod_names(s).iter().any(|n| n == pod);
     let mut touching = 0;
-    let written = p.slices.iter().filter(|s| s.action.is_write()).map(|s| {
-        (
-            s.slice.metadata.name.clone().unwrap_or_default(),
-            Some(s.slice.as_ref()),
-        )
-    });
+    let written: Vec<(String, std::sync::Arc<EndpointSlice>)> = p
+        .slices
+        .iter()
+        .filter(|s| s.action.is_write())
+        .map(|s| (s.slice.metadata.name.clone().unwrap_or_default(), s.full()))
+        .collect();
+    let written = written.iter().map(|(n, s)| (n.clone(), Some(s.as_ref())));
     let deleted = p.deletions.iter().map(|d| (d.name.clone(), None));
     for (name, new) in written.chain(deleted) {
         let old = w.slice(&name);
@@ -470,7 +471,11 @@ fn assert_port_set_flip_is_local(
         ports.sort();
         ports
     };
-    let after: Vec<EndpointSlice> = p.slices.iter().map(|s| (*s.slice).clone()).collect();
+    let after: Vec<EndpointSlice> = p
+        .slices
+        .iter()
+        .map(|s| s.slice.to_endpoint_slice())
+        .collect();
     if ports_of(w.slices.clone()) == ports_of(after) {
         prop_assert!(
             touching <= 1,
@@ -879,7 +884,7 @@ fn incremental_equals_full(
 fn with_writes(slices: &[EndpointSlice], plan: &Plan) -> Vec<EndpointSlice> {
     let mut out = slices.to_vec();
     for p in plan.slices.iter().filter(|p| p.action.is_write()) {
-        let new = (*p.slice).clone();
+        let new = p.slice.to_endpoint_slice();
         match out
             .iter_mut()
             .find(|s| s.metadata.name == new.metadata.name)
@@ -926,7 +931,7 @@ proptest! {
         // No write takes a staying member out of a slice (so no order of the writes can).
         for p in plan.slices.iter().filter(|p| p.action.is_write()) {
             if let Some(old) = next.slice(p.slice.metadata.name.as_deref().unwrap_or_default()) {
-                let gone = missing(std::slice::from_ref(p.slice.as_ref()));
+                let gone = missing(&[p.slice.to_endpoint_slice()]);
                 let had = published_in(std::slice::from_ref(old));
                 let dropped: Vec<_> = gone.iter().filter(|k| had.contains_key(*k)).collect();
                 prop_assert!(dropped.is_empty(), "{:?} drops {:?}", p.slice.metadata.name, dropped);

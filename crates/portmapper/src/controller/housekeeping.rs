@@ -9,27 +9,27 @@ use tokio::task::JoinSet;
 use tracing::info;
 
 use super::pods::PodWatches;
-use crate::reconcile::context::{Context, Stores};
+use crate::reconcile::context::Context;
 use crate::runtime::http::Readiness;
 
 /// Starts both into `tasks`; the receiver hears when the caches have synced.
 pub fn spawn(
     tasks: &mut JoinSet<()>,
-    stores: Stores,
     readiness: Readiness,
     pods: Arc<PodWatches>,
     ctx: Arc<Context>,
 ) -> oneshot::Receiver<()> {
-    // Readiness = every shared store has listed once; pod watches start lazily per pool.
+    // Readiness = every shared watch has listed once; pod watches start lazily per pool.
     // Reconciles before that wrote nothing and wait `Wait::PENDING` (2 s); the sync wakes
     // every PortMapping at once instead (that wait was 2 s of a 3–9 s first publication).
     let (synced_tx, synced_rx) = oneshot::channel::<()>();
+    let watched = ctx.clone();
     tasks.spawn(async move {
         // Polled, not awaited: a store's wait_until_ready() (kube-runtime 5.0) wakes only its
         // latest waiter, and the Controller (PortMappings) and reconciles (is_ready on slices
         // and Services) poll the same stores, so an await here was never woken.
         let mut tick = tokio::time::interval(Duration::from_millis(100));
-        while !stores.synced() {
+        while !watched.synced() {
             tick.tick().await;
         }
         info!("caches synced");

@@ -16,7 +16,8 @@ use tokio::task::JoinSet;
 
 use super::pods::PodWatches;
 use super::watches::{
-    Change, Feeds, reflect, strip_managed_fields, strip_node, strip_portmapping, strip_service,
+    Change, Feeds, Owned, consume, reflect, strip_managed_fields, strip_node, strip_portmapping,
+    strip_service,
 };
 use super::{MANAGED_BY_SELECTOR, NOT_MANAGED_BY_SELECTOR, api};
 use crate::index::{PodSource, SharedIndex};
@@ -95,20 +96,7 @@ pub fn reflect_all(
         feeds.clone(),
     );
     tasks.spawn(task);
-    let idx = index.clone();
-    let (slices, task) = reflect(
-        api::<EndpointSlice>(client, ns),
-        watcher::Config::default().labels(MANAGED_BY_SELECTOR),
-        "endpointslices",
-        strip_managed_fields,
-        move |change| match change {
-            Change::Apply(slice) => idx.lock().apply_slice(slice),
-            Change::Delete(slice) => idx.lock().delete_slice(&ObjectRef::from_obj(slice)),
-            Change::Relisted(present) => idx.lock().retain_slices(present),
-        },
-        feeds.clone(),
-    );
-    tasks.spawn(task);
+    tasks.spawn(own_slices(client, ns, index, feeds));
     let idx = index.clone();
     let (owned_endpoints, task) = reflect(
         api::<Endpoints>(client, ns),
@@ -126,13 +114,35 @@ pub fn reflect_all(
     Stores {
         portmappings,
         services,
-        slices,
         nodes: settings
             .node_lookups
             .then(|| nodes(client, index, feeds, tasks)),
         owned_endpoints,
         foreign_slices: foreign_slices(client, ns, index, feeds, tasks),
     }
+}
+
+/// Our slices, label-selected. No reflector store: the index keeps them itself, compact (their
+/// endpoints were most of the operator's heap as full objects), and reconciles read them there.
+fn own_slices(
+    client: &Client,
+    namespace: &Option<String>,
+    index: &SharedIndex,
+    feeds: &Feeds,
+) -> impl Future<Output = ()> + Send + 'static {
+    let idx = index.clone();
+    consume(
+        api::<EndpointSlice>(client, namespace),
+        watcher::Config::default().labels(MANAGED_BY_SELECTOR),
+        "endpointslices",
+        strip_managed_fields,
+        move |change| match change {
+            Owned::Apply(slice) => idx.lock().apply_slice(slice),
+            Owned::Delete(slice) => idx.lock().delete_slice(&ObjectRef::from_obj(&slice)),
+            Owned::Relisted(present) => idx.lock().retain_slices(&present),
+        },
+        feeds.clone(),
+    )
 }
 
 /// Every slice not managed by us (metadata only).

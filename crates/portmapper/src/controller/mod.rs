@@ -123,7 +123,7 @@ pub async fn run_probing_with(
         states: States::new(settings.batch_window),
         passes: NamespaceShare::new(settings.concurrency, settings.namespace.as_deref()),
     });
-    let synced = housekeeping::spawn(&mut tasks, stores, readiness, pods, ctx.clone());
+    let synced = housekeeping::spawn(&mut tasks, readiness, pods, ctx.clone());
     metrics.leader.set(i64::from(leadership.is_leader()));
     let gone_ctx = ctx.clone();
     controller

@@ -18,9 +18,7 @@ impl Index {
         let footprint = OwnedFootprint {
             owner: portmapping_controller(endpoints),
             orphan_of: orphan_service(endpoints),
-            pods: Box::default(),
             service: None,
-            resource_version: None,
         };
         let mut affected = self.delete_endpoints(&key);
         let mut more = HashSet::new();

@@ -36,6 +36,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use portmapper_api::{KeySource, PortMapping};
 
+use portmapper_core::compact_slice::CompactSlice;
 use portmapper_core::ownership::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
 use portmapper_core::{ClaimRank, PodRecord};
 
@@ -205,12 +206,23 @@ struct OwnedFootprint {
     owner: Option<(PmKey, String)>,
     /// `kubernetes.io/service-name`, when the object has no controller at all (an orphan).
     orphan_of: Option<String>,
-    /// Pod UIDs of its endpoints (slices only), shared with `published`'s keys.
-    pods: Box<[Arc<str>]>,
     /// `kubernetes.io/service-name`.
     service: Option<String>,
-    /// The version the cache holds (slices only), to tell whether our own write is in yet.
-    resource_version: Option<String>,
+}
+
+/// One of our slices: the object as reconciles read it (compact, its pod UIDs shared with
+/// `published`'s keys), and what it touches.
+#[derive(Clone, Debug)]
+struct OurSlice {
+    object: Arc<CompactSlice>,
+    footprint: OwnedFootprint,
+}
+
+impl OurSlice {
+    /// The version the index holds, to tell whether our own write is in yet.
+    fn resource_version(&self) -> Option<&str> {
+        self.object.metadata.resource_version.as_deref()
+    }
 }
 
 /// The index of one operator instance. Not thread-safe by itself: the operator keeps it behind
@@ -250,7 +262,10 @@ pub struct Index {
     /// pass skips the gates' scans of the pool.
     gated_by_pool: HashMap<Arc<PoolKey>, usize>,
 
-    slices: HashMap<ObjectRef<EndpointSlice>, OwnedFootprint>,
+    /// Our slices: the only copy the operator keeps (no reflector store).
+    slices: HashMap<ObjectRef<EndpointSlice>, OurSlice>,
+    /// Whether our slices' watch has listed once: before that, none read as "none published".
+    slices_listed: bool,
     /// Our slices by controlling PortMapping UID.
     slices_by_owner: HashMap<String, HashSet<ObjectRef<EndpointSlice>>>,
     /// Slices labelled ours without a controller, by (namespace, Service).
@@ -258,7 +273,7 @@ pub struct Index {
     /// Pod UID → PortMappings whose slices publish it (with how many endpoints).
     /// A list, not a map: a pod is nearly always published by one PortMapping, and a map per
     /// published pod cost about 0.5 KiB. The UID is one allocation shared with the slices'
-    /// footprints, and the PortMapping one per slice, not a copy of its name per pod.
+    /// endpoints, and the PortMapping one per slice, not a copy of its name per pod.
     published: HashMap<Arc<str>, Vec<(Arc<PmKey>, usize)>>,
 
     /// Slices not managed by us: the (namespace, Service) of the native and mirroring

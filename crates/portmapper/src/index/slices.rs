@@ -7,38 +7,34 @@ use std::time::Instant;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
+use portmapper_core::compact_slice::CompactSlice;
 
 use portmapper_core::ownership::LABEL_SERVICE_NAME;
 
 use crate::index::own_writes::{Answered, Observed};
 
 use super::{
-    Index, OwnedFootprint, PmKey, drop_name, insert, missing, ns_of, orphan_service,
+    Index, OurSlice, OwnedFootprint, PmKey, drop_name, insert, missing, ns_of, orphan_service,
     portmapping_controller, put_name, remove,
 };
 
 impl Index {
-    /// One of our slices was added or changed. Affected: its controller; for an orphan, the
-    /// PortMappings of its Service (which adopt it); and PortMappings whose publication of its
-    /// pods changed are found through the owner.
-    pub fn apply_slice(&mut self, slice: &EndpointSlice) -> Vec<PmKey> {
-        let key = ObjectRef::from_obj(slice);
+    /// One of our slices was added or changed; the index keeps it, compact. Affected: its
+    /// controller; for an orphan, the PortMappings of its Service (which adopt it); and
+    /// PortMappings whose publication of its pods changed are found through the owner.
+    pub fn apply_slice(&mut self, slice: EndpointSlice) -> Vec<PmKey> {
+        let key = ObjectRef::from_obj(&slice);
+        let ns = ns_of(&slice);
         let footprint = OwnedFootprint {
-            owner: portmapping_controller(slice),
-            orphan_of: orphan_service(slice),
-            pods: slice
-                .endpoints
-                .iter()
-                .filter_map(|e| Some(self.shared_uid(e.target_ref.as_ref()?.uid.as_deref()?)))
-                .collect(),
+            owner: portmapping_controller(&slice),
+            orphan_of: orphan_service(&slice),
             service: slice.labels().get(LABEL_SERVICE_NAME).cloned(),
-            resource_version: slice.metadata.resource_version.clone(),
         };
-        let observed = self
-            .own_writes
-            .observed(&key, footprint.resource_version.as_deref());
-        put_name(&mut self.our_names, &ns_of(slice), &slice.metadata);
-        self.doubt_resolved(&ns_of(slice), &key.name);
+        put_name(&mut self.our_names, &ns, &slice.metadata);
+        let object = Arc::new(CompactSlice::new(slice, |uid| self.shared_uid(uid)));
+        let new = OurSlice { object, footprint };
+        let observed = self.own_writes.observed(&key, new.resource_version());
+        self.doubt_resolved(&ns, &key.name);
         let mut affected = HashSet::new();
         let written_by = |f: &OwnedFootprint, uid: &str| {
             f.owner.as_ref().is_some_and(|(_, u)| u == uid) && f.orphan_of.is_none()
@@ -53,25 +49,39 @@ impl Index {
             }
             _ => None,
         }
-        .filter(|uid| written_by(&footprint, uid));
+        .filter(|uid| written_by(&new.footprint, uid));
         if let Some(old) = self.slices.remove(&key) {
-            if echo_of.is_some_and(|uid| !written_by(&old, uid)) {
+            if echo_of.is_some_and(|uid| !written_by(&old.footprint, uid)) {
                 echo_of = None;
             }
-            self.collect_owned(&ns_of(slice), &old, &mut affected);
+            self.collect_owned(&ns, &old.footprint, &mut affected);
             self.unregister_slice(&key, &old);
         }
-        self.collect_owned(&ns_of(slice), &footprint, &mut affected);
+        self.collect_owned(&ns, &new.footprint, &mut affected);
         if echo_of.is_some()
-            && let Some((pm, _)) = &footprint.owner
+            && let Some((pm, _)) = &new.footprint.owner
         {
             affected.remove(pm);
         }
-        if let Some((pm, uid)) = &footprint.owner {
+        self.register_slice(&key, &new);
+        self.slices.insert(key, new);
+        affected.into_iter().collect()
+    }
+
+    /// Indexes `slice` by owner (and the pods it publishes) or, an orphan, by Service.
+    fn register_slice(&mut self, key: &ObjectRef<EndpointSlice>, slice: &OurSlice) {
+        if let Some((pm, uid)) = &slice.footprint.owner {
             insert(&mut self.slices_by_owner, uid.clone(), key.clone());
             let shared = Arc::new(pm.clone());
-            for pod in &footprint.pods {
-                let by_pm = self.published.entry(pod.clone()).or_default();
+            for e in &slice.object.endpoints {
+                let Some(pod) = e.target_uid() else {
+                    continue;
+                };
+                let pod = match e.shared_uid() {
+                    Some(shared) => shared.clone(),
+                    None => self.shared_uid(pod),
+                };
+                let by_pm = self.published.entry(pod).or_default();
                 match by_pm.iter_mut().find(|(k, _)| **k == *pm) {
                     Some((_, n)) => *n += 1,
                     None => {
@@ -83,15 +93,10 @@ impl Index {
                 }
             }
         }
-        if let Some(svc) = &footprint.orphan_of {
-            insert(
-                &mut self.orphans_by_service,
-                (ns_of(slice), svc.clone()),
-                key.clone(),
-            );
+        if let Some(svc) = &slice.footprint.orphan_of {
+            let ns = key.namespace.clone().unwrap_or_default();
+            insert(&mut self.orphans_by_service, (ns, svc.clone()), key.clone());
         }
-        self.slices.insert(key, footprint);
-        affected.into_iter().collect()
     }
 
     /// One of our slices is gone: its owner, and every PortMapping of its Service (its name is
@@ -114,7 +119,7 @@ impl Index {
         drop_name(&mut self.our_names, ns, &key.name);
         if let Some(old) = self.slices.remove(key) {
             let ns = key.namespace.clone().unwrap_or_default();
-            if let Some(svc) = &old.service {
+            if let Some(svc) = &old.footprint.service {
                 affected.extend(
                     self.pms_by_service
                         .get(&(ns.clone(), svc.clone()))
@@ -123,7 +128,7 @@ impl Index {
                         .cloned(),
                 );
             }
-            self.collect_owned(&ns, &old, &mut affected);
+            self.collect_owned(&ns, &old.footprint, &mut affected);
             self.unregister_slice(key, &old);
         }
         affected.into_iter().collect()
@@ -131,8 +136,14 @@ impl Index {
 
     /// After a relist of our slices: forgets those not in `present`.
     pub fn retain_slices(&mut self, present: &HashSet<ObjectRef<EndpointSlice>>) -> Vec<PmKey> {
+        self.slices_listed = true;
         let gone = missing(self.slices.keys(), present);
         self.delete_each(gone, Self::delete_slice)
+    }
+
+    /// Whether our slices' watch has listed once.
+    pub fn slices_listed(&self) -> bool {
+        self.slices_listed
     }
 
     /// The PortMapping with UID `owner` is about to apply `slice`: the slice's events are not
@@ -154,7 +165,7 @@ impl Index {
         let cached = self
             .slices
             .get(&slice)
-            .is_some_and(|f| f.resource_version.as_deref() == Some(resource_version.as_str()));
+            .is_some_and(|s| s.resource_version() == Some(resource_version.as_str()));
         self.own_writes
             .answered(owner, slice, resource_version, cached, now)
     }
@@ -206,14 +217,10 @@ impl Index {
         }
     }
 
-    pub(super) fn unregister_slice(
-        &mut self,
-        key: &ObjectRef<EndpointSlice>,
-        old: &OwnedFootprint,
-    ) {
-        if let Some((pm, uid)) = &old.owner {
+    pub(super) fn unregister_slice(&mut self, key: &ObjectRef<EndpointSlice>, old: &OurSlice) {
+        if let Some((pm, uid)) = &old.footprint.owner {
             remove(&mut self.slices_by_owner, uid, key);
-            for pod in &old.pods {
+            for pod in old.object.endpoints.iter().filter_map(|e| e.target_uid()) {
                 if let Some(by_pm) = self.published.get_mut(pod) {
                     if let Some(at) = by_pm.iter().position(|(k, _)| **k == *pm) {
                         by_pm[at].1 -= 1;
@@ -227,7 +234,7 @@ impl Index {
                 }
             }
         }
-        if let Some(svc) = &old.orphan_of {
+        if let Some(svc) = &old.footprint.orphan_of {
             let ns = key.namespace.clone().unwrap_or_default();
             remove(&mut self.orphans_by_service, &(ns, svc.clone()), key);
         }
@@ -242,22 +249,21 @@ impl Index {
         also: &[String],
         namespace: &str,
         adopt_for: Option<&str>,
-    ) -> Vec<ObjectRef<EndpointSlice>> {
-        let mut out: Vec<_> = std::iter::once(uid)
+    ) -> Vec<Arc<CompactSlice>> {
+        let owned = std::iter::once(uid)
             .chain(also.iter().map(String::as_str))
             .filter_map(|u| self.slices_by_owner.get(u))
-            .flatten()
-            .cloned()
-            .collect();
-        if let Some(svc) = adopt_for {
-            out.extend(
+            .flatten();
+        let orphans = adopt_for
+            .and_then(|svc| {
                 self.orphans_by_service
                     .get(&(namespace.to_owned(), svc.to_owned()))
-                    .into_iter()
-                    .flatten()
-                    .cloned(),
-            );
-        }
-        out
+            })
+            .into_iter()
+            .flatten();
+        owned
+            .chain(orphans)
+            .filter_map(|k| Some(self.slices.get(k)?.object.clone()))
+            .collect()
     }
 }

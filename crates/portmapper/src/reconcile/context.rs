@@ -56,8 +56,6 @@ pub struct Settings {
 pub struct Stores {
     pub portmappings: Store<PortMapping>,
     pub services: Store<Service>,
-    /// Our slices (label-selected).
-    pub slices: Store<EndpointSlice>,
     /// Nodes (name, zone label, `Ready` status only), when node lookups are on.
     pub nodes: Option<Store<Node>>,
     /// The legacy Endpoints objects we publish, found by our managed-by label.
@@ -68,12 +66,10 @@ pub struct Stores {
 }
 
 impl Stores {
-    /// Whether every store has listed once: before that they read as "nothing published" /
-    /// "no Service".
+    /// Whether every store has listed once.
     pub fn synced(&self) -> bool {
         is_ready(&self.portmappings)
             && is_ready(&self.services)
-            && is_ready(&self.slices)
             && is_ready(&self.owned_endpoints)
             && is_ready(&self.foreign_slices)
             && self.nodes.as_ref().is_none_or(is_ready)
@@ -115,6 +111,12 @@ pub struct Context {
 }
 
 impl Context {
+    /// Whether every watch a pass reads has listed once (the stores, and our slices in the
+    /// index): before that they read as "nothing published" / "no Service".
+    pub fn synced(&self) -> bool {
+        self.stores.synced() && self.index.lock().slices_listed()
+    }
+
     /// Drops everything this operator remembers about `pm`, wherever it is kept: its state,
     /// its failure backoff, its queued-reconcile count, its prober targets and its metric
     /// series. Called when it is deleted, after a withdrawal (its Service is gone) whose teardown
@@ -139,7 +141,6 @@ impl Context {
 pub struct TestFeeds {
     pub portmappings: kube::runtime::reflector::store::Writer<PortMapping>,
     pub services: kube::runtime::reflector::store::Writer<Service>,
-    pub slices: kube::runtime::reflector::store::Writer<EndpointSlice>,
     pub owned_endpoints: kube::runtime::reflector::store::Writer<Endpoints>,
     pub foreign_slices: kube::runtime::reflector::store::Writer<PartialObjectMeta<EndpointSlice>>,
     /// The far end of the trigger (tests call `reconcile` themselves).
@@ -170,7 +171,7 @@ impl Context {
         let index = SharedIndex::default();
         let (portmappings, pm_writer) = listed();
         let (services, svc_writer) = listed();
-        let (slices, slice_writer) = listed();
+        index.lock().retain_slices(&Default::default());
         let (owned_endpoints, endpoints_writer) = listed();
         let (foreign_slices, foreign_writer) = listed();
         let settings = Settings {
@@ -196,7 +197,6 @@ impl Context {
             stores: Stores {
                 portmappings,
                 services,
-                slices,
                 nodes: None,
                 owned_endpoints,
                 foreign_slices,
@@ -214,7 +214,6 @@ impl Context {
         let feeds = TestFeeds {
             portmappings: pm_writer,
             services: svc_writer,
-            slices: slice_writer,
             owned_endpoints: endpoints_writer,
             foreign_slices: foreign_writer,
             queued,

@@ -239,8 +239,8 @@ impl Run<'_> {
     /// One write; true when its answer asks for another pass.
     async fn write(&self, write: &Write) -> (Result<(), Error>, bool) {
         match write {
-            Write::CreateSlice(slice) => self.write_slice(slice, false).await,
-            Write::UpdateSlice(slice) => self.write_slice(slice, true).await,
+            Write::CreateSlice(slice) => self.write_slice(&slice.to_endpoint_slice(), false).await,
+            Write::UpdateSlice(slice) => self.write_slice(&slice.to_endpoint_slice(), true).await,
             Write::DeleteSlice { name, uid } => (self.delete_slice(name, uid).await, false),
             Write::SetGate { gate, pod_version } => {
                 if self.ctx.states.gate_sent(self.key, gate, pod_version) {

@@ -15,6 +15,7 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use portmapper_api::PortMapping;
+use portmapper_core::compact_slice::CompactSlice;
 use portmapper_core::planner::GatePeers;
 use portmapper_core::planner::migration::NativeSlice;
 use portmapper_core::report::{Stall, status};
@@ -59,7 +60,7 @@ pub enum Gathered {
 pub struct Stalled {
     pub stall: Stall,
     /// The slices it may write: a gated pod they publish keeps its condition.
-    pub live: Vec<Arc<EndpointSlice>>,
+    pub live: Vec<Arc<CompactSlice>>,
     /// With the Service gone: the Endpoints objects it controls, to take back too.
     pub endpoints: Vec<Arc<Endpoints>>,
     /// The pool its gates are set from.
@@ -129,7 +130,7 @@ pub struct Inputs {
     /// A pool pod may list a readiness gate: only then is the pool searched for gates.
     pub gated: bool,
     /// The slices this PortMapping may write.
-    pub owned: Vec<Arc<EndpointSlice>>,
+    pub owned: Vec<Arc<CompactSlice>>,
     /// PortMappings it takes over from.
     pub take_over: Vec<String>,
     /// Names it may want that someone else holds.
@@ -162,7 +163,7 @@ pub async fn gather(
     key: &ObjectRef<PortMapping>,
 ) -> Result<Gathered, Error> {
     let uid = pm.uid().ok_or(Error::MissingMetadata("uid"))?;
-    if !ctx.stores.synced() {
+    if !ctx.synced() {
         debug!(portmapping = %key, "caches not synced yet; writing nothing");
         return Ok(Gathered::Wait(Wait::PENDING));
     }
@@ -350,7 +351,11 @@ async fn plan_inputs(
     };
     let read_ours = read_names_in_doubt(ctx, ns, &claim, in_doubt, &mut held).await?;
     let mut owned = owned_slices(ctx, ns, uid, &take_over, adopt_for);
-    owned.extend(read_ours.into_iter().map(Arc::new));
+    owned.extend(
+        read_ours
+            .into_iter()
+            .map(|s| Arc::new(CompactSlice::from(s))),
+    );
     // A slice both watches know, one of them as someone else's (relabelled, the other watch
     // lags): not ours to write until they agree.
     owned.retain(|s| !held.contains_key(s.metadata.name.as_deref().unwrap_or_default()));
@@ -401,11 +406,8 @@ fn owned_slices(
     uid: &str,
     take_over: &[String],
     adopt_for: Option<&str>,
-) -> Vec<Arc<EndpointSlice>> {
-    let keys = ctx.index.lock().owned_slices(uid, take_over, ns, adopt_for);
-    keys.iter()
-        .filter_map(|k| ctx.stores.slices.get(k))
-        .collect()
+) -> Vec<Arc<CompactSlice>> {
+    ctx.index.lock().owned_slices(uid, take_over, ns, adopt_for)
 }
 
 /// What the other PortMappings of the namespace do with publication gates, for this plan.

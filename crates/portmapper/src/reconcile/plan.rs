@@ -8,13 +8,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use portmapper_api::PortMapping;
 use portmapper_core::PodRecord;
 use portmapper_core::budget::{self, OverBudget};
+use portmapper_core::compact_slice::CompactSlice;
 use portmapper_core::planner::{self, FinalizerChange, GateChanges, Plan, PlanError, PlanInput};
 use portmapper_core::report::{PlanFacts, Report, Stall, StatusDue, gate_timeouts, status_due};
 use portmapper_core::writes::Phases;
@@ -231,13 +231,13 @@ fn gate_changes(
     pool: &GatePool,
     pm: &PortMapping,
     stall: &Stall,
-    live: &[Arc<EndpointSlice>],
+    live: &[Arc<CompactSlice>],
 ) -> GateChanges {
     let GatePool::Listed { pods, peers } = pool else {
         return GateChanges::default();
     };
     let pods: Vec<&PodRecord> = pods.iter().map(AsRef::as_ref).collect();
-    let live: Vec<&EndpointSlice> = live.iter().map(AsRef::as_ref).collect();
+    let live: Vec<&CompactSlice> = live.iter().map(AsRef::as_ref).collect();
     let settings = planner::GateSettings::of(pm, peers, Timestamp::now());
     planner::stalled_pod_gates(
         &pods,

@@ -104,6 +104,7 @@ fn slice_count(plan: &Plan) -> i64 {
 mod tests {
     use std::sync::Arc;
 
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
     use portmapper_core::WriteAction;
     use portmapper_core::planner::{Plan, PlannedSlice};
     use serde_json::json;
@@ -114,7 +115,7 @@ mod tests {
     fn published_endpoints_are_labelled_by_the_port_key() {
         let slice = |name: &str, ports: serde_json::Value, endpoints: usize| PlannedSlice {
             slice: Arc::new(
-                serde_json::from_value(json!({
+                serde_json::from_value::<EndpointSlice>(json!({
                     "metadata": {"name": name},
                     "addressType": "IPv4",
                     "ports": ports,
@@ -122,7 +123,8 @@ mod tests {
                         .map(|i| json!({"addresses": [format!("10.0.0.{i}")]}))
                         .collect::<Vec<_>>(),
                 }))
-                .unwrap(),
+                .unwrap()
+                .into(),
             ),
             action: WriteAction::Unchanged,
             withdraws: false,

@@ -541,7 +541,7 @@ mod tests {
             network,
             live_slices: &slices
                 .iter()
-                .map(|s| std::sync::Arc::new((*s).clone()))
+                .map(|s| std::sync::Arc::new((*s).clone().into()))
                 .collect::<Vec<_>>(),
             now: k8s_openapi::jiff::Timestamp::now(),
             ..PlanInput::first_publication(pm, svc, &pods, &BTreeMap::new())

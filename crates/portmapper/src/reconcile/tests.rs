@@ -157,13 +157,10 @@ impl World {
         }
     }
 
-    /// A slice event of our label-selected watch: the store, then the index, then the
+    /// A slice event of our label-selected watch: the index (which keeps our slices), then the
     /// reconciles it queues.
     fn slice_seen(&mut self, slice: EndpointSlice) {
-        let affected = self.ctx.index.lock().apply_slice(&slice);
-        self.feeds
-            .slices
-            .apply_watcher_event(&watcher::Event::Apply(slice));
+        let affected = self.ctx.index.lock().apply_slice(slice);
         self.queue(affected);
     }
 
@@ -190,9 +187,6 @@ impl World {
             .index
             .lock()
             .delete_slice(&reflector::ObjectRef::from_obj(&slice));
-        self.feeds
-            .slices
-            .apply_watcher_event(&watcher::Event::Delete(slice));
     }
 
     fn foreign_seen(&mut self, slice: PartialObjectMeta<EndpointSlice>) {

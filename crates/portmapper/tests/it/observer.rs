@@ -26,6 +26,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
 use portmapper::controller::MANAGED_BY_SELECTOR;
 use portmapper_api::PortMapping;
+use portmapper_core::compact_slice::CompactSlice;
 use portmapper_core::{PlanInput, planner};
 use tokio::task::JoinHandle;
 
@@ -221,13 +222,13 @@ pub async fn pending_writes(client: &Client, ns: &str, name: &str) -> Vec<String
         .collect();
     // Every slice of the Service: ours are claimable, any other the planner treats as a name
     // held by someone else, as the operator does.
-    let live_slices: Vec<Arc<EndpointSlice>> = Api::<EndpointSlice>::namespaced(client.clone(), ns)
+    let live_slices: Vec<Arc<CompactSlice>> = Api::<EndpointSlice>::namespaced(client.clone(), ns)
         .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={svc_name}")))
         .await
         .expect("the slices")
         .items
         .into_iter()
-        .map(Arc::new)
+        .map(|s| Arc::new(CompactSlice::from(s)))
         .collect();
     let live_endpoints = Api::<Endpoints>::namespaced(client.clone(), ns)
         .get_opt(&svc_name)
@@ -248,19 +249,25 @@ pub async fn pending_writes(client: &Client, ns: &str, name: &str) -> Vec<String
     let live = |slice: &str| {
         live_slices
             .iter()
-            .find(|l| l.name_any() == slice)
-            .map(|l| (l.ports.clone(), l.endpoints.clone(), l.labels().clone()))
+            .find(|l| l.metadata.name.as_deref() == Some(slice))
+            .map(|l| {
+                (
+                    l.ports.clone(),
+                    l.endpoints.clone(),
+                    l.metadata.labels.clone(),
+                )
+            })
     };
     let mut pending: Vec<String> = plan
         .slices
         .iter()
         .filter(|p| p.action.is_write())
         .map(|p| {
-            let slice = p.slice.name_any();
+            let slice = p.slice.metadata.name.clone().unwrap_or_default();
             format!(
                 "{:?} {slice}: desired {:?}; live {:?}",
                 p.action,
-                (&p.slice.ports, &p.slice.endpoints, p.slice.labels()),
+                (&p.slice.ports, &p.slice.endpoints, &p.slice.metadata.labels),
                 live(&slice)
             )
         })

@@ -442,7 +442,7 @@ fn plan_preview(
     {
         match write {
             PlannedWrite::CreateSlice(slice) | PlannedWrite::UpdateSlice(slice) => {
-                let mut slice = Arc::unwrap_or_clone(slice);
+                let mut slice = slice.to_endpoint_slice();
                 strip_trigger_time(&mut slice.metadata);
                 out.slices.push(slice);
             }

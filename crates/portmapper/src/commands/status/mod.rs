@@ -467,15 +467,18 @@ fn local_policy_note(
     service: &Service,
     slices: &[EndpointSlice],
 ) -> Option<String> {
+    use portmapper_core::compact_slice::CompactSlice;
     use portmapper_core::consumers::{local_policy_caveat, port_ready_nodes, routes_locally};
     if !routes_locally(service) {
         return None;
     }
     let uid = pm.metadata.uid.as_deref().unwrap_or_default();
-    let ours = slices
+    let ours: Vec<CompactSlice> = slices
         .iter()
-        .filter(|s| !portmapper_core::ownership::controlled_by_another(&s.metadata, uid));
-    local_policy_caveat(&service.name_any(), &port_ready_nodes(ours)).map(|c| c.to_string())
+        .filter(|s| !portmapper_core::ownership::controlled_by_another(&s.metadata, uid))
+        .map(|s| s.clone().into())
+        .collect();
+    local_policy_caveat(&service.name_any(), &port_ready_nodes(&ours)).map(|c| c.to_string())
 }
 
 fn column(name: String, port: Option<i32>, status: Option<&PortStatus>) -> Column {

@@ -72,8 +72,8 @@ fn names_held_by_others_are_found_by_service_prefix_and_their_release_wakes_the_
     }
     index.apply_foreign_slice(&foreign("a", "web", None));
     // Our labelled slices: web-1's own, and web-2's (another PortMapping's) at web.admin.
-    index.apply_slice(&slice("a", "web.metrics", Some(&web1), &[]));
-    index.apply_slice(&slice("a", "web.admin", Some(&web2), &[]));
+    index.apply_slice(slice("a", "web.metrics", Some(&web1), &[]));
+    index.apply_slice(slice("a", "web.admin", Some(&web2), &[]));
     let held = index.held_by_others("a", "web", "uid-web-1", true, &[]);
     assert_eq!(
         held.iter()
