@@ -130,6 +130,7 @@ pub async fn run_on(
     .await?;
     let load_before = procs::load_average();
     let mut ctx = phases::Ctx::new(bins, cfg, plane, obs, g, logs.to_path_buf());
+    ctx.calibrate().await?;
     let mut sides = [
         ctx.publication(Side::Operator).await?,
         ctx.publication(Side::Native).await?,

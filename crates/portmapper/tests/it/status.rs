@@ -404,14 +404,25 @@ async fn watch_ends_quietly_when_the_reader_goes_away() {
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let first = tokio::task::spawn_blocking(move || {
+    // A hang here would stall the whole suite: the bounds below turn one into a failure that
+    // shows the command's stderr (wide margins, not timings).
+    let pid = child.id().to_string();
+    let kill = move || {
+        let _ = Command::new("kill").args(["-KILL", &pid]).status();
+    };
+    let mut reading = tokio::task::spawn_blocking(move || {
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line).unwrap();
         line
         // The reader, and with it the pipe's read end, is dropped here.
-    })
-    .await
-    .unwrap();
+    });
+    let first = match tokio::time::timeout(Duration::from_secs(60), &mut reading).await {
+        Ok(first) => first.unwrap(),
+        Err(_) => {
+            kill();
+            panic!("no first frame from status --watch within 60 s");
+        }
+    };
     let frame: Value = serde_json::from_str(&first).unwrap();
     assert_eq!(state(&frame, "pod-a", "https").as_deref(), Some("excluded"));
     h.patch_pod(
@@ -419,9 +430,18 @@ async fn watch_ends_quietly_when_the_reader_goes_away() {
         json!({"metadata": {"annotations": {"example.com/ports": "http,https"}}}),
     )
     .await;
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
-        .await
-        .unwrap();
+    let mut waiting = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap());
+    let out = match tokio::time::timeout(Duration::from_secs(60), &mut waiting).await {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            kill();
+            let out = waiting.await.unwrap();
+            panic!(
+                "status --watch still running 60 s after its reader went away; stderr: {}",
+                text(&out.stderr)
+            );
+        }
+    };
     assert!(
         out.status.success(),
         "{:?}: {}",

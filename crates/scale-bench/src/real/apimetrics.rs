@@ -1,7 +1,9 @@
 //! Writes counted by the API server itself (`apiserver_request_total` on its `/metrics`), per
 //! resource: exact, no-op writes included (a watch sees only writes that change something).
 //! The counter names no client, so the bench reads it only while one controller runs and
-//! counts the bench's own writes (pods) apart.
+//! counts the bench's own writes (pods) apart. The same page gives kube-apiserver's Go
+//! runtime counters: bytes allocated (steadier than its CPU over a short window, which moves
+//! with its garbage collector) and garbage collections.
 
 use std::collections::BTreeMap;
 
@@ -61,12 +63,67 @@ impl ApiWrites {
     }
 }
 
-/// Scrapes the API server's write counters.
-pub async fn scrape(client: &Client) -> Result<ApiWrites, Error> {
-    let req = http::Request::get("/metrics")
-        .body(Vec::new())
+/// kube-apiserver's Go runtime counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GoRuntime {
+    /// Bytes allocated on its heap (`go_memstats_alloc_bytes_total`).
+    pub allocated: u64,
+    /// Garbage collections (`go_gc_duration_seconds_count`).
+    pub collections: u64,
+}
+
+/// One scrape of `/metrics`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Metrics {
+    /// Write requests per resource.
+    pub writes: ApiWrites,
+    /// The Go runtime's counters.
+    pub go: GoRuntime,
+}
+
+/// Scrapes the API server's write counters and Go runtime counters.
+pub async fn scrape(client: &Client) -> Result<Metrics, Error> {
+    let text = client.request_text(admin_get("/metrics")?).await?;
+    Ok(Metrics {
+        writes: parse(&text),
+        go: parse_go(&text),
+    })
+}
+
+/// Has kube-apiserver collect its garbage now (its profiling handler's `gc=1`, on by default):
+/// a measured window then does not pay for the garbage of the phase before it.
+/// The handler collects before it answers; its body (a gzipped profile) is not read.
+pub async fn collect_garbage(client: &Client) -> Result<(), Error> {
+    let req = http::Request::get("/debug/pprof/heap?gc=1")
+        .body(kube::client::Body::empty())
         .map_err(|e| Error::Admin(e.to_string()))?;
-    Ok(parse(&client.request_text(req).await?))
+    let res = client.send(req).await?;
+    if !res.status().is_success() {
+        return Err(Error::Admin(format!(
+            "kube-apiserver's /debug/pprof/heap?gc=1 answered {}",
+            res.status()
+        )));
+    }
+    Ok(())
+}
+
+fn admin_get(path: &str) -> Result<http::Request<Vec<u8>>, Error> {
+    http::Request::get(path)
+        .body(Vec::new())
+        .map_err(|e| Error::Admin(e.to_string()))
+}
+
+fn parse_go(text: &str) -> GoRuntime {
+    let counter = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    };
+    GoRuntime {
+        allocated: counter("go_memstats_alloc_bytes_total"),
+        collections: counter("go_gc_duration_seconds_count"),
+    }
 }
 
 fn parse(text: &str) -> ApiWrites {
@@ -115,5 +172,24 @@ apiserver_request_total_other{verb="POST",resource="pods"} 100
         let later = parse(&text.replace("} 7", "} 12"));
         assert_eq!(later.since(&w).slices(), 5);
         assert_eq!(later.since(&w).get("pods"), 0);
+    }
+
+    #[test]
+    fn reads_the_go_runtime_counters() {
+        let text = "# TYPE go_memstats_alloc_bytes_total counter
+go_memstats_alloc_bytes_total 3.48103064e+08
+go_memstats_alloc_bytes 1.2e+07
+go_gc_duration_seconds{quantile=\"0\"} 1e-05
+go_gc_duration_seconds_sum 0.02
+go_gc_duration_seconds_count 14
+";
+        assert_eq!(
+            parse_go(text),
+            GoRuntime {
+                allocated: 348_103_064,
+                collections: 14
+            }
+        );
+        assert_eq!(parse_go(""), GoRuntime::default());
     }
 }

@@ -9,7 +9,7 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch};
 
 use super::RealConfig;
-use super::apimetrics::{self, ApiWrites};
+use super::apimetrics::{self, ApiWrites, GoRuntime, Metrics};
 use super::controllers::{self, RealBinaries, Side};
 use super::plane::Plane;
 use crate::floor::{self, Floor};
@@ -24,7 +24,8 @@ use crate::{Error, bench_patch, bench_post};
 const IDLE_CPU: Duration = Duration::from_millis(30);
 const IDLE_WINDOW: Duration = Duration::from_millis(500);
 
-/// CPU time (user + system) of the controller under test, kube-apiserver and etcd.
+/// CPU time (user + system) of the controller under test, kube-apiserver and etcd, and
+/// kube-apiserver's Go runtime counters (zero where a reading took no scrape).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Cpu {
     /// The controller's process.
@@ -33,6 +34,8 @@ pub struct Cpu {
     pub apiserver: Duration,
     /// etcd.
     pub etcd: Duration,
+    /// kube-apiserver's bytes allocated and garbage collections.
+    pub apiserver_go: GoRuntime,
 }
 
 impl Cpu {
@@ -41,6 +44,16 @@ impl Cpu {
             controller: self.controller.saturating_sub(earlier.controller),
             apiserver: self.apiserver.saturating_sub(earlier.apiserver),
             etcd: self.etcd.saturating_sub(earlier.etcd),
+            apiserver_go: GoRuntime {
+                allocated: self
+                    .apiserver_go
+                    .allocated
+                    .saturating_sub(earlier.apiserver_go.allocated),
+                collections: self
+                    .apiserver_go
+                    .collections
+                    .saturating_sub(earlier.apiserver_go.collections),
+            },
         }
     }
 
@@ -49,8 +62,19 @@ impl Cpu {
             controller: self.controller + other.controller,
             apiserver: self.apiserver + other.apiserver,
             etcd: self.etcd + other.etcd,
+            apiserver_go: GoRuntime {
+                allocated: self.apiserver_go.allocated + other.apiserver_go.allocated,
+                collections: self.apiserver_go.collections + other.apiserver_go.collections,
+            },
         }
     }
+}
+
+/// Which end of a measured window a snapshot is taken at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Edge {
+    Start,
+    End,
 }
 
 /// One controller's publication: its process started with every pod in place.
@@ -161,6 +185,9 @@ pub(super) struct Ctx<'a> {
     /// The pods replaced so far, (old, new): the counts of a publication do not tell a
     /// replaced pod from its replacement, so the bench checks these by name.
     replaced: Vec<(PodSpec, PodSpec)>,
+    /// What one scrape of `/metrics` allocates in kube-apiserver (the page is about 2 MB):
+    /// a window's two scrapes put about one scrape's worth inside it, taken off again.
+    scrape_allocated: u64,
 }
 
 impl<'a> Ctx<'a> {
@@ -183,6 +210,7 @@ impl<'a> Ctx<'a> {
             logs,
             starts: 0,
             replaced: Vec::new(),
+            scrape_allocated: 0,
         }
     }
 
@@ -194,11 +222,60 @@ impl<'a> Ctx<'a> {
             },
             apiserver: procs::cpu_time(self.plane.apiserver)?,
             etcd: procs::cpu_time(self.plane.etcd)?,
+            apiserver_go: GoRuntime::default(),
         })
     }
 
-    async fn scrape(&self) -> Result<ApiWrites, Error> {
+    async fn scrape(&self) -> Result<Metrics, Error> {
         apimetrics::scrape(&self.plane.client).await
+    }
+
+    /// Measures what one scrape allocates in kube-apiserver: the median of five back-to-back
+    /// scrapes' differences.
+    pub(super) async fn calibrate(&mut self) -> Result<(), Error> {
+        let mut at = Vec::with_capacity(6);
+        for _ in 0..6 {
+            at.push(self.scrape().await?.go.allocated);
+        }
+        let mut steps: Vec<u64> = at.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
+        steps.sort_unstable();
+        self.scrape_allocated = steps[steps.len() / 2];
+        Ok(())
+    }
+
+    /// Writes and CPU at one end of a measured window. At its start kube-apiserver first
+    /// collects its garbage, so that the window does not pay for the phase before it (nor
+    /// for its own garbage, collected after it: alike for both controllers, and the bytes
+    /// allocated stand for it); the scrape sits outside the CPU readings.
+    async fn snapshot(&self, r: Option<&Running>, edge: Edge) -> Result<(ApiWrites, Cpu), Error> {
+        let (m, cpu) = match edge {
+            Edge::Start => {
+                apimetrics::collect_garbage(&self.plane.client).await?;
+                let m = self.scrape().await?;
+                (m, self.cpu(r)?)
+            }
+            Edge::End => {
+                let cpu = self.cpu(r)?;
+                (self.scrape().await?, cpu)
+            }
+        };
+        Ok((
+            m.writes,
+            Cpu {
+                apiserver_go: m.go,
+                ..cpu
+            },
+        ))
+    }
+
+    /// What a window between two snapshots used, less the scrapes' own allocation.
+    fn window(&self, end: Cpu, start: Cpu) -> Cpu {
+        let mut used = end.since(start);
+        used.apiserver_go.allocated = used
+            .apiserver_go
+            .allocated
+            .saturating_sub(self.scrape_allocated);
+        used
     }
 
     fn start(&mut self, side: Side) -> Result<Running, Error> {
@@ -275,13 +352,14 @@ impl<'a> Ctx<'a> {
 
     /// `side`'s first start: every pod in place, none of its slices yet.
     pub(super) async fn publication(&mut self, side: Side) -> Result<SideReport, Error> {
-        let (w0, c0) = (self.scrape().await?, self.cpu(None)?);
+        let (w0, c0) = self.snapshot(None, Edge::Start).await?;
         let tr0 = self.obs.view().transitions.len();
         let r = self.start(side)?;
         let done = self.published(side, self.cfg.publish_timeout).await?;
-        let cpu = self.cpu(Some(&r))?.since(c0);
+        let (_, c_done) = self.snapshot(Some(&r), Edge::End).await?;
+        let cpu = self.window(c_done, c0);
         tokio::time::sleep(self.cfg.settle).await;
-        let w1 = self.scrape().await?;
+        let w1 = self.scrape().await?.writes;
         let (first, slices) = {
             let v = self.obs.view();
             (
@@ -291,7 +369,7 @@ impl<'a> Ctx<'a> {
         };
         let c1 = self.cpu(Some(&r))?;
         tokio::time::sleep(self.cfg.converged).await;
-        let (w2, c2) = (self.scrape().await?, self.cpu(Some(&r))?);
+        let (w2, c2) = (self.scrape().await?.writes, self.cpu(Some(&r))?);
         let publication = Publication {
             first_slice: first.saturating_duration_since(r.started),
             published: done.saturating_duration_since(r.started),
@@ -359,7 +437,7 @@ impl<'a> Ctx<'a> {
 
     async fn turn(&mut self, pairs: &[usize], out: &mut SideReport) -> Result<(), Error> {
         let r = self.warm(out.side).await?;
-        let (w0, c0) = (self.scrape().await?, self.cpu(Some(&r))?);
+        let (w0, c0) = self.snapshot(Some(&r), Edge::Start).await?;
         'flips: for &i in pairs {
             for ready in [false, true] {
                 if out.flips.len() >= self.cfg.flips {
@@ -368,10 +446,9 @@ impl<'a> Ctx<'a> {
                 out.flips.push(self.flip(out.side, i, ready).await?);
             }
         }
-        let c1 = self.cpu(Some(&r))?;
-        let w1 = self.scrape().await?;
+        let (w1, c1) = self.snapshot(Some(&r), Edge::End).await?;
         out.flip_writes = out.flip_writes.plus(&w1.since(&w0));
-        out.flip_cpu = out.flip_cpu.plus(c1.since(c0));
+        out.flip_cpu = out.flip_cpu.plus(self.window(c1, c0));
         self.stop(r, out).await
     }
 
@@ -435,7 +512,7 @@ impl<'a> Ctx<'a> {
         r: &Running,
         idx: &[usize],
     ) -> Result<Replacement, Error> {
-        let (w0, c0) = (self.scrape().await?, self.cpu(Some(r))?);
+        let (w0, c0) = self.snapshot(Some(r), Edge::Start).await?;
         let (ev0, b0) = {
             let v = self.obs.view();
             (v.slice_events, v.slice_bytes)
@@ -457,8 +534,7 @@ impl<'a> Ctx<'a> {
                 },
             )
             .await?;
-        let c1 = self.cpu(Some(r))?;
-        let w1 = self.scrape().await?;
+        let (w1, c1) = self.snapshot(Some(r), Edge::End).await?;
         // One lock: a second `view()` in the same expression would wait for the first.
         let (events, bytes) = {
             let v = self.obs.view();
@@ -472,7 +548,7 @@ impl<'a> Ctx<'a> {
             writes: w1.since(&w0),
             slice_events: events - ev0,
             slice_bytes: bytes - b0,
-            cpu: c1.since(c0),
+            cpu: self.window(c1, c0),
         })
     }
 

@@ -130,7 +130,21 @@ fn cpu_rows(what: &str, op: Cpu, nat: Cpu, n: (usize, usize)) -> Vec<Row> {
             per(op.etcd, n.0),
             per(nat.etcd, n.1),
         ),
+        n_row(
+            &format!("kube-apiserver heap allocated {what} (MB)"),
+            per_n(op.apiserver_go.allocated, n.0) / 1e6,
+            per_n(nat.apiserver_go.allocated, n.1) / 1e6,
+        ),
+        n_row(
+            &format!("kube-apiserver garbage collections, {what} (all, not per unit)"),
+            op.apiserver_go.collections as f64,
+            nat.apiserver_go.collections as f64,
+        ),
     ]
+}
+
+fn per_n(v: u64, n: usize) -> f64 {
+    v as f64 / n.max(1) as f64
 }
 
 fn writes(w: &ApiWrites) -> f64 {
