@@ -107,6 +107,21 @@ pub async fn collect_garbage(client: &Client) -> Result<(), Error> {
     Ok(())
 }
 
+/// Saves kube-apiserver's allocation profile so far (its heap profile, gzipped protobuf, whose
+/// `alloc_space` counts every byte allocated) to `path`: two of them, one the `-base` of the
+/// other in `go tool pprof`, say where a window's bytes were allocated. The profile is brought
+/// up to date by a collection first (`gc=1`): Go records allocations at collections.
+pub async fn save_allocations(client: &Client, path: &std::path::Path) -> Result<(), Error> {
+    use futures::AsyncReadExt;
+    let mut body = client
+        .request_stream(admin_get("/debug/pprof/heap?gc=1")?)
+        .await?;
+    let mut bytes = Vec::new();
+    body.read_to_end(&mut bytes).await?;
+    std::fs::write(path, bytes)?;
+    Ok(())
+}
+
 fn admin_get(path: &str) -> Result<http::Request<Vec<u8>>, Error> {
     http::Request::get(path)
         .body(Vec::new())

@@ -251,12 +251,15 @@ impl<'a> Ctx<'a> {
         let (m, cpu) = match edge {
             Edge::Start => {
                 apimetrics::collect_garbage(&self.plane.client).await?;
+                self.save_allocations(edge).await?;
                 let m = self.scrape().await?;
                 (m, self.cpu(r)?)
             }
             Edge::End => {
                 let cpu = self.cpu(r)?;
-                (self.scrape().await?, cpu)
+                let m = self.scrape().await?;
+                self.save_allocations(edge).await?;
+                (m, cpu)
             }
         };
         Ok((
@@ -266,6 +269,24 @@ impl<'a> Ctx<'a> {
                 ..cpu
             },
         ))
+    }
+
+    /// With `BENCH_APISERVER_ALLOCS=<dir>`, kube-apiserver's allocation profile at each edge
+    /// of each measured window, numbered in order (`go tool pprof -sample_index=alloc_space
+    /// -base 004-start.pb.gz 005-end.pb.gz`); outside the CPU readings and the scrapes.
+    async fn save_allocations(&self, edge: Edge) -> Result<(), Error> {
+        let Some(dir) = std::env::var_os("BENCH_APISERVER_ALLOCS") else {
+            return Ok(());
+        };
+        let dir = PathBuf::from(dir);
+        std::fs::create_dir_all(&dir)?;
+        let n = std::fs::read_dir(&dir)?.count();
+        let edge = if edge == Edge::Start { "start" } else { "end" };
+        apimetrics::save_allocations(
+            &self.plane.client,
+            &dir.join(format!("{n:03}-{edge}.pb.gz")),
+        )
+        .await
     }
 
     /// What a window between two snapshots used, less the scrapes' own allocation.
