@@ -72,6 +72,24 @@ pub struct GoRuntime {
     pub collections: u64,
 }
 
+impl GoRuntime {
+    /// What was counted between `earlier` and `self`.
+    pub fn since(self, earlier: GoRuntime) -> GoRuntime {
+        GoRuntime {
+            allocated: self.allocated.saturating_sub(earlier.allocated),
+            collections: self.collections.saturating_sub(earlier.collections),
+        }
+    }
+
+    /// The sum of two windows.
+    pub fn plus(self, other: GoRuntime) -> GoRuntime {
+        GoRuntime {
+            allocated: self.allocated + other.allocated,
+            collections: self.collections + other.collections,
+        }
+    }
+}
+
 /// One scrape of `/metrics`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Metrics {

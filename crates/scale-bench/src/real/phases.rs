@@ -44,16 +44,7 @@ impl Cpu {
             controller: self.controller.saturating_sub(earlier.controller),
             apiserver: self.apiserver.saturating_sub(earlier.apiserver),
             etcd: self.etcd.saturating_sub(earlier.etcd),
-            apiserver_go: GoRuntime {
-                allocated: self
-                    .apiserver_go
-                    .allocated
-                    .saturating_sub(earlier.apiserver_go.allocated),
-                collections: self
-                    .apiserver_go
-                    .collections
-                    .saturating_sub(earlier.apiserver_go.collections),
-            },
+            apiserver_go: self.apiserver_go.since(earlier.apiserver_go),
         }
     }
 
@@ -62,10 +53,7 @@ impl Cpu {
             controller: self.controller + other.controller,
             apiserver: self.apiserver + other.apiserver,
             etcd: self.etcd + other.etcd,
-            apiserver_go: GoRuntime {
-                allocated: self.apiserver_go.allocated + other.apiserver_go.allocated,
-                collections: self.apiserver_go.collections + other.apiserver_go.collections,
-            },
+            apiserver_go: self.apiserver_go.plus(other.apiserver_go),
         }
     }
 }
