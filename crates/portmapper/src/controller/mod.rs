@@ -128,7 +128,7 @@ pub async fn run_probing_with(
     let gone_ctx = ctx.clone();
     controller
         .with_config(controller::Config::default().concurrency(settings.concurrency))
-        .reconcile_on(triggers)
+        .reconcile_on(trigger.taking(triggers))
         .reconcile_all_on(reconcile_all(&leadership, synced))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(
