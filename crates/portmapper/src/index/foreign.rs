@@ -9,9 +9,9 @@ use kube::runtime::reflector::ObjectRef;
 
 use portmapper_core::ownership::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
 
+use super::names::{drop_name, put_name, service_names};
 use super::{
-    ForeignKey, Index, PmKey, cut_prefix, dedup, drop_name, insert, missing, ns_of, put_name,
-    remove, service_names, service_of_name,
+    ForeignKey, Index, PmKey, cut_prefix, dedup, insert, missing, ns_of, remove, service_of_name,
 };
 
 impl Index {
@@ -129,9 +129,10 @@ impl Index {
     ) -> BTreeMap<String, portmapper_core::HeldName> {
         let mut held = BTreeMap::new();
         for names in [&self.our_names, &self.foreign_names] {
-            for (name, meta) in service_names(names.get(namespace), service) {
-                if !portmapper_core::ownership(meta, uid).claimable(service, adopt, take_over) {
-                    held.insert(name.clone(), portmapper_core::HeldName::of(meta));
+            for (name, holder) in service_names(names.get(namespace), service) {
+                let meta = holder.meta(name);
+                if !portmapper_core::ownership(&meta, uid).claimable(service, adopt, take_over) {
+                    held.insert(name.clone(), portmapper_core::HeldName::of(&meta));
                 }
             }
         }
@@ -154,8 +155,9 @@ impl Index {
         let ours = self.our_names.get(namespace);
         service_names(self.foreign_names.get(namespace), service)
             .filter(|(name, _)| !ours.is_some_and(|o| o.contains_key(*name)))
-            .filter(|(_, meta)| {
-                portmapper_core::ownership(meta, uid).claimable(service, adopt, take_over)
+            .filter(|(name, holder)| {
+                portmapper_core::ownership(&holder.meta(name), uid)
+                    .claimable(service, adopt, take_over)
             })
             .map(|(name, _)| name.clone())
             .collect()

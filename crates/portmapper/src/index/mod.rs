@@ -11,6 +11,7 @@
 mod departed;
 mod endpoints;
 mod foreign;
+mod names;
 mod nodes;
 pub mod own_writes;
 mod pod_watches;
@@ -30,14 +31,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use portmapper_api::{KeySource, PortMapping};
 
 use portmapper_core::compact_slice::CompactSlice;
-use portmapper_core::ownership::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
 use portmapper_core::{ClaimRank, PodRecord};
 
 use crate::index::own_writes::OwnWrites;
@@ -284,8 +283,8 @@ pub struct Index {
     /// references, UID): those not managed by us, and our labelled ones (separately: the two
     /// watches deliver a relabelled slice in either order). The names held by others that a
     /// plan may want are found here by prefix, instead of a GET before each create.
-    foreign_names: HashMap<String, BTreeMap<String, ObjectMeta>>,
-    our_names: HashMap<String, BTreeMap<String, ObjectMeta>>,
+    foreign_names: names::Names,
+    our_names: names::Names,
     /// Per namespace, names of our slices that left our label-selected watch without our
     /// deleting them, not (yet) seen by the other watch: deleted, or relabelled (the watch
     /// cannot tell: both arrive as DELETED with the old object). Until the other watch shows
@@ -371,61 +370,6 @@ fn orphan_service<K: Resource>(obj: &K) -> Option<String> {
         } => service.map(str::to_owned),
         _ => None,
     }
-}
-
-/// What ownership reads of an object's metadata, and nothing else.
-fn ownership_meta(meta: &ObjectMeta) -> ObjectMeta {
-    let labels = meta.labels.as_ref().map(|l| {
-        l.iter()
-            .filter(|(k, _)| *k == LABEL_MANAGED_BY || *k == LABEL_SERVICE_NAME)
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    });
-    ObjectMeta {
-        name: meta.name.clone(),
-        uid: meta.uid.clone(),
-        labels,
-        owner_references: meta.owner_references.clone(),
-        ..ObjectMeta::default()
-    }
-}
-
-fn put_name(map: &mut HashMap<String, BTreeMap<String, ObjectMeta>>, ns: &str, meta: &ObjectMeta) {
-    if let Some(name) = &meta.name {
-        map.entry(ns.to_owned())
-            .or_default()
-            .insert(name.clone(), ownership_meta(meta));
-    }
-}
-
-fn drop_name(map: &mut HashMap<String, BTreeMap<String, ObjectMeta>>, ns: &str, name: &str) {
-    if let Some(names) = map.get_mut(ns) {
-        names.remove(name);
-        if names.is_empty() {
-            map.remove(ns);
-        }
-    }
-}
-
-/// The entries of `names` a plan for `service` may want: `<service>` (a headless Service
-/// without ports), `<service>.*` (Service names cannot contain `.`, so no other Service's
-/// names share the prefix), and `<cut>.*` when port-set names cut a long Service name
-/// ([`cut_prefix`]; other Services' names there are never wanted, only looked at).
-fn service_names<'a>(
-    names: Option<&'a BTreeMap<String, ObjectMeta>>,
-    service: &'a str,
-) -> impl Iterator<Item = (&'a String, &'a ObjectMeta)> {
-    let prefixes: Vec<String> = std::iter::once(service)
-        .chain(cut_prefix(service))
-        .map(|p| format!("{p}."))
-        .collect();
-    names.into_iter().flat_map(move |n| {
-        let dotted = prefixes.clone().into_iter().flat_map(move |dotted| {
-            n.range(dotted.clone()..)
-                .take_while(move |(k, _)| k.starts_with(&dotted))
-        });
-        n.get_key_value(service).into_iter().chain(dotted)
-    })
 }
 
 /// The cut of `service` port-set slice names start with, when it is not the whole name.

@@ -13,9 +13,10 @@ use portmapper_core::ownership::LABEL_SERVICE_NAME;
 
 use crate::index::own_writes::{Answered, Observed};
 
+use super::names::{drop_name, put_name};
 use super::{
-    Index, OurSlice, OwnedFootprint, PmKey, drop_name, insert, missing, ns_of, orphan_service,
-    portmapping_controller, put_name, remove,
+    Index, OurSlice, OwnedFootprint, PmKey, insert, missing, ns_of, orphan_service,
+    portmapping_controller, remove,
 };
 
 impl Index {

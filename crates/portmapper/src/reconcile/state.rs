@@ -81,7 +81,9 @@ pub struct MappingState {
     /// again under its name starts afresh even when a pass of the old one, still running when
     /// the deletion was forgotten, wrote its state back after it.
     uid: Option<String>,
-    memo: EvalMemo,
+    /// Boxed: a memo is 1.5 KB inline, and the map of states holds a slot per PortMapping and
+    /// as many again free (16 MB of table at 5,000 PortMappings, unboxed).
+    memo: Option<Box<EvalMemo>>,
     ledger: Ledger,
     status_written: Option<(String, PortMappingStatus)>,
     /// Since when a change of the counts alone has been held back (`report::status_due`),
@@ -163,12 +165,12 @@ impl States {
     /// The memo of `pm`'s last plan (empty the first time), to be handed back with
     /// [`States::keep_memo`].
     pub fn take_memo(&self, pm: &Key) -> EvalMemo {
-        self.with(pm, |s| std::mem::take(&mut s.memo))
+        self.with(pm, |s| s.memo.take().map(|m| *m).unwrap_or_default())
     }
 
     /// Keeps `memo` for `pm`'s next plan.
     pub fn keep_memo(&self, pm: &Key, memo: EvalMemo) {
-        self.with(pm, |s| s.memo = memo);
+        self.with(pm, |s| s.memo = Some(Box::new(memo)));
     }
 
     /// The events of one pass that are news ([`Ledger::news`]), recorded as published.

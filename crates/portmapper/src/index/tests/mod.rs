@@ -18,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 use k8s_openapi::jiff::Timestamp;
 use kube::api::PartialObjectMeta;
 use portmapper_api::PortMappingSpec;
+use portmapper_core::ownership::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
 pub(super) use std::time::Instant;
 
 pub(super) const KEY: &str = "example.com/group";
