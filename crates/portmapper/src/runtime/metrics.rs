@@ -300,7 +300,11 @@ impl Metrics {
             self.endpoints_published.get_or_create(&labels).set(n);
             ports.push(labels);
         }
-        for gone in entry.ports.iter().filter(|p| ports.binary_search(p).is_err()) {
+        for gone in entry
+            .ports
+            .iter()
+            .filter(|p| ports.binary_search(p).is_err())
+        {
             self.endpoints_published.remove(gone);
         }
         self.endpointslices_managed
