@@ -27,45 +27,9 @@ fn errors(obj: &Value) -> Vec<String> {
     }
 }
 
-fn with_checks(checks: Value) -> Value {
-    let mut obj = to_json(VALID);
-    obj["spec"]["ports"][0]["checks"] = checks;
-    obj
-}
-
 #[test]
 fn valid_portmapping_passes_every_rule() {
     assert_eq!(errors(&to_json(VALID)), Vec::<String>::new());
-}
-
-#[test]
-fn check_with_two_kinds_is_rejected_with_a_clear_message() {
-    let errs = errors(&with_checks(json!([{"podReady": {}, "tcpSocket": {}}])));
-    assert!(
-        errs.iter()
-            .any(|e| e.contains("each check must set exactly one kind")),
-        "{errs:?}"
-    );
-}
-
-#[test]
-fn empty_check_is_rejected() {
-    let errs = errors(&with_checks(json!([{}])));
-    assert!(
-        errs.iter().any(|e| e.contains("exactly one kind")),
-        "{errs:?}"
-    );
-}
-
-#[test]
-fn any_of_entry_with_two_kinds_is_rejected() {
-    let errs = errors(&with_checks(
-        json!([{"anyOf": [{"podReady": {}, "grpc": {}}]}]),
-    ));
-    assert!(
-        errs.iter().any(|e| e.contains("exactly one kind")),
-        "{errs:?}"
-    );
 }
 
 #[test]
